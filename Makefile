@@ -1,0 +1,49 @@
+# turbdb — `make help` lists the targets. Everything installs into .venv inside the repo.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DB ?= data
+DATASET ?= isotropic64
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.deps:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip "maturin>=1.5,<2"
+	touch $@
+
+setup: $(VENV)/.deps ## create .venv with maturin (build installs the dependencies)
+
+build: setup ## release build of the Rust extension into .venv
+	$(VENV)/bin/maturin develop --release --extras test --quiet
+	@$(PY) -c "import turbdb._core" 
+
+dataset: build ## create the default dataset ($(DATASET) in $(DB)/) if it is missing
+	$(PY) -m turbdb.cli simulate $(DB) --name $(DATASET) --grid 64 --if-missing
+
+demo: dataset ## set everything up and run the demo on the default dataset
+	$(PY) -m turbdb.cli demo $(DB) --name $(DATASET)
+
+serve: demo ## for now the same as demo (the HTTP service comes with its own issue)
+
+test: build test-rust test-python ## set up, then run cargo test and pytest
+
+test-rust:
+	cargo test --workspace --exclude turbdb-py --quiet
+
+test-python:
+	$(PY) -m pytest -q
+
+bench-ingest: build ## ingest throughput from an in-memory array (bench/results/ingest.json)
+	$(PY) bench/ingest.py
+
+bench: bench-ingest ## every benchmark
+
+clean: ## remove build products and the venv (keeps data/)
+	rm -rf target $(VENV) .pytest_cache .hypothesis

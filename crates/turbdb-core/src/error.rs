@@ -1,0 +1,49 @@
+//! The one error type of turbdb-core; the Python bindings map each variant to a
+//! `turbdb.TurbdbError` subclass.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the core.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The caller passed arguments that cannot be honoured (shapes, sizes, ranges).
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// A file could not be read, written or renamed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+
+    /// Stored bytes failed a checksum or do not decode to an atom.
+    #[error("{path}: {message}")]
+    Corrupt {
+        /// The shard file concerned.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// Data that a request needs has not been written (yet).
+    #[error("{0}")]
+    Missing(String),
+}
+
+/// Result alias of the core.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// A corruption found in `path`.
+    pub fn corrupt(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), message: message.into() }
+    }
+}

@@ -1,0 +1,164 @@
+//! Reads atoms of one field: shard indexes are read once and cached, the atoms a caller
+//! asks for are read in storage order and adjacent ones merged into a single read.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::geometry::{FieldGeometry, ShardPos};
+use crate::shard::{ChunkCodec, IndexLocation, ShardIndex};
+
+/// Reader of one field's shards.
+#[derive(Debug)]
+pub struct FieldReader {
+    root: PathBuf,
+    geometry: FieldGeometry,
+    codec: ChunkCodec,
+    location: IndexLocation,
+    indexes: Mutex<HashMap<(usize, ShardPos), Arc<ShardIndex>>>,
+}
+
+/// An atom to read: its local position in the shard and where its values go.
+#[derive(Debug, Clone, Copy)]
+pub struct AtomRequest {
+    /// Local atom position `[ax, ay, az]` inside the shard.
+    pub local: [usize; 3],
+    /// Index of the destination buffer slot (in units of one atom).
+    pub slot: usize,
+}
+
+impl FieldReader {
+    /// A reader of the Zarr array directory `root` laid out as `geometry`.
+    pub fn new(
+        root: impl Into<PathBuf>,
+        geometry: FieldGeometry,
+        codec: ChunkCodec,
+        location: IndexLocation,
+    ) -> Self {
+        Self { root: root.into(), geometry, codec, location, indexes: Mutex::default() }
+    }
+
+    /// The layout this reader was opened with.
+    pub fn geometry(&self) -> &FieldGeometry {
+        &self.geometry
+    }
+
+    /// The path of a shard file.
+    pub fn shard_path(&self, t: usize, shard: ShardPos) -> PathBuf {
+        self.root.join(self.geometry.shard_key(t, shard))
+    }
+
+    /// The index of a shard, from the cache or read (and checked) from disk.
+    pub fn index(&self, t: usize, shard: ShardPos) -> Result<Arc<ShardIndex>> {
+        if let Some(index) = self.indexes.lock().expect("index cache").get(&(t, shard)) {
+            return Ok(Arc::clone(index));
+        }
+        let path = self.shard_path(t, shard);
+        let file = open_shard(&path, t)?;
+        let index = Arc::new(self.read_index(&file, &path)?);
+        self.indexes.lock().expect("index cache").insert((t, shard), Arc::clone(&index));
+        Ok(index)
+    }
+
+    /// Forgets cached indexes (after a shard was rewritten).
+    pub fn clear_cache(&self) {
+        self.indexes.lock().expect("index cache").clear();
+    }
+
+    fn read_index(&self, file: &File, path: &Path) -> Result<ShardIndex> {
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let size = self.geometry.index_bytes() as u64;
+        if len < size {
+            return Err(Error::corrupt(path, format!("shard is {len} bytes, shorter than its index ({size})")));
+        }
+        let offset = match self.location {
+            IndexLocation::End => len - size,
+            IndexLocation::Start => 0,
+        };
+        let mut bytes = vec![0u8; size as usize];
+        file.read_exact_at(&mut bytes, offset).map_err(|e| Error::io(path, e))?;
+        ShardIndex::decode(&bytes, self.geometry.chunks_per_shard(), path)
+    }
+
+    /// Reads the requested atoms of one shard into `out` (`slot`·atom_values onwards),
+    /// in storage order, merging atoms that lie next to each other on disk into one read.
+    /// Atoms that are not stored read as NaN.
+    pub fn read_atoms(&self, t: usize, shard: ShardPos, atoms: &[AtomRequest], out: &mut [f32]) -> Result<()> {
+        let index = self.index(t, shard)?;
+        let path = self.shard_path(t, shard);
+        let file = open_shard(&path, t)?;
+        let n = self.geometry.atom_values();
+        let mut stored: Vec<(u64, u64, usize)> = Vec::with_capacity(atoms.len());
+        for request in atoms {
+            match index.range(self.geometry.index_slot(request.local)) {
+                Some((offset, nbytes)) => stored.push((offset, nbytes, request.slot)),
+                None => out[request.slot * n..(request.slot + 1) * n].fill(f32::NAN),
+            }
+        }
+        stored.sort_unstable_by_key(|&(offset, _, _)| offset);
+        let mut buffer = Vec::new();
+        let mut start = 0;
+        while start < stored.len() {
+            let mut end = start + 1;
+            while end < stored.len() && stored[end].0 == stored[end - 1].0 + stored[end - 1].1 {
+                end += 1;
+            }
+            let first = stored[start].0;
+            let total = (stored[end - 1].0 + stored[end - 1].1 - first) as usize;
+            buffer.resize(total, 0);
+            file.read_exact_at(&mut buffer, first).map_err(|e| Error::io(&path, e))?;
+            for &(offset, nbytes, slot) in &stored[start..end] {
+                let at = (offset - first) as usize;
+                let bytes = &buffer[at..at + nbytes as usize];
+                self.decode_atom(bytes, &path, &mut out[slot * n..(slot + 1) * n])?;
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Decodes one stored atom into `out`.
+    pub fn decode_atom(&self, bytes: &[u8], path: &Path, out: &mut [f32]) -> Result<()> {
+        let expected = out.len() * 4;
+        let bytes = if self.codec.crc32c {
+            let Some(split) = bytes.len().checked_sub(4) else {
+                return Err(Error::corrupt(path, "atom is shorter than its checksum"));
+            };
+            let (body, crc) = bytes.split_at(split);
+            let stored = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
+            if crc32c::crc32c(body) != stored {
+                return Err(Error::corrupt(path, "atom checksum mismatch"));
+            }
+            body
+        } else {
+            bytes
+        };
+        let raw;
+        let bytes = if self.codec.zstd {
+            raw = zstd::bulk::decompress(bytes, expected)
+                .map_err(|e| Error::corrupt(path, format!("atom does not decompress: {e}")))?;
+            &raw[..]
+        } else {
+            bytes
+        };
+        if bytes.len() != expected {
+            return Err(Error::corrupt(path, format!("atom has {} bytes, expected {expected}", bytes.len())));
+        }
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+        }
+        Ok(())
+    }
+}
+
+fn open_shard(path: &Path, t: usize) -> Result<File> {
+    File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Error::Missing(format!("time step {t} is not stored: {} does not exist", path.display()))
+        }
+        _ => Error::io(path, e),
+    })
+}

@@ -1,0 +1,93 @@
+//! Checks every stored shard of a field: the index checksum, every chunk range inside the
+//! file, and that every atom decodes. Reports problems instead of stopping at the first.
+
+use std::fs;
+use std::path::PathBuf;
+
+use crate::error::Error;
+use crate::geometry::FieldGeometry;
+use crate::reader::FieldReader;
+
+/// One problem found by [`verify_field`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The shard file concerned.
+    pub path: PathBuf,
+    /// Time step of the shard.
+    pub time_index: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What [`verify_field`] found.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    /// Shards checked.
+    pub shards: usize,
+    /// Atoms decoded.
+    pub atoms: usize,
+    /// Time steps all of whose shards exist.
+    pub complete_steps: Vec<usize>,
+    /// Everything that is wrong.
+    pub problems: Vec<Problem>,
+}
+
+/// Verifies time steps `0..nt` of the field read by `reader`. A step with no shard at all
+/// is "not written" and not a problem; a step with some but not all shards is.
+pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
+    let geometry: &FieldGeometry = reader.geometry();
+    let shards = geometry.shard_positions();
+    let mut report = VerifyReport::default();
+    let mut out = vec![0f32; geometry.atom_values()];
+    for t in 0..nt {
+        let exists: Vec<bool> = shards.iter().map(|&s| reader.shard_path(t, s).is_file()).collect();
+        let present = exists.iter().filter(|&&e| e).count();
+        if present == 0 {
+            continue;
+        }
+        let mut ok = present == shards.len();
+        for (&shard, &exist) in shards.iter().zip(&exists) {
+            let path = reader.shard_path(t, shard);
+            if !exist {
+                let message = "shard is missing (the time step was only partly written)".to_string();
+                report.problems.push(Problem { path, time_index: t, message });
+                continue;
+            }
+            report.shards += 1;
+            match check_shard(reader, t, shard, &mut out) {
+                Ok(atoms) => report.atoms += atoms,
+                Err(e) => {
+                    ok = false;
+                    let message = match e {
+                        Error::Corrupt { message, .. } => message,
+                        other => other.to_string(),
+                    };
+                    report.problems.push(Problem { path, time_index: t, message });
+                }
+            }
+        }
+        if ok {
+            report.complete_steps.push(t);
+        }
+    }
+    report
+}
+
+fn check_shard(reader: &FieldReader, t: usize, shard: [usize; 3], out: &mut [f32]) -> Result<usize, Error> {
+    let geometry = reader.geometry();
+    let path = reader.shard_path(t, shard);
+    let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    let index = reader.index(t, shard)?;
+    let mut atoms = 0;
+    for (slot, _) in index.entries.iter().enumerate() {
+        let Some((offset, nbytes)) = index.range(slot) else { continue };
+        let end = offset.checked_add(nbytes).filter(|&e| e <= bytes.len() as u64);
+        let Some(end) = end else {
+            return Err(Error::corrupt(&path, format!("chunk {slot} lies outside the file ({offset}+{nbytes})")));
+        };
+        reader.decode_atom(&bytes[offset as usize..end as usize], &path, out)?;
+        atoms += 1;
+    }
+    let _ = geometry;
+    Ok(atoms)
+}

@@ -1,0 +1,146 @@
+//! Writes one time step of a field as Zarr v3 shards: atoms in Morton order, index at the
+//! end, every shard written aside and renamed into place so a crash never leaves half a file.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::geometry::{FieldGeometry, ShardPos};
+use crate::shard::ShardIndex;
+
+#[cfg(target_endian = "big")]
+compile_error!("turbdb stores little-endian float32 and assumes a little-endian host");
+
+/// A value type a caller may hand in; stored as float32.
+pub trait Sample: Copy + Send + Sync {
+    /// The stored float32 value.
+    fn to_f32(self) -> f32;
+    /// Neither NaN nor infinite.
+    fn finite(self) -> bool;
+}
+
+impl Sample for f32 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+}
+
+impl Sample for f64 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    #[inline]
+    fn finite(self) -> bool {
+        // Finite float64 values beyond float32's range would be stored as infinities.
+        self.is_finite() && self.abs() <= f64::from(f32::MAX)
+    }
+}
+
+/// Prefix of the temporary files a write leaves only if it is killed.
+pub const TEMP_PREFIX: &str = ".turbdb-tmp-";
+
+/// Writes time step `t` of a field rooted at `root` (the Zarr array directory).
+/// `data` is C-ordered `(nz, ny, nx, ncomp)`. Returns the bytes written.
+pub fn write_step<T: Sample>(
+    root: &Path,
+    geometry: &FieldGeometry,
+    t: usize,
+    data: &[T],
+    sync: bool,
+) -> Result<u64> {
+    let [nx, ny, nz] = geometry.grid;
+    let expected = nx * ny * nz * geometry.ncomp;
+    if data.len() != expected {
+        return Err(Error::InvalidArgument(format!(
+            "time step has {} values, the field needs {expected} (nz={nz}, ny={ny}, nx={nx}, ncomp={})",
+            data.len(),
+            geometry.ncomp
+        )));
+    }
+    // Refuse non-finite data before any shard is touched, so a bad step loses nothing.
+    if data.par_chunks(1 << 16).any(|c| !c.iter().all(|v| v.finite())) {
+        let first = data.iter().position(|v| !v.finite()).expect("a non-finite value");
+        let nc = geometry.ncomp;
+        let (c, voxel) = (first % nc, first / nc);
+        let (x, y, z) = (voxel % nx, voxel / nx % ny, voxel / (nx * ny));
+        return Err(Error::InvalidArgument(format!(
+            "time step {t} holds a NaN or infinite value (or one beyond float32's range) at \
+             z={z}, y={y}, x={x}, component {c}; nothing was written"
+        )));
+    }
+    let written = AtomicU64::new(0);
+    geometry.shard_positions().par_iter().try_for_each(|&shard| {
+        let bytes = encode_shard(geometry, shard, data);
+        let path = root.join(geometry.shard_key(t, shard));
+        atomic_write(&path, &bytes, sync)?;
+        written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok::<(), Error>(())
+    })?;
+    Ok(written.load(Ordering::Relaxed))
+}
+
+/// Builds the bytes of one shard: present atoms in Morton order, then the index.
+fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]) -> Vec<u8> {
+    let order = geometry.local_atom_order();
+    let present: Vec<[usize; 3]> =
+        order.into_iter().filter(|&l| geometry.atom_in_grid(shard, l)).collect();
+    let mut atom = vec![f32::NAN; geometry.atom_values()];
+    let mut index = ShardIndex::empty(geometry.chunks_per_shard());
+    let stored_bytes = geometry.stored_atom_bytes();
+    let mut bytes = Vec::with_capacity(present.len() * stored_bytes + geometry.index_bytes());
+    for &local in &present {
+        let origin = [0, 1, 2].map(|a| shard[a] * geometry.partition + local[a] * geometry.atom);
+        atom.fill(f32::NAN);
+        copy_atom(geometry, origin, data, &mut atom);
+        let start = bytes.len();
+        bytes.extend(atom.iter().flat_map(|v| v.to_le_bytes()));
+        let crc = crc32c::crc32c(&bytes[start..]);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        index.entries[geometry.index_slot(local)] = (start as u64, stored_bytes as u64);
+    }
+    bytes.extend_from_slice(&index.encode());
+    bytes
+}
+
+/// Copies the atom whose first voxel is `origin` into `out` (C order `(z, y, x, c)`),
+/// leaving the NaN padding where the atom hangs over the grid's edge.
+fn copy_atom<T: Sample>(geometry: &FieldGeometry, origin: [usize; 3], data: &[T], out: &mut [f32]) {
+    let a = geometry.atom;
+    let nc = geometry.ncomp;
+    let [nx, ny, nz] = geometry.grid;
+    let width = (nx - origin[0]).min(a) * nc;
+    for dz in 0..a.min(nz - origin[2]) {
+        for dy in 0..a.min(ny - origin[1]) {
+            let src = (((origin[2] + dz) * ny + origin[1] + dy) * nx + origin[0]) * nc;
+            let dst = (dz * a + dy) * a * nc;
+            for (o, &v) in out[dst..dst + width].iter_mut().zip(&data[src..src + width]) {
+                *o = v.to_f32();
+            }
+        }
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it into place.
+pub fn atomic_write(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+    let dir = path.parent().expect("shard paths have a parent");
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let name = path.file_name().expect("shard paths have a name").to_string_lossy();
+    let tmp: PathBuf = dir.join(format!("{TEMP_PREFIX}{name}-{}", std::process::id()));
+    let mut file = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
+    if sync {
+        file.sync_all().map_err(|e| Error::io(&tmp, e))?;
+    }
+    drop(file);
+    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}

@@ -1,0 +1,30 @@
+//! The one conversion of core errors into the `turbdb.exceptions` hierarchy, and the
+//! helper that runs core work without the GIL.
+
+use pyo3::prelude::*;
+use turbdb_core::Error;
+
+/// Maps a core error to the matching `turbdb.exceptions` class.
+pub fn to_py(err: Error) -> PyErr {
+    let class = match &err {
+        Error::InvalidArgument(_) => "InvalidRequestError",
+        Error::Io { .. } => "StorageError",
+        Error::Corrupt { .. } => "CorruptDataError",
+        Error::Missing(_) => "InvalidRequestError",
+    };
+    let message = err.to_string();
+    Python::attach(|py| {
+        match py.import("turbdb.exceptions").and_then(|m| m.getattr(class)) {
+            Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
+                Ok(instance) => instance,
+                Err(e) => return e,
+            }),
+            Err(e) => e,
+        }
+    })
+}
+
+/// Runs `work` with the GIL released and converts its error.
+pub fn without_gil<T: Send>(py: Python<'_>, work: impl FnOnce() -> turbdb_core::Result<T> + Send) -> PyResult<T> {
+    py.detach(work).map_err(to_py)
+}

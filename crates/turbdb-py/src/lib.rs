@@ -1,0 +1,16 @@
+//! turbdb._core: Python bindings of turbdb-core. Only conversion, error mapping and GIL
+//! release live here; the behaviour is in the core crate.
+
+use pyo3::prelude::*;
+
+mod error;
+mod field;
+mod morton;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<field::FieldStore>()?;
+    m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
+    Ok(())
+}

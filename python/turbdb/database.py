@@ -1,0 +1,167 @@
+"""A database: a directory (a Zarr v3 group) holding one dataset per subdirectory.
+``open`` reads one; ``create_dataset`` adds a dataset to one, creating it if needed."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .dataset import Dataset
+from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, UnknownNameError
+from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
+from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, write_coordinate, write_json_atomic
+
+
+class Database(Mapping[str, Dataset]):
+    """The datasets of one database directory, by name."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise StorageError(f"no database at {self.path}: the directory does not exist (create one with turbdb simulate or turbdb ingest)")
+
+    def __repr__(self) -> str:
+        return f"<turbdb.Database {str(self.path)!r}: {', '.join(self.datasets) or 'empty'}>"
+
+    @property
+    def datasets(self) -> list[str]:
+        """Names of the datasets, sorted."""
+        return sorted(
+            entry.name
+            for entry in os.scandir(self.path)
+            if entry.is_dir() and (Path(entry.path) / ZARR_JSON).is_file() and _is_dataset(Path(entry.path))
+        )
+
+    def __getitem__(self, name: str) -> Dataset:
+        if not isinstance(name, str) or name not in self.datasets:
+            raise UnknownNameError(
+                f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}"
+            )
+        return Dataset(self.path / name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.datasets)
+
+    def __len__(self) -> int:
+        return len(self.datasets)
+
+
+def _is_dataset(path: Path) -> bool:
+    try:
+        return "turbdb" in read_json(path / ZARR_JSON).get("attributes", {})
+    except (OSError, ValueError):
+        return False
+
+
+def open(path: str | os.PathLike[str]) -> Database:  # noqa: A001 - the public name is turbdb.open
+    """Opens the database directory ``path``."""
+    return Database(path)
+
+
+def create_dataset(
+    db_path: str | os.PathLike[str],
+    name: str,
+    *,
+    grid: tuple[int, int, int],
+    spacing: tuple[float, float, float] | None = None,
+    origin: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    periodic: tuple[bool, bool, bool] = (True, True, True),
+    times: Any = (),
+    fields: Mapping[str, int | Mapping[str, Any]] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    units: Mapping[str, str] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    atom: int = 8,
+    partition: int = 64,
+    overwrite: bool = False,
+) -> Dataset:
+    """Creates dataset ``name`` in the database at ``db_path`` and returns it for writing.
+
+    ``grid`` is ``(nx, ny, nz)``; ``spacing`` defaults to ``2π/n`` per axis (the periodic
+    box ``[0, 2π)³``); ``times`` are the stored times (more can be appended later);
+    ``fields`` maps a field name to its number of components, or to
+    ``{"ncomp": n, "units": "…"}``. ``atom`` and ``partition`` are the sides of an atom
+    (inner chunk) and a partition (shard) in voxels.
+    """
+    check_name("dataset", name)
+    try:
+        grid_t = tuple(int(n) for n in grid)
+    except (TypeError, ValueError):
+        raise InvalidRequestError(f"grid must be three integers (nx, ny, nz), not {grid!r}") from None
+    if len(grid_t) != 3 or min(grid_t) < 1:
+        raise InvalidRequestError(f"grid must be three positive integers (nx, ny, nz), not {grid!r}")
+    if spacing is None:
+        spacing = tuple(2 * math.pi / n for n in grid_t)
+    spacing_t = check_axis_triplet("spacing", spacing, positive=True)
+    origin_t = check_axis_triplet("origin", origin)
+    if len(tuple(periodic)) != 3:
+        raise InvalidRequestError(f"periodic must be three booleans (x, y, z), not {periodic!r}")
+    for side, label in ((atom, "atom"), (partition, "partition")):
+        if not (isinstance(side, int) and side >= 1 and side & (side - 1) == 0):
+            raise InvalidRequestError(f"{label} must be a power of two, not {side!r}")
+    if atom > partition:
+        raise InvalidRequestError(f"atom ({atom}) must not be larger than partition ({partition})")
+    times_a = uniform_times(times)
+    field_specs = _field_specs({"velocity": 3, "pressure": 1} if fields is None else fields)
+
+    db = Path(db_path)
+    db.mkdir(parents=True, exist_ok=True)
+    if not (db / ZARR_JSON).exists():
+        write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+    path = db / name
+    if path.exists():
+        if not overwrite:
+            raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
+        shutil.rmtree(path)
+
+    metadata = {
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "grid": list(grid_t),
+        "spacing": list(spacing_t),
+        "origin": list(origin_t),
+        "periodic": [bool(p) for p in periodic],
+        "times": [float(t) for t in times_a],
+        "fields": {f: {"ncomp": n, "units": u} for f, (n, u) in field_specs.items()},
+        "atom": atom,
+        "partition": partition,
+        "units": dict(units or {}),
+        "provenance": {
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "turbdb_version": __version__,
+            **dict(provenance or {}),
+        },
+        "attrs": dict(attrs or {}),
+    }
+    # Arrays first, the group document last: a dataset is only listed once it is whole.
+    for field, (ncomp, _) in field_specs.items():
+        document = field_document(
+            nt=len(times_a), grid=grid_t, ncomp=ncomp, atom=atom, partition=partition, field=field
+        )
+        write_json_atomic(path / field / ZARR_JSON, document)
+    for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
+        write_coordinate(path, axis, o + d * np.arange(n))
+    write_coordinate(path, "time", times_a)
+    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}))
+    return Dataset(path)
+
+
+def _field_specs(fields: Mapping[str, int | Mapping[str, Any]]) -> dict[str, tuple[int, str]]:
+    if not fields:
+        raise InvalidRequestError("a dataset needs at least one field, e.g. fields={'velocity': 3}")
+    specs = {}
+    for field, spec in fields.items():
+        check_name("field", field)
+        ncomp, units = (spec, "") if isinstance(spec, int) else (spec.get("ncomp"), spec.get("units", ""))
+        if not (isinstance(ncomp, int) and ncomp >= 1):
+            raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {spec!r}")
+        specs[field] = (ncomp, str(units))
+    return specs

@@ -1,0 +1,215 @@
+"""A dataset: one simulation stored as a Zarr v3 group, one sharded array per field.
+Reading metadata and writing time steps; queries build on it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .exceptions import FormatError, InvalidRequestError, UnknownNameError
+from .info import DatasetInfo, check_name, uniform_times
+from .zarr_meta import (
+    ZARR_JSON,
+    field_document,
+    parse_atom_codecs,
+    read_json,
+    write_coordinate,
+    write_json_atomic,
+)
+
+LOCK_FILE = ".turbdb.lock"
+
+
+class Dataset:
+    """One stored simulation. ``info`` is read fresh on every access, so a dataset that
+    is being written (``turbdb simulate``) shows its new steps as they land."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        document = read_json(self.path / ZARR_JSON)
+        if "turbdb" not in document.get("attributes", {}):
+            raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
+        self.name = self.path.name
+        self._stores: dict[str, tuple[Any, Any]] = {}
+
+    def __repr__(self) -> str:
+        info = self.info
+        nx, ny, nz = info.grid
+        return f"<turbdb.Dataset {self.name!r} {nx}x{ny}x{nz}, {info.nt} times, fields {list(info.fields)}>"
+
+    # -- metadata -----------------------------------------------------------------------
+
+    def _attrs(self) -> dict[str, Any]:
+        return read_json(self.path / ZARR_JSON)["attributes"]["turbdb"]
+
+    @property
+    def info(self) -> DatasetInfo:
+        """All metadata, including which time steps of each field are written."""
+        attrs = self._attrs()
+        grid = tuple(attrs["grid"])
+        partition = attrs["partition"]
+        expected = int(np.prod([-(-n // partition) for n in grid]))
+        steps = {f: self._steps_written(f, len(attrs["times"]), expected) for f in attrs["fields"]}
+        return DatasetInfo.from_attrs(attrs, steps)
+
+    def _steps_written(self, field: str, nt: int, expected: int) -> tuple[int, ...]:
+        """A step is written when all of its shards exist; each shard lands by rename, so
+        this needs no bookkeeping that a crash could leave behind wrong."""
+        root = self.path / field / "c"
+        if not root.is_dir():
+            return ()
+        present = []
+        for entry in os.scandir(root):
+            if entry.name.isdigit() and int(entry.name) < nt and _count_shards(entry.path) == expected:
+                present.append(int(entry.name))
+        return tuple(sorted(present))
+
+    @contextlib.contextmanager
+    def _metadata_lock(self) -> Iterator[None]:
+        """Serialises read-modify-write of the metadata between writer processes."""
+        with open(self.path / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def update_attrs(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Applies ``change`` to the stored ``turbdb`` attributes under the metadata lock."""
+        with self._metadata_lock():
+            document = read_json(self.path / ZARR_JSON)
+            change(document["attributes"]["turbdb"])
+            write_json_atomic(self.path / ZARR_JSON, document)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def field_store(self, field: str) -> Any:
+        """The Rust store of a field (cached per field)."""
+        if field not in self._stores:
+            attrs = self._attrs()
+            if field not in attrs["fields"]:
+                raise UnknownNameError(
+                    f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
+                )
+            array_json = self.path / field / ZARR_JSON
+            layout = parse_atom_codecs(read_json(array_json), array_json)
+            store = _core.FieldStore(
+                str(self.path / field),
+                tuple(attrs["grid"]),
+                attrs["fields"][field]["ncomp"],
+                layout["atom"],
+                layout["partition"],
+                zstd=layout["zstd"],
+                crc32c=layout["crc32c"],
+                index_at_end=layout["index_at_end"],
+            )
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"])
+        return self._stores[field][0]
+
+    def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
+        """Stores time step ``time_index`` of ``field`` from ``data`` of shape
+        ``(nz, ny, nx, ncomp)`` (or ``(nz, ny, nx)`` for a scalar), any float dtype.
+        Each shard is written aside and renamed, so a crash leaves the step either absent
+        or complete. Returns the bytes written. ``sync=True`` also fsyncs every shard."""
+        store = self.field_store(field)
+        ncomp = self._stores[field][1]
+        info_attrs = self._attrs()
+        nt = len(info_attrs["times"])
+        if not (isinstance(time_index, (int, np.integer)) and 0 <= time_index < nt):
+            raise InvalidRequestError(
+                f"time index {time_index!r} is outside the dataset's {nt} stored times (0 … {nt - 1}); "
+                "append times first (Dataset.append_times)"
+            )
+        data = np.asarray(data)
+        nx, ny, nz = info_attrs["grid"]
+        if data.ndim == 3 and ncomp == 1:
+            data = data[..., np.newaxis]
+        if data.shape != (nz, ny, nx, ncomp):
+            raise FormatError(
+                f"{field} data has shape {data.shape}; expected (nz, ny, nx, ncomp) = {(nz, ny, nx, ncomp)}"
+                + (" or (nz, ny, nx)" if ncomp == 1 else "")
+            )
+        if not np.issubdtype(data.dtype, np.floating):
+            raise FormatError(f"{field} data has dtype {data.dtype}; give floating-point values")
+        if data.dtype not in (np.float32, np.float64):
+            data = data.astype(np.float32)
+        return store.write_step(int(time_index), np.ascontiguousarray(data), sync)
+
+    def append_times(self, times: Any) -> range:
+        """Grows the time axis of every field by ``times`` (strictly after the last stored
+        time). Returns the new time indices."""
+        new = uniform_times(times)
+        result: list[range] = []
+
+        def change(attrs: dict[str, Any]) -> None:
+            old = np.asarray(attrs["times"], dtype=np.float64)
+            if old.size and new.size and new[0] <= old[-1]:
+                raise InvalidRequestError(
+                    f"appended times must come after the last stored time {old[-1]:g}; got {new[0]:g}"
+                )
+            combined = np.concatenate([old, new])
+            uniform_times(combined)
+            attrs["times"] = [float(t) for t in combined]
+            for field in attrs["fields"]:
+                self._resize_field(field, len(combined))
+            write_coordinate(self.path, "time", combined)
+            result.append(range(len(old), len(combined)))
+
+        self.update_attrs(change)
+        return result[0]
+
+    def _resize_field(self, field: str, nt: int) -> None:
+        path = self.path / field / ZARR_JSON
+        document = read_json(path)
+        document["shape"][0] = nt
+        write_json_atomic(path, document)
+
+    def add_field(self, field: str, ncomp: int, *, units: str = "") -> None:
+        """Adds an (empty) field array to the dataset."""
+        check_name("field", field)
+        if not (isinstance(ncomp, int) and ncomp >= 1):
+            raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {ncomp!r}")
+
+        def change(attrs: dict[str, Any]) -> None:
+            if field in attrs["fields"]:
+                raise InvalidRequestError(f"dataset {self.name!r} already has a field {field!r}")
+            document = field_document(
+                nt=len(attrs["times"]),
+                grid=tuple(attrs["grid"]),
+                ncomp=ncomp,
+                atom=attrs["atom"],
+                partition=attrs["partition"],
+                field=field,
+            )
+            write_json_atomic(self.path / field / ZARR_JSON, document)
+            attrs["fields"][field] = {"ncomp": ncomp, "units": units}
+
+        self.update_attrs(change)
+
+    # -- checking -----------------------------------------------------------------------
+
+    def verify(self) -> dict[str, Any]:
+        """Checks every shard checksum and that every atom decodes, per field. Returns
+        ``{field: {"shards", "atoms", "complete_steps", "problems"}}``."""
+        nt = len(self._attrs()["times"])
+        return {field: self.field_store(field).verify(nt) for field in self._attrs()["fields"]}
+
+
+def _count_shards(step_dir: str) -> int:
+    """Shard files (named ``0``: one component chunk) below ``c/<t>/<z>/<y>/<x>/``."""
+    count = 0
+    for z in os.scandir(step_dir):
+        if z.is_dir():
+            for y in os.scandir(z.path):
+                if y.is_dir():
+                    for x in os.scandir(y.path):
+                        if x.is_dir() and os.path.isfile(os.path.join(x.path, "0")):
+                            count += 1
+    return count

@@ -1,0 +1,194 @@
+"""The metadata of a dataset (grid, spacing, origin, periodicity, times, fields, units,
+provenance) as stored under the ``turbdb`` key of the dataset group's attributes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from .exceptions import FormatError, InvalidRequestError
+
+FORMAT_VERSION = 1
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+COMPONENT_NAMES = {1: [""], 3: ["x", "y", "z"]}
+
+
+def check_name(kind: str, name: str) -> str:
+    """Dataset and field names become directory names: keep them plain."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or ".." in name:
+        raise InvalidRequestError(
+            f"{kind} name {name!r} is not allowed: use a letter followed by up to 63 letters, digits, '_', '-' or '.'"
+        )
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldInfo:
+    """One stored field: its components and units."""
+
+    name: str
+    ncomp: int
+    units: str = ""
+    steps_present: tuple[int, ...] = ()
+
+    @property
+    def components(self) -> list[str]:
+        """Component names, e.g. ``ux, uy, uz`` for velocity."""
+        suffixes = COMPONENT_NAMES.get(self.ncomp, [str(i) for i in range(self.ncomp)])
+        return [f"{self.name[0]}{s}" if s else self.name for s in suffixes]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """Everything known about a dataset; ``fields[name].steps_present`` says which time
+    steps have been written completely."""
+
+    name: str
+    grid: tuple[int, int, int]
+    spacing: tuple[float, float, float]
+    origin: tuple[float, float, float]
+    periodic: tuple[bool, bool, bool]
+    times: np.ndarray
+    fields: dict[str, FieldInfo]
+    atom: int
+    partition: int
+    units: dict[str, str]
+    provenance: dict[str, Any]
+    attrs: dict[str, Any]
+
+    @property
+    def nt(self) -> int:
+        return len(self.times)
+
+    @property
+    def dt(self) -> float | None:
+        """The time spacing when stored times are uniform."""
+        if self.nt < 2:
+            return None
+        steps = np.diff(self.times)
+        return float(steps[0]) if np.allclose(steps, steps[0], rtol=1e-9, atol=0) else None
+
+    @property
+    def domain(self) -> tuple[tuple[float, float], ...]:
+        """Per axis (x, y, z) the physical extent: a full period on periodic axes, the
+        first to the last node otherwise."""
+        return tuple(
+            (o, o + d * (n if p else n - 1))
+            for o, d, n, p in zip(self.origin, self.spacing, self.grid, self.periodic)
+        )
+
+    def steps_present(self, field: str | None = None) -> list[int]:
+        """Time indices written for ``field``, or for every field when ``None``."""
+        sets = [set(f.steps_present) for n, f in self.fields.items() if field in (None, n)]
+        return sorted(set.intersection(*sets)) if sets else []
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The JSON stored in the group attributes (steps present are derived, not stored)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "grid": list(self.grid),
+            "spacing": list(self.spacing),
+            "origin": list(self.origin),
+            "periodic": list(self.periodic),
+            "times": [float(t) for t in self.times],
+            "fields": {n: {"ncomp": f.ncomp, "units": f.units} for n, f in self.fields.items()},
+            "atom": self.atom,
+            "partition": self.partition,
+            "units": self.units,
+            "provenance": self.provenance,
+            "attrs": self.attrs,
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any], steps: dict[str, tuple[int, ...]] | None = None) -> DatasetInfo:
+        steps = steps or {}
+        try:
+            if attrs["format_version"] > FORMAT_VERSION:
+                raise FormatError(
+                    f"dataset {attrs.get('name')!r} has format version {attrs['format_version']}; "
+                    "upgrade turbdb to read it"
+                )
+            return cls(
+                name=attrs["name"],
+                grid=tuple(int(n) for n in attrs["grid"]),
+                spacing=tuple(float(d) for d in attrs["spacing"]),
+                origin=tuple(float(o) for o in attrs["origin"]),
+                periodic=tuple(bool(p) for p in attrs["periodic"]),
+                times=np.asarray(attrs["times"], dtype=np.float64),
+                fields={
+                    n: FieldInfo(n, int(f["ncomp"]), f.get("units", ""), tuple(steps.get(n, ())))
+                    for n, f in attrs["fields"].items()
+                },
+                atom=int(attrs["atom"]),
+                partition=int(attrs["partition"]),
+                units=dict(attrs.get("units", {})),
+                provenance=dict(attrs.get("provenance", {})),
+                attrs=dict(attrs.get("attrs", {})),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(f"dataset metadata is incomplete or damaged ({type(e).__name__}: {e})") from None
+
+    def describe(self) -> str:
+        """A human summary, as ``turbdb info`` prints it."""
+        nx, ny, nz = self.grid
+        lines = [
+            f"dataset {self.name}",
+            f"  grid        {nx} x {ny} x {nz}   spacing {', '.join(f'{d:.6g}' for d in self.spacing)}",
+            f"  origin      {', '.join(f'{o:.6g}' for o in self.origin)}   periodic {', '.join('xyz'[i] for i, p in enumerate(self.periodic) if p) or 'none'}",
+        ]
+        if self.nt:
+            dt = f"dt {self.dt:.6g}" if self.dt is not None else "non-uniform"
+            lines.append(f"  times       {self.nt} steps, t = {self.times[0]:.6g} … {self.times[-1]:.6g} ({dt})")
+        lines.append(f"  storage     atoms {self.atom}³, partitions {self.partition}³ (Zarr v3 shards)")
+        for f in self.fields.values():
+            present = f.steps_present
+            lines.append(
+                f"  field       {f.name:<14} {f.ncomp} component{'s' if f.ncomp > 1 else ''}"
+                f"{' [' + f.units + ']' if f.units else ''}   {len(present)}/{self.nt} steps written"
+                f"{_ranges(present)}"
+            )
+        for key, value in self.provenance.items():
+            lines.append(f"  {key:<11} {value}")
+        return "\n".join(lines)
+
+
+def _ranges(steps: tuple[int, ...]) -> str:
+    """Compacts ``0 1 2 5 6`` into `` (0-2, 5-6)``."""
+    if not steps:
+        return ""
+    runs, start, prev = [], steps[0], steps[0]
+    for s in steps[1:]:
+        if s != prev + 1:
+            runs.append((start, prev))
+            start = s
+        prev = s
+    runs.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6])
+    return f" ({text}{', …' if len(runs) > 6 else ''})"
+
+
+def uniform_times(times: Any) -> np.ndarray:
+    """Validates a 1-D increasing array of stored times."""
+    times = np.asarray(times, dtype=np.float64).reshape(-1)
+    if times.size and not np.all(np.isfinite(times)):
+        raise InvalidRequestError("times must be finite")
+    if times.size > 1 and not np.all(np.diff(times) > 0):
+        raise InvalidRequestError("times must be strictly increasing")
+    return times
+
+
+def check_axis_triplet(kind: str, value: Any, positive: bool = False) -> tuple[float, float, float]:
+    try:
+        triple = tuple(float(v) for v in value)
+    except TypeError:
+        raise InvalidRequestError(f"{kind} must be three numbers (x, y, z), not {value!r}") from None
+    if len(triple) != 3 or not all(math.isfinite(v) for v in triple):
+        raise InvalidRequestError(f"{kind} must be three finite numbers (x, y, z), not {value!r}")
+    if positive and min(triple) <= 0:
+        raise InvalidRequestError(f"{kind} must be positive, not {value!r}")
+    return triple
