@@ -15,7 +15,7 @@ import numpy as np
 
 from . import __version__
 from .dataset import Dataset
-from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, UnknownNameError
+from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
 from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, write_coordinate, write_json_atomic
 
@@ -55,9 +55,13 @@ class Database(Mapping[str, Dataset]):
 
 
 def _is_dataset(path: Path) -> bool:
+    """A group with turbdb attributes; one whose metadata is damaged is listed too, so that
+    opening it reports the damage instead of the dataset silently vanishing."""
     try:
         return "turbdb" in read_json(path / ZARR_JSON).get("attributes", {})
-    except (OSError, ValueError):
+    except FormatError:
+        return True
+    except OSError:
         return False
 
 

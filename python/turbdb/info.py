@@ -15,6 +15,8 @@ from .exceptions import FormatError, InvalidRequestError
 FORMAT_VERSION = 1
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 COMPONENT_NAMES = {1: [""], 3: ["x", "y", "z"]}
+# JHTDB's letters for the usual vector fields (ux, bx, ax); other fields use their initial.
+COMPONENT_PREFIX = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a"}
 
 
 def check_name(kind: str, name: str) -> str:
@@ -39,7 +41,8 @@ class FieldInfo:
     def components(self) -> list[str]:
         """Component names, e.g. ``ux, uy, uz`` for velocity."""
         suffixes = COMPONENT_NAMES.get(self.ncomp, [str(i) for i in range(self.ncomp)])
-        return [f"{self.name[0]}{s}" if s else self.name for s in suffixes]
+        prefix = COMPONENT_PREFIX.get(self.name, self.name[0])
+        return [f"{prefix}{s}" if s else self.name for s in suffixes]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""turbdb ingest end to end: steps are appended in order, a rerun resumes, and a kill -9
+in the middle followed by a rerun gives the same bytes as an uninterrupted ingest."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import turbdb
+from turbdb.ingest.pipeline import ingest_inputs
+
+
+def write_inputs(folder, count, shape=(24, 20, 16, 3), seed=0):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(count):
+        path = folder / f"step{i:03d}.npy"
+        np.save(path, rng.standard_normal(shape).astype(np.float32))
+        paths.append(path)
+    return paths
+
+
+def shard_bytes(dataset_dir, field):
+    return {
+        str(p.relative_to(dataset_dir)): p.read_bytes()
+        for p in sorted((dataset_dir / field / "c").rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_ingest_appends_steps_with_times_and_skips_what_is_stored(tmp_path):
+    paths = write_inputs(tmp_path / "in", 3)
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths[:2], dt=0.5, t0=1.0, quiet=True)
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
+    info = turbdb.open(tmp_path / "db")["run"].info
+    assert info.grid == (16, 20, 24) and info.fields["velocity"].ncomp == 3
+    np.testing.assert_allclose(info.times, [1.0, 1.5, 2.0])
+    stored = zarr.open_array(tmp_path / "db" / "run" / "velocity", mode="r")
+    for t, path in enumerate(paths):
+        np.testing.assert_array_equal(stored[t], np.load(path))
+
+
+def test_a_second_field_fills_the_same_time_steps(tmp_path):
+    velocity = write_inputs(tmp_path / "u", 2)
+    pressure = write_inputs(tmp_path / "p", 2, shape=(24, 20, 16), seed=1)
+    ingest_inputs(tmp_path / "db", "run", "velocity", velocity, quiet=True)
+    ingest_inputs(tmp_path / "db", "run", "pressure", pressure, quiet=True)
+    info = turbdb.open(tmp_path / "db")["run"].info
+    assert info.nt == 2 and info.steps_present() == [0, 1]
+
+
+def test_inputs_of_the_wrong_grid_are_refused_with_the_file_named(tmp_path):
+    good = write_inputs(tmp_path / "a", 1)
+    bad = write_inputs(tmp_path / "b", 1, shape=(24, 20, 17, 3))
+    with pytest.raises(turbdb.FormatError, match="step000.npy"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", good + bad, quiet=True)
+    ingest_inputs(tmp_path / "db", "run", "velocity", good, quiet=True)
+    with pytest.raises(turbdb.FormatError, match="grid"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", bad, quiet=True)
+    scalar = write_inputs(tmp_path / "c", 1, shape=(24, 20, 16))
+    with pytest.raises(turbdb.FormatError, match="component"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", scalar, quiet=True)
+
+
+def test_a_step_with_nan_is_refused_naming_the_input_and_nothing_is_lost(tmp_path):
+    paths = write_inputs(tmp_path / "in", 2)
+    data = np.load(paths[1])
+    data[1, 2, 3, 0] = np.nan
+    np.save(paths[1], data)
+    with pytest.raises(turbdb.InvalidRequestError, match=r"step001.npy.*NaN"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
+    assert turbdb.open(tmp_path / "db")["run"].info.steps_present("velocity") == [0]
+
+
+def _journal_next(dataset_dir):
+    try:
+        attrs = json.loads((dataset_dir / "zarr.json").read_text())["attributes"]["turbdb"]
+        return attrs.get("ingest", {}).get("velocity", {}).get("next", 0)
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.slow
+def test_kill_9_mid_ingest_then_rerun_gives_identical_bytes(tmp_path):
+    paths = write_inputs(tmp_path / "in", 30, shape=(64, 64, 96, 3))
+    command = [sys.executable, "-m", "turbdb.cli", "ingest", None, *map(str, paths), "--name", "run",
+               "--field", "velocity", "--dt", "0.1", "--quiet"]
+
+    def ingest(db):
+        return subprocess.run([c if c is not None else str(db) for c in command], capture_output=True, text=True)
+
+    reference = ingest(tmp_path / "ref")
+    assert reference.returncode == 0, reference.stderr
+
+    killed_db = tmp_path / "killed"
+    process = subprocess.Popen([c if c is not None else str(killed_db) for c in command])
+    deadline = time.monotonic() + 60
+    while _journal_next(killed_db / "run") < 5 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    assert process.poll() is None, "ingest finished before it could be killed; make the inputs larger"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    stored = _journal_next(killed_db / "run")
+    assert 5 <= stored < 30
+
+    resumed = ingest(killed_db)
+    assert resumed.returncode == 0, resumed.stderr
+    assert shard_bytes(killed_db / "run", "velocity") == shard_bytes(tmp_path / "ref" / "run", "velocity")
+    ref_info = turbdb.open(tmp_path / "ref")["run"].info
+    info = turbdb.open(killed_db)["run"].info
+    np.testing.assert_array_equal(info.times, ref_info.times)
+    assert info.steps_present() == list(range(30))
+    assert turbdb.open(killed_db)["run"].verify()["velocity"]["problems"] == []

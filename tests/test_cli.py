@@ -1,0 +1,86 @@
+"""The turbdb command line as a user runs it: a real subprocess, real files."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import turbdb
+
+
+def run(*args, check=True):
+    result = subprocess.run([sys.executable, "-m", "turbdb.cli", *map(str, args)], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def db(tmp_path):
+    ds = turbdb.create_dataset(tmp_path / "db", "flow", grid=(16, 16, 16), times=[0, 1], atom=4, partition=8)
+    rng = np.random.default_rng(3)
+    for t in range(2):
+        ds.write("velocity", t, rng.standard_normal((16, 16, 16, 3)))
+        ds.write("pressure", t, rng.standard_normal((16, 16, 16)))
+    return tmp_path / "db"
+
+
+def test_help_explains_every_command():
+    out = run("--help").stdout
+    for command in ("simulate", "ingest", "info", "verify", "demo"):
+        assert command in out
+        assert "Usage" in run(command, "--help").stdout
+
+
+def test_info_prints_the_metadata_and_json(db):
+    out = run("info", db).stdout
+    assert "16 x 16 x 16" in out and "2/2 steps written" in out
+    assert '"grid": [' in run("info", db, "flow", "--json").stdout
+
+
+def test_verify_passes_clean_data(db):
+    result = run("verify", db)
+    assert "flow/velocity: 16 shards" in result.stdout and "ok" in result.stdout
+
+
+def test_verify_names_the_shard_with_a_flipped_byte_and_exits_non_zero(db):
+    shard = db / "flow" / "velocity" / "c" / "1" / "1" / "0" / "1" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[777] ^= 0x40
+    shard.write_bytes(bytes(raw))
+    result = run("verify", db, "flow", check=False)
+    assert result.returncode == 1
+    assert str(shard) in result.stdout and "checksum" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_verify_names_a_truncated_and_a_missing_shard(db):
+    truncated = db / "flow" / "pressure" / "c" / "0" / "0" / "0" / "0" / "0"
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    missing = db / "flow" / "pressure" / "c" / "1" / "1" / "1" / "1" / "0"
+    missing.unlink()
+    result = run("verify", db, check=False)
+    assert result.returncode == 1
+    assert str(truncated) in result.stdout and "shorter than its index" in result.stdout
+    assert str(missing) in result.stdout and "missing" in result.stdout
+
+
+def test_errors_are_one_line_without_traceback(tmp_path, db):
+    result = run("info", tmp_path / "nothing", check=False)
+    assert result.returncode == 2 and "error: no database" in result.stderr and "Traceback" not in result.stderr
+    result = run("info", db, "nosuch", check=False)
+    assert result.returncode == 2 and "available: flow" in result.stderr
+    (db / "flow" / "zarr.json").write_text("{not json")
+    result = run("verify", db, "flow", check=False)
+    assert result.returncode == 2 and "not valid JSON" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
+    run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", "--quiet")
+    info = turbdb.open(tmp_path)["syn"].info
+    assert info.grid == (16, 16, 16) and info.steps_present() == [0, 1, 2]
+    again = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", "--if-missing")
+    assert "nothing to do" in again.stderr + again.stdout
+    refused = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", check=False)
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr

@@ -1,0 +1,124 @@
+"""Creating, writing and opening datasets through the public API."""
+
+import math
+
+import numpy as np
+import pytest
+
+import turbdb
+
+
+def make(tmp_path, **kwargs):
+    args = dict(grid=(20, 18, 16), times=np.arange(4) * 0.25, fields={"velocity": 3, "pressure": 1})
+    args.update(kwargs)
+    return turbdb.create_dataset(tmp_path / "db", "flow", **args)
+
+
+def test_info_describes_grid_times_fields_and_written_steps(tmp_path):
+    ds = make(tmp_path, attrs={"Re": 100}, provenance={"code": "test"})
+    ds.write("velocity", 1, np.ones((16, 18, 20, 3)))
+    ds.write("pressure", 1, np.ones((16, 18, 20)))
+    ds.write("velocity", 3, np.ones((16, 18, 20, 3), dtype=np.float16))
+    info = turbdb.open(tmp_path / "db")["flow"].info
+    assert info.grid == (20, 18, 16)
+    assert info.spacing == pytest.approx((2 * math.pi / 20, 2 * math.pi / 18, 2 * math.pi / 16))
+    assert info.periodic == (True, True, True)
+    assert info.dt == 0.25 and info.nt == 4
+    assert info.fields["velocity"].steps_present == (1, 3)
+    assert info.steps_present() == [1]
+    assert info.fields["velocity"].components == ["ux", "uy", "uz"]
+    assert info.attrs == {"Re": 100} and info.provenance["code"] == "test"
+    assert "velocity" in info.describe()
+
+
+def test_database_lists_datasets_and_names_the_valid_ones_on_a_miss(tmp_path):
+    make(tmp_path)
+    db = turbdb.open(tmp_path / "db")
+    assert db.datasets == ["flow"] and list(db) == ["flow"] and len(db) == 1
+    with pytest.raises(KeyError, match="available: flow"):
+        db["nope"]
+    with pytest.raises(turbdb.UnknownNameError):
+        db["../flow"]
+
+
+def test_opening_a_missing_database_says_how_to_create_one(tmp_path):
+    with pytest.raises(turbdb.StorageError, match="turbdb simulate"):
+        turbdb.open(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "1abc", "x" * 80, ".hidden"])
+def test_unsafe_dataset_names_are_refused(tmp_path, name):
+    with pytest.raises(turbdb.InvalidRequestError, match="not allowed"):
+        turbdb.create_dataset(tmp_path, name, grid=(8, 8, 8))
+
+
+def test_creating_twice_needs_overwrite(tmp_path):
+    make(tmp_path)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        make(tmp_path)
+    assert make(tmp_path, overwrite=True).info.fields["velocity"].steps_present == ()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(grid=(8, 8)), "three positive integers"),
+        (dict(grid=(0, 8, 8)), "three positive integers"),
+        (dict(spacing=(1, 0, 1)), "positive"),
+        (dict(times=[0, 1, 1]), "strictly increasing"),
+        (dict(times=[0, np.nan]), "finite"),
+        (dict(fields={}), "at least one field"),
+        (dict(fields={"velocity": 0}), "positive number"),
+        (dict(atom=6), "power of two"),
+        (dict(atom=16, partition=8), "not be larger"),
+    ],
+)
+def test_bad_dataset_parameters_are_explained(tmp_path, kwargs, message):
+    with pytest.raises(turbdb.InvalidRequestError, match=message):
+        make(tmp_path, **kwargs)
+    assert not (tmp_path / "db" / "flow").exists()
+
+
+def test_bad_writes_are_refused_and_lose_nothing(tmp_path):
+    ds = make(tmp_path)
+    good = np.random.default_rng(1).standard_normal((16, 18, 20, 3)).astype(np.float32)
+    ds.write("velocity", 0, good)
+    before = sorted(p.read_bytes() for p in (ds.path / "velocity").rglob("0") if p.is_file())
+    with pytest.raises(turbdb.FormatError, match=r"expected \(nz, ny, nx, ncomp\)"):
+        ds.write("velocity", 0, good[:, :, :10])
+    with pytest.raises(turbdb.FormatError, match="floating-point"):
+        ds.write("velocity", 0, good.astype(np.int32))
+    with pytest.raises(turbdb.InvalidRequestError, match="outside"):
+        ds.write("velocity", 4, good)
+    with pytest.raises(KeyError, match="has no field 'vorticity'"):
+        ds.write("vorticity", 0, good)
+    bad = good.copy()
+    bad[3, 4, 5, 1] = np.inf
+    with pytest.raises(ValueError, match="z=3, y=4, x=5, component 1; nothing was written"):
+        ds.write("velocity", 0, bad)
+    after = sorted(p.read_bytes() for p in (ds.path / "velocity").rglob("0") if p.is_file())
+    assert before == after
+
+
+def test_append_times_grows_every_field_and_add_field_adds_one(tmp_path):
+    ds = make(tmp_path)
+    assert list(ds.append_times([1.0, 1.25])) == [4, 5]
+    with pytest.raises(ValueError, match="after the last stored time"):
+        ds.append_times([1.0])
+    ds.add_field("magneticfield", 3, units="T")
+    info = ds.info
+    assert info.nt == 6 and info.fields["magneticfield"].units == "T"
+    ds.write("magneticfield", 5, np.zeros((16, 18, 20, 3)))
+    assert ds.info.fields["magneticfield"].steps_present == (5,)
+
+
+def test_errors_are_turbdb_errors_and_builtin_errors():
+    for cls, builtin in [
+        (turbdb.InvalidRequestError, ValueError),
+        (turbdb.UnknownNameError, KeyError),
+        (turbdb.CorruptDataError, OSError),
+        (turbdb.StorageError, OSError),
+        (turbdb.FormatError, ValueError),
+        (turbdb.DatasetExistsError, FileExistsError),
+    ]:
+        assert issubclass(cls, turbdb.TurbdbError) and issubclass(cls, builtin)

@@ -1,0 +1,91 @@
+"""Stored fields are plain Zarr v3: zarr-python and xarray read back exactly what was
+written, shards hold their atoms in Morton order, and arrays written by other Zarr tools
+(zstd-compressed) pass turbdb's checks."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import turbdb
+from turbdb import _core
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    ds = turbdb.create_dataset(
+        tmp_path, "flow", grid=(70, 33, 65), times=[0.0, 0.1, 0.2], fields={"velocity": 3, "pressure": 1},
+        atom=8, partition=32,
+    )
+    rng = np.random.default_rng(7)
+    u = rng.standard_normal((2, 65, 33, 70, 3)).astype(np.float32)
+    p = rng.standard_normal((2, 65, 33, 70))
+    for t in range(2):
+        ds.write("velocity", t, u[t])
+        ds.write("pressure", t, p[t])
+    return ds, u, p.astype(np.float32)
+
+
+def test_zarr_python_reads_every_field_exactly_including_partial_edge_shards(dataset):
+    ds, u, p = dataset
+    velocity = zarr.open_array(ds.path / "velocity", mode="r")
+    assert velocity.shape == (3, 65, 33, 70, 3) and velocity.dtype == np.float32
+    np.testing.assert_array_equal(velocity[:2], u)
+    assert np.isnan(velocity[2]).all(), "an unwritten step reads as the NaN fill value"
+    np.testing.assert_array_equal(zarr.open_array(ds.path / "pressure", mode="r")[:2, ..., 0], p)
+    # a window straddling shard and atom edges
+    np.testing.assert_array_equal(velocity[1, 30:40, 5:33, 60:70, 1], u[1, 30:40, 5:33, 60:70, 1])
+
+
+def test_xarray_opens_the_dataset_with_coordinates(dataset):
+    ds, u, p = dataset
+    with xr.open_zarr(ds.path, consolidated=False) as opened:
+        np.testing.assert_array_equal(opened.velocity.isel(time=slice(0, 2)).values, u)
+        np.testing.assert_array_equal(opened.pressure.isel(time=1).values[..., 0], p[1])
+        np.testing.assert_allclose(opened.x.values, np.arange(70) * 2 * np.pi / 70)
+        np.testing.assert_allclose(opened.time.values, [0.0, 0.1, 0.2])
+        assert opened.velocity.dims == ("time", "z", "y", "x", "velocity_component")
+
+
+def test_every_shard_stores_its_atoms_in_morton_order(dataset):
+    ds, _, _ = dataset
+    shards = [p for p in (ds.path / "velocity" / "c").rglob("0") if p.is_file()]
+    assert len(shards) == 2 * 3 * 2 * 3  # steps × shards (x: 3, y: 2, z: 3)
+    n = 32 // 8
+    for shard in shards:
+        raw = shard.read_bytes()
+        index = np.frombuffer(raw[-(n**3 * 16 + 4) : -4], dtype="<u8").reshape(n, n, n, 2)  # (az, ay, ax)
+        az, ay, ax = np.nonzero(index[..., 0] != np.iinfo(np.uint64).max)
+        codes = _core.morton_encode(ax.astype(np.uint32), ay.astype(np.uint32), az.astype(np.uint32))
+        offsets = index[az, ay, ax, 0]
+        assert np.all(np.diff(offsets[np.argsort(codes)]) > 0), f"{shard} is not in Morton order"
+        assert offsets.min() == 0 and np.all(index[az, ay, ax, 1] == 8**3 * 3 * 4 + 4)
+
+
+def test_metadata_is_the_documented_zarr_v3_layout(dataset):
+    ds, _, _ = dataset
+    meta = json.loads((ds.path / "velocity" / "zarr.json").read_text())
+    (sharding,) = meta["codecs"]
+    assert sharding["name"] == "sharding_indexed"
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [1, 32, 32, 32, 3]
+    assert sharding["configuration"]["chunk_shape"] == [1, 8, 8, 8, 3]
+    assert sharding["configuration"]["index_codecs"][-1]["name"] == "crc32c"
+    group = json.loads((ds.path / "zarr.json").read_text())
+    assert group["attributes"]["turbdb"]["grid"] == [70, 33, 65]
+
+
+def test_an_array_written_by_zarr_python_with_zstd_passes_verify(tmp_path):
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(16, 16, 16), times=[0.0], fields={"pressure": 1},
+                               atom=4, partition=8)
+    path = ds.path / "pressure"
+    data = np.random.default_rng(0).standard_normal((1, 16, 16, 16, 1)).astype(np.float32)
+    array = zarr.create_array(
+        store=str(path), shape=data.shape, dtype="float32", chunks=(1, 4, 4, 4, 1), shards=(1, 8, 8, 8, 1),
+        compressors=[zarr.codecs.ZstdCodec(level=3)], fill_value=np.nan, overwrite=True,
+        dimension_names=["time", "z", "y", "x", "pressure_component"],
+    )
+    array[:] = data
+    report = turbdb.open(tmp_path)["flow"].verify()["pressure"]
+    assert report["problems"] == [] and report["atoms"] == 64 and report["complete_steps"] == [0]
