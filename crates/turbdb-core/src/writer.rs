@@ -103,7 +103,7 @@ fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]
         atom.fill(f32::NAN);
         copy_atom(geometry, origin, data, &mut atom);
         let start = bytes.len();
-        bytes.extend(atom.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.extend_from_slice(as_bytes(&atom));
         let crc = crc32c::crc32c(&bytes[start..]);
         bytes.extend_from_slice(&crc.to_le_bytes());
         index.entries[geometry.index_slot(local)] = (start as u64, stored_bytes as u64);
@@ -128,6 +128,12 @@ fn copy_atom<T: Sample>(geometry: &FieldGeometry, origin: [usize; 3], data: &[T]
             }
         }
     }
+}
+
+/// The bytes of float32 values; on a little-endian host these are the stored bytes.
+fn as_bytes(values: &[f32]) -> &[u8] {
+    // SAFETY: any initialised f32 is 4 initialised bytes; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it into place.
