@@ -17,7 +17,7 @@ from ..database import open as open_db
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
-from .source import Source, StepRef, open_source
+from .source import Source, StepRef, open_sources
 
 JOURNAL_KEY = "ingest"
 
@@ -45,8 +45,7 @@ def ingest_inputs(
     if dt is not None and not (np.isfinite(dt) and dt > 0):
         raise InvalidRequestError(f"--dt must be a positive number, not {dt}")
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
-    sources = [open_source(Path(p), **options) for p in inputs]
-    _check_agree(sources)
+    sources = open_sources([Path(p) for p in inputs], **options)
     dataset = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic, units=units)
     _remove_stale_temporaries(dataset.path / field)
 
@@ -91,16 +90,6 @@ def _read(source: Source, ref: StepRef) -> np.ndarray:
 def _describe(ref: StepRef) -> str:
     where = f"{ref.source}" + (f":{ref.key}" if ref.key else "")
     return f"{where} (step {ref.index})"
-
-
-def _check_agree(sources: list[Source]) -> None:
-    first = sources[0]
-    for s in sources[1:]:
-        if (s.grid, s.ncomp) != (first.grid, first.ncomp):
-            raise FormatError(
-                f"{s.path} holds grid (nx, ny, nz) = {s.grid} with {s.ncomp} component(s), but {first.path} "
-                f"holds {first.grid} with {first.ncomp}; ingest files of one field and grid together"
-            )
 
 
 def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, origin: Any,

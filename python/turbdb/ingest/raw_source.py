@@ -1,0 +1,179 @@
+"""Reads raw binary arrays (C or Fortran order, either byte order), including Fortran
+unformatted sequential files, whose records are framed by length markers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from turbdb.exceptions import FormatError
+from turbdb.ingest.source import ArraySource, Layout, float_dtype, resolve_axes
+
+__all__ = ["RawSource", "fortran_records"]
+
+# Walking more records than this is not worth it: no simulation writes that many.
+_MAX_RECORDS = 1_000_000
+
+
+def fortran_records(path: Path, size: int, byteorder: str) -> list[tuple[int, int]] | None:
+    """The (offset, length) of each record's data if ``path`` is a Fortran unformatted
+    sequential file, else None.
+
+    Each record is framed by its length before and after, in 4-byte integers (gfortran,
+    ifort) or 8-byte ones (old gfortran). A record over 2 GiB is split into subrecords whose
+    markers are negative; their data simply follow one another.
+    """
+    orders = ("big", "little") if byteorder == "big" else ("little", "big")
+    with path.open("rb") as f:
+        for marker in (4, 8):
+            for order in orders:
+                records = _walk(f, size, marker, order)
+                if records is not None:
+                    return records
+    return None
+
+
+def _walk(f: BinaryIO, size: int, marker: int, order: str) -> list[tuple[int, int]] | None:
+    records: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        if pos + 2 * marker > size or len(records) >= _MAX_RECORDS:
+            return None
+        f.seek(pos)
+        n = abs(int.from_bytes(f.read(marker), order, signed=True))
+        end = pos + marker + n
+        # Empty records are rare in simulation output but common by chance in zero-filled data.
+        if n == 0 or end + marker > size:
+            return None
+        f.seek(end)
+        if abs(int.from_bytes(f.read(marker), order, signed=True)) != n:
+            return None
+        records.append((pos + marker, n))
+        pos = end + marker
+    return records or None
+
+
+class RawSource(ArraySource):
+    """A headerless array of known dtype and shape; with a t axis it holds several steps."""
+
+    format = "raw"
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        order: str = "C",
+        axes: str | None = None,
+    ) -> None:
+        what = f"raw file {path}"
+        native = float_dtype(dtype, what=what)
+        layout = Layout(resolve_axes(axes, shape, what=what, order=order), shape)
+        expected = math.prod(shape) * dtype.itemsize
+        size = path.stat().st_size
+        self._file_dtype = dtype
+        self._order = order
+        self._offset = 0
+        self._records: list[tuple[int, int]] | None = None
+        if size != expected:
+            byteorder = "big" if dtype.byteorder == ">" else "little"
+            records = fortran_records(path, size, byteorder)
+            payload = sum(n for _, n in records) if records else size
+            if payload != expected:
+                raise FormatError(
+                    _size_message(what, size, records, payload, layout, dtype, order)
+                )
+            if len(records) == 1:
+                self._offset = records[0][0]
+            else:
+                slowest = layout.axes[0] if order == "C" else layout.axes[-1]
+                if layout.n_steps > 1 and slowest != "t":
+                    raise FormatError(
+                        f"{what} is a Fortran sequential file of {len(records)} records, which "
+                        "turbdb reads only when time is the slowest axis (the last one in "
+                        f"Fortran order); its axes are {layout.axes!r} — rewrite it as one record "
+                        "or with time last"
+                    )
+                self._records = records
+        super().__init__(path, key="", layout=layout, dtype=native)
+
+    def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
+        if self._records is not None:
+            return [self._gather(key)]
+        mm = np.memmap(
+            self.path,
+            dtype=self._file_dtype,
+            mode="r",
+            offset=self._offset,
+            shape=self.layout.shape,
+            order=self._order,
+        )
+        return [mm[key]]
+
+    def _gather(self, key: tuple[int | slice, ...]) -> np.ndarray:
+        """One step read across record markers (time is the slowest axis here)."""
+        step = next((k for k in key if isinstance(k, int)), 0)
+        nbytes = math.prod(self.layout.step_shape) * self._file_dtype.itemsize
+        start, stop = step * nbytes, (step + 1) * nbytes
+        buf = np.empty(nbytes, dtype=np.uint8)
+        at = 0  # position in the concatenated record data
+        with self.path.open("rb") as f:
+            for offset, n in self._records or ():
+                lo, hi = max(start, at), min(stop, at + n)
+                if lo < hi:
+                    f.seek(offset + lo - at)
+                    if f.readinto(memoryview(buf)[lo - start : hi - start]) != hi - lo:
+                        raise OSError(f"{self.path} ended early")
+                at += n
+                if at >= stop:
+                    break
+        return buf.view(self._file_dtype).reshape(self.layout.step_shape, order=self._order)
+
+
+def _size_message(
+    what: str,
+    size: int,
+    records: list[tuple[int, int]] | None,
+    payload: int,
+    layout: Layout,
+    dtype: np.dtype,
+    order: str,
+) -> str:
+    shape, axes = layout.shape, layout.axes
+    expected = math.prod(shape) * dtype.itemsize
+    msg = f"{what} has {size} bytes but shape {shape} of {dtype} needs {expected}"
+    if records:
+        msg += (
+            f" (it is a Fortran sequential file whose {len(records)} record(s) hold "
+            f"{payload} bytes of data)"
+        )
+    hints = []
+    step_bytes = expected // layout.n_steps
+    if payload % step_bytes == 0 and payload > step_bytes:
+        k = payload // step_bytes
+        if "t" in axes:
+            t = axes.index("t")
+            new_shape, new_axes = shape[:t] + (k,) + shape[t + 1 :], axes
+        elif order == "F":
+            new_shape, new_axes = shape + (k,), axes + "t"
+        else:
+            new_shape, new_axes = (k,) + shape, "t" + axes
+        hints.append(
+            f"if it holds {k} steps of {layout.step_shape}, pass shape {new_shape} with axes "
+            f"{new_axes!r} (--shape {','.join(map(str, new_shape))} --axes {new_axes})"
+        )
+    fits = [
+        name
+        for name in ("float16", "float32", "float64")
+        if np.dtype(name).itemsize != dtype.itemsize
+        and payload == math.prod(shape) * np.dtype(name).itemsize
+    ]
+    if fits:
+        hints.append(f"if it holds {fits[0]} data, pass dtype {fits[0]} (--dtype)")
+    if not hints:
+        return f"{msg}; check --shape/--dtype"
+    return f"{msg}; {'; or '.join(hints)}"

@@ -1,0 +1,115 @@
+"""Reads a field from a Zarr v2 or v3 store (written by xarray, zarr-python or turbdb itself):
+one array or one per component; only the chunks of one time step are read at a time."""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from turbdb.exceptions import FormatError
+from turbdb.ingest.source import ArraySource, Layout, choose_arrays, float_dtype, resolve_axes
+
+__all__ = ["ZarrSource"]
+
+# CF packing attributes that xarray would apply on reading; this reader does not.
+_PACKING = ("scale_factor", "add_offset")
+
+
+def _dimension_names(array: zarr.Array) -> list[str | None] | None:
+    """Zarr v3 ``dimension_names``, or xarray's ``_ARRAY_DIMENSIONS`` attribute in v2."""
+    if array.metadata.zarr_format == 3:
+        names = array.metadata.dimension_names
+    else:
+        names = array.attrs.get("_ARRAY_DIMENSIONS")
+    if not names or len(names) != array.ndim:
+        return None
+    return [str(n) if n is not None else None for n in names]
+
+
+class ZarrSource(ArraySource):
+    """A field in a Zarr store: the store's root array, or arrays chosen by ``variables``."""
+
+    format = "zarr"
+
+    def __init__(
+        self, path: Path, *, variables: list[str] | None = None, axes: str | None = None
+    ) -> None:
+        # zarr-python rather than xarray: xarray refuses a whole store if one of its arrays
+        # lacks dimension names, which stores not written by xarray usually do.
+        try:
+            node = zarr.open(store=str(path), mode="r")
+        except (OSError, ValueError) as e:
+            raise FormatError(
+                f"{path} is not a Zarr store ({e}); a directory input must contain zarr.json "
+                "(v3) or .zgroup/.zarray (v2)"
+            ) from e
+        if isinstance(node, zarr.Array):
+            if variables is not None:
+                raise FormatError(
+                    f"{path} is a single Zarr array, not a group, so variables= has nothing to "
+                    "choose from; drop it"
+                )
+            names, arrays, group = [""], [node], None
+        else:
+            group = node
+            members = {p: a for p, a in group.members(max_depth=None) if isinstance(a, zarr.Array)}
+            candidates = {p: (a.shape, a.dtype) for p, a in members.items()}
+            requested = [v.strip("/") for v in variables] if variables is not None else None
+            names = choose_arrays(
+                candidates, requested, where=str(path), kind="array", option="variables"
+            )
+            arrays = [members[n] for n in names]
+        label = f"array {names[0]!r} of {path}" if names[0] else f"Zarr array {path}"
+        for n, a in zip(names, arrays, strict=True):
+            packed = [k for k in _PACKING if k in a.attrs]
+            if packed:
+                raise FormatError(
+                    f"array {n!r} of {path} is CF-packed ({', '.join(packed)}), which this reader "
+                    "does not decode; store it unpacked as floating point"
+                )
+        dims = _dimension_names(arrays[0])
+        if len({(a.shape, tuple(_dimension_names(a) or ())) for a in arrays}) > 1:
+            raise FormatError(
+                f"the component arrays of {path} differ in shape or dimensions: "
+                + ", ".join(f"{n} {a.shape}" for n, a in zip(names, arrays, strict=True))
+                + "; components stacked along c must have the same shape"
+            )
+        dtypes = [
+            float_dtype(a.dtype, what=f"array {n!r} of {path}" if n else label)
+            for n, a in zip(names, arrays, strict=True)
+        ]
+        cf_axes = None
+        if dims is not None and group is not None:
+            cf_axes = [_cf_axis(group, posixpath.dirname(names[0]), d) for d in dims]
+        shape = tuple(arrays[0].shape)
+        layout = Layout(
+            resolve_axes(
+                axes, shape, what=label, stacked=len(names) > 1, dims=dims, cf_axes=cf_axes
+            ),
+            shape,
+            n_stacked=len(names),
+        )
+        self.names = names
+        super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
+
+    def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
+        blocks = []
+        for n in self.names:
+            array = zarr.open_array(store=str(self.path), path=n, mode="r")
+            blocks.append(np.asarray(array[key]))
+        return blocks
+
+
+def _cf_axis(group: zarr.Group, parent: str, dim: str | None) -> str | None:
+    """The CF ``axis`` attribute of the coordinate array named like ``dim``, if there is one."""
+    if dim is None:
+        return None
+    try:
+        coordinate = group[posixpath.join(parent, dim)]
+    except KeyError:
+        return None
+    axis = coordinate.attrs.get("axis")
+    return axis if isinstance(axis, str) else None

@@ -1,0 +1,119 @@
+"""The HDF5 reader: choosing datasets, per-component datasets, dimension scales."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from turbdb.exceptions import FormatError, UnknownNameError
+from turbdb.ingest import open_source
+
+
+def field(nt=1, nz=3, ny=4, nx=5, nc=3, dtype="float64"):
+    """(nt, nz, ny, nx, nc) holding 10000t + 1000x + 100y + 10z + c: any mix-up of axes shows."""
+    t, z, y, x, c = np.indices((nt, nz, ny, nx, nc))
+    return (10000 * t + 1000 * x + 100 * y + 10 * z + c).astype(dtype)
+
+
+def test_the_only_field_dataset_is_found_without_a_path(tmp_path):
+    f = field(dtype="float32")[0]
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["grid/x"] = np.arange(5.0)  # 1-D: not a candidate
+        h["fields/velocity"] = f
+    src = open_source(tmp_path / "a.h5")
+    assert (src.key, src.grid, src.ncomp, src.dtype) == ("/fields/velocity", (5, 4, 3), 3, np.float32)
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f)
+
+
+def test_dataset_with_time_is_read_step_by_step(tmp_path):
+    f = field(nt=3)
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h.create_dataset("u", data=f, chunks=(1, 3, 4, 5, 3))
+        h["p"] = f[..., 0]
+    src = open_source(tmp_path / "a.h5", dataset_path="u")
+    assert (src.axes, src.n_steps) == ("tzyxc", 3)
+    for ref in src.refs():
+        np.testing.assert_array_equal(src.read(ref), f[ref.index])
+
+
+@pytest.mark.parametrize("variables", ["u,v,w", ["/u", "v", "w"], " u , v , w "])
+def test_per_component_datasets_are_stacked_along_c(tmp_path, variables):
+    f = field(nt=2)
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        for c, name in enumerate("uvw"):
+            h[name] = f[..., c]
+    src = open_source(tmp_path / "a.h5", variables=variables, axes="tzyx")
+    assert (src.key, src.ncomp, src.n_steps) == ("/u,/v,/w", 3, 2)
+    np.testing.assert_array_equal(src.read(src.refs()[1]), f[1])
+
+
+def test_dataset_path_may_name_the_group_holding_the_variables(tmp_path):
+    f = field()
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        for c, name in enumerate(("ux", "uy", "uz")):
+            h[f"step0/{name}"] = f[0, ..., c]
+            h[f"step1/{name}"] = f[0, ..., c] + 1
+    src = open_source(tmp_path / "a.h5", dataset_path="/step1", variables=["ux", "uy", "uz"])
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f[0] + 1)
+
+
+def test_ambiguous_file_lists_the_candidates(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["u"] = field()[0]
+        h["p"] = field(nc=1)[0, ..., 0]
+        h["mask"] = np.zeros((3, 4, 5), "i1")
+    with pytest.raises(FormatError, match=r"several.*p \(3, 4, 5\) float64; u \(3, 4, 5, 3\) float64.*dataset_path="):
+        open_source(tmp_path / "a.h5")
+
+
+def test_file_without_float_fields_says_so(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["mask"] = np.zeros((3, 4, 5), "i1")
+    with pytest.raises(FormatError, match=r"no floating-point dataset.*mask \(3, 4, 5\) int8"):
+        open_source(tmp_path / "a.h5")
+
+
+def test_unknown_dataset_path_lists_what_is_there(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["u"] = field()[0]
+    with pytest.raises(UnknownNameError, match=r"no dataset or group '/vel'.*/u \(3, 4, 5, 3\)"):
+        open_source(tmp_path / "a.h5", dataset_path="/vel")
+    with pytest.raises(UnknownNameError, match=r"no dataset 'w'.*u \(3, 4, 5, 3\)"):
+        open_source(tmp_path / "a.h5", variables="u,w")
+
+
+def test_integer_dataset_is_refused(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["u"] = field(dtype="int16")[0]
+    with pytest.raises(FormatError, match=r"dataset /u .* integer dtype int16.*scale_factor"):
+        open_source(tmp_path / "a.h5", dataset_path="u")
+
+
+def test_components_of_different_shapes_are_refused(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h["u"] = np.zeros((3, 4, 5))
+        h["v"] = np.zeros((3, 4, 6))
+    with pytest.raises(FormatError, match="differ in shape"):
+        open_source(tmp_path / "a.h5", variables="u,v")
+
+
+def test_dimension_scales_determine_the_axes(tmp_path):
+    # Stored as (x, y, z, component), as a netCDF-4 writer with those dimensions would.
+    f = field()[0]
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        ds = h.create_dataset("u", data=f.transpose(2, 1, 0, 3))
+        for i, name in enumerate(("x", "y", "z")):
+            h[name] = np.arange(ds.shape[i], dtype="f8")
+            h[name].make_scale(name)
+            ds.dims[i].attach_scale(h[name])
+        ds.dims[3].label = "component"
+    src = open_source(tmp_path / "a.h5")
+    assert src.axes == "xyzc"
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f)
+
+
+def test_not_an_hdf5_file_is_a_format_error(tmp_path):
+    (tmp_path / "a.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(FormatError, match="not a readable HDF5 file"):
+        open_source(tmp_path / "a.h5")

@@ -1,0 +1,127 @@
+"""The netCDF reader: axes from dimension names, stacked components, CF decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from turbdb.exceptions import FormatError, UnknownNameError
+from turbdb.ingest import open_source
+
+
+def field(nt=1, nz=3, ny=4, nx=5, nc=3, dtype="float64"):
+    """(nt, nz, ny, nx, nc) holding 10000t + 1000x + 100y + 10z + c: any mix-up of axes shows."""
+    t, z, y, x, c = np.indices((nt, nz, ny, nx, nc))
+    return (10000 * t + 1000 * x + 100 * y + 10 * z + c).astype(dtype)
+
+
+@pytest.mark.parametrize("engine", ["netcdf4", "h5netcdf"])
+def test_dimension_names_in_any_order_are_transposed(tmp_path, engine):
+    f = field(nt=2, dtype="float32")
+    # (x, component, time, y, z): nothing like the default
+    var = f.transpose(3, 4, 0, 2, 1)
+    xr.Dataset({"u": (("x", "comp", "time", "y", "z"), var)}).to_netcdf(tmp_path / "u.nc", engine=engine)
+    src = open_source(tmp_path / "u.nc")
+    assert (src.axes, src.grid, src.ncomp, src.n_steps) == ("xctyz", (5, 4, 3), 3, 2)
+    for ref in src.refs():
+        np.testing.assert_array_equal(src.read(ref), f[ref.index])
+
+
+def test_scalar_with_xyz_dims(tmp_path):
+    f = field(nc=1)[0, ..., 0]
+    xr.Dataset({"p": (("x", "y", "z"), f.transpose())}).to_netcdf(tmp_path / "p.nc")
+    src = open_source(tmp_path / "p.nc", variables="p")
+    assert (src.axes, src.ncomp) == ("xyz", 1)
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f[..., None])
+
+
+def test_variables_are_stacked_as_components(tmp_path):
+    f = field(nt=2)
+    dims = ("nt", "nx", "ny", "nz")
+    data = {n: (dims, f[..., c].transpose(0, 3, 2, 1)) for c, n in enumerate("uvw")}
+    xr.Dataset(data).to_netcdf(tmp_path / "uvw.nc")
+    src = open_source(tmp_path / "uvw.nc", variables="u,v,w")
+    assert (src.key, src.axes, src.ncomp, src.n_steps) == ("u,v,w", "txyz", 3, 2)
+    np.testing.assert_array_equal(src.read(src.refs()[1]), f[1])
+
+
+def test_cf_axis_attributes_name_unrecognised_dimensions(tmp_path):
+    f = field(nc=1)[0, ..., 0]
+    coords = {
+        "i": ("i", np.arange(5.0), {"axis": "X"}),
+        "k": ("k", np.arange(3.0), {"axis": "Z"}),
+        "j": ("j", np.arange(4.0), {"axis": "Y"}),
+    }
+    xr.Dataset({"p": (("i", "k", "j"), f.transpose(2, 0, 1))}, coords=coords).to_netcdf(tmp_path / "p.nc")
+    src = open_source(tmp_path / "p.nc")
+    assert src.axes == "xzy"
+    np.testing.assert_array_equal(src.read(src.refs()[0])[..., 0], f)
+
+
+def test_unnamed_dimensions_fall_back_to_the_default_axes(tmp_path):
+    f = field()[0]
+    xr.Dataset({"u": (("d0", "d1", "d2", "d3"), f)}).to_netcdf(tmp_path / "u.nc")
+    src = open_source(tmp_path / "u.nc")
+    assert src.axes == "zyxc"
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f)
+
+
+def test_given_axes_override_the_names(tmp_path):
+    f = field()[0]
+    # Mislabelled dims: the user knows better.
+    xr.Dataset({"u": (("x", "y", "z", "c"), f)}).to_netcdf(tmp_path / "u.nc")
+    src = open_source(tmp_path / "u.nc", axes="zyxc")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f)
+
+
+def test_dimension_that_may_be_time_or_components_asks_for_axes(tmp_path):
+    xr.Dataset({"u": (("frame", "z", "y", "x"), field(nc=1, nt=2)[..., 0])}).to_netcdf(tmp_path / "u.nc")
+    with pytest.raises(FormatError, match=r"whether 'frame' is time or components; pass axes='tzyx' if it is time, or axes='czyx'"):
+        open_source(tmp_path / "u.nc")
+    assert open_source(tmp_path / "u.nc", axes="tzyx").n_steps == 2
+
+
+def test_names_that_contradict_the_default_ask_for_axes(tmp_path):
+    xr.Dataset({"u": (("x", "a", "b"), np.zeros((5, 4, 3)))}).to_netcdf(tmp_path / "u.nc")
+    with pytest.raises(FormatError, match=r"'x' looks like 'x'.*default axes 'zyx'; pass axes"):
+        open_source(tmp_path / "u.nc")
+
+
+def test_packed_integers_are_decoded_to_floats(tmp_path):
+    f = field(nc=1)[0, ..., 0] / 1000
+    ds = xr.Dataset({"p": (("z", "y", "x"), f)})
+    encoding = {"p": {"dtype": "int16", "scale_factor": 0.001, "add_offset": 0.0, "_FillValue": -32768}}
+    ds.to_netcdf(tmp_path / "p.nc", encoding=encoding)
+    src = open_source(tmp_path / "p.nc")
+    assert src.dtype.kind == "f"
+    np.testing.assert_allclose(src.read(src.refs()[0])[..., 0], f, atol=1e-6)
+
+
+def test_integer_variable_is_refused(tmp_path):
+    xr.Dataset({"n": (("z", "y", "x"), np.zeros((3, 4, 5), "i4"))}).to_netcdf(tmp_path / "n.nc")
+    with pytest.raises(FormatError, match="variable 'n' .* integer dtype"):
+        open_source(tmp_path / "n.nc", variables="n")
+
+
+def test_several_candidates_are_listed(tmp_path):
+    z = np.zeros((3, 4, 5))
+    xr.Dataset({"u": (("z", "y", "x"), z), "p": (("z", "y", "x"), z)}).to_netcdf(tmp_path / "a.nc")
+    with pytest.raises(FormatError, match=r"several.*u \(3, 4, 5\) float64; p \(3, 4, 5\).*variables="):
+        open_source(tmp_path / "a.nc")
+    with pytest.raises(UnknownNameError, match="no variable 'q'"):
+        open_source(tmp_path / "a.nc", variables="q")
+
+
+def test_variables_with_different_dimensions_are_refused(tmp_path):
+    z = np.zeros((3, 4, 5))
+    ds = xr.Dataset({"u": (("z", "y", "x"), z), "v": (("x", "y", "z"), z.transpose())})
+    ds.to_netcdf(tmp_path / "a.nc")
+    with pytest.raises(FormatError, match="differ in dimensions"):
+        open_source(tmp_path / "a.nc", variables="u,v")
+
+
+def test_netcdf_file_that_is_not_netcdf_is_a_format_error(tmp_path):
+    (tmp_path / "a.nc").write_bytes(b"garbage" * 10)
+    with pytest.raises(FormatError, match="could not be opened as netCDF"):
+        open_source(tmp_path / "a.nc")
