@@ -38,6 +38,9 @@ class Dataset:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
+        #: Counters of the last query (atoms read, read calls, contributions): proof of
+        #: what the engine did.
+        self.last_query_stats: dict[str, int] = {}
 
     def __repr__(self) -> str:
         info = self.info
@@ -192,6 +195,44 @@ class Dataset:
             attrs["fields"][field] = {"ncomp": ncomp, "units": units}
 
         self.update_attrs(change)
+
+    # -- querying -----------------------------------------------------------------------
+
+    def query(
+        self,
+        field: str,
+        points: Any,
+        *,
+        time: float,
+        method: str = "lag6",
+        operator: str = "field",
+        temporal: str = "none",
+        dtype: Any = np.float32,
+        strategy: str = "streaming",
+    ) -> np.ndarray:
+        """Evaluates ``operator`` of ``field`` at ``points`` (``(N, 3)`` physical x, y, z)
+        at physical ``time``.
+
+        ``method``: none, lag4, lag6, lag8, fd4noint, fd6noint, fd8noint, fd4lag4, m1q4,
+        m2q8. ``operator``: field → ``(N, ncomp)``; gradient → ``(N, ncomp, 3)`` with
+        ``[:, c, a] = ∂u_c/∂x_a``; hessian → ``(N, ncomp, 6)`` ordered xx, xy, xz, yy, yz,
+        zz; laplacian → ``(N, ncomp)``. ``temporal``: none (nearest stored time) or pchip.
+        Sums are accumulated in float64; the result has ``dtype``. ``strategy`` selects
+        the evaluation (streaming partial sums, or the sorted/direct baselines).
+        """
+        from .query import query
+
+        return query(self, field, points, time=time, method=method, operator=operator, temporal=temporal,
+                     dtype=dtype, strategy=strategy)
+
+    def cutout(self, field: str, *, time: float, x: Any = None, y: Any = None, z: Any = None, stride: int = 1) -> Any:
+        """The stored values of ``field`` at the stored time nearest ``time`` on the nodes
+        ``x = (start, stop)`` etc. (grid indices, half-open, wrapping on periodic axes; the
+        whole axis when omitted), every ``stride``-th node: an ``xarray.DataArray`` with
+        dims ``(z, y, x, component)`` and physical and index coordinates."""
+        from .query import cutout
+
+        return cutout(self, field, time=time, x=x, y=y, z=z, stride=stride)
 
     # -- checking -----------------------------------------------------------------------
 

@@ -28,6 +28,14 @@ pub enum Error {
         message: String,
     },
 
+    /// A dataset, field, method or operator name that does not exist.
+    #[error("{0}")]
+    UnknownName(String),
+
+    /// A point outside the domain on a non-periodic axis.
+    #[error("{0}")]
+    OutOfDomain(String),
+
     /// Data that a request needs has not been written (yet).
     #[error("{0}")]
     Missing(String),

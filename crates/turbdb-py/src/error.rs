@@ -11,6 +11,8 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Io { .. } => "StorageError",
         Error::Corrupt { .. } => "CorruptDataError",
         Error::Missing(_) => "InvalidRequestError",
+        Error::UnknownName(_) => "UnknownNameError",
+        Error::OutOfDomain(_) => "OutOfDomainError",
     };
     let message = err.to_string();
     Python::attach(|py| {

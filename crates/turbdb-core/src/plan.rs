@@ -1,0 +1,187 @@
+//! The plan of a batch query: every point's position in grid units, and the points grouped
+//! by the cells their stencils touch. A cell is an aligned cube of atoms inside one shard,
+//! contiguous in storage order; it is the unit of work of the streaming executor.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::geometry::{FieldGeometry, ShardPos};
+use crate::method::{Method, Operator};
+use crate::morton;
+use crate::stencil::{Axis, Kernel};
+
+/// Atoms along one side of a cell (capped at the partition's).
+pub const CELL_ATOMS: usize = 4;
+
+/// A cell: its shard, its first atom (global atom coordinates) and the points it serves.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// The shard holding the cell.
+    pub shard: ShardPos,
+    /// Global coordinates `[ax, ay, az]` of the cell's first atom.
+    pub first_atom: [usize; 3],
+    /// Points whose stencils touch the cell, in arrival order.
+    pub points: Vec<u32>,
+}
+
+/// A query prepared for execution.
+#[derive(Debug)]
+pub struct Plan {
+    /// Weights of the method, prepared for the operator's derivative orders.
+    pub kernel: Kernel,
+    /// What is computed.
+    pub operator: Operator,
+    /// The grid's axes `[x, y, z]`.
+    pub axes: [Axis; 3],
+    /// The stored layout.
+    pub geometry: FieldGeometry,
+    /// Every point in grid units (wrapped on periodic axes).
+    pub positions: Vec<[f64; 3]>,
+    /// Cells with at least one point, in storage order.
+    pub cells: Vec<Cell>,
+    /// Atoms along one side of a cell.
+    pub cell_atoms: usize,
+}
+
+impl Plan {
+    /// Checks the points and groups them by cell. `points` are physical `[x, y, z]`.
+    pub fn new(
+        points: &[[f64; 3]],
+        method: Method,
+        operator: Operator,
+        axes: [Axis; 3],
+        geometry: FieldGeometry,
+    ) -> Result<Self> {
+        method.check_supports(operator)?;
+        if points.len() >= u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!("{} points is more than one batch can hold", points.len())));
+        }
+        let kernel = Kernel::new(method, operator.max_order())?;
+        for (axis, name) in axes.iter().zip(['x', 'y', 'z']) {
+            kernel.check_axis(axis, name)?;
+        }
+        let positions = grid_positions(points, &axes)?;
+        let cell_atoms = CELL_ATOMS.min(geometry.atoms_per_side());
+        let cells = group_by_cell(&positions, &kernel, &axes, &geometry, cell_atoms);
+        Ok(Self { kernel, operator, axes, geometry, positions, cells, cell_atoms })
+    }
+
+    /// Voxels along one side of a cell.
+    pub fn cell_side(&self) -> usize {
+        self.cell_atoms * self.geometry.atom
+    }
+}
+
+/// Grid-unit positions; the first non-finite or out-of-domain point is named.
+fn grid_positions(points: &[[f64; 3]], axes: &[Axis; 3]) -> Result<Vec<[f64; 3]>> {
+    points
+        .par_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if !p.iter().all(|v| v.is_finite()) {
+                return Err(Error::InvalidArgument(format!("point {i} is not finite: {p:?}")));
+            }
+            let mut s = [0.0; 3];
+            for a in 0..3 {
+                s[a] = axes[a]
+                    .grid_position(p[a], ['x', 'y', 'z'][a])
+                    .map_err(|e| match e {
+                        Error::OutOfDomain(m) => Error::OutOfDomain(format!("point {i}: {m}")),
+                        other => other,
+                    })?;
+            }
+            Ok(s)
+        })
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| first_bad_point(points, axes).unwrap_or(e))
+}
+
+/// The error of the lowest-numbered bad point (parallel checking may report another).
+fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
+    points.iter().enumerate().find_map(|(i, p)| {
+        if !p.iter().all(|v| v.is_finite()) {
+            return Some(Error::InvalidArgument(format!("point {i} is not finite: {p:?}")));
+        }
+        (0..3).find_map(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
+            Err(Error::OutOfDomain(m)) => Some(Error::OutOfDomain(format!("point {i}: {m}"))),
+            _ => None,
+        })
+    })
+}
+
+/// The distinct cells (along one axis) holding the nodes `base … base+width−1`.
+pub fn cells_along(base: i64, width: usize, n: usize, cell_side: usize) -> ([usize; 4], usize) {
+    let mut out = [usize::MAX; 4];
+    let mut count = 0;
+    for k in 0..width as i64 {
+        let cell = (base + k).rem_euclid(n as i64) as usize / cell_side;
+        if !out[..count].contains(&cell) {
+            out[count] = cell;
+            count += 1;
+        }
+    }
+    (out, count)
+}
+
+fn group_by_cell(
+    positions: &[[f64; 3]],
+    kernel: &Kernel,
+    axes: &[Axis; 3],
+    geometry: &FieldGeometry,
+    cell_atoms: usize,
+) -> Vec<Cell> {
+    let side = cell_atoms * geometry.atom;
+    let cells_per_axis: [usize; 3] = [0, 1, 2].map(|a| axes[a].n.div_ceil(side));
+    let width = kernel.width();
+    // (cell, point) pairs, then a counting sort by cell.
+    let pairs: Vec<(u32, u32)> = positions
+        .par_iter()
+        .enumerate()
+        .flat_map_iter(|(i, s)| {
+            let mut weights = crate::stencil::AxisWeights::default();
+            let mut per_axis = [([0usize; 4], 0usize); 3];
+            for a in 0..3 {
+                kernel.base_only(s[a], &axes[a], &mut weights);
+                per_axis[a] = cells_along(weights.base, width, axes[a].n, side);
+            }
+            let mut out = Vec::with_capacity(per_axis.iter().map(|p| p.1).product());
+            for &cz in &per_axis[2].0[..per_axis[2].1] {
+                for &cy in &per_axis[1].0[..per_axis[1].1] {
+                    for &cx in &per_axis[0].0[..per_axis[0].1] {
+                        let cell = (cz * cells_per_axis[1] + cy) * cells_per_axis[0] + cx;
+                        out.push((cell as u32, i as u32));
+                    }
+                }
+            }
+            out
+        })
+        .collect();
+    let total_cells = cells_per_axis.iter().product::<usize>();
+    let mut counts = vec![0u32; total_cells + 1];
+    for &(cell, _) in &pairs {
+        counts[cell as usize + 1] += 1;
+    }
+    for c in 1..counts.len() {
+        counts[c] += counts[c - 1];
+    }
+    let mut sorted = vec![0u32; pairs.len()];
+    let mut fill = counts.clone();
+    for &(cell, point) in &pairs {
+        sorted[fill[cell as usize] as usize] = point;
+        fill[cell as usize] += 1;
+    }
+    let per_shard = geometry.atoms_per_side();
+    let mut cells: Vec<(u64, Cell)> = (0..total_cells)
+        .filter(|&c| counts[c + 1] > counts[c])
+        .map(|c| {
+            let (cx, cy, cz) = (c % cells_per_axis[0], c / cells_per_axis[0] % cells_per_axis[1], c / (cells_per_axis[0] * cells_per_axis[1]));
+            let first_atom = [cx * cell_atoms, cy * cell_atoms, cz * cell_atoms];
+            let shard = first_atom.map(|a| a / per_shard);
+            let code = morton::encode(first_atom[0] as u32, first_atom[1] as u32, first_atom[2] as u32);
+            let points = sorted[counts[c] as usize..counts[c + 1] as usize].to_vec();
+            (code, Cell { shard, first_atom, points })
+        })
+        .collect();
+    cells.sort_unstable_by_key(|(code, _)| *code);
+    cells.into_iter().map(|(_, cell)| cell).collect()
+}

@@ -1,0 +1,82 @@
+//! A batch query end to end: plan, then evaluate by the chosen strategy at the stored time
+//! steps the temporal interpolation needs.
+
+use crate::direct::execute_direct;
+use crate::error::{Error, Result};
+use crate::method::{Method, Operator};
+use crate::plan::Plan;
+use crate::reader::FieldReader;
+use crate::stencil::Axis;
+use crate::stream::{execute, AtomSource, Order, StreamStats, TimeLevel};
+use crate::time::{time_weights, Temporal};
+
+/// How the atoms reach the points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Each atom read once, contributions streamed into partial sums (the default).
+    Streaming,
+    /// Each point gathers its stencil, in arrival order.
+    Direct,
+    /// Each point gathers its stencil, points in Morton order.
+    Sorted,
+}
+
+impl Strategy {
+    /// Parses `streaming`, `direct` or `sorted`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "streaming" => Ok(Strategy::Streaming),
+            "direct" => Ok(Strategy::Direct),
+            "sorted" => Ok(Strategy::Sorted),
+            _ => Err(Error::UnknownName(format!("unknown strategy {name:?}; valid: streaming, direct, sorted"))),
+        }
+    }
+}
+
+/// Everything a query asks for.
+#[derive(Debug, Clone)]
+pub struct QuerySpec {
+    /// Interpolation method.
+    pub method: Method,
+    /// Operator.
+    pub operator: Operator,
+    /// Time interpolation.
+    pub temporal: Temporal,
+    /// Physical time.
+    pub time: f64,
+    /// Evaluation strategy.
+    pub strategy: Strategy,
+}
+
+/// Evaluates `spec` at `points` on the field read by `reader` whose stored times are
+/// `times`. Returns `N × ncomp × slots` float64 values, point-major.
+pub fn evaluate(
+    reader: &FieldReader,
+    axes: [Axis; 3],
+    times: &[f64],
+    points: &[[f64; 3]],
+    spec: &QuerySpec,
+    stats: &StreamStats,
+) -> Result<Vec<f64>> {
+    let levels: Vec<TimeLevel> = time_weights(times, spec.time, spec.temporal)?
+        .into_iter()
+        .map(|(t, weight)| TimeLevel { t, weight })
+        .collect();
+    let plan = Plan::new(points, spec.method, spec.operator, axes, reader.geometry().clone())?;
+    run(&plan, reader, &levels, spec.strategy, stats)
+}
+
+/// Runs a prepared plan with a strategy.
+pub fn run(
+    plan: &Plan,
+    source: &dyn AtomSource,
+    levels: &[TimeLevel],
+    strategy: Strategy,
+    stats: &StreamStats,
+) -> Result<Vec<f64>> {
+    match strategy {
+        Strategy::Streaming => execute(plan, source, levels, Order::Storage, stats),
+        Strategy::Direct => execute_direct(plan, source, levels, false, stats),
+        Strategy::Sorted => execute_direct(plan, source, levels, true, stats),
+    }
+}

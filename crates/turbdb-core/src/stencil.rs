@@ -1,0 +1,206 @@
+//! Per-axis stencils: for a position along one axis, the first node of its stencil and the
+//! 1-D weights of the value and of its first and second derivatives, for every method. A
+//! 3-D stencil is the tensor product of three of these (every method here is separable).
+
+use crate::error::{Error, Result};
+use crate::lagrange::LagrangeBasis;
+use crate::method::Method;
+use crate::spline::SplineKernel;
+
+/// Most nodes of a 1-D stencil (fd8noint: 9).
+pub const MAX_WIDTH: usize = 10;
+
+/// The stencil of one point along one axis.
+#[derive(Debug, Clone, Copy)]
+pub struct AxisWeights {
+    /// First node of the stencil (unwrapped: may be negative or ≥ n on a periodic axis).
+    pub base: i64,
+    /// Weights per derivative order (0, 1, 2) and node, already divided by the spacing.
+    pub w: [[f64; MAX_WIDTH]; 3],
+}
+
+impl Default for AxisWeights {
+    fn default() -> Self {
+        Self { base: 0, w: [[0.0; MAX_WIDTH]; 3] }
+    }
+}
+
+/// One axis of the grid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Axis {
+    /// Number of nodes.
+    pub n: usize,
+    /// Position of node 0.
+    pub origin: f64,
+    /// Distance between nodes.
+    pub spacing: f64,
+    /// Whether the axis wraps around.
+    pub periodic: bool,
+}
+
+impl Axis {
+    /// The position in grid units (node i at i); wrapped into `[0, n)` on a periodic axis,
+    /// refused outside `[0, n − 1]` on a non-periodic one.
+    pub fn grid_position(&self, x: f64, name: char) -> Result<f64> {
+        let s = (x - self.origin) / self.spacing;
+        if self.periodic {
+            let n = self.n as f64;
+            let wrapped = s.rem_euclid(n);
+            return Ok(if wrapped >= n { 0.0 } else { wrapped });
+        }
+        let last = (self.n - 1) as f64;
+        let tolerance = 1e-9 * last.max(1.0);
+        if !(s >= -tolerance && s <= last + tolerance) {
+            return Err(Error::OutOfDomain(format!(
+                "{name} = {x} is outside the domain [{}, {}] of the non-periodic {name} axis",
+                self.origin,
+                self.origin + last * self.spacing
+            )));
+        }
+        Ok(s.clamp(0.0, last))
+    }
+}
+
+/// Everything needed to compute the 1-D weights of one method, prepared once per batch.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    method: Method,
+    max_order: usize,
+    basis: Option<LagrangeBasis>,
+    fd4: [[f64; 5]; 3],
+    spline: Option<SplineKernel>,
+}
+
+impl Kernel {
+    /// Prepares `method` for derivatives up to `max_order` (0, 1 or 2).
+    pub fn new(method: Method, max_order: usize) -> Result<Self> {
+        let basis = match method {
+            Method::Lagrange(n) => Some(LagrangeBasis::new(n)),
+            Method::FdNoInt(n) => Some(LagrangeBasis::new(n + 1)),
+            Method::Fd4Lag4 => Some(LagrangeBasis::new(4)),
+            Method::Nearest | Method::Spline { .. } => None,
+        };
+        // Fourth-order central differences: the 5-node Lagrange basis at its centre.
+        let mut fd4 = [[0.0; 5]; 3];
+        let five = LagrangeBasis::new(5);
+        let (mut v, mut d1, mut d2) = ([0.0; 10], [0.0; 10], [0.0; 10]);
+        five.eval(2.0, &mut v, Some(&mut d1), Some(&mut d2));
+        fd4[0].copy_from_slice(&v[..5]);
+        fd4[1].copy_from_slice(&d1[..5]);
+        fd4[2].copy_from_slice(&d2[..5]);
+        let spline = match method {
+            Method::Spline { m, q } => Some(SplineKernel::new(m, q)?),
+            _ => None,
+        };
+        Ok(Self { method, max_order, basis, fd4, spline })
+    }
+
+    /// The method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The highest derivative order prepared for.
+    pub fn max_order(&self) -> usize {
+        self.max_order
+    }
+
+    /// Nodes in the stencil along one axis.
+    pub fn width(&self) -> usize {
+        match self.method {
+            Method::Nearest => 1,
+            Method::Lagrange(n) => n,
+            Method::FdNoInt(n) => n + 1,
+            Method::Fd4Lag4 => 8,
+            Method::Spline { q, .. } => q,
+        }
+    }
+
+    /// Checks that an axis has enough nodes for the stencil.
+    pub fn check_axis(&self, axis: &Axis, name: char) -> Result<()> {
+        if axis.n < self.width() {
+            return Err(Error::InvalidArgument(format!(
+                "method {} needs at least {} nodes along {name}, the grid has {}",
+                self.method.name(),
+                self.width(),
+                axis.n
+            )));
+        }
+        Ok(())
+    }
+
+    /// Only the first node of the stencil of `s` (for planning).
+    pub fn base_only(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
+        out.base = self.placement(s, axis).0;
+    }
+
+    /// First node of the stencil of `s` and the node it is anchored at.
+    fn placement(&self, s: f64, axis: &Axis) -> (i64, i64) {
+        let width = self.width() as i64;
+        let n = axis.n as i64;
+        let (start, anchor) = match self.method {
+            Method::Nearest => (s.round() as i64, s.round() as i64),
+            Method::Lagrange(_) | Method::Spline { .. } => {
+                let f = s.floor() as i64;
+                (f - width / 2 + 1, f)
+            }
+            Method::FdNoInt(_) => {
+                let r = s.round() as i64;
+                (r - width / 2, r)
+            }
+            Method::Fd4Lag4 => (s.floor() as i64 - 3, s.floor() as i64),
+        };
+        // Shifted inward on a bounded axis, so the stencil stays inside the grid.
+        let base = if axis.periodic { start } else { start.clamp(0, n - width) };
+        let anchor = if axis.periodic { anchor } else { anchor.clamp(0, n - 1) };
+        (base, anchor)
+    }
+
+    /// The stencil of grid position `s` (from [`Axis::grid_position`]) on `axis`.
+    pub fn weights(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
+        let (base, anchor) = self.placement(s, axis);
+        out.base = base;
+        let inv = 1.0 / axis.spacing;
+        let scale = [1.0, inv, inv * inv];
+        let w = &mut out.w;
+        for order in w.iter_mut() {
+            order.fill(0.0);
+        }
+        match self.method {
+            Method::Nearest => w[0][0] = 1.0,
+            Method::Lagrange(_) => self.lagrange(s - base as f64, w),
+            Method::FdNoInt(_) => self.lagrange((anchor - base) as f64, w),
+            Method::Fd4Lag4 => {
+                // lag4 through nodes base+2 … base+5, each carrying its fd4 derivative, which
+                // reaches two nodes either side: together nodes base … base+7.
+                let mut lag = [[0.0; MAX_WIDTH]; 3];
+                self.basis.as_ref().expect("lag4 basis").eval(s - (base + 2) as f64, &mut lag[0], None, None);
+                for j in 0..4 {
+                    w[0][j + 2] = lag[0][j];
+                    for i in 0..5 {
+                        w[1][j + i] += lag[0][j] * self.fd4[1][i];
+                        w[2][j + i] += lag[0][j] * self.fd4[2][i];
+                    }
+                }
+            }
+            Method::Spline { .. } => {
+                self.spline.as_ref().expect("spline kernel").eval(s - base as f64, self.max_order, w);
+            }
+        }
+        for (order, weights) in w.iter_mut().enumerate().skip(1).take(self.max_order) {
+            for v in weights.iter_mut() {
+                *v *= scale[order];
+            }
+        }
+    }
+
+    fn lagrange(&self, x: f64, w: &mut [[f64; MAX_WIDTH]; 3]) {
+        let basis = self.basis.as_ref().expect("Lagrange basis");
+        let [w0, w1, w2] = w;
+        match self.max_order {
+            0 => basis.eval(x, w0, None, None),
+            1 => basis.eval(x, w0, Some(w1), None),
+            _ => basis.eval(x, w0, Some(w1), Some(w2)),
+        }
+    }
+}
