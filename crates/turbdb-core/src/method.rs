@@ -84,6 +84,8 @@ impl Method {
         match self {
             Method::Nearest => &[Field],
             Method::FdNoInt(_) | Method::Fd4Lag4 => &[Gradient, Hessian, Laplacian],
+            // As JHTDB: a C¹ spline has no meaningful second derivative.
+            Method::Spline { m: 1, .. } => &[Field, Gradient],
             Method::Lagrange(_) | Method::Spline { .. } => &[Field, Gradient, Hessian, Laplacian],
         }
     }

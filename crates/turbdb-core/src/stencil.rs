@@ -75,10 +75,11 @@ impl Kernel {
     /// Prepares `method` for derivatives up to `max_order` (0, 1 or 2).
     pub fn new(method: Method, max_order: usize) -> Result<Self> {
         let basis = match method {
-            Method::Lagrange(n) => Some(LagrangeBasis::new(n)),
+            // Splines fall back to Lagrange through the same nodes where a wall shifts them.
+            Method::Lagrange(n) | Method::Spline { q: n, .. } => Some(LagrangeBasis::new(n)),
             Method::FdNoInt(n) => Some(LagrangeBasis::new(n + 1)),
             Method::Fd4Lag4 => Some(LagrangeBasis::new(4)),
-            Method::Nearest | Method::Spline { .. } => None,
+            Method::Nearest => None,
         };
         // Fourth-order central differences: the 5-node Lagrange basis at its centre.
         let mut fd4 = [[0.0; 5]; 3];
@@ -134,8 +135,9 @@ impl Kernel {
         out.base = self.placement(s, axis).0;
     }
 
-    /// First node of the stencil of `s` and the node it is anchored at.
-    fn placement(&self, s: f64, axis: &Axis) -> (i64, i64) {
+    /// First node of the stencil of `s`, the node it is anchored at, and whether a wall
+    /// shifted it.
+    fn placement(&self, s: f64, axis: &Axis) -> (i64, i64, bool) {
         let width = self.width() as i64;
         let n = axis.n as i64;
         let (start, anchor) = match self.method {
@@ -153,12 +155,12 @@ impl Kernel {
         // Shifted inward on a bounded axis, so the stencil stays inside the grid.
         let base = if axis.periodic { start } else { start.clamp(0, n - width) };
         let anchor = if axis.periodic { anchor } else { anchor.clamp(0, n - 1) };
-        (base, anchor)
+        (base, anchor, base != start)
     }
 
     /// The stencil of grid position `s` (from [`Axis::grid_position`]) on `axis`.
     pub fn weights(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
-        let (base, anchor) = self.placement(s, axis);
+        let (base, anchor, shifted) = self.placement(s, axis);
         out.base = base;
         let inv = 1.0 / axis.spacing;
         let scale = [1.0, inv, inv * inv];
@@ -183,6 +185,10 @@ impl Kernel {
                     }
                 }
             }
+            // A spline's end piece extrapolated past the wall has weights in the thousands
+            // for second derivatives; the Lagrange polynomial through the same shifted nodes
+            // is exact to a higher degree and far better conditioned.
+            Method::Spline { .. } if shifted => self.lagrange(s - base as f64, w),
             Method::Spline { .. } => {
                 self.spline.as_ref().expect("spline kernel").eval(s - base as f64, self.max_order, w);
             }
