@@ -199,7 +199,7 @@ def test_the_streaming_path_reads_each_atom_once(tmp_path):
     ds = trig_dataset(tmp_path, 32)
     ds.query("velocity", random_points(5000), time=0.0, method="lag8")
     assert ds.last_query_stats["atoms_read"] == 64  # 32³ / 8³ atoms, one time step
-    assert ds.last_query_stats["contributions"] > 5000
+    assert ds.last_query_stats["contributions"] >= 5000  # every point, once per cell it touches
     ds.query("velocity", random_points(5000), time=0.0, method="lag8", strategy="direct")
     assert ds.last_query_stats["atoms_read"] > 20 * 64
 

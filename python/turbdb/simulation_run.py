@@ -15,7 +15,6 @@ from .database import open as open_db
 from .dataset import Dataset
 from .exceptions import DatasetExistsError
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
-from .simulate.dns import DEFAULT_SAVE_EVERY
 
 SYNTHETIC_DT = 0.01
 
@@ -48,7 +47,7 @@ def run_simulation(
 
     if kind == "dns":
         config = DNSConfig(n=grid, seed=seed)
-        every = save_every or DEFAULT_SAVE_EVERY
+        every = save_every or config.default_save_every
         stored_dt = every * config.dt
         provenance = {"generator": "turbdb simulate --kind dns", "save_every": every,
                       **{f"dns_{k}": v for k, v in dataclasses.asdict(config).items()}}

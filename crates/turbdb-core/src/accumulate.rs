@@ -1,39 +1,34 @@
 //! The inner loop of every strategy: add one atom's contribution to one point's partial
-//! sums, walking the atom's rows in memory order with all components together, summing
-//! along x first (per derivative order needed) and then weighting by y and z.
+//! sums. Rows of the atom (x runs, all components together) are added into per-x
+//! accumulators weighted by the y and z weights — a contiguous axpy the compiler
+//! vectorises — and the x weights are applied once per atom at the end.
 
 use crate::method::Term;
-use crate::stencil::{AxisWeights, MAX_WIDTH};
+use crate::stencil::AxisWeights;
 
 /// Nodes of one point's stencil that lie in one atom, along one axis: runs of
 /// `(first stencil node, first atom-local index, length)`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Runs {
-    runs: [(usize, usize, usize); 3],
+    runs: [(usize, usize, usize); 2],
     count: usize,
 }
 
 impl Runs {
-    /// The stencil nodes `base … base+width−1` (wrapped on `n` nodes) that fall in the
-    /// atom starting at node `atom_start` of side `atom`.
+    /// The stencil nodes starting at `wrapped_base` (its first node, wrapped into
+    /// `0..n`), `width` of them wrapping past `n`, that fall in the atom of side `atom`
+    /// starting at node `atom_start`.
     #[inline]
-    pub fn new(base: i64, width: usize, n: usize, atom_start: usize, atom: usize) -> Self {
+    pub fn new(wrapped_base: usize, width: usize, n: usize, atom_start: usize, atom: usize) -> Self {
         let mut runs = Runs::default();
-        let end = (atom_start + atom).min(n);
-        let mut k = 0;
-        while k < width {
-            let node = (base + k as i64).rem_euclid(n as i64) as usize;
-            if node >= atom_start && node < end {
-                // as many following stencil nodes as stay inside the atom without wrapping
-                let len = (end - node).min(width - k);
-                runs.runs[runs.count] = (k, node - atom_start, len);
+        let atom_end = (atom_start + atom).min(n);
+        let before_wrap = width.min(n - wrapped_base);
+        for (k_start, node_start, len) in [(0, wrapped_base, before_wrap), (before_wrap, 0, width - before_wrap)] {
+            let lo = node_start.max(atom_start);
+            let hi = (node_start + len).min(atom_end);
+            if lo < hi {
+                runs.runs[runs.count] = (k_start + lo - node_start, lo - atom_start, hi - lo);
                 runs.count += 1;
-                k += len;
-                if runs.count == runs.runs.len() {
-                    break;
-                }
-            } else {
-                k += 1;
             }
         }
         runs
@@ -44,27 +39,41 @@ impl Runs {
         self.count == 0
     }
 
+    /// The runs `(first stencil node, first atom-local index, length)`.
     #[inline]
-    fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.runs[..self.count].iter().flat_map(|&(k, l, len)| (0..len).map(move |i| (k + i, l + i)))
+    pub fn runs(&self) -> &[(usize, usize, usize)] {
+        &self.runs[..self.count]
     }
 }
+
+/// Most distinct (y order, z order) pairs an operator needs (the Hessian's six).
+const MAX_PAIRS: usize = 6;
 
 /// What one evaluation needs to know about the operator.
 #[derive(Debug, Clone)]
 pub struct TermSet {
-    terms: Vec<Term>,
     slots: usize,
-    x_orders: Vec<usize>,
+    /// Distinct `(y order, z order)` pairs: one accumulator each.
+    pairs: Vec<(usize, usize)>,
+    /// Per term: x order, accumulator, output slot.
+    terms: Vec<(usize, usize, usize)>,
 }
 
 impl TermSet {
     /// The terms of an operator with `slots` outputs per component.
     pub fn new(terms: &[Term], slots: usize) -> Self {
-        let mut x_orders: Vec<usize> = terms.iter().map(|t| t.orders[0]).collect();
-        x_orders.sort_unstable();
-        x_orders.dedup();
-        Self { terms: terms.to_vec(), slots, x_orders }
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        let mut out = Vec::new();
+        for t in terms {
+            let pair = (t.orders[1], t.orders[2]);
+            let index = pairs.iter().position(|&p| p == pair).unwrap_or_else(|| {
+                pairs.push(pair);
+                pairs.len() - 1
+            });
+            out.push((t.orders[0], index, t.slot));
+        }
+        assert!(pairs.len() <= MAX_PAIRS);
+        Self { slots, pairs, terms: out }
     }
 
     /// Output values per component.
@@ -73,78 +82,201 @@ impl TermSet {
     }
 }
 
-/// Adds `scale` × the contribution of one atom (`values`, C order `(z, y, x, c)`, side
-/// `atom`) to `out` (`[c * slots + slot]`) for the stencil `w` of one point.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub fn accumulate<const NC: usize>(
-    values: &[f32],
-    atom: usize,
+/// A dense block of grid values in C order `(z, y, x, c)`: one atom, or one cell.
+#[derive(Debug, Clone, Copy)]
+pub struct Block<'a, T> {
+    /// The values.
+    pub values: &'a [T],
+    /// Nodes along x and y (the z extent is implied by the runs).
+    pub dims: [usize; 2],
+}
+
+/// A value stored in a block.
+pub trait Value: Copy {
+    /// As float64.
+    fn get(self) -> f64;
+}
+
+impl Value for f32 {
+    #[inline(always)]
+    fn get(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Value for f64 {
+    #[inline(always)]
+    fn get(self) -> f64 {
+        self
+    }
+}
+
+/// Values a block must hold past its last element, so a fixed-length row read starting
+/// anywhere inside it stays in bounds (the lanes past the run are never used).
+pub const PADDING: usize = 32;
+
+/// Adds `scale` × the contribution of `block` to `out` (`[c * slots + slot]`) for the
+/// stencil `w` of one point, whose nodes inside the block are `runs`.
+///
+/// Every row of the run is added, weighted by the y and z weights, into `P` accumulators
+/// (one per distinct y/z derivative pair) of `L` lanes — a whole x run of the widest
+/// stencil, so each row is the same fixed-length vector FMA and the accumulators stay in
+/// registers; the x weights are applied once at the end. `block.values` must extend
+/// [`PADDING`] values past the block.
+#[inline(always)]
+fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
+    block: Block<'_, T>,
     runs: &[Runs; 3],
     w: &[AxisWeights; 3],
     terms: &TermSet,
     scale: f64,
     out: &mut [f64],
 ) {
-    let row_len = atom * NC;
-    for (kz, lz) in runs[2].iter() {
-        for (ky, ly) in runs[1].iter() {
-            let row = &values[(lz * atom + ly) * row_len..][..row_len];
-            let mut sums = [[0.0f64; NC]; 3];
-            for &order in &terms.x_orders {
-                let wx: &[f64; MAX_WIDTH] = &w[0].w[order];
-                let sum = &mut sums[order];
-                for &(k, l, len) in &runs[0].runs[..runs[0].count] {
-                    let cells = &row[l * NC..(l + len) * NC];
-                    for (i, voxel) in cells.chunks_exact(NC).enumerate() {
-                        let weight = wx[k + i];
-                        for c in 0..NC {
-                            sum[c] += weight * f64::from(voxel[c]);
+    let row_stride = block.dims[0] * NC;
+    let plane_stride = block.dims[1] * row_stride;
+    let pairs: [(usize, usize); P] = std::array::from_fn(|p| terms.pairs[p]);
+    for &(kx, lx, len) in runs[0].runs() {
+        let mut acc = [[0.0f64; L]; P];
+        for &(kz0, lz0, nz) in runs[2].runs() {
+            for dz in 0..nz {
+                let (kz, plane) = (kz0 + dz, (lz0 + dz) * plane_stride);
+                for &(ky0, ly0, ny) in runs[1].runs() {
+                    for dy in 0..ny {
+                        let ky = ky0 + dy;
+                        let start = plane + (ly0 + dy) * row_stride + lx * NC;
+                        let src: &[T; L] = block.values[start..start + L].try_into().expect("padded block");
+                        for (acc, &(oy, oz)) in acc.iter_mut().zip(&pairs) {
+                            axpy(acc, w[1].w[oy][ky] * w[2].w[oz][kz], src);
                         }
                     }
                 }
             }
-            for term in &terms.terms {
-                let [ox, oy, oz] = term.orders;
-                let factor = scale * w[1].w[oy][ky] * w[2].w[oz][kz];
+        }
+        for &(ox, pair, slot) in &terms.terms {
+            let wx = &w[0].w[ox][kx..kx + len];
+            let acc = &acc[pair];
+            let mut sums = [0.0f64; NC];
+            for (k, &weight) in wx.iter().enumerate() {
                 for c in 0..NC {
-                    out[c * terms.slots + term.slot] += factor * sums[ox][c];
+                    sums[c] = weight.mul_add(acc[k * NC + c], sums[c]);
+                }
+            }
+            for c in 0..NC {
+                out[c * terms.slots + slot] += scale * sums[c];
+            }
+        }
+    }
+}
+
+/// `acc += f · src`, written four lanes at a time so that it compiles to vector FMAs.
+#[inline(always)]
+fn axpy<const L: usize, T: Value>(acc: &mut [f64; L], f: f64, src: &[T; L]) {
+    for (a, s) in acc.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+        let v = [s[0].get(), s[1].get(), s[2].get(), s[3].get()];
+        a[0] = f.mul_add(v[0], a[0]);
+        a[1] = f.mul_add(v[1], a[1]);
+        a[2] = f.mul_add(v[2], a[2]);
+        a[3] = f.mul_add(v[3], a[3]);
+    }
+}
+
+/// [`accumulate`] with the operator's pair count.
+#[inline]
+fn accumulate_pairs<const NC: usize, const L: usize, T: Value>(
+    block: Block<'_, T>,
+    runs: &[Runs; 3],
+    w: &[AxisWeights; 3],
+    terms: &TermSet,
+    scale: f64,
+    out: &mut [f64],
+) {
+    match terms.pairs.len() {
+        1 => accumulate::<NC, L, 1, T>(block, runs, w, terms, scale, out),
+        2 => accumulate::<NC, L, 2, T>(block, runs, w, terms, scale, out),
+        3 => accumulate::<NC, L, 3, T>(block, runs, w, terms, scale, out),
+        4 => accumulate::<NC, L, 4, T>(block, runs, w, terms, scale, out),
+        5 => accumulate::<NC, L, 5, T>(block, runs, w, terms, scale, out),
+        _ => accumulate::<NC, L, 6, T>(block, runs, w, terms, scale, out),
+    }
+}
+
+/// [`accumulate`] with as many lanes as a stencil of `width` nodes needs (rounded up to a
+/// whole vector), so narrow stencils do not pay for wide ones.
+#[inline]
+fn accumulate_nc<const NC: usize, T: Value>(
+    block: Block<'_, T>,
+    runs: &[Runs; 3],
+    w: &[AxisWeights; 3],
+    terms: &TermSet,
+    scale: f64,
+    out: &mut [f64],
+    width: usize,
+) {
+    match (width * NC).div_ceil(4) {
+        0 | 1 => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
+        2 => accumulate_pairs::<NC, 8, T>(block, runs, w, terms, scale, out),
+        3 => accumulate_pairs::<NC, 12, T>(block, runs, w, terms, scale, out),
+        4 => accumulate_pairs::<NC, 16, T>(block, runs, w, terms, scale, out),
+        5 => accumulate_pairs::<NC, 20, T>(block, runs, w, terms, scale, out),
+        6 => accumulate_pairs::<NC, 24, T>(block, runs, w, terms, scale, out),
+        7 => accumulate_pairs::<NC, 28, T>(block, runs, w, terms, scale, out),
+        _ => accumulate_pairs::<NC, 32, T>(block, runs, w, terms, scale, out),
+    }
+}
+
+/// Adds one block's contribution for one point whose stencil is `width` nodes wide, for
+/// any component count (specialised for 1, 2 and 3).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn accumulate_any<T: Value>(
+    ncomp: usize,
+    block: Block<'_, T>,
+    runs: &[Runs; 3],
+    w: &[AxisWeights; 3],
+    terms: &TermSet,
+    scale: f64,
+    out: &mut [f64],
+    width: usize,
+) {
+    match ncomp {
+        1 => accumulate_nc::<1, T>(block, runs, w, terms, scale, out, width),
+        2 => accumulate_nc::<2, T>(block, runs, w, terms, scale, out, width),
+        3 => accumulate_nc::<3, T>(block, runs, w, terms, scale, out, width),
+        _ => {
+            // Other component counts: one component at a time through the scalar kernel.
+            let mut scalar: Vec<f64> = Vec::with_capacity(block.values.len() / ncomp + PADDING);
+            let mut partial = vec![0f64; terms.slots];
+            for c in 0..ncomp {
+                scalar.clear();
+                scalar.extend(block.values.chunks_exact(ncomp).map(|v| v[c].get()));
+                scalar.resize(scalar.len() + PADDING, 0.0);
+                partial.fill(0.0);
+                let one = Block { values: &scalar[..], dims: block.dims };
+                accumulate_nc::<1, f64>(one, runs, w, terms, scale, &mut partial, width);
+                for s in 0..terms.slots {
+                    out[c * terms.slots + s] += partial[s];
                 }
             }
         }
     }
 }
 
-/// [`accumulate`] for any component count (specialised for 1 and 3).
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub fn accumulate_any(
-    ncomp: usize,
-    values: &[f32],
-    atom: usize,
-    runs: &[Runs; 3],
-    w: &[AxisWeights; 3],
-    terms: &TermSet,
-    scale: f64,
-    out: &mut [f64],
-) {
-    match ncomp {
-        1 => accumulate::<1>(values, atom, runs, w, terms, scale, out),
-        3 => accumulate::<3>(values, atom, runs, w, terms, scale, out),
-        _ => {
-            // Rare component counts: one component at a time through the scalar kernel.
-            let mut scalar = vec![0f32; atom * atom * atom];
-            let mut partial = vec![0f64; terms.slots];
-            for c in 0..ncomp {
-                for (v, chunk) in scalar.iter_mut().zip(values.chunks_exact(ncomp)) {
-                    *v = chunk[c];
-                }
-                partial.fill(0.0);
-                accumulate::<1>(&scalar, atom, runs, w, terms, scale, &mut partial);
-                for s in 0..terms.slots {
-                    out[c * terms.slots + s] += partial[s];
-                }
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_split_where_the_stencil_wraps() {
+        // n = 16, stencil of 8 from node 13: nodes 13 14 15 0 1 2 3 4
+        let r = Runs::new(13, 8, 16, 0, 8);
+        assert_eq!(r.runs(), &[(3, 0, 5)]);
+        let r = Runs::new(13, 8, 16, 8, 8);
+        assert_eq!(r.runs(), &[(0, 5, 3)]);
+        // a grid of one atom: both pieces in it
+        let r = Runs::new(5, 8, 8, 0, 8);
+        assert_eq!(r.runs(), &[(0, 5, 3), (3, 0, 5)]);
+        // partial last atom of a 20-node axis
+        let r = Runs::new(14, 6, 20, 16, 8);
+        assert_eq!(r.runs(), &[(2, 0, 4)]);
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use rayon::prelude::*;
 
-use crate::accumulate::{accumulate_any, Runs, TermSet};
+use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
 use crate::error::Result;
 use crate::morton;
 use crate::plan::Plan;
@@ -40,7 +40,7 @@ pub fn execute_direct(
         .par_chunks(CHUNK)
         .map(|chunk| {
             let mut out = vec![0.0; chunk.len() * out_len];
-            let mut atom_buffer = vec![0f32; g.atom_values()];
+            let mut atom_buffer = vec![0f32; g.atom_values() + PADDING];
             for (i, &p) in chunk.iter().enumerate() {
                 evaluate_point(plan, p as usize, source, levels, &terms, &mut atom_buffer, &mut out[i * out_len..][..out_len], stats)?;
             }
@@ -91,8 +91,8 @@ fn evaluate_point(
                     let request = AtomRequest { local: atom.map(|v| v % per_shard), slot: 0 };
                     source.read_atoms(level.t, atom.map(|v| v / per_shard), &[request], buffer)?;
                     reads += 1;
-                    let runs = [0, 1, 2].map(|i| Runs::new(w[i].base, width, plan.axes[i].n, atom[i] * a, a));
-                    accumulate_any(g.ncomp, buffer, a, &runs, &w, terms, level.weight, out);
+                    let runs = [0, 1, 2].map(|i| Runs::new(w[i].wrapped, width, plan.axes[i].n, atom[i] * a, a));
+                    accumulate_any(g.ncomp, Block { values: &*buffer, dims: [a, a] }, &runs, &w, terms, level.weight, out, width);
                 }
             }
         }

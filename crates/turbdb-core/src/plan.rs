@@ -22,6 +22,8 @@ pub struct Cell {
     pub first_atom: [usize; 3],
     /// Points whose stencils touch the cell, in arrival order.
     pub points: Vec<u32>,
+    /// Their grid positions, gathered here so the executor reads them sequentially.
+    pub positions: Vec<[f64; 3]>,
 }
 
 /// A query prepared for execution.
@@ -109,15 +111,21 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
     })
 }
 
-/// The distinct cells (along one axis) holding the nodes `base … base+width−1`.
-pub fn cells_along(base: i64, width: usize, n: usize, cell_side: usize) -> ([usize; 4], usize) {
+/// The distinct cells (along one axis) holding the `width` nodes from `wrapped` (the first
+/// node, wrapped into `0..n`) on, wrapping past `n`.
+pub fn cells_along(wrapped: usize, width: usize, n: usize, cell_side: usize) -> ([usize; 4], usize) {
     let mut out = [usize::MAX; 4];
     let mut count = 0;
-    for k in 0..width as i64 {
-        let cell = (base + k).rem_euclid(n as i64) as usize / cell_side;
-        if !out[..count].contains(&cell) {
-            out[count] = cell;
-            count += 1;
+    let before_wrap = width.min(n - wrapped);
+    for (start, len) in [(wrapped, before_wrap), (0, width - before_wrap)] {
+        if len == 0 {
+            continue;
+        }
+        for cell in start / cell_side..=(start + len - 1) / cell_side {
+            if count < out.len() && !out[..count].contains(&cell) {
+                out[count] = cell;
+                count += 1;
+            }
         }
     }
     (out, count)
@@ -142,7 +150,7 @@ fn group_by_cell(
             let mut per_axis = [([0usize; 4], 0usize); 3];
             for a in 0..3 {
                 kernel.base_only(s[a], &axes[a], &mut weights);
-                per_axis[a] = cells_along(weights.base, width, axes[a].n, side);
+                per_axis[a] = cells_along(weights.wrapped, width, axes[a].n, side);
             }
             let mut out = Vec::with_capacity(per_axis.iter().map(|p| p.1).product());
             for &cz in &per_axis[2].0[..per_axis[2].1] {
@@ -171,15 +179,23 @@ fn group_by_cell(
         fill[cell as usize] += 1;
     }
     let per_shard = geometry.atoms_per_side();
-    let mut cells: Vec<(u64, Cell)> = (0..total_cells)
-        .filter(|&c| counts[c + 1] > counts[c])
-        .map(|c| {
+    let occupied: Vec<usize> = (0..total_cells).filter(|&c| counts[c + 1] > counts[c]).collect();
+    let mut cells: Vec<(u64, Cell)> = occupied
+        .par_iter()
+        .map(|&c| {
             let (cx, cy, cz) = (c % cells_per_axis[0], c / cells_per_axis[0] % cells_per_axis[1], c / (cells_per_axis[0] * cells_per_axis[1]));
             let first_atom = [cx * cell_atoms, cy * cell_atoms, cz * cell_atoms];
             let shard = first_atom.map(|a| a / per_shard);
             let code = morton::encode(first_atom[0] as u32, first_atom[1] as u32, first_atom[2] as u32);
-            let points = sorted[counts[c] as usize..counts[c + 1] as usize].to_vec();
-            (code, Cell { shard, first_atom, points })
+            // Within a cell, points in Morton order of their position: neighbours share
+            // most of their stencils, so the executor finds the rows in cache.
+            let mut points = sorted[counts[c] as usize..counts[c + 1] as usize].to_vec();
+            points.sort_by_cached_key(|&p| {
+                let s = positions[p as usize];
+                morton::encode(s[0] as u32 % 4096, s[1] as u32 % 4096, s[2] as u32 % 4096)
+            });
+            let positions = points.iter().map(|&p| positions[p as usize]).collect();
+            (code, Cell { shard, first_atom, points, positions })
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);

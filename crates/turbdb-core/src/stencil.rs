@@ -15,13 +15,15 @@ pub const MAX_WIDTH: usize = 10;
 pub struct AxisWeights {
     /// First node of the stencil (unwrapped: may be negative or ≥ n on a periodic axis).
     pub base: i64,
+    /// The first node wrapped into `0..n`.
+    pub wrapped: usize,
     /// Weights per derivative order (0, 1, 2) and node, already divided by the spacing.
     pub w: [[f64; MAX_WIDTH]; 3],
 }
 
 impl Default for AxisWeights {
     fn default() -> Self {
-        Self { base: 0, w: [[0.0; MAX_WIDTH]; 3] }
+        Self { base: 0, wrapped: 0, w: [[0.0; MAX_WIDTH]; 3] }
     }
 }
 
@@ -133,6 +135,7 @@ impl Kernel {
     /// Only the first node of the stencil of `s` (for planning).
     pub fn base_only(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
         out.base = self.placement(s, axis).0;
+        out.wrapped = out.base.rem_euclid(axis.n as i64) as usize;
     }
 
     /// First node of the stencil of `s`, the node it is anchored at, and whether a wall
@@ -162,6 +165,7 @@ impl Kernel {
     pub fn weights(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
         let (base, anchor, shifted) = self.placement(s, axis);
         out.base = base;
+        out.wrapped = base.rem_euclid(axis.n as i64) as usize;
         let inv = 1.0 / axis.spacing;
         let scale = [1.0, inv, inv * inv];
         let w = &mut out.w;

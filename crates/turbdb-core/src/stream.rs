@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::accumulate::{accumulate_any, Runs, TermSet};
+use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
 use crate::error::Result;
 use crate::geometry::ShardPos;
 use crate::morton;
@@ -89,8 +89,8 @@ pub fn execute(
         }
     };
     match order {
-        Order::Storage => plan.cells.par_iter().try_for_each(|cell| {
-            let partial = run_cell(plan, cell, source, levels, &terms, None, stats)?;
+        Order::Storage => plan.cells.par_iter().try_for_each_init(Scratch::default, |scratch, cell| {
+            let partial = run_cell(plan, cell, source, levels, &terms, None, stats, scratch)?;
             add(cell, partial);
             Ok(())
         })?,
@@ -98,8 +98,9 @@ pub fn execute(
             let mut rng = SplitMix(seed);
             let mut cells: Vec<&Cell> = plan.cells.iter().collect();
             rng.shuffle(&mut cells);
+            let mut scratch = Scratch::default();
             for cell in cells {
-                let partial = run_cell(plan, cell, source, levels, &terms, Some(&mut rng), stats)?;
+                let partial = run_cell(plan, cell, source, levels, &terms, Some(&mut rng), stats, &mut scratch)?;
                 add(cell, partial);
             }
         }
@@ -107,7 +108,16 @@ pub fn execute(
     Ok(result.into_inner().expect("result"))
 }
 
-/// The partial sums of one cell for its points (`points × ncomp × slots`).
+/// Buffers a worker reuses from cell to cell (fresh large allocations would page-fault).
+#[derive(Default)]
+struct Scratch {
+    atoms: Vec<f32>,
+    block: Vec<f32>,
+}
+
+/// The partial sums of one cell for its points (`points × ncomp × slots`). The cell's
+/// needed atoms are read once per time level (merged reads, storage order) into a float64
+/// block of the cell, and each point adds the part of its stencil that lies in the cell.
 fn run_cell(
     plan: &Plan,
     cell: &Cell,
@@ -116,70 +126,46 @@ fn run_cell(
     terms: &TermSet,
     mut shuffle: Option<&mut SplitMix>,
     stats: &StreamStats,
+    scratch: &mut Scratch,
 ) -> Result<Vec<f64>> {
     let g = &plan.geometry;
     let (a, c_atoms, nc) = (g.atom, plan.cell_atoms, g.ncomp);
     let width = plan.kernel.width();
     let out_len = nc * terms.slots();
     let per_shard = g.atoms_per_side();
+    let start = cell.first_atom.map(|v| v * a);
+    // The cell clipped to the grid.
+    let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms * a).min(plan.axes[ax].n - start[ax]));
 
-    // Weights of every point once per cell, and which of the cell's atoms each touches.
-    let weights: Vec<[AxisWeights; 3]> = cell
-        .points
-        .iter()
-        .map(|&p| {
-            let s = plan.positions[p as usize];
-            let mut w = [AxisWeights::default(); 3];
-            for axis in 0..3 {
-                plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
-            }
-            w
-        })
-        .collect();
-    let n_atoms = c_atoms.pow(3);
-    let mut counts = vec![0u32; n_atoms + 1];
-    let mut touched: Vec<(u16, u32)> = Vec::with_capacity(cell.points.len() * 2);
-    for (i, w) in weights.iter().enumerate() {
+    // Which of the cell's atoms the points' stencils touch (weights come later, per point,
+    // right before they are used, so they stay in cache).
+    let mut needed = vec![false; c_atoms.pow(3)];
+    let mut placement = AxisWeights::default();
+    for &s in &cell.positions {
         let mut along = [[false; 8]; 3];
         for axis in 0..3 {
-            let n = plan.axes[axis].n;
-            for k in 0..width as i64 {
-                let node = (w[axis].base + k).rem_euclid(n as i64) as usize;
-                let atom = node / a;
-                let first = cell.first_atom[axis];
-                if atom >= first && atom < first + c_atoms {
-                    along[axis][atom - first] = true;
+            plan.kernel.base_only(s[axis], &plan.axes[axis], &mut placement);
+            let runs = Runs::new(placement.wrapped, width, plan.axes[axis].n, start[axis], dims[axis]);
+            for &(_, first, len) in runs.runs() {
+                for atom in first / a..=(first + len - 1) / a {
+                    along[axis][atom] = true;
                 }
             }
         }
         for z in (0..c_atoms).filter(|&z| along[2][z]) {
             for y in (0..c_atoms).filter(|&y| along[1][y]) {
                 for x in (0..c_atoms).filter(|&x| along[0][x]) {
-                    let slot = (z * c_atoms + y) * c_atoms + x;
-                    counts[slot + 1] += 1;
-                    touched.push((slot as u16, i as u32));
+                    needed[(z * c_atoms + y) * c_atoms + x] = true;
                 }
             }
         }
     }
-    for s in 1..counts.len() {
-        counts[s] += counts[s - 1];
-    }
-    let mut entries = vec![0u32; touched.len()];
-    let mut fill = counts.clone();
-    for &(slot, i) in &touched {
-        entries[fill[slot as usize] as usize] = i;
-        fill[slot as usize] += 1;
-    }
 
     // The needed atoms in storage (Morton) order, or shuffled.
-    let mut atoms: Vec<(usize, [usize; 3])> = morton::cube_order(c_atoms as u32)
+    let mut atoms: Vec<[usize; 3]> = morton::cube_order(c_atoms as u32)
         .into_iter()
         .map(|(x, y, z)| [x as usize, y as usize, z as usize])
-        .map(|l| ((l[2] * c_atoms + l[1]) * c_atoms + l[0], l))
-        .filter(|&(slot, l)| {
-            counts[slot + 1] > counts[slot] && (0..3).all(|ax| (cell.first_atom[ax] + l[ax]) * a < plan.axes[ax].n)
-        })
+        .filter(|l| needed[(l[2] * c_atoms + l[1]) * c_atoms + l[0]])
         .collect();
     let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
     if let Some(rng) = shuffle.as_deref_mut() {
@@ -189,41 +175,53 @@ fn run_cell(
     let requests: Vec<AtomRequest> = atoms
         .iter()
         .enumerate()
-        .map(|(buffer_slot, &(_, l))| AtomRequest {
-            local: [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) % per_shard),
-            slot: buffer_slot,
-        })
+        .map(|(slot, l)| AtomRequest { local: [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) % per_shard), slot })
         .collect();
 
     let atom_values = g.atom_values();
-    let mut buffer = vec![0f32; atoms.len() * atom_values];
+    let Scratch { atoms: buffer, block } = scratch;
+    buffer.resize(atoms.len() * atom_values, 0.0);
+    // Stale values from the previous cell are harmless: only atoms read below are used.
+    block.resize(dims.iter().product::<usize>() * nc + PADDING, 0.0);
     let mut partial = vec![0.0; cell.points.len() * out_len];
-    let mut contributions = 0u64;
     for level in level_order {
         if shuffle.is_some() {
             for request in &requests {
-                source.read_atoms(level.t, cell.shard, std::slice::from_ref(request), &mut buffer)?;
+                source.read_atoms(level.t, cell.shard, std::slice::from_ref(request), buffer)?;
             }
             stats.read_calls.fetch_add(requests.len() as u64, Ordering::Relaxed);
         } else {
-            source.read_atoms(level.t, cell.shard, &requests, &mut buffer)?;
+            source.read_atoms(level.t, cell.shard, &requests, buffer)?;
             stats.read_calls.fetch_add(1, Ordering::Relaxed);
         }
         stats.atoms_read.fetch_add(requests.len() as u64, Ordering::Relaxed);
-        for (buffer_slot, &(slot, l)) in atoms.iter().enumerate() {
-            let values = &buffer[buffer_slot * atom_values..][..atom_values];
-            let start = [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) * a);
-            for &i in &entries[counts[slot] as usize..counts[slot + 1] as usize] {
-                let w = &weights[i as usize];
-                let runs = [0, 1, 2].map(|ax| Runs::new(w[ax].base, width, plan.axes[ax].n, start[ax], a));
-                let out = &mut partial[i as usize * out_len..][..out_len];
-                accumulate_any(nc, values, a, &runs, w, terms, level.weight, out);
-                contributions += 1;
+        for (slot, l) in atoms.iter().enumerate() {
+            copy_atom_into_block(&buffer[slot * atom_values..][..atom_values], a, nc, l.map(|v| v * a), dims, block);
+        }
+        let view = Block { values: &block[..], dims: [dims[0], dims[1]] };
+        let mut w = [AxisWeights::default(); 3];
+        for (i, &s) in cell.positions.iter().enumerate() {
+            for axis in 0..3 {
+                plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
             }
+            let runs = [0, 1, 2].map(|ax| Runs::new(w[ax].wrapped, width, plan.axes[ax].n, start[ax], dims[ax]));
+            accumulate_any(nc, view, &runs, &w, terms, level.weight, &mut partial[i * out_len..][..out_len], width);
         }
     }
-    stats.contributions.fetch_add(contributions, Ordering::Relaxed);
+    stats.contributions.fetch_add((cell.positions.len() * levels.len()) as u64, Ordering::Relaxed);
     Ok(partial)
+}
+
+/// Copies an atom (side `a`) to its place `origin` in a cell block of `dims`.
+fn copy_atom_into_block(atom: &[f32], a: usize, nc: usize, origin: [usize; 3], dims: [usize; 3], block: &mut [f32]) {
+    let nx = a.min(dims[0] - origin[0]) * nc;
+    for z in 0..a.min(dims[2] - origin[2]) {
+        for y in 0..a.min(dims[1] - origin[1]) {
+            let src = &atom[(z * a + y) * a * nc..][..nx];
+            let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
+            block[dst..dst + nx].copy_from_slice(src);
+        }
+    }
 }
 
 /// A tiny deterministic generator for shuffling (no dependency for a test-only need).

@@ -1,0 +1,182 @@
+"""The pseudo-spectral DNS: configuration checks, determinism, conservation and, on the
+default 64^3 run, the physics of forced isotropic turbulence measured from the stored
+float32 snapshots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from turbdb import diagnostics as D
+from turbdb.exceptions import InvalidRequestError
+from turbdb.simulate import DNSConfig, Snapshot, run_dns
+
+# A coarse but resolved flow (k_max eta ~ 1) that runs in well under a second.
+SMALL = DNSConfig(n=16, nu=0.05, epsilon=0.1, kf=2.0, dt=0.04, spinup_time=0.4, seed=3)
+
+
+def relative_divergence(u: np.ndarray) -> float:
+    a = D.velocity_gradient(u)
+    div = np.trace(a, axis1=-2, axis2=-1)
+    return float(np.sqrt(np.mean(div**2) / np.mean(np.sum(a**2, axis=(-2, -1)))))
+
+
+def budget_residual(snaps: list[Snapshot], epsilon: float) -> float:
+    """Largest |dE/dt - (eps_in - eps)| between stored steps, relative to eps_in (trapezoid rule)."""
+    e = np.array([s.stats["energy"] for s in snaps])
+    eps = np.array([s.stats["dissipation"] for s in snaps])
+    dt = snaps[1].time - snaps[0].time
+    residual = np.diff(e) / dt - (epsilon - 0.5 * (eps[1:] + eps[:-1]))
+    return float(np.abs(residual).max() / epsilon)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"n": 15},
+        {"n": 8},
+        {"n": 32.0},
+        {"n": True},
+        {"nu": 0.0},
+        {"nu": -0.01},
+        {"nu": float("nan")},
+        {"epsilon": float("inf")},
+        {"kf": 0.5},
+        {"kf": 64 / 3},
+        {"dt": 0.0},
+        {"scheme": "euler"},
+        {"seed": -1},
+        {"seed": 1.5},
+        {"spinup_time": -1.0},
+    ],
+)
+def test_bad_config_raises_invalid_request(change: dict) -> None:
+    with pytest.raises(InvalidRequestError):
+        DNSConfig(**change)
+
+
+def test_defaults_scale_with_the_grid_to_keep_resolution_and_cfl() -> None:
+    base = DNSConfig()
+    assert (base.n, base.nu, base.dt, base.scheme, base.default_save_every) == (64, 0.01, 0.04, "rk4", 3)
+    fine = DNSConfig(n=128)
+    assert fine.dt == pytest.approx(base.dt / 2)
+    # k_max eta ~ k_max nu^(3/4) is unchanged when nu scales as n^(-4/3).
+    assert fine.k_max * fine.nu**0.75 == pytest.approx(base.k_max * base.nu**0.75)
+    assert fine.default_save_every * fine.dt == pytest.approx(base.default_save_every * base.dt)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"n_saved": -1}, {"n_saved": 2, "save_every": 0}, {"n_saved": 2.5}, {"n_saved": 1, "config": "64"}],
+)
+def test_bad_run_arguments_raise_invalid_request(kwargs: dict) -> None:
+    config = kwargs.pop("config", SMALL)
+    with pytest.raises(InvalidRequestError):
+        run_dns(config, **kwargs)
+
+
+def test_a_diverging_run_raises_instead_of_storing_nan() -> None:
+    with pytest.raises(InvalidRequestError, match="diverged"):
+        list(run_dns(replace(SMALL, dt=2.0), n_saved=5, save_every=3))
+
+
+def test_no_snapshots_requested_runs_nothing() -> None:
+    calls: list[tuple[int, int, str]] = []
+    assert list(run_dns(SMALL, n_saved=0, progress=lambda *a: calls.append(a))) == []
+    assert calls == []
+
+
+def test_snapshots_have_the_stored_layout_and_exactly_uniform_times() -> None:
+    snaps = list(run_dns(SMALL, n_saved=4, save_every=3))
+    stored_dt = 3 * SMALL.dt
+    assert [s.step for s in snaps] == [0, 1, 2, 3]
+    assert [s.time for s in snaps] == [i * stored_dt for i in range(4)]
+    for s in snaps:
+        assert s.velocity.shape == (16, 16, 16, 3) and s.velocity.dtype == np.float32
+        assert s.velocity.flags.c_contiguous
+        assert s.pressure.shape == (16, 16, 16) and s.pressure.dtype == np.float32
+        for key in ("Re_lambda", "dissipation", "injection", "energy", "skewness", "flatness"):
+            assert math.isfinite(s.stats[key])
+    assert [s.stats["solver_step"] for s in snaps] == [10.0, 13.0, 16.0, 19.0]
+
+
+def test_same_seed_gives_the_same_run_and_another_seed_does_not() -> None:
+    a = list(run_dns(SMALL, n_saved=2, save_every=2))
+    b = list(run_dns(SMALL, n_saved=2, save_every=2))
+    c = list(run_dns(replace(SMALL, seed=4), n_saved=2, save_every=2))
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.velocity, y.velocity)
+        np.testing.assert_array_equal(x.pressure, y.pressure)
+        assert x.stats == y.stats
+    assert not np.allclose(a[1].velocity, c[1].velocity)
+
+
+def test_velocity_is_solenoidal_with_zero_mean_and_pressure_solves_poisson() -> None:
+    (snap,) = run_dns(SMALL, n_saved=1)
+    assert relative_divergence(snap.velocity) < 1e-6
+    assert np.abs(snap.velocity.mean(axis=(0, 1, 2))).max() < 1e-6
+    p = D.poisson_pressure(snap.velocity)
+    np.testing.assert_allclose(snap.pressure, p, atol=1e-5 * p.std())
+
+
+def test_energy_input_balances_dissipation_plus_energy_change() -> None:
+    snaps = list(run_dns(SMALL, n_saved=20, save_every=1))
+    assert snaps[0].stats["injection"] == SMALL.epsilon
+    assert budget_residual(snaps, SMALL.epsilon) < 1e-3
+
+
+def test_rk2_and_rk4_converge_to_the_same_flow() -> None:
+    short = replace(SMALL, spinup_time=0.0, dt=0.01)
+    (_, rk4) = run_dns(short, n_saved=2, save_every=20)
+    (_, rk2) = run_dns(replace(short, scheme="rk2"), n_saved=2, save_every=20)
+    diff = np.linalg.norm(rk2.velocity - rk4.velocity) / np.linalg.norm(rk4.velocity)
+    assert 0 < diff < 1e-4
+
+
+def test_progress_counts_every_solver_step_and_log_reports() -> None:
+    calls: list[tuple[int, int, str]] = []
+    lines: list[str] = []
+    snaps = list(run_dns(SMALL, n_saved=3, save_every=2, progress=lambda *a: calls.append(a), log=lines.append))
+    total = 10 + 2 * 2
+    assert len(snaps) == 3
+    assert [c[0] for c in calls] == list(range(1, total + 1))
+    assert {c[1] for c in calls} == {total}
+    assert [c[2] for c in calls] == ["spinup"] * 10 + ["run"] * 4
+    assert lines and all(isinstance(line, str) for line in lines)
+    assert any("Re_lambda" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def default_run() -> tuple[DNSConfig, list[Snapshot]]:
+    """The default 64^3 run as `turbdb simulate` makes it: spin-up, then 100 stored steps."""
+    config = DNSConfig()
+    return config, list(run_dns(config, n_saved=100))
+
+
+@pytest.mark.slow
+def test_default_run_is_physically_faithful_turbulence(default_run) -> None:
+    config, snaps = default_run
+    assert len(snaps) == 100 and snaps[1].time == 3 * config.dt
+    checks = D.physics_checks([s.velocity for s in snaps], nu=config.nu, injection=config.epsilon)
+    report = D.format_checks(checks)
+    lo, hi = D.SKEWNESS_RANGE
+    assert lo <= checks["skewness"] <= hi, report
+    assert checks["flatness"] > D.MIN_FLATNESS, report
+    assert abs(checks["dissipation_ratio"] - 1) <= D.DISSIPATION_TOLERANCE, report
+    fractions = checks["rq_fractions"]
+    assert fractions["Q<0,R>0"] > fractions["Q<0,R<0"], report
+    assert checks["passed"], report
+    stats = snaps[-1].stats
+    assert stats["kmax_eta"] > 1.0
+    assert stats["Re_lambda"] > 30
+
+
+@pytest.mark.slow
+def test_default_run_is_solenoidal_and_conserves_energy(default_run) -> None:
+    config, snaps = default_run
+    assert max(relative_divergence(s.velocity) for s in snaps[::10]) < 1e-6
+    # RK4 at the default dt: the budget closes to far better than the 10% check needs.
+    assert budget_residual(snaps, config.epsilon) < 5e-3
