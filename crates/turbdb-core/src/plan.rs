@@ -141,27 +141,35 @@ fn group_by_cell(
     let side = cell_atoms * geometry.atom;
     let cells_per_axis: [usize; 3] = [0, 1, 2].map(|a| axes[a].n.div_ceil(side));
     let width = kernel.width();
-    // (cell, point) pairs, then a counting sort by cell.
+    // The cells each point's stencil touches (at most 2 per axis for any stencil that is
+    // narrower than a cell, up to 4 on tiny periodic grids).
+    let cells_of = |s: &[f64; 3]| {
+        let mut placement = crate::stencil::AxisWeights::default();
+        let mut per_axis = [([0usize; 4], 0usize); 3];
+        for a in 0..3 {
+            kernel.base_only(s[a], &axes[a], &mut placement);
+            per_axis[a] = cells_along(placement.wrapped, width, axes[a].n, side);
+        }
+        let mut out = [0u32; 64];
+        let mut count = 0;
+        for &cz in &per_axis[2].0[..per_axis[2].1] {
+            for &cy in &per_axis[1].0[..per_axis[1].1] {
+                for &cx in &per_axis[0].0[..per_axis[0].1] {
+                    out[count] = ((cz * cells_per_axis[1] + cy) * cells_per_axis[0] + cx) as u32;
+                    count += 1;
+                }
+            }
+        }
+        (out, count)
+    };
+    // A counting sort by cell that carries each point's position along, so that every
+    // cell's points end up contiguous in memory.
     let pairs: Vec<(u32, u32)> = positions
         .par_iter()
         .enumerate()
-        .flat_map_iter(|(i, s)| {
-            let mut weights = crate::stencil::AxisWeights::default();
-            let mut per_axis = [([0usize; 4], 0usize); 3];
-            for a in 0..3 {
-                kernel.base_only(s[a], &axes[a], &mut weights);
-                per_axis[a] = cells_along(weights.wrapped, width, axes[a].n, side);
-            }
-            let mut out = Vec::with_capacity(per_axis.iter().map(|p| p.1).product());
-            for &cz in &per_axis[2].0[..per_axis[2].1] {
-                for &cy in &per_axis[1].0[..per_axis[1].1] {
-                    for &cx in &per_axis[0].0[..per_axis[0].1] {
-                        let cell = (cz * cells_per_axis[1] + cy) * cells_per_axis[0] + cx;
-                        out.push((cell as u32, i as u32));
-                    }
-                }
-            }
-            out
+        .flat_map_iter(|(point, s)| {
+            let (cells, count) = cells_of(s);
+            (0..count).map(move |i| (cells[i], point as u32))
         })
         .collect();
     let total_cells = cells_per_axis.iter().product::<usize>();
@@ -172,12 +180,17 @@ fn group_by_cell(
     for c in 1..counts.len() {
         counts[c] += counts[c - 1];
     }
-    let mut sorted = vec![0u32; pairs.len()];
+    let entries = counts[total_cells] as usize;
+    let mut sorted_points = vec![0u32; entries];
+    let mut sorted_positions = vec![[0.0f64; 3]; entries];
     let mut fill = counts.clone();
     for &(cell, point) in &pairs {
-        sorted[fill[cell as usize] as usize] = point;
+        let slot = fill[cell as usize] as usize;
+        sorted_points[slot] = point;
+        sorted_positions[slot] = positions[point as usize];
         fill[cell as usize] += 1;
     }
+    drop(pairs);
     let per_shard = geometry.atoms_per_side();
     let occupied: Vec<usize> = (0..total_cells).filter(|&c| counts[c + 1] > counts[c]).collect();
     let mut cells: Vec<(u64, Cell)> = occupied
@@ -189,12 +202,15 @@ fn group_by_cell(
             let code = morton::encode(first_atom[0] as u32, first_atom[1] as u32, first_atom[2] as u32);
             // Within a cell, points in Morton order of their position: neighbours share
             // most of their stencils, so the executor finds the rows in cache.
-            let mut points = sorted[counts[c] as usize..counts[c + 1] as usize].to_vec();
-            points.sort_by_cached_key(|&p| {
-                let s = positions[p as usize];
-                morton::encode(s[0] as u32 % 4096, s[1] as u32 % 4096, s[2] as u32 % 4096)
-            });
-            let positions = points.iter().map(|&p| positions[p as usize]).collect();
+            let range = counts[c] as usize..counts[c + 1] as usize;
+            let mut order: Vec<(u64, u32)> = sorted_positions[range.clone()]
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (morton::encode(s[0] as u32 & 0xfffff, s[1] as u32 & 0xfffff, s[2] as u32 & 0xfffff), i as u32))
+                .collect();
+            order.sort_unstable();
+            let points = order.iter().map(|&(_, i)| sorted_points[range.start + i as usize]).collect();
+            let positions = order.iter().map(|&(_, i)| sorted_positions[range.start + i as usize]).collect();
             (code, Cell { shard, first_atom, points, positions })
         })
         .collect();
