@@ -8,7 +8,7 @@ DATASET ?= isotropic64
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest clean
+.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,7 +43,10 @@ test-python:
 bench-ingest: build ## ingest throughput from an in-memory array (bench/results/ingest.json)
 	$(PY) bench/ingest.py
 
-bench: bench-ingest ## every benchmark
+bench-query: build ## point-query throughput, streaming vs sorted/direct vs scipy (bench/results/query.json)
+	$(PY) bench/query.py
+
+bench: bench-ingest bench-query ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
 	rm -rf target $(VENV) .pytest_cache .hypothesis

@@ -38,6 +38,7 @@ class Dataset:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
+        self._cache: tuple[Any, dict[str, Any], DatasetInfo] | None = None
         #: Counters of the last query (atoms read, read calls, contributions): proof of
         #: what the engine did.
         self.last_query_stats: dict[str, int] = {}
@@ -50,7 +51,21 @@ class Dataset:
     # -- metadata -----------------------------------------------------------------------
 
     def _attrs(self) -> dict[str, Any]:
-        return read_json(self.path / ZARR_JSON)["attributes"]["turbdb"]
+        """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
+        of it is a rename, which changes its inode and time)."""
+        st = os.stat(self.path / ZARR_JSON)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._cache is None or self._cache[0] != key:
+            attrs = read_json(self.path / ZARR_JSON)["attributes"]["turbdb"]
+            self._cache = (key, attrs, DatasetInfo.from_attrs(attrs))
+        return self._cache[1]
+
+    @property
+    def metadata(self) -> DatasetInfo:
+        """Like :attr:`info` without scanning which steps are written: cheap, for the hot
+        path of queries (a missing step is reported by the engine when it is needed)."""
+        self._attrs()
+        return self._cache[2]
 
     @property
     def info(self) -> DatasetInfo:

@@ -58,7 +58,7 @@ def query(
     strategy: str = "streaming",
 ) -> np.ndarray:
     """See :meth:`turbdb.Dataset.query`."""
-    info = dataset.info
+    info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
     method = _choice("method", method, METHODS)
@@ -94,7 +94,7 @@ def cutout(
     """See :meth:`turbdb.Dataset.cutout`."""
     import xarray
 
-    info = dataset.info
+    info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
     if not isinstance(stride, (int, np.integer)) or stride < 1:

@@ -20,11 +20,16 @@ pub struct Cell {
     pub shard: ShardPos,
     /// Global coordinates `[ax, ay, az]` of the cell's first atom.
     pub first_atom: [usize; 3],
-    /// Points whose stencils touch the cell, in arrival order.
+    /// Points whose stencils touch the cell (their index in the batch), with
+    /// [`SHARED`] set on those whose stencils also touch other cells.
     pub points: Vec<u32>,
     /// Their grid positions, gathered here so the executor reads them sequentially.
     pub positions: Vec<[f64; 3]>,
 }
+
+/// Flag on [`Cell::points`]: the point's stencil spans several cells, so its partial sums
+/// from different cells must be added, not stored.
+pub const SHARED: u32 = 1 << 31;
 
 /// A query prepared for execution.
 #[derive(Debug)]
@@ -55,7 +60,7 @@ impl Plan {
         geometry: FieldGeometry,
     ) -> Result<Self> {
         method.check_supports(operator)?;
-        if points.len() >= u32::MAX as usize {
+        if points.len() >= SHARED as usize {
             return Err(Error::InvalidArgument(format!("{} points is more than one batch can hold", points.len())));
         }
         let kernel = Kernel::new(method, operator.max_order())?;
@@ -169,7 +174,8 @@ fn group_by_cell(
         .enumerate()
         .flat_map_iter(|(point, s)| {
             let (cells, count) = cells_of(s);
-            (0..count).map(move |i| (cells[i], point as u32))
+            let flag = if count > 1 { SHARED } else { 0 };
+            (0..count).map(move |i| (cells[i], point as u32 | flag))
         })
         .collect();
     let total_cells = cells_per_axis.iter().product::<usize>();
@@ -187,7 +193,7 @@ fn group_by_cell(
     for &(cell, point) in &pairs {
         let slot = fill[cell as usize] as usize;
         sorted_points[slot] = point;
-        sorted_positions[slot] = positions[point as usize];
+        sorted_positions[slot] = positions[(point & !SHARED) as usize];
         fill[cell as usize] += 1;
     }
     drop(pairs);

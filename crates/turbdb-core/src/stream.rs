@@ -4,7 +4,6 @@
 //! into the result, so the answer does not depend on the order atoms arrive in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -12,7 +11,7 @@ use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
 use crate::error::Result;
 use crate::geometry::ShardPos;
 use crate::morton;
-use crate::plan::{Cell, Plan};
+use crate::plan::{Cell, Plan, SHARED};
 use crate::reader::{AtomRequest, FieldReader};
 use crate::stencil::AxisWeights;
 
@@ -78,13 +77,25 @@ pub fn execute(
 ) -> Result<Vec<f64>> {
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
-    let result = Mutex::new(vec![0.0; plan.positions.len() * out_len]);
+    // Cells write their partial sums straight into the result from every worker. A point
+    // whose stencil spans cells gets several contributions, added atomically (f64 bits in
+    // a u64, compare-and-swap); a point inside one cell is simply stored.
+    let result: Vec<AtomicU64> = (0..plan.positions.len() * out_len).map(|_| AtomicU64::new(0)).collect();
     let add = |cell: &Cell, partial: Vec<f64>| {
-        let mut result = result.lock().expect("result");
-        for (i, &p) in cell.points.iter().enumerate() {
-            let target = &mut result[p as usize * out_len..][..out_len];
-            for (r, v) in target.iter_mut().zip(&partial[i * out_len..][..out_len]) {
-                *r += v;
+        for (i, &entry) in cell.points.iter().enumerate() {
+            let p = (entry & !SHARED) as usize;
+            let target = &result[p * out_len..][..out_len];
+            let values = &partial[i * out_len..][..out_len];
+            if entry & SHARED == 0 {
+                for (r, &v) in target.iter().zip(values) {
+                    r.store(v.to_bits(), Ordering::Relaxed);
+                }
+                continue;
+            }
+            for (r, &v) in target.iter().zip(values) {
+                let _ = r.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                    Some((f64::from_bits(bits) + v).to_bits())
+                });
             }
         }
     };
@@ -105,7 +116,7 @@ pub fn execute(
             }
         }
     }
-    Ok(result.into_inner().expect("result"))
+    Ok(result.into_iter().map(|bits| f64::from_bits(bits.into_inner())).collect())
 }
 
 /// Buffers a worker reuses from cell to cell (fresh large allocations would page-fault).

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from turbdb.exceptions import FormatError
-from turbdb.ingest.source import ArraySource, Layout, float_dtype, resolve_axes
+from turbdb.ingest.source import Layout, MemmapSource, float_dtype, resolve_axes
 
 __all__ = ["NpySource"]
 
@@ -35,7 +35,7 @@ def read_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
         ) from e
 
 
-class NpySource(ArraySource):
+class NpySource(MemmapSource):
     """One array in an .npy file; with a t axis it holds several steps."""
 
     format = "npy"
@@ -63,14 +63,3 @@ class NpySource(ArraySource):
         self._file_dtype = dtype
         self._offset = offset
         self._order = "F" if fortran else "C"
-
-    def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
-        mm = np.memmap(
-            self.path,
-            dtype=self._file_dtype,
-            mode="r",
-            offset=self._offset,
-            shape=self.layout.shape,
-            order=self._order,
-        )
-        return [mm[key]]

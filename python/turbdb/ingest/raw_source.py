@@ -10,7 +10,7 @@ from typing import BinaryIO
 import numpy as np
 
 from turbdb.exceptions import FormatError
-from turbdb.ingest.source import ArraySource, Layout, float_dtype, resolve_axes
+from turbdb.ingest.source import Layout, MemmapSource, float_dtype, resolve_axes
 
 __all__ = ["RawSource", "fortran_records"]
 
@@ -56,7 +56,7 @@ def _walk(f: BinaryIO, size: int, marker: int, order: str) -> list[tuple[int, in
     return records or None
 
 
-class RawSource(ArraySource):
+class RawSource(MemmapSource):
     """A headerless array of known dtype and shape; with a t axis it holds several steps."""
 
     format = "raw"
@@ -104,15 +104,7 @@ class RawSource(ArraySource):
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
         if self._records is not None:
             return [self._gather(key)]
-        mm = np.memmap(
-            self.path,
-            dtype=self._file_dtype,
-            mode="r",
-            offset=self._offset,
-            shape=self.layout.shape,
-            order=self._order,
-        )
-        return [mm[key]]
+        return super()._read_blocks(key)
 
     def _gather(self, key: tuple[int | slice, ...]) -> np.ndarray:
         """One step read across record markers (time is the slowest axis here)."""

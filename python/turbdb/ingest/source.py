@@ -27,6 +27,7 @@ __all__ = [
     "FORMATS",
     "ArraySource",
     "Layout",
+    "MemmapSource",
     "Source",
     "StepRef",
     "detect_format",
@@ -711,4 +712,24 @@ def open_sources(paths: Iterable[str | os.PathLike[str]], **options: Any) -> lis
     if not sources:
         raise InvalidRequestError("no input files given; pass at least one path")
     return sources
+
+
+class MemmapSource(ArraySource):
+    """An array stored raw at an offset of one file (npy, raw binary), read through a
+    memory map so that only the requested step is touched."""
+
+    _file_dtype: np.dtype
+    _offset: int
+    _order: str
+
+    def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
+        mm = np.memmap(
+            self.path,
+            dtype=self._file_dtype,
+            mode="r",
+            offset=self._offset,
+            shape=self.layout.shape,
+            order=self._order,
+        )
+        return [mm[key]]
 
