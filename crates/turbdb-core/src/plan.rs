@@ -81,26 +81,24 @@ impl Plan {
 
 /// Grid-unit positions; the first non-finite or out-of-domain point is named.
 fn grid_positions(points: &[[f64; 3]], axes: &[Axis; 3]) -> Result<Vec<[f64; 3]>> {
-    points
-        .par_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            if !p.iter().all(|v| v.is_finite()) {
-                return Err(Error::InvalidArgument(format!("point {i} is not finite: {p:?}")));
-            }
-            let mut s = [0.0; 3];
-            for a in 0..3 {
-                s[a] = axes[a]
-                    .grid_position(p[a], ['x', 'y', 'z'][a])
-                    .map_err(|e| match e {
-                        Error::OutOfDomain(m) => Error::OutOfDomain(format!("point {i}: {m}")),
-                        other => other,
-                    })?;
-            }
-            Ok(s)
+    let mut positions = vec![[0.0; 3]; points.len()];
+    let ok = positions.par_chunks_mut(4096).zip(points.par_chunks(4096)).all(|(out, chunk)| {
+        out.iter_mut().zip(chunk).all(|(s, p)| {
+            p.iter().all(|v| v.is_finite())
+                && (0..3).all(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
+                    Ok(v) => {
+                        s[a] = v;
+                        true
+                    }
+                    Err(_) => false,
+                })
         })
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e| first_bad_point(points, axes).unwrap_or(e))
+    });
+    if ok {
+        Ok(positions)
+    } else {
+        Err(first_bad_point(points, axes).expect("a bad point"))
+    }
 }
 
 /// The error of the lowest-numbered bad point (parallel checking may report another).

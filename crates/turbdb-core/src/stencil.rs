@@ -47,8 +47,11 @@ impl Axis {
         let s = (x - self.origin) / self.spacing;
         if self.periodic {
             let n = self.n as f64;
-            let wrapped = s.rem_euclid(n);
-            return Ok(if wrapped >= n { 0.0 } else { wrapped });
+            if (0.0..n).contains(&s) {
+                return Ok(s);
+            }
+            let wrapped = s - n * (s / n).floor();
+            return Ok(if (0.0..n).contains(&wrapped) { wrapped } else { 0.0 });
         }
         let last = (self.n - 1) as f64;
         let tolerance = 1e-9 * last.max(1.0);
