@@ -85,9 +85,9 @@ def _plots(u: np.ndarray, box: float, out: Path, name: str, time: float) -> list
     r, q = diagnostics.rq_invariants(a.reshape(-1, 3, 3))
     qw = np.mean(0.5 * np.sum(vorticity**2, axis=-1)) / 2  # <Q_w> = <ω²>/4
     fig, ax = plt.subplots(figsize=(5, 4.5))
-    hist, xe, ye = np.histogram2d(r / qw**1.5, q / qw, bins=120, range=[[-3, 3], [-6, 6]], density=True)
+    hist, xe, ye = np.histogram2d(r / qw**1.5, q / qw, bins=80, range=[[-3, 3], [-6, 6]], density=True)
     ax.contour(0.5 * (xe[1:] + xe[:-1]), 0.5 * (ye[1:] + ye[:-1]), np.log10(hist.T + 1e-6),
-               levels=np.arange(-3.5, 0.5, 0.5), cmap="viridis")
+               levels=np.arange(-3.0, 0.5, 0.5), cmap="viridis")
     rr = np.linspace(-3, 3, 200)
     ax.plot(rr, -(27 / 4 * rr**2) ** (1 / 3), "k:", lw=1, label="Vieillefosse line")
     ax.axhline(0, color="grey", lw=0.5)
