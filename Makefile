@@ -24,7 +24,7 @@ build: setup ## release build of the Rust extension into .venv
 	$(VENV)/bin/maturin develop --release --extras test --quiet
 	@$(PY) -c "import turbdb._core" 
 
-dataset: build ## create the default dataset ($(DATASET) in $(DB)/) if it is missing
+dataset: build ## create the default dataset (isotropic64 in data/; override with DATASET=, DB=) if it is missing
 	$(PY) -m turbdb.cli simulate $(DB) --name $(DATASET) --grid 64 --if-missing
 
 demo: dataset ## set everything up and run the demo on the default dataset
