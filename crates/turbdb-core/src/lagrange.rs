@@ -34,6 +34,21 @@ impl LagrangeBasis {
     /// `value`, `first` and `second`.
     pub fn eval(&self, x: f64, value: &mut [f64], first: Option<&mut [f64]>, second: Option<&mut [f64]>) {
         let n = self.n;
+        if first.is_none() && second.is_none() {
+            // Values only: L_j = w_j ∏_{k≠j} (x − k) from prefix and suffix products,
+            // without a division and exact on the nodes.
+            let mut prefix = 1.0;
+            for j in 0..n {
+                value[j] = prefix;
+                prefix *= x - j as f64;
+            }
+            let mut suffix = 1.0;
+            for j in (0..n).rev() {
+                value[j] *= suffix * self.weights[j];
+                suffix *= x - j as f64;
+            }
+            return;
+        }
         // m: the node nearest x, whose distance may be zero; r_k = 1/(x − k) for the others.
         let m = (x.round().max(0.0) as usize).min(n - 1);
         let dm = x - m as f64;
@@ -110,7 +125,10 @@ mod tests {
             for &x in &[0.0, 0.3, 1.0, 1.5, 2.999999999, 3.25, n as f64 - 1.0, -0.5, n as f64 + 0.4] {
                 let (mut v, mut d1, mut d2) = ([0.0; MAX_NODES], [0.0; MAX_NODES], [0.0; MAX_NODES]);
                 basis.eval(x, &mut v, Some(&mut d1), Some(&mut d2));
+                let mut values_only = [0.0; MAX_NODES];
+                basis.eval(x, &mut values_only, None, None);
                 for (j, expected) in naive(n, x).iter().enumerate() {
+                    assert!((values_only[j] - expected[0]).abs() < 1e-11, "n={n} x={x} j={j} value only");
                     let tol = 1e-9 * (1.0 + expected[2].abs());
                     assert!((v[j] - expected[0]).abs() < 1e-11, "n={n} x={x} j={j} value");
                     assert!((d1[j] - expected[1]).abs() < tol, "n={n} x={x} j={j} first {} {}", d1[j], expected[1]);
