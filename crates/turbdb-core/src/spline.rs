@@ -22,7 +22,7 @@ pub struct SplineKernel {
 impl SplineKernel {
     /// The spline of smoothness `m` over `q` nodes.
     pub fn new(m: usize, q: usize) -> Result<Self> {
-        if q % 2 != 0 || q < 2 * m + 2 || q > MAX_WIDTH || 2 * m + 2 > MAX_COEFFS {
+        if !q.is_multiple_of(2) || q < 2 * m + 2 || q > MAX_WIDTH || 2 * m + 2 > MAX_COEFFS {
             return Err(Error::InvalidArgument(format!("no spline m{m}q{q}: need even q >= 2m+2")));
         }
         let degree = 2 * m + 1;

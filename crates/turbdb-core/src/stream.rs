@@ -129,6 +129,7 @@ struct Scratch {
 /// The partial sums of one cell for its points (`points × ncomp × slots`). The cell's
 /// needed atoms are read once per time level (merged reads, storage order) into a float64
 /// block of the cell, and each point adds the part of its stencil that lies in the cell.
+#[allow(clippy::too_many_arguments)]
 fn run_cell(
     plan: &Plan,
     cell: &Cell,

@@ -74,7 +74,6 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
 }
 
 fn check_shard(reader: &FieldReader, t: usize, shard: [usize; 3], out: &mut [f32]) -> Result<usize, Error> {
-    let geometry = reader.geometry();
     let path = reader.shard_path(t, shard);
     let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
     let index = reader.index(t, shard)?;
@@ -88,6 +87,5 @@ fn check_shard(reader: &FieldReader, t: usize, shard: [usize; 3], out: &mut [f32
         reader.decode_atom(&bytes[offset as usize..end as usize], &path, out)?;
         atoms += 1;
     }
-    let _ = geometry;
     Ok(atoms)
 }
