@@ -91,7 +91,11 @@ fn evaluate_point(
                     let request = AtomRequest { local: atom.map(|v| v % per_shard), slot: 0 };
                     source.read_atoms(level.t, atom.map(|v| v / per_shard), &[request], buffer)?;
                     reads += 1;
-                    let runs = [0, 1, 2].map(|i| Runs::new(w[i].wrapped, width, plan.axes[i].n, atom[i] * a, a));
+                    let runs = [
+                        Runs::new(w[0].wrapped, width, plan.axes[0].n, atom[0] * a, a),
+                        Runs::new(w[1].wrapped, width, plan.axes[1].n, atom[1] * a, a),
+                        Runs::new(w[2].wrapped, width, plan.axes[2].n, atom[2] * a, a),
+                    ];
                     accumulate_any(g.ncomp, Block { values: &*buffer, dims: [a, a] }, &runs, &w, terms, level.weight, out, width);
                 }
             }

@@ -216,7 +216,11 @@ fn run_cell(
             for axis in 0..3 {
                 plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
             }
-            let runs = [0, 1, 2].map(|ax| Runs::new(w[ax].wrapped, width, plan.axes[ax].n, start[ax], dims[ax]));
+            let runs = [
+                Runs::new(w[0].wrapped, width, plan.axes[0].n, start[0], dims[0]),
+                Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
+                Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
+            ];
             accumulate_any(nc, view, &runs, &w, terms, level.weight, &mut partial[i * out_len..][..out_len], width);
         }
     }
