@@ -78,24 +78,29 @@ pub fn execute(
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
     // Cells write their partial sums straight into the result from every worker. A point
-    // whose stencil spans cells gets several contributions, added atomically (f64 bits in
-    // a u64, compare-and-swap); a point inside one cell is simply stored.
-    let result: Vec<AtomicU64> = (0..plan.positions.len() * out_len).map(|_| AtomicU64::new(0)).collect();
+    // whose stencil spans cells gets several contributions, added atomically (the f64 bits
+    // as an atomic u64, compare-and-swap); a point inside one cell is written by that cell
+    // alone, with a plain store.
+    let mut result = vec![0.0f64; plan.positions.len() * out_len];
+    let base = ResultPtr(result.as_mut_ptr());
     let add = |cell: &Cell, partial: Vec<f64>| {
+        let base = &base;
         for (i, &entry) in cell.points.iter().enumerate() {
             let p = (entry & !SHARED) as usize;
-            let target = &result[p * out_len..][..out_len];
             let values = &partial[i * out_len..][..out_len];
-            if entry & SHARED == 0 {
-                for (r, &v) in target.iter().zip(values) {
-                    r.store(v.to_bits(), Ordering::Relaxed);
+            for (k, &v) in values.iter().enumerate() {
+                // SAFETY: p * out_len + k is inside `result`, which outlives the workers.
+                // Slots of an unshared point are touched by this cell only; slots of a
+                // shared point are only ever accessed atomically.
+                let slot = unsafe { base.0.add(p * out_len + k) };
+                if entry & SHARED == 0 {
+                    unsafe { slot.write(v) };
+                } else {
+                    let atomic = unsafe { AtomicU64::from_ptr(slot.cast::<u64>()) };
+                    let _ = atomic.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                        Some((f64::from_bits(bits) + v).to_bits())
+                    });
                 }
-                continue;
-            }
-            for (r, &v) in target.iter().zip(values) {
-                let _ = r.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                    Some((f64::from_bits(bits) + v).to_bits())
-                });
             }
         }
     };
@@ -116,8 +121,14 @@ pub fn execute(
             }
         }
     }
-    Ok(result.into_iter().map(|bits| f64::from_bits(bits.into_inner())).collect())
+    Ok(result)
 }
+
+/// The result buffer, shared by the workers (see `execute` for why this is sound).
+struct ResultPtr(*mut f64);
+// SAFETY: workers write disjoint slots, or the same slots only through atomics.
+unsafe impl Sync for ResultPtr {}
+unsafe impl Send for ResultPtr {}
 
 /// Buffers a worker reuses from cell to cell (fresh large allocations would page-fault).
 #[derive(Default)]
