@@ -19,11 +19,20 @@ impl Runs {
     /// `0..n`), `width` of them wrapping past `n`, that fall in the atom of side `atom`
     /// starting at node `atom_start`.
     #[inline]
-    pub fn new(wrapped_base: usize, width: usize, n: usize, atom_start: usize, atom: usize) -> Self {
+    pub fn new(
+        wrapped_base: usize,
+        width: usize,
+        n: usize,
+        atom_start: usize,
+        atom: usize,
+    ) -> Self {
         let mut runs = Runs::default();
         let atom_end = (atom_start + atom).min(n);
         let before_wrap = width.min(n - wrapped_base);
-        for (k_start, node_start, len) in [(0, wrapped_base, before_wrap), (before_wrap, 0, width - before_wrap)] {
+        for (k_start, node_start, len) in [
+            (0, wrapped_base, before_wrap),
+            (before_wrap, 0, width - before_wrap),
+        ] {
             let lo = node_start.max(atom_start);
             let hi = (node_start + len).min(atom_end);
             if lo < hi {
@@ -32,11 +41,6 @@ impl Runs {
             }
         }
         runs
-    }
-
-    /// Whether no stencil node falls in the atom.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 
     /// The runs `(first stencil node, first atom-local index, length)`.
@@ -73,7 +77,11 @@ impl TermSet {
             out.push((t.orders[0], index, t.slot));
         }
         assert!(pairs.len() <= MAX_PAIRS);
-        Self { slots, pairs, terms: out }
+        Self {
+            slots,
+            pairs,
+            terms: out,
+        }
     }
 
     /// Output values per component.
@@ -144,7 +152,9 @@ fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
                     for dy in 0..ny {
                         let ky = ky0 + dy;
                         let start = plane + (ly0 + dy) * row_stride + lx * NC;
-                        let src: &[T; L] = block.values[start..start + L].try_into().expect("padded block");
+                        let src: &[T; L] = block.values[start..start + L]
+                            .try_into()
+                            .expect("padded block");
                         for (acc, &(oy, oz)) in acc.iter_mut().zip(&pairs) {
                             axpy(acc, w[1].w[oy][ky] * w[2].w[oz][kz], src);
                         }
@@ -251,7 +261,10 @@ pub fn accumulate_any<T: Value>(
                 scalar.extend(block.values.chunks_exact(ncomp).map(|v| v[c].get()));
                 scalar.resize(scalar.len() + PADDING, 0.0);
                 partial.fill(0.0);
-                let one = Block { values: &scalar[..], dims: block.dims };
+                let one = Block {
+                    values: &scalar[..],
+                    dims: block.dims,
+                };
                 accumulate_nc::<1, f64>(one, runs, w, terms, scale, &mut partial, width);
                 for s in 0..terms.slots {
                     out[c * terms.slots + s] += partial[s];

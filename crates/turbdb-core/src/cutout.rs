@@ -11,12 +11,20 @@ use crate::stream::AtomSource;
 
 /// The nodes selected along one axis: `start, start+stride, …` below `stop` (half-open,
 /// unwrapped), each wrapped into the grid on a periodic axis.
-pub fn axis_nodes(axis: &Axis, start: i64, stop: i64, stride: usize, name: char) -> Result<Vec<usize>> {
+pub fn axis_nodes(
+    axis: &Axis,
+    start: i64,
+    stop: i64,
+    stride: usize,
+    name: char,
+) -> Result<Vec<usize>> {
     if stride == 0 {
         return Err(Error::InvalidArgument("stride must be at least 1".into()));
     }
     if stop <= start {
-        return Err(Error::InvalidArgument(format!("{name} range [{start}, {stop}) is empty")));
+        return Err(Error::InvalidArgument(format!(
+            "{name} range [{start}, {stop}) is empty"
+        )));
     }
     let n = axis.n as i64;
     if !axis.periodic && (start < 0 || stop > n) {
@@ -24,7 +32,10 @@ pub fn axis_nodes(axis: &Axis, start: i64, stop: i64, stride: usize, name: char)
             "{name} range [{start}, {stop}) is outside the non-periodic axis [0, {n})"
         )));
     }
-    Ok((start..stop).step_by(stride).map(|i| i.rem_euclid(n) as usize).collect())
+    Ok((start..stop)
+        .step_by(stride)
+        .map(|i| i.rem_euclid(n) as usize)
+        .collect())
 }
 
 /// Reads the cutout of nodes `nodes[axis]` at time index `t` into `out`
@@ -54,7 +65,10 @@ pub fn read_cutout(
         for &y in ay.keys() {
             for &x in ax.keys() {
                 let shard = [x, y, z].map(|v| (v / atoms_per_shard) as u32);
-                shards.entry(morton::encode(shard[0], shard[1], shard[2])).or_default().push([x, y, z]);
+                shards
+                    .entry(morton::encode(shard[0], shard[1], shard[2]))
+                    .or_default()
+                    .push([x, y, z]);
             }
         }
     }
@@ -65,7 +79,10 @@ pub fn read_cutout(
         let requests: Vec<AtomRequest> = atoms
             .iter()
             .enumerate()
-            .map(|(slot, a)| AtomRequest { local: a.map(|v| v % atoms_per_shard), slot })
+            .map(|(slot, a)| AtomRequest {
+                local: a.map(|v| v % atoms_per_shard),
+                slot,
+            })
             .collect();
         let mut buffer = vec![0f32; atoms.len() * values];
         source.read_atoms(t, shard, &requests, &mut buffer)?;

@@ -42,7 +42,16 @@ pub fn execute_direct(
             let mut out = vec![0.0; chunk.len() * out_len];
             let mut atom_buffer = vec![0f32; g.atom_values() + PADDING];
             for (i, &p) in chunk.iter().enumerate() {
-                evaluate_point(plan, p as usize, source, levels, &terms, &mut atom_buffer, &mut out[i * out_len..][..out_len], stats)?;
+                evaluate_point(
+                    plan,
+                    p as usize,
+                    source,
+                    levels,
+                    &terms,
+                    &mut atom_buffer,
+                    &mut out[i * out_len..][..out_len],
+                    stats,
+                )?;
             }
             Ok(out)
         })
@@ -50,7 +59,8 @@ pub fn execute_direct(
     let mut result = vec![0.0; plan.positions.len() * out_len];
     for (chunk, values) in order.chunks(CHUNK).zip(chunks) {
         for (i, &p) in chunk.iter().enumerate() {
-            result[p as usize * out_len..][..out_len].copy_from_slice(&values[i * out_len..][..out_len]);
+            result[p as usize * out_len..][..out_len]
+                .copy_from_slice(&values[i * out_len..][..out_len]);
         }
     }
     Ok(result)
@@ -88,7 +98,10 @@ fn evaluate_point(
             for &ay in &atoms_along[1] {
                 for &ax in &atoms_along[0] {
                     let atom = [ax, ay, az];
-                    let request = AtomRequest { local: atom.map(|v| v % per_shard), slot: 0 };
+                    let request = AtomRequest {
+                        local: atom.map(|v| v % per_shard),
+                        slot: 0,
+                    };
                     source.read_atoms(level.t, atom.map(|v| v / per_shard), &[request], buffer)?;
                     reads += 1;
                     let runs = [
@@ -96,7 +109,19 @@ fn evaluate_point(
                         Runs::new(w[1].wrapped, width, plan.axes[1].n, atom[1] * a, a),
                         Runs::new(w[2].wrapped, width, plan.axes[2].n, atom[2] * a, a),
                     ];
-                    accumulate_any(g.ncomp, Block { values: &*buffer, dims: [a, a] }, &runs, &w, terms, level.weight, out, width);
+                    accumulate_any(
+                        g.ncomp,
+                        Block {
+                            values: &*buffer,
+                            dims: [a, a],
+                        },
+                        &runs,
+                        &w,
+                        terms,
+                        level.weight,
+                        out,
+                        width,
+                    );
                 }
             }
         }

@@ -47,11 +47,17 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wraps an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// A corruption found in `path`.
     pub fn corrupt(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
-        Error::Corrupt { path: path.into(), message: message.into() }
+        Error::Corrupt {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }

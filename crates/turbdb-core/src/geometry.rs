@@ -40,10 +40,20 @@ impl FieldGeometry {
                 "atom ({atom}) and partition ({partition}) must be powers of two with atom <= partition"
             ));
         }
-        if grid.iter().any(|&n| n.div_ceil(atom) > morton::MAX_COORD as usize) {
-            return invalid(format!("grid {grid:?} is too large for 21-bit Morton codes"));
+        if grid
+            .iter()
+            .any(|&n| n.div_ceil(atom) > morton::MAX_COORD as usize)
+        {
+            return invalid(format!(
+                "grid {grid:?} is too large for 21-bit Morton codes"
+            ));
         }
-        Ok(Self { grid, ncomp, atom, partition })
+        Ok(Self {
+            grid,
+            ncomp,
+            atom,
+            partition,
+        })
     }
 
     /// Atoms along one side of a partition.

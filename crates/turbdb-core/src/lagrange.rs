@@ -16,23 +16,30 @@ pub struct LagrangeBasis {
 impl LagrangeBasis {
     /// The basis through nodes `0..n`.
     pub fn new(n: usize) -> Self {
-        assert!((1..=MAX_NODES).contains(&n), "1..={MAX_NODES} nodes supported");
+        assert!(
+            (1..=MAX_NODES).contains(&n),
+            "1..={MAX_NODES} nodes supported"
+        );
         let mut weights = [0.0; MAX_NODES];
         for j in 0..n {
-            let denominator: f64 = (0..n).filter(|&k| k != j).map(|k| j as f64 - k as f64).product();
+            let denominator: f64 = (0..n)
+                .filter(|&k| k != j)
+                .map(|k| j as f64 - k as f64)
+                .product();
             weights[j] = 1.0 / denominator;
         }
         Self { n, weights }
     }
 
-    /// Number of nodes.
-    pub fn nodes(&self) -> usize {
-        self.n
-    }
-
     /// Writes `L_j(x)`, `L_j'(x)` and (if `second`) `L_j''(x)` for every node `j` into
     /// `value`, `first` and `second`.
-    pub fn eval(&self, x: f64, value: &mut [f64], first: Option<&mut [f64]>, second: Option<&mut [f64]>) {
+    pub fn eval(
+        &self,
+        x: f64,
+        value: &mut [f64],
+        first: Option<&mut [f64]>,
+        second: Option<&mut [f64]>,
+    ) {
         let n = self.n;
         if first.is_none() && second.is_none() {
             // Values only: L_j = w_j ∏_{k≠j} (x − k) from prefix and suffix products,
@@ -63,7 +70,11 @@ impl LagrangeBasis {
             sum_r2 += r[k] * r[k];
         }
         for j in 0..n {
-            value[j] = if j == m { self.weights[m] * lm } else { self.weights[j] * lm * dm * r[j] };
+            value[j] = if j == m {
+                self.weights[m] * lm
+            } else {
+                self.weights[j] * lm * dm * r[j]
+            };
         }
         if let Some(first) = first {
             for j in 0..n {
@@ -103,7 +114,12 @@ mod tests {
                 let mut first = 0.0;
                 let mut second = 0.0;
                 for (a, _) in others.iter().enumerate() {
-                    first += others.iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &k)| x - k).product::<f64>();
+                    first += others
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != a)
+                        .map(|(_, &k)| x - k)
+                        .product::<f64>();
                     for (b, _) in others.iter().enumerate().filter(|&(b, _)| b != a) {
                         second += others
                             .iter()
@@ -113,7 +129,11 @@ mod tests {
                             .product::<f64>();
                     }
                 }
-                [value / denominator, first / denominator, second / denominator]
+                [
+                    value / denominator,
+                    first / denominator,
+                    second / denominator,
+                ]
             })
             .collect()
     }
@@ -122,17 +142,44 @@ mod tests {
     fn matches_the_product_formulas_on_and_between_nodes() {
         for n in 2..=9 {
             let basis = LagrangeBasis::new(n);
-            for &x in &[0.0, 0.3, 1.0, 1.5, 2.999999999, 3.25, n as f64 - 1.0, -0.5, n as f64 + 0.4] {
-                let (mut v, mut d1, mut d2) = ([0.0; MAX_NODES], [0.0; MAX_NODES], [0.0; MAX_NODES]);
+            for &x in &[
+                0.0,
+                0.3,
+                1.0,
+                1.5,
+                2.999999999,
+                3.25,
+                n as f64 - 1.0,
+                -0.5,
+                n as f64 + 0.4,
+            ] {
+                let (mut v, mut d1, mut d2) =
+                    ([0.0; MAX_NODES], [0.0; MAX_NODES], [0.0; MAX_NODES]);
                 basis.eval(x, &mut v, Some(&mut d1), Some(&mut d2));
                 let mut values_only = [0.0; MAX_NODES];
                 basis.eval(x, &mut values_only, None, None);
                 for (j, expected) in naive(n, x).iter().enumerate() {
-                    assert!((values_only[j] - expected[0]).abs() < 1e-11, "n={n} x={x} j={j} value only");
+                    assert!(
+                        (values_only[j] - expected[0]).abs() < 1e-11,
+                        "n={n} x={x} j={j} value only"
+                    );
                     let tol = 1e-9 * (1.0 + expected[2].abs());
-                    assert!((v[j] - expected[0]).abs() < 1e-11, "n={n} x={x} j={j} value");
-                    assert!((d1[j] - expected[1]).abs() < tol, "n={n} x={x} j={j} first {} {}", d1[j], expected[1]);
-                    assert!((d2[j] - expected[2]).abs() < tol, "n={n} x={x} j={j} second {} {}", d2[j], expected[2]);
+                    assert!(
+                        (v[j] - expected[0]).abs() < 1e-11,
+                        "n={n} x={x} j={j} value"
+                    );
+                    assert!(
+                        (d1[j] - expected[1]).abs() < tol,
+                        "n={n} x={x} j={j} first {} {}",
+                        d1[j],
+                        expected[1]
+                    );
+                    assert!(
+                        (d2[j] - expected[2]).abs() < tol,
+                        "n={n} x={x} j={j} second {} {}",
+                        d2[j],
+                        expected[2]
+                    );
                 }
             }
         }

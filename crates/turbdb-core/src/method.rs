@@ -37,8 +37,9 @@ pub enum Operator {
 }
 
 /// Every method name a query accepts.
-pub const METHOD_NAMES: &[&str] =
-    &["none", "lag4", "lag6", "lag8", "fd4noint", "fd6noint", "fd8noint", "fd4lag4", "m1q4", "m2q8"];
+pub const METHOD_NAMES: &[&str] = &[
+    "none", "lag4", "lag6", "lag8", "fd4noint", "fd6noint", "fd8noint", "fd4lag4", "m1q4", "m2q8",
+];
 
 /// Every operator name a query accepts.
 pub const OPERATOR_NAMES: &[&str] = &["field", "gradient", "hessian", "laplacian"];
@@ -115,7 +116,10 @@ pub struct Term {
 }
 
 const fn term(x: usize, y: usize, z: usize, slot: usize) -> Term {
-    Term { orders: [x, y, z], slot }
+    Term {
+        orders: [x, y, z],
+        slot,
+    }
 }
 
 impl Operator {
@@ -196,7 +200,10 @@ mod tests {
 
     #[test]
     fn refusals_list_what_is_offered() {
-        let err = Method::Nearest.check_supports(Operator::Gradient).unwrap_err().to_string();
+        let err = Method::Nearest
+            .check_supports(Operator::Gradient)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("offers: field"), "{err}");
         let err = Method::parse("lag5").unwrap_err().to_string();
         assert!(err.contains("lag4, lag6, lag8"), "{err}");

@@ -43,7 +43,10 @@ pub fn decode(code: u64) -> (u32, u32, u32) {
 
 /// The positions `(x, y, z)` of an `n`×`n`×`n` cube (`n` a power of two) in Morton order.
 pub fn cube_order(n: u32) -> Vec<(u32, u32, u32)> {
-    assert!(n.is_power_of_two(), "Morton cube side must be a power of two");
+    assert!(
+        n.is_power_of_two(),
+        "Morton cube side must be a power of two"
+    );
     (0..u64::from(n).pow(3)).map(decode).collect()
 }
 

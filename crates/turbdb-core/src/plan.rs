@@ -61,7 +61,10 @@ impl Plan {
     ) -> Result<Self> {
         method.check_supports(operator)?;
         if points.len() >= SHARED as usize {
-            return Err(Error::InvalidArgument(format!("{} points is more than one batch can hold", points.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} points is more than one batch can hold",
+                points.len()
+            )));
         }
         let kernel = Kernel::new(method, operator.max_order())?;
         for (axis, name) in axes.iter().zip(['x', 'y', 'z']) {
@@ -70,30 +73,36 @@ impl Plan {
         let positions = grid_positions(points, &axes)?;
         let cell_atoms = CELL_ATOMS.min(geometry.atoms_per_side());
         let cells = group_by_cell(&positions, &kernel, &axes, &geometry, cell_atoms);
-        Ok(Self { kernel, operator, axes, geometry, positions, cells, cell_atoms })
-    }
-
-    /// Voxels along one side of a cell.
-    pub fn cell_side(&self) -> usize {
-        self.cell_atoms * self.geometry.atom
+        Ok(Self {
+            kernel,
+            operator,
+            axes,
+            geometry,
+            positions,
+            cells,
+            cell_atoms,
+        })
     }
 }
 
 /// Grid-unit positions; the first non-finite or out-of-domain point is named.
 fn grid_positions(points: &[[f64; 3]], axes: &[Axis; 3]) -> Result<Vec<[f64; 3]>> {
     let mut positions = vec![[0.0; 3]; points.len()];
-    let ok = positions.par_chunks_mut(4096).zip(points.par_chunks(4096)).all(|(out, chunk)| {
-        out.iter_mut().zip(chunk).all(|(s, p)| {
-            p.iter().all(|v| v.is_finite())
-                && (0..3).all(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
-                    Ok(v) => {
-                        s[a] = v;
-                        true
-                    }
-                    Err(_) => false,
-                })
-        })
-    });
+    let ok = positions
+        .par_chunks_mut(4096)
+        .zip(points.par_chunks(4096))
+        .all(|(out, chunk)| {
+            out.iter_mut().zip(chunk).all(|(s, p)| {
+                p.iter().all(|v| v.is_finite())
+                    && (0..3).all(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
+                        Ok(v) => {
+                            s[a] = v;
+                            true
+                        }
+                        Err(_) => false,
+                    })
+            })
+        });
     if ok {
         Ok(positions)
     } else {
@@ -105,7 +114,9 @@ fn grid_positions(points: &[[f64; 3]], axes: &[Axis; 3]) -> Result<Vec<[f64; 3]>
 fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
     points.iter().enumerate().find_map(|(i, p)| {
         if !p.iter().all(|v| v.is_finite()) {
-            return Some(Error::InvalidArgument(format!("point {i} is not finite: {p:?}")));
+            return Some(Error::InvalidArgument(format!(
+                "point {i} is not finite: {p:?}"
+            )));
         }
         (0..3).find_map(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
             Err(Error::OutOfDomain(m)) => Some(Error::OutOfDomain(format!("point {i}: {m}"))),
@@ -116,7 +127,12 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
 
 /// The distinct cells (along one axis) holding the `width` nodes from `wrapped` (the first
 /// node, wrapped into `0..n`) on, wrapping past `n`.
-pub fn cells_along(wrapped: usize, width: usize, n: usize, cell_side: usize) -> ([usize; 4], usize) {
+pub fn cells_along(
+    wrapped: usize,
+    width: usize,
+    n: usize,
+    cell_side: usize,
+) -> ([usize; 4], usize) {
     let mut out = [usize::MAX; 4];
     let mut count = 0;
     let before_wrap = width.min(n - wrapped);
@@ -196,26 +212,59 @@ fn group_by_cell(
     }
     drop(pairs);
     let per_shard = geometry.atoms_per_side();
-    let occupied: Vec<usize> = (0..total_cells).filter(|&c| counts[c + 1] > counts[c]).collect();
+    let occupied: Vec<usize> = (0..total_cells)
+        .filter(|&c| counts[c + 1] > counts[c])
+        .collect();
     let mut cells: Vec<(u64, Cell)> = occupied
         .par_iter()
         .map(|&c| {
-            let (cx, cy, cz) = (c % cells_per_axis[0], c / cells_per_axis[0] % cells_per_axis[1], c / (cells_per_axis[0] * cells_per_axis[1]));
+            let (cx, cy, cz) = (
+                c % cells_per_axis[0],
+                c / cells_per_axis[0] % cells_per_axis[1],
+                c / (cells_per_axis[0] * cells_per_axis[1]),
+            );
             let first_atom = [cx * cell_atoms, cy * cell_atoms, cz * cell_atoms];
             let shard = first_atom.map(|a| a / per_shard);
-            let code = morton::encode(first_atom[0] as u32, first_atom[1] as u32, first_atom[2] as u32);
+            let code = morton::encode(
+                first_atom[0] as u32,
+                first_atom[1] as u32,
+                first_atom[2] as u32,
+            );
             // Within a cell, points in Morton order of their position: neighbours share
             // most of their stencils, so the executor finds the rows in cache.
             let range = counts[c] as usize..counts[c + 1] as usize;
             let mut order: Vec<(u64, u32)> = sorted_positions[range.clone()]
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (morton::encode(s[0] as u32 & 0xfffff, s[1] as u32 & 0xfffff, s[2] as u32 & 0xfffff), i as u32))
+                .map(|(i, s)| {
+                    (
+                        morton::encode(
+                            s[0] as u32 & 0xfffff,
+                            s[1] as u32 & 0xfffff,
+                            s[2] as u32 & 0xfffff,
+                        ),
+                        i as u32,
+                    )
+                })
                 .collect();
             order.sort_unstable();
-            let points = order.iter().map(|&(_, i)| sorted_points[range.start + i as usize]).collect();
-            let positions = order.iter().map(|&(_, i)| sorted_positions[range.start + i as usize]).collect();
-            (code, Cell { shard, first_atom, points, positions })
+            let points = order
+                .iter()
+                .map(|&(_, i)| sorted_points[range.start + i as usize])
+                .collect();
+            let positions = order
+                .iter()
+                .map(|&(_, i)| sorted_positions[range.start + i as usize])
+                .collect();
+            (
+                code,
+                Cell {
+                    shard,
+                    first_atom,
+                    points,
+                    positions,
+                },
+            )
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);

@@ -28,7 +28,9 @@ impl Strategy {
             "streaming" => Ok(Strategy::Streaming),
             "direct" => Ok(Strategy::Direct),
             "sorted" => Ok(Strategy::Sorted),
-            _ => Err(Error::UnknownName(format!("unknown strategy {name:?}; valid: streaming, direct, sorted"))),
+            _ => Err(Error::UnknownName(format!(
+                "unknown strategy {name:?}; valid: streaming, direct, sorted"
+            ))),
         }
     }
 }
@@ -62,7 +64,13 @@ pub fn evaluate(
         .into_iter()
         .map(|(t, weight)| TimeLevel { t, weight })
         .collect();
-    let plan = Plan::new(points, spec.method, spec.operator, axes, reader.geometry().clone())?;
+    let plan = Plan::new(
+        points,
+        spec.method,
+        spec.operator,
+        axes,
+        reader.geometry().clone(),
+    )?;
     run(&plan, reader, &levels, spec.strategy, stats)
 }
 

@@ -38,7 +38,13 @@ impl FieldReader {
         codec: ChunkCodec,
         location: IndexLocation,
     ) -> Self {
-        Self { root: root.into(), geometry, codec, location, indexes: Mutex::default() }
+        Self {
+            root: root.into(),
+            geometry,
+            codec,
+            location,
+            indexes: Mutex::default(),
+        }
     }
 
     /// The layout this reader was opened with.
@@ -59,7 +65,10 @@ impl FieldReader {
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
         let index = Arc::new(self.read_index(&file, &path)?);
-        self.indexes.lock().expect("index cache").insert((t, shard), Arc::clone(&index));
+        self.indexes
+            .lock()
+            .expect("index cache")
+            .insert((t, shard), Arc::clone(&index));
         Ok(index)
     }
 
@@ -72,21 +81,31 @@ impl FieldReader {
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let size = self.geometry.index_bytes() as u64;
         if len < size {
-            return Err(Error::corrupt(path, format!("shard is {len} bytes, shorter than its index ({size})")));
+            return Err(Error::corrupt(
+                path,
+                format!("shard is {len} bytes, shorter than its index ({size})"),
+            ));
         }
         let offset = match self.location {
             IndexLocation::End => len - size,
             IndexLocation::Start => 0,
         };
         let mut bytes = vec![0u8; size as usize];
-        file.read_exact_at(&mut bytes, offset).map_err(|e| Error::io(path, e))?;
+        file.read_exact_at(&mut bytes, offset)
+            .map_err(|e| Error::io(path, e))?;
         ShardIndex::decode(&bytes, self.geometry.chunks_per_shard(), path)
     }
 
     /// Reads the requested atoms of one shard into `out` (`slot`·atom_values onwards),
     /// in storage order, merging atoms that lie next to each other on disk into one read.
     /// Atoms that are not stored read as NaN.
-    pub fn read_atoms(&self, t: usize, shard: ShardPos, atoms: &[AtomRequest], out: &mut [f32]) -> Result<()> {
+    pub fn read_atoms(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> Result<()> {
         let index = self.index(t, shard)?;
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
@@ -109,7 +128,8 @@ impl FieldReader {
             let first = stored[start].0;
             let total = (stored[end - 1].0 + stored[end - 1].1 - first) as usize;
             buffer.resize(total, 0);
-            file.read_exact_at(&mut buffer, first).map_err(|e| Error::io(&path, e))?;
+            file.read_exact_at(&mut buffer, first)
+                .map_err(|e| Error::io(&path, e))?;
             for &(offset, nbytes, slot) in &stored[start..end] {
                 let at = (offset - first) as usize;
                 let bytes = &buffer[at..at + nbytes as usize];
@@ -145,7 +165,10 @@ impl FieldReader {
             bytes
         };
         if bytes.len() != expected {
-            return Err(Error::corrupt(path, format!("atom has {} bytes, expected {expected}", bytes.len())));
+            return Err(Error::corrupt(
+                path,
+                format!("atom has {} bytes, expected {expected}", bytes.len()),
+            ));
         }
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
             *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
@@ -156,9 +179,10 @@ impl FieldReader {
 
 fn open_shard(path: &Path, t: usize) -> Result<File> {
     File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            Error::Missing(format!("time step {t} is not stored: {} does not exist", path.display()))
-        }
+        std::io::ErrorKind::NotFound => Error::Missing(format!(
+            "time step {t} is not stored: {} does not exist",
+            path.display()
+        )),
         _ => Error::io(path, e),
     })
 }

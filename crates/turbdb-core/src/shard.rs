@@ -29,7 +29,10 @@ pub struct ChunkCodec {
 
 impl ChunkCodec {
     /// What turbdb writes: raw float32 followed by its crc32c.
-    pub const TURBDB: ChunkCodec = ChunkCodec { zstd: false, crc32c: true };
+    pub const TURBDB: ChunkCodec = ChunkCodec {
+        zstd: false,
+        crc32c: true,
+    };
 }
 
 /// The decoded index of one shard.
@@ -42,7 +45,9 @@ pub struct ShardIndex {
 impl ShardIndex {
     /// An index with every chunk absent.
     pub fn empty(chunks: usize) -> Self {
-        Self { entries: vec![(EMPTY, EMPTY); chunks] }
+        Self {
+            entries: vec![(EMPTY, EMPTY); chunks],
+        }
     }
 
     /// Serialises the index with its crc32c, as written at the end of a shard.
@@ -63,7 +68,11 @@ impl ShardIndex {
         if bytes.len() != body_len + 4 {
             return Err(Error::corrupt(
                 path,
-                format!("shard index has {} bytes, expected {}", bytes.len(), body_len + 4),
+                format!(
+                    "shard index has {} bytes, expected {}",
+                    bytes.len(),
+                    body_len + 4
+                ),
             ));
         }
         let (body, crc) = bytes.split_at(body_len);
@@ -72,7 +81,9 @@ impl ShardIndex {
         if stored != computed {
             return Err(Error::corrupt(
                 path,
-                format!("shard index checksum mismatch (stored {stored:08x}, computed {computed:08x})"),
+                format!(
+                    "shard index checksum mismatch (stored {stored:08x}, computed {computed:08x})"
+                ),
             ));
         }
         let entries = body

@@ -23,7 +23,9 @@ impl SplineKernel {
     /// The spline of smoothness `m` over `q` nodes.
     pub fn new(m: usize, q: usize) -> Result<Self> {
         if !q.is_multiple_of(2) || q < 2 * m + 2 || q > MAX_WIDTH || 2 * m + 2 > MAX_COEFFS {
-            return Err(Error::InvalidArgument(format!("no spline m{m}q{q}: need even q >= 2m+2")));
+            return Err(Error::InvalidArgument(format!(
+                "no spline m{m}q{q}: need even q >= 2m+2"
+            )));
         }
         let degree = 2 * m + 1;
         let hermite = hermite_basis(m);
@@ -40,7 +42,9 @@ impl SplineKernel {
                 if d <= 2 {
                     row[..fd_nodes].copy_from_slice(&rows[d][..fd_nodes]);
                 } else {
-                    return Err(Error::InvalidArgument(format!("spline smoothness {m} is not supported")));
+                    return Err(Error::InvalidArgument(format!(
+                        "spline smoothness {m} is not supported"
+                    )));
                 }
             }
         }
@@ -94,7 +98,15 @@ fn hermite_basis(m: usize) -> Vec<[f64; MAX_COEFFS]> {
         for d in 0..=m {
             for k in d..size {
                 let falling: f64 = (0..d).map(|i| (k - i) as f64).product();
-                let at = if end == 0 { if k == d { 1.0 } else { 0.0 } } else { 1.0 };
+                let at = if end == 0 {
+                    if k == d {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                } else {
+                    1.0
+                };
                 matrix[end * (m + 1) + d][k] = falling * at;
             }
         }
@@ -114,9 +126,13 @@ fn hermite_basis(m: usize) -> Vec<[f64; MAX_COEFFS]> {
 /// Gauss–Jordan inverse of a small well-conditioned matrix.
 fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     let n = a.len();
-    let mut inv: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect()).collect();
+    let mut inv: Vec<Vec<f64>> = (0..n)
+        .map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect())
+        .collect();
     for col in 0..n {
-        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).expect("rows");
+        let pivot = (col..n)
+            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
+            .expect("rows");
         a.swap(col, pivot);
         inv.swap(col, pivot);
         let p = a[col][col];
@@ -165,7 +181,11 @@ mod tests {
             let at_node = weights(&k, left);
             for j in 0..q {
                 let expected = if j == q / 2 - 1 { 1.0 } else { 0.0 };
-                assert!((at_node[0][j] - expected).abs() < 1e-13, "m{m}q{q} {:?}", at_node[0]);
+                assert!(
+                    (at_node[0][j] - expected).abs() < 1e-13,
+                    "m{m}q{q} {:?}",
+                    at_node[0]
+                );
             }
             for x in [0.1, 0.5, 0.9] {
                 let w = weights(&k, left + x);
@@ -205,19 +225,54 @@ mod tests {
         ];
         for order in 0..3 {
             for j in 0..4 {
-                assert!((w[order][j] - expected[order][j]).abs() < 1e-12, "m1q4 order {order}: {:?}", w[order]);
+                assert!(
+                    (w[order][j] - expected[order][j]).abs() < 1e-12,
+                    "m1q4 order {order}: {:?}",
+                    w[order]
+                );
             }
         }
         let m2q8 = SplineKernel::new(2, 8).unwrap();
         let w = weights(&m2q8, 3.8);
         let expected = [
-            [-0.000334222222, 0.005724444444, -0.038592, 0.189191111111, 0.934364444444, -0.111168, 0.023431111111, -0.002616888889],
-            [0.004311111111, -0.046444444444, 0.2484, -1.160888888889, 0.684222222222, 0.3348, -0.072222222222, 0.007822222222],
-            [-0.029777777778, 0.192222222222, -0.54, 2.095555555556, -3.584444444444, 2.322, -0.517777777778, 0.062222222222],
+            [
+                -0.000334222222,
+                0.005724444444,
+                -0.038592,
+                0.189191111111,
+                0.934364444444,
+                -0.111168,
+                0.023431111111,
+                -0.002616888889,
+            ],
+            [
+                0.004311111111,
+                -0.046444444444,
+                0.2484,
+                -1.160888888889,
+                0.684222222222,
+                0.3348,
+                -0.072222222222,
+                0.007822222222,
+            ],
+            [
+                -0.029777777778,
+                0.192222222222,
+                -0.54,
+                2.095555555556,
+                -3.584444444444,
+                2.322,
+                -0.517777777778,
+                0.062222222222,
+            ],
         ];
         for order in 0..3 {
             for j in 0..8 {
-                assert!((w[order][j] - expected[order][j]).abs() < 1e-9, "m2q8 order {order}: {:?}", w[order]);
+                assert!(
+                    (w[order][j] - expected[order][j]).abs() < 1e-9,
+                    "m2q8 order {order}: {:?}",
+                    w[order]
+                );
             }
         }
     }

@@ -23,7 +23,11 @@ pub struct AxisWeights {
 
 impl Default for AxisWeights {
     fn default() -> Self {
-        Self { base: 0, wrapped: 0, w: [[0.0; MAX_WIDTH]; 3] }
+        Self {
+            base: 0,
+            wrapped: 0,
+            w: [[0.0; MAX_WIDTH]; 3],
+        }
     }
 }
 
@@ -51,7 +55,11 @@ impl Axis {
                 return Ok(s);
             }
             let wrapped = s - n * (s / n).floor();
-            return Ok(if (0.0..n).contains(&wrapped) { wrapped } else { 0.0 });
+            return Ok(if (0.0..n).contains(&wrapped) {
+                wrapped
+            } else {
+                0.0
+            });
         }
         let last = (self.n - 1) as f64;
         let tolerance = 1e-9 * last.max(1.0);
@@ -98,17 +106,13 @@ impl Kernel {
             Method::Spline { m, q } => Some(SplineKernel::new(m, q)?),
             _ => None,
         };
-        Ok(Self { method, max_order, basis, fd4, spline })
-    }
-
-    /// The method.
-    pub fn method(&self) -> Method {
-        self.method
-    }
-
-    /// The highest derivative order prepared for.
-    pub fn max_order(&self) -> usize {
-        self.max_order
+        Ok(Self {
+            method,
+            max_order,
+            basis,
+            fd4,
+            spline,
+        })
     }
 
     /// Nodes in the stencil along one axis.
@@ -159,8 +163,16 @@ impl Kernel {
             Method::Fd4Lag4 => (s.floor() as i64 - 3, s.floor() as i64),
         };
         // Shifted inward on a bounded axis, so the stencil stays inside the grid.
-        let base = if axis.periodic { start } else { start.clamp(0, n - width) };
-        let anchor = if axis.periodic { anchor } else { anchor.clamp(0, n - 1) };
+        let base = if axis.periodic {
+            start
+        } else {
+            start.clamp(0, n - width)
+        };
+        let anchor = if axis.periodic {
+            anchor
+        } else {
+            anchor.clamp(0, n - 1)
+        };
         (base, anchor, base != start)
     }
 
@@ -183,7 +195,12 @@ impl Kernel {
                 // lag4 through nodes base+2 … base+5, each carrying its fd4 derivative, which
                 // reaches two nodes either side: together nodes base … base+7.
                 let mut lag = [[0.0; MAX_WIDTH]; 3];
-                self.basis.as_ref().expect("lag4 basis").eval(s - (base + 2) as f64, &mut lag[0], None, None);
+                self.basis.as_ref().expect("lag4 basis").eval(
+                    s - (base + 2) as f64,
+                    &mut lag[0],
+                    None,
+                    None,
+                );
                 for j in 0..4 {
                     w[0][j + 2] = lag[0][j];
                     for i in 0..5 {
@@ -197,7 +214,11 @@ impl Kernel {
             // is exact to a higher degree and far better conditioned.
             Method::Spline { .. } if shifted => self.lagrange(s - base as f64, w),
             Method::Spline { .. } => {
-                self.spline.as_ref().expect("spline kernel").eval(s - base as f64, self.max_order, w);
+                self.spline.as_ref().expect("spline kernel").eval(
+                    s - base as f64,
+                    self.max_order,
+                    w,
+                );
             }
         }
         for (order, weights) in w.iter_mut().enumerate().skip(1).take(self.max_order) {

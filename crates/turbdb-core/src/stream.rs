@@ -27,11 +27,23 @@ pub struct TimeLevel {
 /// Where atoms come from: the store, a cache, or a test double.
 pub trait AtomSource: Sync {
     /// Reads the requested atoms of shard `shard` at time `t` into `out` (atom slots).
-    fn read_atoms(&self, t: usize, shard: ShardPos, atoms: &[AtomRequest], out: &mut [f32]) -> Result<()>;
+    fn read_atoms(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> Result<()>;
 }
 
 impl AtomSource for FieldReader {
-    fn read_atoms(&self, t: usize, shard: ShardPos, atoms: &[AtomRequest], out: &mut [f32]) -> Result<()> {
+    fn read_atoms(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> Result<()> {
         FieldReader::read_atoms(self, t, shard, atoms, out)
     }
 }
@@ -105,18 +117,32 @@ pub fn execute(
         }
     };
     match order {
-        Order::Storage => plan.cells.par_iter().try_for_each_init(Scratch::default, |scratch, cell| {
-            let partial = run_cell(plan, cell, source, levels, &terms, None, stats, scratch)?;
-            add(cell, partial);
-            Ok(())
-        })?,
+        Order::Storage => {
+            plan.cells
+                .par_iter()
+                .try_for_each_init(Scratch::default, |scratch, cell| {
+                    let partial =
+                        run_cell(plan, cell, source, levels, &terms, None, stats, scratch)?;
+                    add(cell, partial);
+                    Ok(())
+                })?
+        }
         Order::Shuffled(seed) => {
             let mut rng = SplitMix(seed);
             let mut cells: Vec<&Cell> = plan.cells.iter().collect();
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
-                let partial = run_cell(plan, cell, source, levels, &terms, Some(&mut rng), stats, &mut scratch)?;
+                let partial = run_cell(
+                    plan,
+                    cell,
+                    source,
+                    levels,
+                    &terms,
+                    Some(&mut rng),
+                    stats,
+                    &mut scratch,
+                )?;
                 add(cell, partial);
             }
         }
@@ -167,8 +193,15 @@ fn run_cell(
     for &s in &cell.positions {
         let mut along = [[false; 8]; 3];
         for axis in 0..3 {
-            plan.kernel.base_only(s[axis], &plan.axes[axis], &mut placement);
-            let runs = Runs::new(placement.wrapped, width, plan.axes[axis].n, start[axis], dims[axis]);
+            plan.kernel
+                .base_only(s[axis], &plan.axes[axis], &mut placement);
+            let runs = Runs::new(
+                placement.wrapped,
+                width,
+                plan.axes[axis].n,
+                start[axis],
+                dims[axis],
+            );
             for &(_, first, len) in runs.runs() {
                 for atom in first / a..=(first + len - 1) / a {
                     along[axis][atom] = true;
@@ -198,11 +231,17 @@ fn run_cell(
     let requests: Vec<AtomRequest> = atoms
         .iter()
         .enumerate()
-        .map(|(slot, l)| AtomRequest { local: [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) % per_shard), slot })
+        .map(|(slot, l)| AtomRequest {
+            local: [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) % per_shard),
+            slot,
+        })
         .collect();
 
     let atom_values = g.atom_values();
-    let Scratch { atoms: buffer, block } = scratch;
+    let Scratch {
+        atoms: buffer,
+        block,
+    } = scratch;
     buffer.resize(atoms.len() * atom_values, 0.0);
     // Stale values from the previous cell are harmless: only atoms read below are used.
     block.resize(dims.iter().product::<usize>() * nc + PADDING, 0.0);
@@ -212,16 +251,30 @@ fn run_cell(
             for request in &requests {
                 source.read_atoms(level.t, cell.shard, std::slice::from_ref(request), buffer)?;
             }
-            stats.read_calls.fetch_add(requests.len() as u64, Ordering::Relaxed);
+            stats
+                .read_calls
+                .fetch_add(requests.len() as u64, Ordering::Relaxed);
         } else {
             source.read_atoms(level.t, cell.shard, &requests, buffer)?;
             stats.read_calls.fetch_add(1, Ordering::Relaxed);
         }
-        stats.atoms_read.fetch_add(requests.len() as u64, Ordering::Relaxed);
+        stats
+            .atoms_read
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
         for (slot, l) in atoms.iter().enumerate() {
-            copy_atom_into_block(&buffer[slot * atom_values..][..atom_values], a, nc, l.map(|v| v * a), dims, block);
+            copy_atom_into_block(
+                &buffer[slot * atom_values..][..atom_values],
+                a,
+                nc,
+                l.map(|v| v * a),
+                dims,
+                block,
+            );
         }
-        let view = Block { values: &block[..], dims: [dims[0], dims[1]] };
+        let view = Block {
+            values: &block[..],
+            dims: [dims[0], dims[1]],
+        };
         let mut w = [AxisWeights::default(); 3];
         for (i, &s) in cell.positions.iter().enumerate() {
             for axis in 0..3 {
@@ -232,15 +285,34 @@ fn run_cell(
                 Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
                 Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
             ];
-            accumulate_any(nc, view, &runs, &w, terms, level.weight, &mut partial[i * out_len..][..out_len], width);
+            accumulate_any(
+                nc,
+                view,
+                &runs,
+                &w,
+                terms,
+                level.weight,
+                &mut partial[i * out_len..][..out_len],
+                width,
+            );
         }
     }
-    stats.contributions.fetch_add((cell.positions.len() * levels.len()) as u64, Ordering::Relaxed);
+    stats.contributions.fetch_add(
+        (cell.positions.len() * levels.len()) as u64,
+        Ordering::Relaxed,
+    );
     Ok(partial)
 }
 
 /// Copies an atom (side `a`) to its place `origin` in a cell block of `dims`.
-fn copy_atom_into_block(atom: &[f32], a: usize, nc: usize, origin: [usize; 3], dims: [usize; 3], block: &mut [f32]) {
+fn copy_atom_into_block(
+    atom: &[f32],
+    a: usize,
+    nc: usize,
+    origin: [usize; 3],
+    dims: [usize; 3],
+    block: &mut [f32],
+) {
     let nx = a.min(dims[0] - origin[0]) * nc;
     for z in 0..a.min(dims[2] - origin[2]) {
         for y in 0..a.min(dims[1] - origin[1]) {

@@ -19,7 +19,9 @@ impl Temporal {
         match name.to_ascii_lowercase().as_str() {
             "none" | "nearest" => Ok(Temporal::None),
             "pchip" | "pchipint" => Ok(Temporal::Pchip),
-            _ => Err(Error::UnknownName(format!("unknown temporal method {name:?}; valid: none, pchip"))),
+            _ => Err(Error::UnknownName(format!(
+                "unknown temporal method {name:?}; valid: none, pchip"
+            ))),
         }
     }
 }
@@ -43,7 +45,11 @@ pub fn time_weights(times: &[f64], t: f64, temporal: Temporal) -> Result<Vec<(us
     let n = times.partition_point(|&s| s <= t).saturating_sub(1);
     let levels = match temporal {
         Temporal::None => {
-            let nearest = if n + 1 < nt && (times[n + 1] - t) < (t - times[n]) { n + 1 } else { n };
+            let nearest = if n + 1 < nt && (times[n + 1] - t) < (t - times[n]) {
+                n + 1
+            } else {
+                n
+            };
             vec![(nearest, 1.0)]
         }
         Temporal::Pchip => pchip(times, n, t),
@@ -90,7 +96,11 @@ mod tests {
     use super::*;
 
     fn eval(times: &[f64], t: f64, f: impl Fn(f64) -> f64) -> f64 {
-        time_weights(times, t, Temporal::Pchip).unwrap().iter().map(|&(i, w)| w * f(times[i])).sum()
+        time_weights(times, t, Temporal::Pchip)
+            .unwrap()
+            .iter()
+            .map(|&(i, w)| w * f(times[i]))
+            .sum()
     }
 
     #[test]
@@ -107,8 +117,14 @@ mod tests {
     #[test]
     fn nearest_picks_the_closest_step_and_ranges_are_checked() {
         let times = [0.0, 1.0, 2.0];
-        assert_eq!(time_weights(&times, 1.4, Temporal::None).unwrap(), vec![(1, 1.0)]);
-        assert_eq!(time_weights(&times, 1.6, Temporal::None).unwrap(), vec![(2, 1.0)]);
+        assert_eq!(
+            time_weights(&times, 1.4, Temporal::None).unwrap(),
+            vec![(1, 1.0)]
+        );
+        assert_eq!(
+            time_weights(&times, 1.6, Temporal::None).unwrap(),
+            vec![(2, 1.0)]
+        );
         assert!(time_weights(&times, 2.5, Temporal::None).is_err());
         assert!(time_weights(&times, f64::NAN, Temporal::None).is_err());
     }

@@ -40,7 +40,10 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
     let mut report = VerifyReport::default();
     let mut out = vec![0f32; geometry.atom_values()];
     for t in 0..nt {
-        let exists: Vec<bool> = shards.iter().map(|&s| reader.shard_path(t, s).is_file()).collect();
+        let exists: Vec<bool> = shards
+            .iter()
+            .map(|&s| reader.shard_path(t, s).is_file())
+            .collect();
         let present = exists.iter().filter(|&&e| e).count();
         if present == 0 {
             continue;
@@ -49,8 +52,13 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
         for (&shard, &exist) in shards.iter().zip(&exists) {
             let path = reader.shard_path(t, shard);
             if !exist {
-                let message = "shard is missing (the time step was only partly written)".to_string();
-                report.problems.push(Problem { path, time_index: t, message });
+                let message =
+                    "shard is missing (the time step was only partly written)".to_string();
+                report.problems.push(Problem {
+                    path,
+                    time_index: t,
+                    message,
+                });
                 continue;
             }
             report.shards += 1;
@@ -62,7 +70,11 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
                         Error::Corrupt { message, .. } => message,
                         other => other.to_string(),
                     };
-                    report.problems.push(Problem { path, time_index: t, message });
+                    report.problems.push(Problem {
+                        path,
+                        time_index: t,
+                        message,
+                    });
                 }
             }
         }
@@ -73,16 +85,28 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
     report
 }
 
-fn check_shard(reader: &FieldReader, t: usize, shard: [usize; 3], out: &mut [f32]) -> Result<usize, Error> {
+fn check_shard(
+    reader: &FieldReader,
+    t: usize,
+    shard: [usize; 3],
+    out: &mut [f32],
+) -> Result<usize, Error> {
     let path = reader.shard_path(t, shard);
     let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
     let index = reader.index(t, shard)?;
     let mut atoms = 0;
     for (slot, _) in index.entries.iter().enumerate() {
-        let Some((offset, nbytes)) = index.range(slot) else { continue };
-        let end = offset.checked_add(nbytes).filter(|&e| e <= bytes.len() as u64);
+        let Some((offset, nbytes)) = index.range(slot) else {
+            continue;
+        };
+        let end = offset
+            .checked_add(nbytes)
+            .filter(|&e| e <= bytes.len() as u64);
         let Some(end) = end else {
-            return Err(Error::corrupt(&path, format!("chunk {slot} lies outside the file ({offset}+{nbytes})")));
+            return Err(Error::corrupt(
+                &path,
+                format!("chunk {slot} lies outside the file ({offset}+{nbytes})"),
+            ));
         };
         reader.decode_atom(&bytes[offset as usize..end as usize], &path, out)?;
         atoms += 1;

@@ -68,8 +68,14 @@ pub fn write_step<T: Sample>(
         )));
     }
     // Refuse non-finite data before any shard is touched, so a bad step loses nothing.
-    if data.par_chunks(1 << 16).any(|c| !c.iter().all(|v| v.finite())) {
-        let first = data.iter().position(|v| !v.finite()).expect("a non-finite value");
+    if data
+        .par_chunks(1 << 16)
+        .any(|c| !c.iter().all(|v| v.finite()))
+    {
+        let first = data
+            .iter()
+            .position(|v| !v.finite())
+            .expect("a non-finite value");
         let nc = geometry.ncomp;
         let (c, voxel) = (first % nc, first / nc);
         let (x, y, z) = (voxel % nx, voxel / nx % ny, voxel / (nx * ny));
@@ -79,21 +85,26 @@ pub fn write_step<T: Sample>(
         )));
     }
     let written = AtomicU64::new(0);
-    geometry.shard_positions().par_iter().try_for_each(|&shard| {
-        let bytes = encode_shard(geometry, shard, data);
-        let path = root.join(geometry.shard_key(t, shard));
-        atomic_write(&path, &bytes, sync)?;
-        written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok::<(), Error>(())
-    })?;
+    geometry
+        .shard_positions()
+        .par_iter()
+        .try_for_each(|&shard| {
+            let bytes = encode_shard(geometry, shard, data);
+            let path = root.join(geometry.shard_key(t, shard));
+            atomic_write(&path, &bytes, sync)?;
+            written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            Ok::<(), Error>(())
+        })?;
     Ok(written.load(Ordering::Relaxed))
 }
 
 /// Builds the bytes of one shard: present atoms in Morton order, then the index.
 fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]) -> Vec<u8> {
     let order = geometry.local_atom_order();
-    let present: Vec<[usize; 3]> =
-        order.into_iter().filter(|&l| geometry.atom_in_grid(shard, l)).collect();
+    let present: Vec<[usize; 3]> = order
+        .into_iter()
+        .filter(|&l| geometry.atom_in_grid(shard, l))
+        .collect();
     let mut atom = vec![f32::NAN; geometry.atom_values()];
     let mut index = ShardIndex::empty(geometry.chunks_per_shard());
     let stored_bytes = geometry.stored_atom_bytes();
@@ -123,7 +134,10 @@ fn copy_atom<T: Sample>(geometry: &FieldGeometry, origin: [usize; 3], data: &[T]
         for dy in 0..a.min(ny - origin[1]) {
             let src = (((origin[2] + dz) * ny + origin[1] + dy) * nx + origin[0]) * nc;
             let dst = (dz * a + dy) * a * nc;
-            for (o, &v) in out[dst..dst + width].iter_mut().zip(&data[src..src + width]) {
+            for (o, &v) in out[dst..dst + width]
+                .iter_mut()
+                .zip(&data[src..src + width])
+            {
                 *o = v.to_f32();
             }
         }
@@ -133,14 +147,19 @@ fn copy_atom<T: Sample>(geometry: &FieldGeometry, origin: [usize; 3], data: &[T]
 /// The bytes of float32 values; on a little-endian host these are the stored bytes.
 fn as_bytes(values: &[f32]) -> &[u8] {
     // SAFETY: any initialised f32 is 4 initialised bytes; u8 has alignment 1.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it into place.
 pub fn atomic_write(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let dir = path.parent().expect("shard paths have a parent");
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let name = path.file_name().expect("shard paths have a name").to_string_lossy();
+    let name = path
+        .file_name()
+        .expect("shard paths have a name")
+        .to_string_lossy();
     let tmp: PathBuf = dir.join(format!("{TEMP_PREFIX}{name}-{}", std::process::id()));
     let mut file = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
     file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;

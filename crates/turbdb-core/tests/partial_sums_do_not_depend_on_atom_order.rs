@@ -20,25 +20,43 @@ fn fixture(periodic: bool) -> Fixture {
     let (nx, ny, nz, nc) = (20, 16, 12, 3);
     let geometry = FieldGeometry::new([nx, ny, nz], nc, 4, 8).unwrap();
     for t in 0..3 {
-        let data: Vec<f32> = (0..nx * ny * nz * nc).map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0).collect();
+        let data: Vec<f32> = (0..nx * ny * nz * nc)
+            .map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0)
+            .collect();
         write_step(dir.path(), &geometry, t, &data, false).unwrap();
     }
-    let axes = [nx, ny, nz].map(|n| Axis { n, origin: 0.0, spacing: 0.5, periodic });
+    let axes = [nx, ny, nz].map(|n| Axis {
+        n,
+        origin: 0.0,
+        spacing: 0.5,
+        periodic,
+    });
     let reader = FieldReader::new(dir.path(), geometry, ChunkCodec::TURBDB, IndexLocation::End);
-    Fixture { _dir: dir, reader, axes }
+    Fixture {
+        _dir: dir,
+        reader,
+        axes,
+    }
 }
 
 fn points(seed: u64, count: usize, extent: [f64; 3]) -> Vec<[f64; 3]> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     let mut next = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (state >> 11) as f64 / (1u64 << 53) as f64
     };
-    (0..count).map(|_| [next() * extent[0], next() * extent[1], next() * extent[2]]).collect()
+    (0..count)
+        .map(|_| [next() * extent[0], next() * extent[1], next() * extent[2]])
+        .collect()
 }
 
 fn close(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-10 * (1.0 + x.abs()))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-10 * (1.0 + x.abs()))
 }
 
 const METHODS: [Method; 6] = [
@@ -81,13 +99,24 @@ proptest! {
 fn streaming_reads_each_atom_once_where_direct_rereads() {
     let f = fixture(true);
     let pts = points(7, 500, [10.0, 8.0, 6.0]);
-    let plan = Plan::new(&pts, Method::Lagrange(6), Operator::Gradient, f.axes, f.reader.geometry().clone()).unwrap();
+    let plan = Plan::new(
+        &pts,
+        Method::Lagrange(6),
+        Operator::Gradient,
+        f.axes,
+        f.reader.geometry().clone(),
+    )
+    .unwrap();
     let levels = [TimeLevel { t: 1, weight: 1.0 }];
     let streaming = StreamStats::default();
     execute(&plan, &f.reader, &levels, Order::Storage, &streaming).unwrap();
     let direct = StreamStats::default();
     run(&plan, &f.reader, &levels, Strategy::Direct, &direct).unwrap();
     let total_atoms = 5 * 4 * 3;
-    assert_eq!(streaming.snapshot().0, total_atoms, "every atom exactly once");
+    assert_eq!(
+        streaming.snapshot().0,
+        total_atoms,
+        "every atom exactly once"
+    );
     assert!(direct.snapshot().0 > 10 * total_atoms);
 }

@@ -9,7 +9,9 @@ use turbdb_core::shard::{ChunkCodec, IndexLocation};
 use turbdb_core::{morton, verify_field, write_step};
 
 fn field(nx: usize, ny: usize, nz: usize, nc: usize) -> Vec<f32> {
-    (0..nx * ny * nz * nc).map(|i| i as f32 * 0.5 - 7.0).collect()
+    (0..nx * ny * nz * nc)
+        .map(|i| i as f32 * 0.5 - 7.0)
+        .collect()
 }
 
 fn reader(root: &std::path::Path, g: &FieldGeometry) -> FieldReader {
@@ -31,8 +33,11 @@ fn every_voxel_of_a_partial_grid_reads_back() {
             if !g.atom_in_grid(shard, local) {
                 continue;
             }
-            r.read_atoms(2, shard, &[AtomRequest { local, slot: 0 }], &mut atom).unwrap();
-            let origin: Vec<usize> = (0..3).map(|i| shard[i] * g.partition + local[i] * a).collect();
+            r.read_atoms(2, shard, &[AtomRequest { local, slot: 0 }], &mut atom)
+                .unwrap();
+            let origin: Vec<usize> = (0..3)
+                .map(|i| shard[i] * g.partition + local[i] * a)
+                .collect();
             for dz in 0..a {
                 for dy in 0..a {
                     for dx in 0..a {
@@ -63,19 +68,43 @@ fn atoms_are_stored_in_morton_order_and_merged_reads_match_single_reads() {
     let mut offsets: Vec<(u64, u64)> = g
         .local_atom_order()
         .iter()
-        .map(|&l| (morton::encode(l[0] as u32, l[1] as u32, l[2] as u32), index.range(g.index_slot(l)).unwrap().0))
+        .map(|&l| {
+            (
+                morton::encode(l[0] as u32, l[1] as u32, l[2] as u32),
+                index.range(g.index_slot(l)).unwrap().0,
+            )
+        })
         .collect();
     offsets.sort();
-    assert!(offsets.windows(2).all(|w| w[0].1 < w[1].1), "offsets must increase with the Morton code");
+    assert!(
+        offsets.windows(2).all(|w| w[0].1 < w[1].1),
+        "offsets must increase with the Morton code"
+    );
 
-    let requests: Vec<AtomRequest> =
-        g.local_atom_order().into_iter().enumerate().map(|(slot, local)| AtomRequest { local, slot }).collect();
+    let requests: Vec<AtomRequest> = g
+        .local_atom_order()
+        .into_iter()
+        .enumerate()
+        .map(|(slot, local)| AtomRequest { local, slot })
+        .collect();
     let mut merged = vec![0f32; requests.len() * g.atom_values()];
     r.read_atoms(0, [0, 0, 0], &requests, &mut merged).unwrap();
     let mut single = vec![0f32; g.atom_values()];
     for q in &requests {
-        r.read_atoms(0, [0, 0, 0], &[AtomRequest { local: q.local, slot: 0 }], &mut single).unwrap();
-        assert_eq!(&merged[q.slot * g.atom_values()..(q.slot + 1) * g.atom_values()], &single[..]);
+        r.read_atoms(
+            0,
+            [0, 0, 0],
+            &[AtomRequest {
+                local: q.local,
+                slot: 0,
+            }],
+            &mut single,
+        )
+        .unwrap();
+        assert_eq!(
+            &merged[q.slot * g.atom_values()..(q.slot + 1) * g.atom_values()],
+            &single[..]
+        );
     }
 }
 
@@ -99,8 +128,14 @@ fn verify_names_the_shard_with_a_flipped_byte_and_the_missing_one() {
 
     let report = verify_field(&reader(dir.path(), &g), 3);
     assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
-    assert!(report.problems.iter().any(|p| p.path == victim && p.message.contains("checksum")));
-    assert!(report.problems.iter().any(|p| p.message.contains("missing")));
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.path == victim && p.message.contains("checksum")));
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.message.contains("missing")));
     assert!(report.complete_steps.is_empty());
 }
 
@@ -110,7 +145,9 @@ fn non_finite_values_are_refused_before_anything_is_written() {
     let g = FieldGeometry::new([8, 8, 8], 1, 4, 8).unwrap();
     let mut data = field(8, 8, 8, 1);
     data[3 * 64 + 2 * 8 + 5] = f32::NAN;
-    let err = write_step(dir.path(), &g, 0, &data, false).unwrap_err().to_string();
+    let err = write_step(dir.path(), &g, 0, &data, false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("z=3, y=2, x=5"), "{err}");
     assert!(!dir.path().join("c").exists());
     let big = vec![1e300f64; 512];

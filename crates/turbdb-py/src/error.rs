@@ -16,7 +16,10 @@ pub fn to_py(err: Error) -> PyErr {
     };
     let message = err.to_string();
     Python::attach(|py| {
-        match py.import("turbdb.exceptions").and_then(|m| m.getattr(class)) {
+        match py
+            .import("turbdb.exceptions")
+            .and_then(|m| m.getattr(class))
+        {
             Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
                 Ok(instance) => instance,
                 Err(e) => return e,
@@ -27,6 +30,9 @@ pub fn to_py(err: Error) -> PyErr {
 }
 
 /// Runs `work` with the GIL released and converts its error.
-pub fn without_gil<T: Send>(py: Python<'_>, work: impl FnOnce() -> turbdb_core::Result<T> + Send) -> PyResult<T> {
+pub fn without_gil<T: Send>(
+    py: Python<'_>,
+    work: impl FnOnce() -> turbdb_core::Result<T> + Send,
+) -> PyResult<T> {
     py.detach(work).map_err(to_py)
 }

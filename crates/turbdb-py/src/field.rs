@@ -1,13 +1,16 @@
 //! `FieldStore`: one field's Zarr array directory, for writing time steps and verifying.
 
-use numpy::{IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use turbdb_core::cutout::{axis_nodes, read_cutout};
 use turbdb_core::time::time_weights;
 use turbdb_core::{
-    evaluate, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator, QuerySpec, Strategy,
-    StreamStats, Temporal,
+    evaluate, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
+    QuerySpec, Strategy, StreamStats, Temporal,
 };
 
 use crate::error::{to_py, without_gil};
@@ -27,7 +30,12 @@ pub struct FieldStore {
 type AxisTuple = (usize, f64, f64, bool);
 
 fn axes_from(axes: [AxisTuple; 3]) -> [Axis; 3] {
-    axes.map(|(n, origin, spacing, periodic)| Axis { n, origin, spacing, periodic })
+    axes.map(|(n, origin, spacing, periodic)| Axis {
+        n,
+        origin,
+        spacing,
+        periodic,
+    })
 }
 
 #[pymethods]
@@ -46,17 +54,34 @@ impl FieldStore {
         crc32c: bool,
         index_at_end: bool,
     ) -> PyResult<Self> {
-        let geometry = FieldGeometry::new([grid.0, grid.1, grid.2], ncomp, atom, partition).map_err(to_py)?;
-        let location = if index_at_end { IndexLocation::End } else { IndexLocation::Start };
+        let geometry =
+            FieldGeometry::new([grid.0, grid.1, grid.2], ncomp, atom, partition).map_err(to_py)?;
+        let location = if index_at_end {
+            IndexLocation::End
+        } else {
+            IndexLocation::Start
+        };
         let codec = ChunkCodec { zstd, crc32c };
         let reader = FieldReader::new(root.clone(), geometry.clone(), codec, location);
-        Ok(Self { root, geometry, codec, location, reader })
+        Ok(Self {
+            root,
+            geometry,
+            codec,
+            location,
+            reader,
+        })
     }
 
     /// Writes time step `t` from a C-contiguous float32 or float64 array `(nz, ny, nx, ncomp)`.
     /// Returns the bytes written.
     #[pyo3(signature = (t, data, sync=false))]
-    fn write_step(&self, py: Python<'_>, t: usize, data: &Bound<'_, PyUntypedArray>, sync: bool) -> PyResult<u64> {
+    fn write_step(
+        &self,
+        py: Python<'_>,
+        t: usize,
+        data: &Bound<'_, PyUntypedArray>,
+        sync: bool,
+    ) -> PyResult<u64> {
         if self.codec.zstd || !self.codec.crc32c || self.location != IndexLocation::End {
             return Err(to_py(turbdb_core::Error::InvalidArgument(
                 "turbdb writes only its own layout (raw float32 + crc32c, index at the end)".into(),
@@ -73,13 +98,17 @@ impl FieldStore {
         if let Ok(array) = data.cast::<PyArrayDyn<f32>>() {
             let view = array.readonly();
             let slice = view.as_slice().map_err(|_| not_contiguous())?;
-            let written = without_gil(py, || turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync));
+            let written = without_gil(py, || {
+                turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
+            });
             self.reader.clear_cache();
             written
         } else if let Ok(array) = data.cast::<PyArrayDyn<f64>>() {
             let view = array.readonly();
             let slice = view.as_slice().map_err(|_| not_contiguous())?;
-            let written = without_gil(py, || turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync));
+            let written = without_gil(py, || {
+                turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
+            });
             self.reader.clear_cache();
             written
         } else {
@@ -93,7 +122,12 @@ impl FieldStore {
     /// Checks every stored shard of time steps `0..nt`; returns a dict with `shards`,
     /// `atoms`, `complete_steps` and `problems` (a list of `(path, time_index, message)`).
     fn verify<'py>(&self, py: Python<'py>, nt: usize) -> PyResult<Bound<'py, PyDict>> {
-        let reader = FieldReader::new(self.root.clone(), self.geometry.clone(), self.codec, self.location);
+        let reader = FieldReader::new(
+            self.root.clone(),
+            self.geometry.clone(),
+            self.codec,
+            self.location,
+        );
         let report = py.detach(|| turbdb_core::verify_field(&reader, nt));
         let out = PyDict::new(py);
         out.set_item("shards", report.shards)?;
@@ -133,14 +167,18 @@ impl FieldStore {
             strategy: Strategy::parse(strategy).map_err(to_py)?,
         };
         if points.shape()[1] != 3 {
-            return Err(to_py(turbdb_core::Error::InvalidArgument("points must have shape (N, 3)".into())));
+            return Err(to_py(turbdb_core::Error::InvalidArgument(
+                "points must have shape (N, 3)".into(),
+            )));
         }
         let flat = points.as_slice().map_err(|_| not_contiguous())?;
         let points3: &[[f64; 3]] = as_triples(flat);
         let times = times.as_slice().map_err(|_| not_contiguous())?;
         let stats = StreamStats::default();
         let axes = axes_from(axes);
-        let values = without_gil(py, || evaluate(&self.reader, axes, times, points3, &spec, &stats))?;
+        let values = without_gil(py, || {
+            evaluate(&self.reader, axes, times, points3, &spec, &stats)
+        })?;
         let (atoms, calls, contributions) = stats.snapshot();
         let counters = PyDict::new(py);
         counters.set_item("atoms_read", atoms)?;
@@ -151,9 +189,18 @@ impl FieldStore {
 
     /// The stored time steps and weights the temporal method uses for `time`.
     #[staticmethod]
-    fn time_levels(times: PyReadonlyArray1<'_, f64>, time: f64, temporal: &str) -> PyResult<Vec<(usize, f64)>> {
+    fn time_levels(
+        times: PyReadonlyArray1<'_, f64>,
+        time: f64,
+        temporal: &str,
+    ) -> PyResult<Vec<(usize, f64)>> {
         let temporal = Temporal::parse(temporal).map_err(to_py)?;
-        time_weights(times.as_slice().map_err(|_| not_contiguous())?, time, temporal).map_err(to_py)
+        time_weights(
+            times.as_slice().map_err(|_| not_contiguous())?,
+            time,
+            temporal,
+        )
+        .map_err(to_py)
     }
 
     /// Reads the nodes `[start, stop)` with `stride` along each axis (`ranges` for x, y, z)
@@ -169,13 +216,16 @@ impl FieldStore {
         let axes = axes_from(axes);
         let mut nodes: [Vec<usize>; 3] = Default::default();
         for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
-            nodes[i] = axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name).map_err(to_py)?;
+            nodes[i] =
+                axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name).map_err(to_py)?;
         }
         let nc = self.geometry.ncomp;
         let shape = [nodes[2].len(), nodes[1].len(), nodes[0].len(), nc];
         let mut out = vec![0f32; shape.iter().product()];
         let (atom, per_shard) = (self.geometry.atom, self.geometry.atoms_per_side());
-        without_gil(py, || read_cutout(&self.reader, t, &nodes, atom, per_shard, nc, &mut out))?;
+        without_gil(py, || {
+            read_cutout(&self.reader, t, &nodes, atom, per_shard, nc, &mut out)
+        })?;
         let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), out)
             .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
         Ok(array.into_pyarray(py))
@@ -189,5 +239,7 @@ fn as_triples(flat: &[f64]) -> &[[f64; 3]] {
 }
 
 fn not_contiguous() -> PyErr {
-    to_py(turbdb_core::Error::InvalidArgument("data must be C-contiguous".into()))
+    to_py(turbdb_core::Error::InvalidArgument(
+        "data must be C-contiguous".into(),
+    ))
 }

@@ -14,12 +14,22 @@ pub fn morton_encode<'py>(
 ) -> PyResult<Bound<'py, PyArray1<u64>>> {
     let (x, y, z) = (x.as_array(), y.as_array(), z.as_array());
     if x.len() != y.len() || x.len() != z.len() {
-        return Err(pyo3::exceptions::PyValueError::new_err("x, y and z must have the same length"));
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "x, y and z must have the same length",
+        ));
     }
-    if x.iter().chain(y.iter()).chain(z.iter()).any(|&v| v > morton::MAX_COORD) {
-        return Err(pyo3::exceptions::PyValueError::new_err("coordinates must be below 2**21"));
+    if x.iter()
+        .chain(y.iter())
+        .chain(z.iter())
+        .any(|&v| v > morton::MAX_COORD)
+    {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "coordinates must be below 2**21",
+        ));
     }
-    let codes: Vec<u64> = (0..x.len()).map(|i| morton::encode(x[i], y[i], z[i])).collect();
+    let codes: Vec<u64> = (0..x.len())
+        .map(|i| morton::encode(x[i], y[i], z[i]))
+        .collect();
     Ok(codes.into_pyarray(py))
 }
 
@@ -29,8 +39,16 @@ pub fn morton_encode<'py>(
 pub fn morton_decode<'py>(
     py: Python<'py>,
     codes: PyReadonlyArray1<'py, u64>,
-) -> (Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<u32>>) {
-    let decoded: Vec<(u32, u32, u32)> = codes.as_array().iter().map(|&c| morton::decode(c)).collect();
+) -> (
+    Bound<'py, PyArray1<u32>>,
+    Bound<'py, PyArray1<u32>>,
+    Bound<'py, PyArray1<u32>>,
+) {
+    let decoded: Vec<(u32, u32, u32)> = codes
+        .as_array()
+        .iter()
+        .map(|&c| morton::decode(c))
+        .collect();
     let x: Vec<u32> = decoded.iter().map(|p| p.0).collect();
     let y: Vec<u32> = decoded.iter().map(|p| p.1).collect();
     let z: Vec<u32> = decoded.iter().map(|p| p.2).collect();

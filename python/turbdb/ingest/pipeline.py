@@ -129,8 +129,9 @@ def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
 
 
 def _ensure_time(dataset: Dataset, t: int, dt: float | None, t0: float) -> None:
-    """Appends stored times until time index ``t`` exists."""
-    info = dataset.info
+    """Appends stored times until time index ``t`` exists (from the cached metadata: no
+    scan of the written steps on every ingested step)."""
+    info = dataset.metadata
     if t < info.nt:
         return
     step = dt if dt is not None else (info.dt or 1.0)
