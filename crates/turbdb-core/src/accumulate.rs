@@ -5,6 +5,7 @@
 
 use crate::method::Term;
 use crate::stencil::AxisWeights;
+use wide::f64x4;
 
 /// Nodes of one point's stencil that lie in one atom, along one axis: runs of
 /// `(first stencil node, first atom-local index, length)`.
@@ -127,12 +128,12 @@ pub const PADDING: usize = 32;
 /// stencil `w` of one point, whose nodes inside the block are `runs`.
 ///
 /// Every row of the run is added, weighted by the y and z weights, into `P` accumulators
-/// (one per distinct y/z derivative pair) of `L` lanes — a whole x run of the widest
-/// stencil, so each row is the same fixed-length vector FMA and the accumulators stay in
-/// registers; the x weights are applied once at the end. `block.values` must extend
-/// [`PADDING`] values past the block.
+/// (one per distinct y/z derivative pair) of `V` four-lane vectors — a whole x run of the
+/// widest stencil, so each row is the same fixed-length vector FMA and the accumulators
+/// stay in registers; the x weights are applied once at the end. `block.values` must
+/// extend [`PADDING`] values past the block.
 #[inline(always)]
-fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
+fn accumulate<const NC: usize, const V: usize, const P: usize, T: Value>(
     block: Block<'_, T>,
     runs: &[Runs; 3],
     w: &[AxisWeights; 3],
@@ -144,19 +145,24 @@ fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
     let plane_stride = block.dims[1] * row_stride;
     let pairs: [(usize, usize); P] = std::array::from_fn(|p| terms.pairs[p]);
     for &(kx, lx, len) in runs[0].runs() {
-        let mut acc = [[0.0f64; L]; P];
+        let mut acc = [[f64x4::ZERO; V]; P];
         for &(kz0, lz0, nz) in runs[2].runs() {
             for dz in 0..nz {
                 let (kz, plane) = (kz0 + dz, (lz0 + dz) * plane_stride);
+                let wz: [f64; P] = std::array::from_fn(|p| w[2].w[pairs[p].1][kz]);
                 for &(ky0, ly0, ny) in runs[1].runs() {
                     for dy in 0..ny {
                         let ky = ky0 + dy;
                         let start = plane + (ly0 + dy) * row_stride + lx * NC;
-                        let src: &[T; L] = block.values[start..start + L]
-                            .try_into()
-                            .expect("padded block");
-                        for (acc, &(oy, oz)) in acc.iter_mut().zip(&pairs) {
-                            axpy(acc, w[1].w[oy][ky] * w[2].w[oz][kz], src);
+                        let row = &block.values[start..start + 4 * V];
+                        let f: [f64x4; P] =
+                            std::array::from_fn(|p| f64x4::splat(w[1].w[pairs[p].0][ky] * wz[p]));
+                        for v in 0..V {
+                            let r = &row[4 * v..4 * v + 4];
+                            let x = f64x4::new([r[0].get(), r[1].get(), r[2].get(), r[3].get()]);
+                            for p in 0..P {
+                                acc[p][v] = x.mul_add(f[p], acc[p][v]);
+                            }
                         }
                     }
                 }
@@ -164,7 +170,8 @@ fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
         }
         for &(ox, pair, slot) in &terms.terms {
             let wx = &w[0].w[ox][kx..kx + len];
-            let acc = &acc[pair];
+            let lanes: [[f64; 4]; V] = acc[pair].map(f64x4::to_array);
+            let acc = lanes.as_flattened();
             let mut sums = [0.0f64; NC];
             for (k, &weight) in wx.iter().enumerate() {
                 for c in 0..NC {
@@ -178,21 +185,9 @@ fn accumulate<const NC: usize, const L: usize, const P: usize, T: Value>(
     }
 }
 
-/// `acc += f · src`, written four lanes at a time so that it compiles to vector FMAs.
-#[inline(always)]
-fn axpy<const L: usize, T: Value>(acc: &mut [f64; L], f: f64, src: &[T; L]) {
-    for (a, s) in acc.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
-        let v = [s[0].get(), s[1].get(), s[2].get(), s[3].get()];
-        a[0] = f.mul_add(v[0], a[0]);
-        a[1] = f.mul_add(v[1], a[1]);
-        a[2] = f.mul_add(v[2], a[2]);
-        a[3] = f.mul_add(v[3], a[3]);
-    }
-}
-
 /// [`accumulate`] with the operator's pair count.
 #[inline]
-fn accumulate_pairs<const NC: usize, const L: usize, T: Value>(
+fn accumulate_pairs<const NC: usize, const V: usize, T: Value>(
     block: Block<'_, T>,
     runs: &[Runs; 3],
     w: &[AxisWeights; 3],
@@ -201,12 +196,12 @@ fn accumulate_pairs<const NC: usize, const L: usize, T: Value>(
     out: &mut [f64],
 ) {
     match terms.pairs.len() {
-        1 => accumulate::<NC, L, 1, T>(block, runs, w, terms, scale, out),
-        2 => accumulate::<NC, L, 2, T>(block, runs, w, terms, scale, out),
-        3 => accumulate::<NC, L, 3, T>(block, runs, w, terms, scale, out),
-        4 => accumulate::<NC, L, 4, T>(block, runs, w, terms, scale, out),
-        5 => accumulate::<NC, L, 5, T>(block, runs, w, terms, scale, out),
-        _ => accumulate::<NC, L, 6, T>(block, runs, w, terms, scale, out),
+        1 => accumulate::<NC, V, 1, T>(block, runs, w, terms, scale, out),
+        2 => accumulate::<NC, V, 2, T>(block, runs, w, terms, scale, out),
+        3 => accumulate::<NC, V, 3, T>(block, runs, w, terms, scale, out),
+        4 => accumulate::<NC, V, 4, T>(block, runs, w, terms, scale, out),
+        5 => accumulate::<NC, V, 5, T>(block, runs, w, terms, scale, out),
+        _ => accumulate::<NC, V, 6, T>(block, runs, w, terms, scale, out),
     }
 }
 
@@ -223,14 +218,14 @@ fn accumulate_nc<const NC: usize, T: Value>(
     width: usize,
 ) {
     match (width * NC).div_ceil(4) {
-        0 | 1 => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
-        2 => accumulate_pairs::<NC, 8, T>(block, runs, w, terms, scale, out),
-        3 => accumulate_pairs::<NC, 12, T>(block, runs, w, terms, scale, out),
-        4 => accumulate_pairs::<NC, 16, T>(block, runs, w, terms, scale, out),
-        5 => accumulate_pairs::<NC, 20, T>(block, runs, w, terms, scale, out),
-        6 => accumulate_pairs::<NC, 24, T>(block, runs, w, terms, scale, out),
-        7 => accumulate_pairs::<NC, 28, T>(block, runs, w, terms, scale, out),
-        _ => accumulate_pairs::<NC, 32, T>(block, runs, w, terms, scale, out),
+        0 | 1 => accumulate_pairs::<NC, 1, T>(block, runs, w, terms, scale, out),
+        2 => accumulate_pairs::<NC, 2, T>(block, runs, w, terms, scale, out),
+        3 => accumulate_pairs::<NC, 3, T>(block, runs, w, terms, scale, out),
+        4 => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
+        5 => accumulate_pairs::<NC, 5, T>(block, runs, w, terms, scale, out),
+        6 => accumulate_pairs::<NC, 6, T>(block, runs, w, terms, scale, out),
+        7 => accumulate_pairs::<NC, 7, T>(block, runs, w, terms, scale, out),
+        _ => accumulate_pairs::<NC, 8, T>(block, runs, w, terms, scale, out),
     }
 }
 

@@ -10,8 +10,26 @@ use crate::method::{Method, Operator};
 use crate::morton;
 use crate::stencil::{Axis, Kernel};
 
-/// Atoms along one side of a cell (capped at the partition's).
+/// Most atoms along one side of a cell. Big cells mean fewer points whose stencils span
+/// several cells (each such point costs weights, a second set of row sums and a shared
+/// partial row); small cells keep a worker's float64 block (32³ nodes at 4, 768 KiB for
+/// three components) in its L2 cache, which measured faster than 64³ cells.
 pub const CELL_ATOMS: usize = 4;
+
+/// The cell side, in atoms: the largest power of two up to [`CELL_ATOMS`] (and the shard's
+/// side) that still leaves every worker several cells of the grid to take.
+fn cell_atoms(axes: &[Axis; 3], geometry: &FieldGeometry) -> usize {
+    let enough = 4 * rayon::current_num_threads();
+    let mut atoms = CELL_ATOMS.min(geometry.atoms_per_side());
+    while atoms > 1 {
+        let side = atoms * geometry.atom;
+        if axes.iter().map(|a| a.n.div_ceil(side)).product::<usize>() >= enough {
+            break;
+        }
+        atoms /= 2;
+    }
+    atoms
+}
 
 /// A cell: its shard, its first atom (global atom coordinates) and the points it serves.
 #[derive(Debug, Clone)]
@@ -20,16 +38,34 @@ pub struct Cell {
     pub shard: ShardPos,
     /// Global coordinates `[ax, ay, az]` of the cell's first atom.
     pub first_atom: [usize; 3],
-    /// Points whose stencils touch the cell (their index in the batch), with
-    /// [`SHARED`] set on those whose stencils also touch other cells.
-    pub points: Vec<u32>,
-    /// Their grid positions, gathered here so the executor reads them sequentially.
+    /// Where each point's partial sums from this cell go: its row of the result, or, with
+    /// [`SHARED`] set, a row of the shared partials (the point's stencil spans several
+    /// cells; [`Plan::shared`] adds its rows up afterwards).
+    pub outputs: Vec<u32>,
+    /// The points' grid positions, gathered here so the executor reads them sequentially.
     pub positions: Vec<[f64; 3]>,
 }
 
-/// Flag on [`Cell::points`]: the point's stencil spans several cells, so its partial sums
-/// from different cells must be added, not stored.
+/// Flag on [`Cell::outputs`]: the row is one of the shared partials.
 pub const SHARED: u32 = 1 << 31;
+
+/// The points whose stencils span several cells. Each has one row of partial sums per
+/// cell, written by that cell alone; their sum, always in the same order, is the point's
+/// value, so results do not depend on which worker finished first.
+#[derive(Debug, Default)]
+pub struct SharedPoints {
+    /// The points, ascending.
+    pub points: Vec<u32>,
+    /// Point `points[i]` owns the partial rows `offsets[i]..offsets[i + 1]`.
+    pub offsets: Vec<u32>,
+}
+
+impl SharedPoints {
+    /// Shared partial rows in all.
+    pub fn rows(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0) as usize
+    }
+}
 
 /// A query prepared for execution.
 #[derive(Debug)]
@@ -46,6 +82,8 @@ pub struct Plan {
     pub positions: Vec<[f64; 3]>,
     /// Cells with at least one point, in storage order.
     pub cells: Vec<Cell>,
+    /// The points served by several cells.
+    pub shared: SharedPoints,
     /// Atoms along one side of a cell.
     pub cell_atoms: usize,
 }
@@ -71,8 +109,8 @@ impl Plan {
             kernel.check_axis(axis, name)?;
         }
         let positions = grid_positions(points, &axes)?;
-        let cell_atoms = CELL_ATOMS.min(geometry.atoms_per_side());
-        let cells = group_by_cell(&positions, &kernel, &axes, &geometry, cell_atoms);
+        let cell_atoms = cell_atoms(&axes, &geometry);
+        let (cells, shared) = group_by_cell(&positions, &kernel, &axes, &geometry, cell_atoms);
         Ok(Self {
             kernel,
             operator,
@@ -80,6 +118,7 @@ impl Plan {
             geometry,
             positions,
             cells,
+            shared,
             cell_atoms,
         })
     }
@@ -150,18 +189,30 @@ pub fn cells_along(
     (out, count)
 }
 
+/// Most cells one stencil can touch (4 per axis on tiny periodic grids).
+const MAX_CELLS: usize = 64;
+
+/// Cells of a point kept between the two passes of the sort: 2 per axis.
+const KEPT_CELLS: usize = 8;
+
+/// A point's cell count and its first [`KEPT_CELLS`] cells.
+type KeptCells = (u8, [u32; KEPT_CELLS]);
+
+/// Groups the points by the cells their stencils touch: one parallel sort of (cell in
+/// storage order, point in Morton order) keys, so every cell's points end up contiguous
+/// and ordered so that neighbours, which share most of their stencils, come together.
 fn group_by_cell(
     positions: &[[f64; 3]],
     kernel: &Kernel,
     axes: &[Axis; 3],
     geometry: &FieldGeometry,
     cell_atoms: usize,
-) -> Vec<Cell> {
+) -> (Vec<Cell>, SharedPoints) {
     let side = cell_atoms * geometry.atom;
-    let cells_per_axis: [usize; 3] = [0, 1, 2].map(|a| axes[a].n.div_ceil(side));
     let width = kernel.width();
-    // The cells each point's stencil touches (at most 2 per axis for any stencil that is
-    // narrower than a cell, up to 4 on tiny periodic grids).
+    let cells_per_axis: [usize; 3] = [0, 1, 2].map(|a| axes[a].n.div_ceil(side));
+    let total_cells = cells_per_axis.iter().product::<usize>();
+    // The cells each point's stencil touches (linear cell numbers).
     let cells_of = |s: &[f64; 3]| {
         let mut placement = crate::stencil::AxisWeights::default();
         let mut per_axis = [([0usize; 4], 0usize); 3];
@@ -169,7 +220,7 @@ fn group_by_cell(
             kernel.base_only(s[a], &axes[a], &mut placement);
             per_axis[a] = cells_along(placement.wrapped, width, axes[a].n, side);
         }
-        let mut out = [0u32; 64];
+        let mut out = [0u32; MAX_CELLS];
         let mut count = 0;
         for &cz in &per_axis[2].0[..per_axis[2].1] {
             for &cy in &per_axis[1].0[..per_axis[1].1] {
@@ -181,92 +232,143 @@ fn group_by_cell(
         }
         (out, count)
     };
-    // A counting sort by cell that carries each point's position along, so that every
-    // cell's points end up contiguous in memory.
-    let pairs: Vec<(u32, u32)> = positions
-        .par_iter()
-        .enumerate()
-        .flat_map_iter(|(point, s)| {
-            let (cells, count) = cells_of(s);
-            let flag = if count > 1 { SHARED } else { 0 };
-            (0..count).map(move |i| (cells[i], point as u32 | flag))
+    // A parallel counting sort by cell, in two passes over chunks of points: count, then
+    // place each (point, output row) at its chunk's next slot in the cell.
+    let chunk = positions
+        .len()
+        .div_ceil(4 * rayon::current_num_threads())
+        .max(1 << 14);
+    // The first pass keeps each point's cells (up to KEPT_CELLS, almost always all of
+    // them) so the second need not find them again.
+    let (kept, mut next): (Vec<Vec<KeptCells>>, Vec<Vec<usize>>) = positions
+        .par_chunks(chunk)
+        .map(|part| {
+            let mut per_cell = vec![0usize; total_cells];
+            let kept = part
+                .iter()
+                .map(|s| {
+                    let (cells, count) = cells_of(s);
+                    for &c in &cells[..count] {
+                        per_cell[c as usize] += 1;
+                    }
+                    let mut first = [0u32; KEPT_CELLS];
+                    let n = count.min(KEPT_CELLS);
+                    first[..n].copy_from_slice(&cells[..n]);
+                    (count as u8, first)
+                })
+                .collect();
+            (kept, per_cell)
         })
-        .collect();
-    let total_cells = cells_per_axis.iter().product::<usize>();
-    let mut counts = vec![0u32; total_cells + 1];
-    for &(cell, _) in &pairs {
-        counts[cell as usize + 1] += 1;
+        .unzip();
+    let mut cell_start = vec![0usize; total_cells + 1];
+    let mut slot = 0;
+    for c in 0..total_cells {
+        cell_start[c] = slot;
+        for per_cell in next.iter_mut() {
+            let n = per_cell[c];
+            per_cell[c] = slot;
+            slot += n;
+        }
     }
-    for c in 1..counts.len() {
-        counts[c] += counts[c - 1];
+    cell_start[total_cells] = slot;
+    // Shared points and their partial rows.
+    let mut shared = SharedPoints {
+        points: Vec::new(),
+        offsets: vec![0],
+    };
+    for (point, &(count, _)) in kept.iter().flatten().enumerate() {
+        if count > 1 {
+            shared.points.push(point as u32);
+            shared.offsets.push(shared.rows() as u32 + u32::from(count));
+        }
     }
-    let entries = counts[total_cells] as usize;
-    let mut sorted_points = vec![0u32; entries];
-    let mut sorted_positions = vec![[0.0f64; 3]; entries];
-    let mut fill = counts.clone();
-    for &(cell, point) in &pairs {
-        let slot = fill[cell as usize] as usize;
-        sorted_points[slot] = point;
-        sorted_positions[slot] = positions[(point & !SHARED) as usize];
-        fill[cell as usize] += 1;
-    }
-    drop(pairs);
+    let mut sorted = vec![(0u32, [0.0f64; 3]); slot];
+    let out = SortedPtr(sorted.as_mut_ptr());
+    let out = &out;
+    let shared_ref = &shared;
+    positions
+        .par_chunks(chunk)
+        .zip(kept.par_iter())
+        .zip(next.par_iter_mut())
+        .enumerate()
+        .for_each(|(k, ((part, kept), next))| {
+            let first_point = k * chunk;
+            // This chunk's shared points start here in `shared.points`.
+            let mut shared_index = shared_ref
+                .points
+                .partition_point(|&p| (p as usize) < first_point);
+            for (i, s) in part.iter().enumerate() {
+                let point = (first_point + i) as u32;
+                let (count, first) = (usize::from(kept[i].0), &kept[i].1);
+                let all;
+                let cells: &[u32] = if count <= KEPT_CELLS {
+                    &first[..count]
+                } else {
+                    all = cells_of(s).0;
+                    &all[..count]
+                };
+                let first_row = if count > 1 {
+                    shared_index += 1;
+                    shared_ref.offsets[shared_index - 1]
+                } else {
+                    0
+                };
+                for (j, &c) in cells.iter().enumerate() {
+                    let output = if count > 1 {
+                        SHARED | (first_row + j as u32)
+                    } else {
+                        point
+                    };
+                    let at = next[c as usize];
+                    next[c as usize] += 1;
+                    // SAFETY: every slot below `sorted.len()` is handed out exactly once.
+                    unsafe { out.0.add(at).write((output, *s)) };
+                }
+            }
+        });
+    // Each occupied cell: its points in Morton order of their positions (neighbours
+    // share most of their stencils, so the executor finds the rows in cache).
     let per_shard = geometry.atoms_per_side();
-    let occupied: Vec<usize> = (0..total_cells)
-        .filter(|&c| counts[c + 1] > counts[c])
-        .collect();
-    let mut cells: Vec<(u64, Cell)> = occupied
-        .par_iter()
-        .map(|&c| {
-            let (cx, cy, cz) = (
+    let mut cells: Vec<(u64, Cell)> = (0..cell_start.len() - 1)
+        .into_par_iter()
+        .filter(|&c| cell_start[c + 1] > cell_start[c])
+        .map(|c| {
+            let coords = [
                 c % cells_per_axis[0],
                 c / cells_per_axis[0] % cells_per_axis[1],
                 c / (cells_per_axis[0] * cells_per_axis[1]),
-            );
-            let first_atom = [cx * cell_atoms, cy * cell_atoms, cz * cell_atoms];
-            let shard = first_atom.map(|a| a / per_shard);
-            let code = morton::encode(
-                first_atom[0] as u32,
-                first_atom[1] as u32,
-                first_atom[2] as u32,
-            );
-            // Within a cell, points in Morton order of their position: neighbours share
-            // most of their stencils, so the executor finds the rows in cache.
-            let range = counts[c] as usize..counts[c + 1] as usize;
-            let mut order: Vec<(u64, u32)> = sorted_positions[range.clone()]
+            ];
+            let range = &sorted[cell_start[c]..cell_start[c + 1]];
+            let mut order: Vec<u64> = range
                 .iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    (
-                        morton::encode(
-                            s[0] as u32 & 0xfffff,
-                            s[1] as u32 & 0xfffff,
-                            s[2] as u32 & 0xfffff,
-                        ),
-                        i as u32,
-                    )
+                .map(|(i, (_, s))| {
+                    let code = morton::encode(
+                        s[0] as u32 & 0x3ff,
+                        s[1] as u32 & 0x3ff,
+                        s[2] as u32 & 0x3ff,
+                    );
+                    code << 32 | i as u64
                 })
                 .collect();
             order.sort_unstable();
-            let points = order
-                .iter()
-                .map(|&(_, i)| sorted_points[range.start + i as usize])
-                .collect();
-            let positions = order
-                .iter()
-                .map(|&(_, i)| sorted_positions[range.start + i as usize])
-                .collect();
-            (
-                code,
-                Cell {
-                    shard,
-                    first_atom,
-                    points,
-                    positions,
-                },
-            )
+            let entry = |&key: &u64| &range[key as u32 as usize];
+            let first_atom = coords.map(|c| c * cell_atoms);
+            let cell = Cell {
+                shard: first_atom.map(|a| a / per_shard),
+                first_atom,
+                outputs: order.iter().map(|key| entry(key).0).collect(),
+                positions: order.iter().map(|key| entry(key).1).collect(),
+            };
+            let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
+            (code, cell)
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);
-    cells.into_iter().map(|(_, cell)| cell).collect()
+    (cells.into_iter().map(|(_, cell)| cell).collect(), shared)
 }
+
+/// The cell-sorted entries, written by all workers at distinct slots.
+struct SortedPtr(*mut (u32, [f64; 3]));
+// SAFETY: workers write disjoint slots.
+unsafe impl Sync for SortedPtr {}

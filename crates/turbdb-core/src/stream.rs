@@ -11,7 +11,7 @@ use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
 use crate::error::Result;
 use crate::geometry::ShardPos;
 use crate::morton;
-use crate::plan::{Cell, Plan, SHARED};
+use crate::plan::{Cell, Plan, CELL_ATOMS, SHARED};
 use crate::reader::{AtomRequest, FieldReader};
 use crate::stencil::AxisWeights;
 
@@ -89,31 +89,27 @@ pub fn execute(
 ) -> Result<Vec<f64>> {
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
-    // Cells write their partial sums straight into the result from every worker. A point
-    // whose stencil spans cells gets several contributions, added atomically (the f64 bits
-    // as an atomic u64, compare-and-swap); a point inside one cell is written by that cell
-    // alone, with a plain store.
+    // Cells write their partial sums straight into the result from every worker: a point
+    // inside one cell to its own row, a point whose stencil spans cells to its row of the
+    // shared partials for that cell. Every row has exactly one writer, so plain stores do.
     let mut result = vec![0.0f64; plan.positions.len() * out_len];
-    let base = ResultPtr(result.as_mut_ptr());
+    let mut shared_rows = vec![0.0f64; plan.shared.rows() * out_len];
+    let targets = (
+        ResultPtr(result.as_mut_ptr()),
+        ResultPtr(shared_rows.as_mut_ptr()),
+    );
     let add = |cell: &Cell, partial: Vec<f64>| {
-        let base = &base;
-        for (i, &entry) in cell.points.iter().enumerate() {
-            let p = (entry & !SHARED) as usize;
-            let values = &partial[i * out_len..][..out_len];
-            for (k, &v) in values.iter().enumerate() {
-                // SAFETY: p * out_len + k is inside `result`, which outlives the workers.
-                // Slots of an unshared point are touched by this cell only; slots of a
-                // shared point are only ever accessed atomically.
-                let slot = unsafe { base.0.add(p * out_len + k) };
-                if entry & SHARED == 0 {
-                    unsafe { slot.write(v) };
-                } else {
-                    let atomic = unsafe { AtomicU64::from_ptr(slot.cast::<u64>()) };
-                    let _ = atomic.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                        Some((f64::from_bits(bits) + v).to_bits())
-                    });
-                }
-            }
+        let targets = &targets;
+        for (&output, values) in cell.outputs.iter().zip(partial.chunks_exact(out_len)) {
+            let (base, row) = if output & SHARED == 0 {
+                (&targets.0, output as usize)
+            } else {
+                (&targets.1, (output & !SHARED) as usize)
+            };
+            // SAFETY: the row is inside its buffer, which outlives the workers, and no
+            // other cell writes it (see above).
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.0.add(row * out_len), out_len) };
+            dst.copy_from_slice(values);
         }
     };
     match order {
@@ -147,12 +143,37 @@ pub fn execute(
             }
         }
     }
+    add_shared_partials(plan, &shared_rows, &mut result, out_len);
     Ok(result)
+}
+
+/// Sums each shared point's partial rows into its result row, in cell order.
+fn add_shared_partials(plan: &Plan, shared_rows: &[f64], result: &mut [f64], out_len: usize) {
+    let shared = &plan.shared;
+    let base = ResultPtr(result.as_mut_ptr());
+    let base = &base;
+    shared
+        .points
+        .par_iter()
+        .enumerate()
+        .for_each(|(i, &point)| {
+            let rows = shared.offsets[i] as usize..shared.offsets[i + 1] as usize;
+            // SAFETY: each shared point is handled by one iteration and its row is in bounds.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(base.0.add(point as usize * out_len), out_len)
+            };
+            dst.fill(0.0);
+            for row in rows {
+                for (d, &v) in dst.iter_mut().zip(&shared_rows[row * out_len..][..out_len]) {
+                    *d += v;
+                }
+            }
+        });
 }
 
 /// The result buffer, shared by the workers (see `execute` for why this is sound).
 struct ResultPtr(*mut f64);
-// SAFETY: workers write disjoint slots, or the same slots only through atomics.
+// SAFETY: workers write disjoint rows (see `execute`).
 unsafe impl Sync for ResultPtr {}
 unsafe impl Send for ResultPtr {}
 
@@ -160,7 +181,7 @@ unsafe impl Send for ResultPtr {}
 #[derive(Default)]
 struct Scratch {
     atoms: Vec<f32>,
-    block: Vec<f32>,
+    block: Vec<f64>,
 }
 
 /// The partial sums of one cell for its points (`points × ncomp × slots`). The cell's
@@ -191,7 +212,7 @@ fn run_cell(
     let mut needed = vec![false; c_atoms.pow(3)];
     let mut placement = AxisWeights::default();
     for &s in &cell.positions {
-        let mut along = [[false; 8]; 3];
+        let mut along = [[false; CELL_ATOMS]; 3];
         for axis in 0..3 {
             plan.kernel
                 .base_only(s[axis], &plan.axes[axis], &mut placement);
@@ -245,8 +266,10 @@ fn run_cell(
     buffer.resize(atoms.len() * atom_values, 0.0);
     // Stale values from the previous cell are harmless: only atoms read below are used.
     block.resize(dims.iter().product::<usize>() * nc + PADDING, 0.0);
-    let mut partial = vec![0.0; cell.points.len() * out_len];
-    for level in level_order {
+    let mut partial = vec![0.0; cell.outputs.len() * out_len];
+    // The time levels are blended into the block first (every point of a query is at the
+    // same time), so the spatial sums run once whatever the temporal method.
+    for (k, level) in level_order.into_iter().enumerate() {
         if shuffle.is_some() {
             for request in &requests {
                 source.read_atoms(level.t, cell.shard, std::slice::from_ref(request), buffer)?;
@@ -269,33 +292,34 @@ fn run_cell(
                 l.map(|v| v * a),
                 dims,
                 block,
+                (level.weight, k > 0),
             );
         }
-        let view = Block {
-            values: &block[..],
-            dims: [dims[0], dims[1]],
-        };
-        let mut w = [AxisWeights::default(); 3];
-        for (i, &s) in cell.positions.iter().enumerate() {
-            for axis in 0..3 {
-                plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
-            }
-            let runs = [
-                Runs::new(w[0].wrapped, width, plan.axes[0].n, start[0], dims[0]),
-                Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
-                Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
-            ];
-            accumulate_any(
-                nc,
-                view,
-                &runs,
-                &w,
-                terms,
-                level.weight,
-                &mut partial[i * out_len..][..out_len],
-                width,
-            );
+    }
+    let view = Block {
+        values: &block[..],
+        dims: [dims[0], dims[1]],
+    };
+    let mut w = [AxisWeights::default(); 3];
+    for (i, &s) in cell.positions.iter().enumerate() {
+        for axis in 0..3 {
+            plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
         }
+        let runs = [
+            Runs::new(w[0].wrapped, width, plan.axes[0].n, start[0], dims[0]),
+            Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
+            Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
+        ];
+        accumulate_any(
+            nc,
+            view,
+            &runs,
+            &w,
+            terms,
+            1.0,
+            &mut partial[i * out_len..][..out_len],
+            width,
+        );
     }
     stats.contributions.fetch_add(
         (cell.positions.len() * levels.len()) as u64,
@@ -304,21 +328,28 @@ fn run_cell(
     Ok(partial)
 }
 
-/// Copies an atom (side `a`) to its place `origin` in a cell block of `dims`.
+/// Puts `weight` × an atom (side `a`) at its place `origin` in a cell block of `dims`,
+/// adding to what is there if `add`.
 fn copy_atom_into_block(
     atom: &[f32],
     a: usize,
     nc: usize,
     origin: [usize; 3],
     dims: [usize; 3],
-    block: &mut [f32],
+    block: &mut [f64],
+    (weight, add): (f64, bool),
 ) {
     let nx = a.min(dims[0] - origin[0]) * nc;
     for z in 0..a.min(dims[2] - origin[2]) {
         for y in 0..a.min(dims[1] - origin[1]) {
             let src = &atom[(z * a + y) * a * nc..][..nx];
             let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
-            block[dst..dst + nx].copy_from_slice(src);
+            let row = block[dst..dst + nx].iter_mut().zip(src);
+            match (weight == 1.0, add) {
+                (true, false) => row.for_each(|(d, &s)| *d = f64::from(s)),
+                (false, false) => row.for_each(|(d, &s)| *d = weight * f64::from(s)),
+                (_, true) => row.for_each(|(d, &s)| *d = weight.mul_add(f64::from(s), *d)),
+            }
         }
     }
 }
