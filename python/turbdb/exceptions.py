@@ -11,7 +11,14 @@ catch for that kind of problem, so ``except KeyError`` works as well as
     ├── FormatError (ValueError)              input or stored data of the wrong shape, dtype or layout
     ├── CorruptDataError (OSError)            a shard index checksum or an atom that does not decode
     ├── StorageError (OSError)                the store could not be read or written
-    └── DatasetExistsError (FileExistsError)  creating a dataset that is already there
+    ├── DatasetExistsError (FileExistsError)  creating a dataset that is already there
+    ├── AccessDeniedError (PermissionError)   the service refused the token (missing, unknown, not for that dataset)
+    ├── LimitExceededError (ValueError)       a request above the token's limits (points, requests per minute)
+    └── ServiceError (OSError)                the service could not be reached or failed (remote use)
+
+Over HTTP (``turbdb.connect``) the server names the class of each error it reports and
+the client raises that same class, so code written against ``turbdb.open`` catches the
+same exceptions remotely.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ __all__ = [
     "CorruptDataError",
     "StorageError",
     "DatasetExistsError",
+    "AccessDeniedError",
+    "LimitExceededError",
+    "ServiceError",
 ]
 
 
@@ -61,3 +71,25 @@ class StorageError(TurbdbError, OSError):
 
 class DatasetExistsError(TurbdbError, FileExistsError):
     """A dataset of that name already exists."""
+
+
+class AccessDeniedError(TurbdbError, PermissionError):
+    """The service refused the request's token: missing, unknown, or not allowed that dataset.
+    ``status`` is the HTTP status: 401 (no or unknown token) or 403 (not for this dataset)."""
+
+    def __init__(self, message: str, status: int = 403):
+        super().__init__(message)
+        self.status = status
+
+
+class LimitExceededError(TurbdbError, ValueError):
+    """A request above the token's limits: too many points, or too many requests per minute.
+    ``retry_after`` is the seconds to wait when waiting helps, else ``None``."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ServiceError(TurbdbError, OSError):
+    """The remote service could not be reached, or failed while answering."""

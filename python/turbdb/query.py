@@ -92,8 +92,6 @@ def cutout(
     stride: int = 1,
 ) -> xarray.DataArray:
     """See :meth:`turbdb.Dataset.cutout`."""
-    import xarray
-
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
@@ -105,6 +103,15 @@ def cutout(
         ranges.append((start, stop))
     (t_index, _), = dataset.field_store(field).time_levels(info.times, float(time), "none")
     data = dataset.field_store(field).cutout(t_index, axes_of(info), tuple(ranges), int(stride))
+    return cutout_array(dataset.name, info, field, data, ranges, int(stride), int(t_index))
+
+
+def cutout_array(dataset_name: str, info: Any, field: str, data: np.ndarray, ranges: Any, stride: int,
+                 t_index: int) -> xarray.DataArray:
+    """The cutout ``data`` ``(nz, ny, nx, ncomp)`` of nodes ``ranges`` (x, y, z) as the
+    DataArray :meth:`turbdb.Dataset.cutout` returns (also built by the remote client)."""
+    import xarray
+
     coords = {}
     for (start, stop), name, o, d, n, periodic in zip(ranges, "xyz", info.origin, info.spacing, info.grid, info.periodic):
         index = np.arange(start, stop, stride)
@@ -117,7 +124,7 @@ def cutout(
         dims=("z", "y", "x", "component"),
         coords=coords,
         name=field,
-        attrs={"dataset": dataset.name, "time": float(info.times[t_index]), "time_index": int(t_index),
+        attrs={"dataset": dataset_name, "time": float(info.times[t_index]), "time_index": int(t_index),
                "stride": int(stride)},
     )
 

@@ -1,0 +1,249 @@
+"""The web service: a FastAPI app over one database. ``create_app(db_path, tokens)`` builds
+it; ``turbdb serve`` runs it on uvicorn. Endpoints: ``/v1/datasets…`` (JSON or ``.npy``),
+the JHTDB-compatible ``/turbulence-svc/values``, ``/healthz``, ``/metrics``, and the
+OpenAPI description at ``/openapi.json`` with interactive docs at ``/docs``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import FastAPI, Query, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import __version__
+from ..exceptions import TurbdbError
+from ..track import step_times
+from . import cutout as cutouts
+from . import errors, jhtdb
+from .backend import Backend, check_track_size, parse_range
+from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .tokens import Tokens
+from .transport import NETCDF, NPY, encode_npy
+
+NPZ = "application/x-npz"
+DEFAULT_MAX_POINTS_IN_FLIGHT = 4_000_000
+DEFAULT_CUTOUT_CHUNK_BYTES = 16 * 2**20
+
+_POINTS_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"type": "object", "required": ["points"], "properties": {
+        "points": {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 3,
+                                               "maxItems": 3}}}},
+        "example": {"points": [[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]]}},
+    NPY: {"schema": {"type": "string", "format": "binary"}, "description": "an (N, 3) float array written by np.save"},
+}}}
+_ARRAY_ANSWER = {200: {"description": "JSON {shape, dtype, values}, or .npy with Accept: application/x-npy",
+                       "content": {"application/json": {}, NPY: {}}}}
+
+
+def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
+               workers: int | None = None, max_points_in_flight: int = DEFAULT_MAX_POINTS_IN_FLIGHT,
+               cutout_chunk_bytes: int = DEFAULT_CUTOUT_CHUNK_BYTES, queue_timeout: float = 60.0) -> FastAPI:
+    """The app serving the database at ``db_path``. ``tokens``: a :class:`Tokens`, the path
+    of a tokens file, or ``None`` (anonymous use only, with JHTDB's small limits).
+    ``workers``: engine calls run at once (threads; default: the number of cores).
+    ``max_points_in_flight``: points admitted at once; further requests wait their turn,
+    up to ``queue_timeout`` seconds, then get 503. ``cutout_chunk_bytes``: size of the
+    slabs a cutout is streamed in."""
+    if not isinstance(tokens, Tokens):
+        tokens = Tokens.load(tokens)
+    metrics = Metrics()
+    backend = Backend(db_path, tokens, metrics, workers=workers or os.cpu_count() or 2,
+                      max_points_in_flight=max_points_in_flight, cutout_chunk_bytes=cutout_chunk_bytes,
+                      queue_timeout=queue_timeout)
+    app = FastAPI(
+        title="turbdb",
+        version=__version__,
+        summary="A turbulence database: point queries, cutouts and particle tracking where the data lives.",
+        description=(
+            "Send a token as `Authorization: Bearer <token>` (JHTDB endpoint: `authToken=`). Without one, "
+            "requests get small anonymous limits. Points travel as JSON or `.npy` (`Content-Type: "
+            "application/x-npy`); answers are JSON, or `.npy` with `Accept: application/x-npy`. Every error is "
+            "a 4xx/5xx with `{\"description\": …, \"error\": <turbdb exception class>}`."),
+    )
+    app.state.backend = backend
+    errors.install(app)
+    app.add_middleware(_Instrument, metrics=metrics)
+    app.include_router(jhtdb.router(backend))
+
+    @app.get("/healthz", tags=["operations"], summary="liveness")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, "in_flight_points": backend.limiter.used}
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    async def metrics_text() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/datasets", tags=["datasets"], summary="metadata of every dataset this token may read")
+    async def list_datasets(request: Request) -> dict[str, Any]:
+        limits = backend.authorize(request)
+        return {"datasets": [_metadata_json(backend, n) for n in backend.names() if limits.allows(n)]}
+
+    @app.get("/v1/datasets/{name}", tags=["datasets"], summary="metadata of one dataset, with the steps written")
+    async def get_dataset(name: str, request: Request) -> dict[str, Any]:
+        limits = backend.authorize(request)
+        ds = backend.dataset(name)
+        limits.check_dataset(name)
+        info = await backend.run(lambda: ds.info)
+        return {**info.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in info.fields.items()}}
+
+    @app.post("/v1/datasets/{name}/query", tags=["queries"], summary="evaluate a field, its gradient, Hessian or "
+              "Laplacian at points", openapi_extra=_POINTS_BODY, responses=_ARRAY_ANSWER)
+    async def query(
+        name: str,
+        request: Request,
+        field: str = Query(..., description="e.g. velocity, pressure"),
+        time: float = Query(..., description="physical time"),
+        method: str = Query("lag6", description="none, lag4, lag6, lag8, fd4noint, fd6noint, fd8noint, fd4lag4, "
+                                                 "m1q4, m2q8"),
+        operator: str = Query("field", description="field, gradient, hessian, laplacian"),
+        temporal: str = Query("none", description="none (nearest stored time) or pchip"),
+        dtype: Literal["float32", "float64"] = Query("float32", description="dtype of the answer"),
+        strategy: str = Query("streaming", description="streaming, or the sorted/direct baselines"),
+    ) -> Response:
+        limits = backend.authorize(request)
+        ds = backend.dataset(name)
+        limits.check_dataset(name)
+        points = await backend.points(request, limits)
+        encode = _encoder(request)
+
+        def evaluate() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
+            values = ds.query(field, points, time=time, method=method, operator=operator, temporal=temporal,
+                              dtype=dtype, strategy=strategy)
+            backend.record_reads(ds, field)
+            return encode(values)
+
+        async with backend.limiter.admit(len(points)):
+            response = await backend.run(evaluate, points=len(points))
+        backend.metrics.points.labels("query").inc(len(points))
+        return response
+
+    @app.post("/v1/datasets/{name}/cutout", tags=["queries"], summary="the stored values on a box of nodes, "
+              "streamed as .npy or NetCDF",
+              responses={200: {"description": "(nz, ny, nx, ncomp) float32", "content": {NPY: {}, NETCDF: {}}}})
+    async def cutout(
+        name: str,
+        request: Request,
+        field: str = Query(..., description="e.g. velocity"),
+        time: float = Query(..., description="physical time; the nearest stored step is read"),
+        x: str | None = Query(None, description="node range start,stop (half-open, wraps on periodic axes); "
+                                                "default the whole axis"),
+        y: str | None = Query(None, description="as x"),
+        z: str | None = Query(None, description="as x"),
+        stride: int = Query(1, ge=1, description="every stride-th node"),
+        format: Literal["npy", "netcdf"] | None = Query(None, description="default: from Accept, else npy"),  # noqa: A002
+    ) -> Response:
+        limits = backend.authorize(request)
+        ds = backend.dataset(name)
+        limits.check_dataset(name)
+        fmt = format or ("netcdf" if NETCDF in request.headers.get("accept", "") else "npy")
+        ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
+        plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, stride=stride,
+                                                      chunk_bytes=backend.cutout_chunk_bytes, **ranges))
+        limits.check_points(plan.nodes, "nodes")
+        backend.metrics.points.labels("cutout").inc(plan.nodes)
+        return await cutouts.respond(backend, plan, fmt)
+
+    @app.post("/v1/datasets/{name}/track", tags=["queries"], summary="advect particles through the stored "
+              "velocity", openapi_extra=_POINTS_BODY,
+              responses={200: {"description": "positions (n_steps+1, N, 3) float64 as .npy, or with "
+                                              "return_velocity an .npz of positions and velocities; JSON otherwise",
+                               "content": {"application/json": {}, NPY: {}, NPZ: {}}}})
+    async def track(
+        name: str,
+        request: Request,
+        start: float = Query(..., description="start time"),
+        end: float = Query(..., description="end time"),
+        dt: float = Query(..., description="time step"),
+        method: str = Query("lag6", description="spatial interpolation of the velocity"),
+        field: str = Query("velocity", description="the velocity field to advect with"),
+        integrator: str = Query("rk2", description="time integrator"),
+        return_velocity: bool = Query(False, description="also return the velocity at each position"),
+    ) -> Response:
+        limits = backend.authorize(request)
+        ds = backend.dataset(name)
+        limits.check_dataset(name)
+        points = await backend.points(request, limits)
+        steps = len(step_times(start, end, dt)) - 1
+        check_track_size(len(points), steps)
+        binary = NPY in request.headers.get("accept", "") or NPZ in request.headers.get("accept", "")
+        encode = _encoder(request)
+
+        def evaluate() -> Response:
+            result = ds.track(points, start=start, end=end, dt=dt, method=method, field=field,
+                              integrator=integrator, return_velocity=return_velocity)
+            if not return_velocity:
+                return encode(result)
+            positions, velocities = result
+            if binary:
+                buffer = io.BytesIO()
+                np.savez(buffer, positions=positions, velocities=velocities)
+                return Response(buffer.getvalue(), media_type=NPZ)
+            return Response(json.dumps({"positions": _json_array(positions),
+                                        "velocities": _json_array(velocities)}).encode(),
+                            media_type="application/json")
+
+        async with backend.limiter.admit(len(points) * (steps + 1)):
+            response = await backend.run(evaluate)
+        backend.metrics.points.labels("track").inc(len(points) * steps)
+        return response
+
+    return app
+
+
+def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
+    """A dataset's stored metadata; a damaged one is listed with what is wrong with it."""
+    try:
+        return backend.dataset(name).metadata.to_attrs()
+    except TurbdbError as e:
+        return {"name": name, "error": type(e).__name__, "description": str(e)}
+
+
+def _json_array(values: np.ndarray) -> dict[str, Any]:
+    return {"shape": list(values.shape), "dtype": str(values.dtype), "values": values.tolist()}
+
+
+def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
+    """How to answer with an array: ``.npy`` if the client accepts it, else JSON."""
+    if NPY in request.headers.get("accept", ""):
+        return lambda values: Response(encode_npy(values), media_type=NPY)
+    return lambda values: Response(json.dumps(_json_array(values)).encode(), media_type="application/json")
+
+
+class _Instrument:
+    """Counts every request by endpoint (the route's path template, so unknown paths do
+    not grow the label set) and status, with its latency and the bytes sent."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status, sent = 500, 0
+
+        async def counting_send(message: Message) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", "other")
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            self.metrics.bytes_sent.labels(endpoint).inc(sent)

@@ -1,0 +1,193 @@
+"""What every endpoint needs: datasets by name (validated, opened once), tokens and rate
+limits, bounded request bodies, admission by points in flight, and the thread pool that
+runs the engine (whose calls release the GIL, so requests really run in parallel)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import numpy as np
+from starlette.requests import Request
+
+from ..database import Database
+from ..dataset import Dataset
+from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
+from ..info import NAME_PATTERN
+from ..query import as_points
+from .admission import PointsLimiter
+from .metrics import Metrics
+from .tokens import Limits, Tokens
+from .transport import NPY, decode_npy
+
+T = TypeVar("T")
+
+# Bytes a request body may take per point: .npy float64 is 24; JSON text up to ~26 digits a
+# coordinate with separators.
+NPY_BYTES_PER_POINT, JSON_BYTES_PER_POINT, BODY_SLACK = 24, 96, 65536
+# Queries of at most this many points run on the event loop, not in the thread pool.
+INLINE_POINTS = 128
+# JSON bodies above this are parsed in the thread pool, not on the event loop.
+INLINE_JSON_BYTES = 256 * 1024
+# Particle tracking keeps every step's positions: at most this many (particle, step) rows
+# (480 MB of float64 positions) per request.
+MAX_TRACK_ROWS = 20_000_000
+
+
+def with_status(error: Exception, status: int) -> Exception:
+    """Gives an error the HTTP status to answer it with (else its class decides)."""
+    error.status = status  # type: ignore[attr-defined]
+    return error
+
+
+class Backend:
+    """The state the endpoints of one app share."""
+
+    def __init__(self, db_path: str | os.PathLike[str], tokens: Tokens, metrics: Metrics, *,
+                 workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float):
+        self.database = Database(db_path)  # raises if the directory is missing
+        self.path = Path(db_path)
+        self.tokens = tokens
+        self.metrics = metrics
+        self.workers = workers
+        self.cutout_chunk_bytes = cutout_chunk_bytes
+        self.limiter = PointsLimiter(max_points_in_flight, queue_timeout, on_change=self._in_flight_changed)
+        metrics.in_flight_limit.set(max_points_in_flight)
+        self._datasets: dict[str, Dataset] = {}
+        self._engine: anyio.CapacityLimiter | None = None
+
+    def _in_flight_changed(self, used: int, peak: int) -> None:
+        self.metrics.in_flight.set(used)
+        self.metrics.in_flight_peak.set(peak)
+
+    # -- datasets ---------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return self.database.datasets
+
+    def dataset(self, name: str) -> Dataset:
+        """Dataset ``name`` for one request: a shallow copy of the one opened at first use
+        (it shares the opened field stores and cached metadata, but keeps its own
+        ``last_query_stats``). Names are checked against the pattern of dataset names and
+        the database's listing before any path is built, so ``../x`` never reaches the
+        file system."""
+        opened = self._datasets.get(name)
+        if opened is None:
+            if not (isinstance(name, str) and NAME_PATTERN.match(name) and ".." not in name) or name not in self.names():
+                available = ", ".join(self.names()) or "none"
+                raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
+            opened = self._datasets.setdefault(name, Dataset(self.path / name))
+        return copy.copy(opened)
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def authorize(self, request: Request, token: str | None = None) -> Limits:
+        """The caller's limits (from ``token``, else the request's Bearer token) after
+        counting this request against its rate. Anonymous callers are rated per address,
+        so one busy anonymous client does not use up everyone's requests."""
+        limits = self.tokens.identify(token if token is not None else self.bearer(request))
+        client = request.client.host if request.client else ""
+        self.tokens.take(limits, key=f"{limits.name}@{client}" if limits is self.tokens.anonymous else None)
+        return limits
+
+    @staticmethod
+    def bearer(request: Request) -> str | None:
+        header = request.headers.get("authorization")
+        if not header:
+            return None
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else header.strip()
+
+    # -- bodies -----------------------------------------------------------------------------
+
+    async def body(self, request: Request, max_bytes: int) -> bytes:
+        """The request body, refused (413) as soon as it is known to exceed ``max_bytes``."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise LimitExceededError(f"the request body has {int(declared):,} bytes; this request may send at most "
+                                     f"{max_bytes:,} (the token's point limit): send fewer points per request")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise LimitExceededError(f"the request body exceeds {max_bytes:,} bytes (the token's point limit): "
+                                         "send fewer points per request")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def points(self, request: Request, limits: Limits) -> np.ndarray:
+        """The points of a request, as ``.npy`` (``Content-Type: application/x-npy``) or JSON
+        ``{"points": [[x, y, z], …]}``, within the token's point limit."""
+        kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if kind == NPY:
+            body = await self.body(request, limits.max_points * NPY_BYTES_PER_POINT + BODY_SLACK)
+            points = as_points(decode_npy(body))
+            limits.check_points(len(points))
+            return points
+        # Lenient on purpose: `curl -d` labels JSON as a form.
+        if kind not in ("application/json", "text/json", "text/plain", "application/x-www-form-urlencoded", ""):
+            raise with_status(InvalidRequestError(
+                f"cannot read a body of type {kind!r}: send JSON {{\"points\": [[x, y, z], …]}} "
+                f"or an .npy file with Content-Type: {NPY}"), 415)
+        body = await self.body(request, limits.max_points * JSON_BYTES_PER_POINT + BODY_SLACK)
+        if len(body) > INLINE_JSON_BYTES:
+            points = await anyio.to_thread.run_sync(parse_json_points, body)
+        else:
+            points = parse_json_points(body)
+        limits.check_points(len(points))
+        return points
+
+    # -- running the engine -----------------------------------------------------------------
+
+    async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None) -> T:
+        """Runs a blocking engine call in the pool of ``workers`` threads, or right here
+        when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
+        than the hop to a thread and back costs in latency."""
+        if points is not None and points <= INLINE_POINTS:
+            return fn(*args)
+        if self._engine is None:
+            self._engine = anyio.CapacityLimiter(self.workers)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
+
+    def record_reads(self, dataset: Dataset, field: str) -> None:
+        stats = dataset.last_query_stats
+        atoms = stats.get("atoms_read", 0)
+        if atoms:
+            info = dataset.metadata
+            self.metrics.atoms_read.inc(atoms)
+            self.metrics.bytes_read.inc(atoms * info.atom**3 * info.fields[field].ncomp * 4)
+
+
+def parse_json_points(body: bytes) -> np.ndarray:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(f"the body is not valid JSON ({e}); send {{\"points\": [[x, y, z], …]}}") from None
+    if not isinstance(document, Mapping) or "points" not in document:
+        raise FormatError("the JSON body must be an object with a \"points\" member: {\"points\": [[x, y, z], …]}")
+    return as_points(document["points"])
+
+
+def check_track_size(particles: int, steps: int) -> None:
+    if particles * (steps + 1) > MAX_TRACK_ROWS:
+        raise LimitExceededError(
+            f"tracking {particles:,} particles over {steps:,} steps keeps {particles * (steps + 1):,} positions; "
+            f"one request may keep {MAX_TRACK_ROWS:,}: split the particles or the time span into several requests")
+
+
+def parse_range(name: str, value: str | None) -> tuple[int, int] | None:
+    """A half-open node range given as ``start,stop`` (or ``start:stop``); ``None`` is the
+    whole axis."""
+    if value is None:
+        return None
+    try:
+        start, stop = (int(v) for v in value.replace(":", ",").split(","))
+    except ValueError:
+        raise InvalidRequestError(f"parameter {name!r} must be start,stop grid indices, e.g. 0,32; not {value!r}") from None
+    return start, stop

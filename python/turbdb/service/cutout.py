@@ -1,0 +1,135 @@
+"""Cutouts streamed in z-slabs: the header first (``.npy`` or NetCDF-3), then one slab at a
+time read by the engine, so a cube of any size passes through a bounded buffer."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import numpy as np
+from starlette.responses import StreamingResponse
+
+from ..dataset import Dataset
+from ..exceptions import InvalidRequestError, UnknownNameError
+from ..query import axes_of
+from .backend import Backend
+from .transport import NETCDF, NPY, NetCDFStream, npy_header
+
+FORMATS = {"npy": NPY, "netcdf": NETCDF}
+
+
+@dataclasses.dataclass
+class CutoutPlan:
+    dataset: Dataset
+    field: str
+    t_index: int
+    time: float
+    ranges: tuple[tuple[int, int], tuple[int, int], tuple[int, int]]  # x, y, z
+    stride: int
+    shape: tuple[int, int, int, int]  # nz, ny, nx, ncomp
+    planes_per_slab: int
+
+    @property
+    def nodes(self) -> int:
+        nz, ny, nx, _ = self.shape
+        return nz * ny * nx
+
+    def slabs(self) -> list[tuple[int, int]]:
+        """z ranges of the slabs, each ``planes_per_slab`` output planes."""
+        (z0, z1), step = self.ranges[2], self.planes_per_slab * self.stride
+        return [(start, min(z1, start + step)) for start in range(z0, z1, step)]
+
+    def read(self, z: tuple[int, int]) -> np.ndarray:
+        """Blocking: the engine reads one slab, float32 ``(nz_slab, ny, nx, ncomp)``."""
+        info = self.dataset.metadata
+        x, y, _ = self.ranges
+        return self.dataset.field_store(self.field).cutout(self.t_index, axes_of(info), (x, y, z), self.stride)
+
+
+def plan(dataset: Dataset, field: str, *, time: float, x, y, z, stride: int, chunk_bytes: int) -> CutoutPlan:
+    """Checks the request as ``Dataset.cutout`` would (blocking: it asks the engine) and
+    sizes the slabs."""
+    info = dataset.metadata
+    if field not in info.fields:
+        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    if stride < 1:
+        raise InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
+    ranges = tuple((0, n) if r is None else r for r, n in zip((x, y, z), info.grid))
+    store = dataset.field_store(field)
+    (t_index, _), = store.time_levels(info.times, float(time), "none")
+    # Let the engine check the ranges (empty, outside a bounded axis) with its own messages,
+    # reading a single node: a stride longer than every range keeps only each first node.
+    store.cutout(t_index, axes_of(info), ranges, max(1, *(b - a for a, b in ranges)))
+    nx, ny, nz = (len(range(a, b, stride)) for a, b in ranges)
+    ncomp = info.fields[field].ncomp
+    plane = max(1, nx * ny * ncomp * 4)
+    return CutoutPlan(dataset, field, int(t_index), float(info.times[t_index]), ranges, stride,
+                      (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)))
+
+
+def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
+    """The NetCDF variables: coordinates as ``Dataset.cutout`` gives them, then the data."""
+    info = plan.dataset.metadata
+    nz, ny, nx, ncomp = plan.shape
+    components = info.fields[plan.field].components
+    width = max(len(c) for c in components)
+    variables = {}
+    for axis in "xyz":
+        variables[axis] = ((axis,), "f8", {"long_name": f"{axis} (physical)"})
+        variables[f"{axis}_index"] = ((axis,), "i4", {"long_name": f"{axis} grid index"})
+    variables["component"] = (("component", "strlen"), "S1", {"_Encoding": "utf-8"})
+    variables[plan.field] = (("z", "y", "x", "component"), "f4",
+                             {"coordinates": "x_index y_index z_index", "units": info.fields[plan.field].units})
+    attrs = {"dataset": plan.dataset.name, "time": plan.time, "time_index": plan.t_index, "stride": plan.stride,
+             "Conventions": "CF-1.8", "source": "turbdb cutout"}
+    return NetCDFStream({"z": nz, "y": ny, "x": nx, "component": ncomp, "strlen": width}, variables, attrs)
+
+
+def _coordinate_bytes(plan: CutoutPlan, stream: NetCDFStream) -> bytes:
+    info = plan.dataset.metadata
+    chunks = []
+    for (start, stop), axis, o, d, n, periodic in zip(plan.ranges, "xyz", info.origin, info.spacing, info.grid,
+                                                       info.periodic):
+        index = np.arange(start, stop, plan.stride)
+        chunks.append(stream.small_data(axis, o + d * index))
+        chunks.append(stream.small_data(f"{axis}_index", np.mod(index, n) if periodic else index))
+    chunks.append(stream.small_data("component", info.fields[plan.field].components))
+    return b"".join(chunks)
+
+
+async def respond(backend: Backend, plan: CutoutPlan, fmt: str) -> StreamingResponse:
+    """Streams the cutout. The first slab is read before the answer starts, so that an
+    engine error on it is still a proper 4xx; a later failure cuts the stream short (the
+    client sees fewer bytes than Content-Length announced)."""
+    slabs = plan.slabs()
+    first = await _read(backend, plan, slabs[0])
+    big_endian = fmt == "netcdf"
+    if big_endian:
+        layout = netcdf_layout(plan)
+        head = layout.header() + _coordinate_bytes(plan, layout)
+        length = layout.total_bytes()
+    else:
+        head = npy_header(np.float32, plan.shape)
+        length = len(head) + plan.nodes * plan.shape[3] * 4
+
+    def encode(slab: np.ndarray) -> bytes:
+        return slab.astype(">f4").tobytes() if big_endian else slab.tobytes()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield head + encode(first)
+        backend.metrics.cutout_chunks.inc()
+        for z in slabs[1:]:
+            yield encode(await _read(backend, plan, z))
+            backend.metrics.cutout_chunks.inc()
+
+    headers = {"Content-Length": str(length), "X-Turbdb-Time": repr(plan.time),
+               "X-Turbdb-Time-Index": str(plan.t_index), "X-Turbdb-Shape": ",".join(map(str, plan.shape)),
+               "Content-Disposition": f'attachment; filename="{plan.dataset.name}-{plan.field}-{plan.t_index}.'
+                                      f'{"nc" if big_endian else "npy"}"'}
+    return StreamingResponse(body(), media_type=FORMATS[fmt], headers=headers)
+
+
+async def _read(backend: Backend, plan: CutoutPlan, z: tuple[int, int]) -> np.ndarray:
+    nodes = len(range(z[0], z[1], plan.stride)) * plan.shape[1] * plan.shape[2]
+    async with backend.limiter.admit(nodes):
+        return await backend.run(plan.read, z)

@@ -1,0 +1,96 @@
+"""Errors as HTTP answers: every error is a 4xx/5xx with the JSON body JHTDB clients read,
+``{"description": …}``, plus the name of the turbdb exception class so that
+``turbdb.connect`` raises the same class the local API would."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+
+from .. import exceptions as exc
+from .admission import BusyError
+
+log = logging.getLogger("turbdb.service")
+
+# Checked in order: subclasses before their bases.
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (exc.AccessDeniedError, 403),
+    (exc.LimitExceededError, 413),
+    (exc.OutOfDomainError, 400),
+    (exc.InvalidRequestError, 400),
+    (exc.FormatError, 400),
+    (exc.UnknownNameError, 400),
+    (exc.DatasetExistsError, 409),
+    (BusyError, 503),
+    (exc.CorruptDataError, 500),
+    (exc.StorageError, 500),
+    (exc.TurbdbError, 500),
+)
+
+
+def status_of(error: Exception) -> int:
+    """The HTTP status of a turbdb error: its own ``status`` if it carries one (401 vs 403,
+    404 for an unknown dataset), 429 for a rate limit, else by class."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        return status
+    if isinstance(error, exc.LimitExceededError) and error.retry_after is not None:
+        return 429
+    return next(code for cls, code in _STATUS if isinstance(error, cls))
+
+
+def error_response(status: int, description: str, error: str, retry_after: float | None = None) -> Response:
+    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    body = json.dumps({"description": description, "error": error, "status": status}).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def turbdb_error_response(error: Exception) -> Response:
+    status = status_of(error)
+    name = type(error).__name__ if type(error).__name__ in exc.__all__ else "ServiceError"
+    if status >= 500:
+        log.error("%s: %s", type(error).__name__, error)
+    return error_response(status, str(error), name, getattr(error, "retry_after", None))
+
+
+def install(app: FastAPI) -> None:
+    """Registers the handlers that give every error the same JSON shape."""
+
+    @app.exception_handler(exc.TurbdbError)
+    async def _turbdb(request: Request, error: exc.TurbdbError) -> Response:
+        return turbdb_error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, error: RequestValidationError) -> Response:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}" for e in error.errors())
+        return error_response(400, f"invalid parameters: {problems}", "InvalidRequestError")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException) -> Response:
+        description = str(error.detail)
+        if error.status_code == 404:
+            description = f"no such endpoint {request.url.path!r}; see /docs for the API"
+        elif error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            description = (f"{request.method} is not allowed on {request.url.path}; "
+                           f"use {allowed or 'another method'} (see /docs)")
+        name = "InvalidRequestError" if error.status_code < 500 else "ServiceError"
+        return error_response(error.status_code, description, name)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, error: ClientDisconnect) -> Response:
+        # Nobody is left to read an answer; no traceback in the log either.
+        return error_response(400, "the client closed the connection before sending the whole body",
+                              "InvalidRequestError")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, error: Exception) -> Response:
+        log.exception("internal error answering %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error ({type(error).__name__}); the server log has the details",
+                              "ServiceError")

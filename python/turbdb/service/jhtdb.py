@@ -1,0 +1,193 @@
+"""The JHTDB-compatible endpoint, ``POST /turbulence-svc/values``: the REST call that
+JHTDB's own Python client (givernylocal ``getData``) makes, so existing scripts work
+against turbdb with only the address changed.
+
+Request: query parameters ``authToken, dataset, function=GetVariable, var, t, sint, sop,
+tint, timepoint_end, delta_t`` and one point per line of the body, ``x<TAB>y<TAB>z``.
+Answer: a JSON array with one row per point per time (time-major) and JHTDB's columns
+(:func:`columns`). Errors: 4xx with ``{"description": …}``. The names are mapped in
+:data:`JHTDB_NAMES`; the evidence for each layout is in docs/methods.md §7."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import anyio.to_thread
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from ..exceptions import InvalidRequestError, UnknownNameError
+from ..track import step_times
+from .backend import BODY_SLACK, INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
+
+# The one table from JHTDB's names to turbdb's. Keys are lower case; the service compares
+# case-insensitively, so "Lag6", "LAG6" and "lag6" all work.
+#   sint: giverny's REST names (none, lag4, …, fd4noint, m2q8) and the SOAP/turblib enum
+#         names (NoSInt, None_Fd4, Fd4Lag4, M1Q4, …)
+#   sop:  giverny's operators; older giverny and the SOAP names say "function" for field
+#   tint: giverny's none/pchip and the enum names NoTInt/PCHIPInt
+JHTDB_NAMES: dict[str, dict[str, str]] = {
+    "sint": {
+        "none": "none", "nosint": "none",
+        "lag4": "lag4", "lag6": "lag6", "lag8": "lag8",
+        "fd4noint": "fd4noint", "fd6noint": "fd6noint", "fd8noint": "fd8noint",
+        "none_fd4": "fd4noint", "none_fd6": "fd6noint", "none_fd8": "fd8noint",
+        "fd4lag4": "fd4lag4",
+        "m1q4": "m1q4", "m2q8": "m2q8",
+    },
+    "sop": {"field": "field", "function": "field", "gradient": "gradient", "hessian": "hessian",
+            "laplacian": "laplacian"},
+    "tint": {"none": "none", "notint": "none", "pchip": "pchip", "pchipint": "pchip"},
+}
+# JHTDB's symbol of each variable in column names (duxdx, dpdx, d2bxdxdy, …).
+SYMBOLS = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a", "force": "f", "pressure": "p",
+           "temperature": "t", "energy": "e", "density": "rho"}
+HESSIAN_PAIRS = ("xx", "xy", "xz", "yy", "yz", "zz")
+# givernylocal sends -999.9 for timepoint_end and delta_t when the request is not a series.
+PLACEHOLDER = -999.9
+TESTING_TOKEN_LIMIT = 4096
+
+
+def columns(field: str, ncomp: int, operator: str) -> list[str]:
+    """JHTDB's column names for ``operator`` of ``field``, in the order of the values of
+    ``Dataset.query(...).reshape(N, -1)``: gradient ``[:, c, a]`` is row-major over c, a
+    (duxdx, duxdy, duxdz, duydx, …), Hessian per component xx, xy, xz, yy, yz, zz."""
+    if field == "position":
+        return ["x", "y", "z"]
+    symbol = SYMBOLS.get(field, field)
+    comps = [f"{symbol}{a}" for a in "xyz"] if ncomp == 3 else [symbol] if ncomp == 1 else \
+        [f"{symbol}{i}" for i in range(ncomp)]
+    if operator == "field":
+        return comps
+    if operator == "gradient":
+        return [f"d{c}d{a}" for c in comps for a in "xyz"]
+    if operator == "hessian":
+        return [f"d2{c}d{a}d{b}" for c in comps for a, b in HESSIAN_PAIRS]
+    return [f"grad2{c}" for c in comps]
+
+
+def jhtdb_name(kind: str, value: str) -> str:
+    table = JHTDB_NAMES[kind]
+    key = value.strip().lower()
+    if key not in table:
+        raise UnknownNameError(f"{value!r} is not a valid {kind}; use one of {', '.join(sorted(set(table)))}")
+    return table[key]
+
+
+def series_times(t: float, end: float, delta_t: float) -> np.ndarray:
+    """The times of a request, as givernylocal computes them: ``t`` alone when
+    ``timepoint_end`` and ``delta_t`` are the placeholder, else ``arange(t, end, delta_t)``
+    with ``end`` appended when the last step lands on it (relative 1e-9)."""
+    if math.isclose(end, PLACEHOLDER) and math.isclose(delta_t, PLACEHOLDER):
+        return np.array([t])
+    if not delta_t > 0:
+        raise InvalidRequestError(f"delta_t must be positive for a time series, not {delta_t:g}")
+    if not end > t:
+        raise InvalidRequestError(f"timepoint_end ({end:g}) must come after t ({t:g}) for a time series")
+    times = np.arange(t, end, delta_t)
+    if math.isclose(times[-1] + delta_t, end, rel_tol=1e-9, abs_tol=0.0):
+        times = np.append(times, end)
+    return times
+
+
+def parse_points(body: bytes) -> np.ndarray:
+    """``x<TAB>y<TAB>z`` lines (any whitespace) as an ``(N, 3)`` float64 array."""
+    try:
+        text = body.decode("ascii")
+    except UnicodeDecodeError:
+        raise InvalidRequestError("the points must be plain text, one 'x<TAB>y<TAB>z' line per point") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):
+        if len(line.split()) != 3:
+            raise InvalidRequestError(f"line {number} of the points has {len(line.split())} values, not 3: {line[:60]!r}")
+    try:
+        points = np.array(text.split(), dtype=np.float64).reshape(-1, 3)
+    except ValueError as e:
+        raise InvalidRequestError(f"the points must be numbers, one 'x<TAB>y<TAB>z' line per point ({e})") from None
+    if not np.isfinite(points).all():
+        bad = int(np.flatnonzero(~np.isfinite(points).all(axis=1))[0])
+        raise InvalidRequestError(f"point {bad} (line {bad + 1}) is not finite: {lines[bad]!r}")
+    return points
+
+
+def router(backend: Backend) -> APIRouter:
+    api = APIRouter(tags=["JHTDB-compatible"])
+
+    @api.post(
+        "/turbulence-svc/values",
+        summary="JHTDB getData (GetVariable)",
+        openapi_extra={"requestBody": {"required": True, "content": {"text/plain": {
+            "schema": {"type": "string"}, "example": "0.1\t0.2\t0.3\n1.5\t2.5\t3.5\n"}}}},
+        responses={200: {"description": "rows (point × time, time-major) of JHTDB's columns",
+                         "content": {"application/json": {"example": [[0.1, 0.2, 0.3]]}}}},
+    )
+    async def values(
+        request: Request,
+        dataset: str = Query(..., description="dataset name on this server"),
+        var: str = Query(..., description="field: velocity, pressure, …, or position (particle tracking)"),
+        t: float = Query(..., description="time (the start time for position)"),
+        sint: str = Query("none", description="spatial method: none, lag4/6/8, fd4noint…, fd4lag4, m1q4, m2q8"),
+        sop: str = Query("field", description="operator: field, gradient, hessian, laplacian"),
+        tint: str = Query("none", description="temporal method: none or pchip"),
+        timepoint_end: float = Query(PLACEHOLDER, description="end of a time series (or of tracking for position)"),
+        delta_t: float = Query(PLACEHOLDER, description="time step of a series (or of tracking)"),
+        function: str = Query("GetVariable", description="only GetVariable"),
+        authToken: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),  # noqa: N803
+    ) -> Response:
+        limits = backend.authorize(request, authToken or "")
+        ds = backend.dataset(dataset)
+        limits.check_dataset(dataset)
+        if function.lower() != "getvariable":
+            raise InvalidRequestError(f"function {function!r} is not offered; this server answers GetVariable")
+        for name, value in (("t", t), ("timepoint_end", timepoint_end), ("delta_t", delta_t)):
+            if not math.isfinite(value):
+                raise InvalidRequestError(f"{name} must be a finite number, not {value}")
+        method, operator, temporal = jhtdb_name("sint", sint), jhtdb_name("sop", sop), jhtdb_name("tint", tint)
+        body = await backend.body(request, limits.max_points * JSON_BYTES_PER_POINT + BODY_SLACK)
+        points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
+            else parse_points(body)
+        if var == "position":
+            return await _position(backend, ds, points, limits, t, timepoint_end, delta_t, method)
+        times = series_times(t, timepoint_end, delta_t)
+        limits.check_points(len(points) * len(times), "point-times (points × times)")
+        field = var
+        if field not in ds.metadata.fields:
+            raise UnknownNameError(f"{var!r} is not a variable of dataset {dataset!r}; it has "
+                                   f"{', '.join(ds.metadata.fields)}, position")
+
+        def evaluate() -> bytes:
+            rows = []
+            for ti in times:
+                rows.append(ds.query(field, points, time=float(ti), method=method, operator=operator,
+                                     temporal=temporal).reshape(len(points), -1))
+                backend.record_reads(ds, field)
+            return json.dumps(np.concatenate(rows).tolist()).encode()
+
+        async with backend.limiter.admit(len(points) * len(times)):
+            answer = await backend.run(evaluate, points=len(points) * len(times))
+        backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
+        return Response(answer, media_type="application/json")
+
+    return api
+
+
+async def _position(backend: Backend, ds, points: np.ndarray, limits, t: float, end: float, dt: float,
+                    method: str) -> Response:
+    """``var=position``: JHTDB's GetPosition, the final positions of particles advected
+    from ``t`` to ``timepoint_end`` with steps ``delta_t`` (PCHIP in time, RK2)."""
+    limits.check_points(len(points))
+    if math.isclose(end, PLACEHOLDER) or math.isclose(dt, PLACEHOLDER):
+        raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
+    steps = len(step_times(t, end, abs(dt))) - 1
+    check_track_size(len(points), steps)
+
+    def evaluate() -> bytes:
+        positions = ds.track(points, start=t, end=end, dt=abs(dt), method=method)
+        return json.dumps(np.asarray(positions[-1], dtype=np.float32).tolist()).encode()
+
+    async with backend.limiter.admit(len(points) * (steps + 1)):
+        answer = await backend.run(evaluate)
+    backend.metrics.points.labels("jhtdb").inc(len(points) * steps)
+    return Response(answer, media_type="application/json")

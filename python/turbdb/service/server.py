@@ -1,0 +1,72 @@
+"""Running the service: bind the socket (port 0 picks a free one), say where it listens,
+serve on uvicorn, and on SIGINT/SIGTERM stop accepting and let requests in progress finish."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+
+from ..exceptions import ServiceError
+from .app import create_app
+
+# How long shutdown waits for requests in progress before closing their connections.
+GRACEFUL_SHUTDOWN_SECONDS = 30
+# Open connections beyond which new ones get 503 at once (memory bound on bodies being read).
+MAX_CONNECTIONS = 512
+
+
+def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
+          workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
+          log_level: str = "info", access_log: bool = False) -> None:
+    """Serves the database at ``db`` until interrupted."""
+    options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
+                                 ("cutout_chunk_bytes", cutout_chunk_bytes)) if v is not None}
+    app = create_app(db, tokens, workers=workers, **options)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ServiceError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port "
+                           "(0 picks a free one) or --host") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{bound}"
+    backend = app.state.backend
+    count = len(backend.names())
+    anonymous = backend.tokens.anonymous
+    access = (f"tokens from {tokens}" if tokens else
+              f"no tokens file: anonymous use only, {anonymous.max_points} points per request, "
+              f"{anonymous.requests_per_minute:g} requests per minute")
+    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}) at {url}\n"
+          f"turbdb: API docs at {url}/docs; {backend.workers} engine threads; {access}; Ctrl-C stops", flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
+                            server_header=False)
+    server = _GracefulServer(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        sys.exit(1)
+    print("turbdb: stopped", flush=True)
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn re-raises SIGINT/SIGTERM once it has shut down, so the process dies by the
+    signal (a KeyboardInterrupt traceback on Ctrl-C). The shutdown was graceful: exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()

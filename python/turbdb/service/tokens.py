@@ -1,0 +1,200 @@
+"""Who may ask what: the tokens file (TOML), each token's limits, and a per-token rate
+limiter. Anonymous requests get small limits, like JHTDB without a personal token.
+
+A tokens file::
+
+    [anonymous]                  # requests without a token; omit the table for the defaults
+    allowed = true               # false: every request needs a token
+    max_points = 4096            # points per request (JHTDB's limit without a token)
+    requests_per_minute = 60
+    datasets = ["*"]             # dataset names, or "*" for all
+
+    [[token]]
+    token = "alice-7f3a9c…"      # the secret a client sends (or sha256 = "<hex digest>")
+    name = "alice"               # shown in logs and metrics, never the secret itself
+    max_points = 10_000_000
+    requests_per_minute = 1200
+    datasets = ["*"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import time
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import AccessDeniedError, FormatError, LimitExceededError
+
+# JHTDB answers up to 4096 points without a personal token.
+ANONYMOUS_MAX_POINTS = 4096
+ANONYMOUS_REQUESTS_PER_MINUTE = 60
+# Rate-limit buckets kept before the full (idle) ones are dropped.
+MAX_BUCKETS = 100_000
+# The token every JHTDB client script ships with: treated as no token at all.
+JHTDB_TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one token (or anonymous use) may do."""
+
+    name: str
+    max_points: int
+    requests_per_minute: float
+    datasets: tuple[str, ...] = ("*",)
+
+    def allows(self, dataset: str) -> bool:
+        return "*" in self.datasets or dataset in self.datasets
+
+    def check_dataset(self, dataset: str) -> None:
+        if not self.allows(dataset):
+            who = "anonymous use" if self.name == "anonymous" else f"token {self.name!r}"
+            raise AccessDeniedError(
+                f"{who} may not read dataset {dataset!r} (allowed: {', '.join(self.datasets) or 'none'}); "
+                "ask the server's operator to add it to your token",
+                status=403,
+            )
+
+    def check_points(self, points: int, what: str = "points") -> None:
+        if points > self.max_points:
+            hint = ("send a personal token (turbdb.connect(url, token=…) or Authorization: Bearer …)"
+                    if self.name == "anonymous" else "ask the server's operator for a larger limit")
+            raise LimitExceededError(
+                f"this request asks for {points:,} {what}; the limit of {self.name_phrase} is "
+                f"{self.max_points:,} per request: split it into batches of at most {self.max_points:,}, or {hint}"
+            )
+
+    @property
+    def name_phrase(self) -> str:
+        return "anonymous use" if self.name == "anonymous" else f"token {self.name!r}"
+
+
+class Tokens:
+    """The tokens of one server and their rate limiters."""
+
+    def __init__(self, tokens: Iterable[tuple[str, Limits]] = (), anonymous: Limits | None = None,
+                 anonymous_allowed: bool = True):
+        self._by_digest: dict[str, Limits] = {}
+        for secret, limits in tokens:
+            digest = secret[7:] if secret.startswith("sha256:") else _digest(secret)
+            if digest in self._by_digest:
+                raise FormatError(f"tokens {self._by_digest[digest].name!r} and {limits.name!r} have the same secret; "
+                                  "give each token its own")
+            self._by_digest[digest] = limits
+        self.anonymous = anonymous or Limits("anonymous", ANONYMOUS_MAX_POINTS, ANONYMOUS_REQUESTS_PER_MINUTE)
+        self.anonymous_allowed = anonymous_allowed
+        self._buckets: dict[str, _Bucket] = {}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None) -> Tokens:
+        """Reads a tokens file; ``None`` gives the defaults (anonymous use with small limits)."""
+        if path is None:
+            return cls()
+        path = Path(path)
+        try:
+            document = tomllib.loads(path.read_text())
+        except OSError as e:
+            raise FormatError(f"cannot read the tokens file {path}: {e.strerror or e}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise FormatError(f"the tokens file {path} is not valid TOML: {e}") from None
+        return cls.from_document(document, str(path))
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any], origin: str = "tokens") -> Tokens:
+        unknown = set(document) - {"anonymous", "token"}
+        if unknown:
+            raise FormatError(f"{origin}: unknown table(s) {', '.join(sorted(unknown))}; expected [anonymous] and [[token]]")
+        anon = document.get("anonymous", {})
+        anonymous = _limits(anon, "anonymous", origin, ANONYMOUS_MAX_POINTS, ANONYMOUS_REQUESTS_PER_MINUTE,
+                            extra={"allowed"})
+        entries = []
+        for i, entry in enumerate(document.get("token", [])):
+            secret = entry.get("token")
+            digest = entry.get("sha256")
+            if (secret is None) == (digest is None) or not isinstance(secret or digest, str) or not (secret or digest):
+                raise FormatError(f"{origin}: token entry {i + 1} needs exactly one of token = \"…\" or sha256 = \"…\"")
+            name = entry.get("name", f"token{i + 1}")
+            limits = _limits(entry, str(name), origin, 1_000_000, 600, extra={"token", "sha256", "name"})
+            entries.append((secret if secret is not None else f"sha256:{digest.lower()}", limits))
+        return cls(entries, anonymous, bool(anon.get("allowed", True)))
+
+    def identify(self, token: str | None) -> Limits:
+        """The limits of ``token`` (``None`` or empty: anonymous), or AccessDeniedError."""
+        if not token or token == JHTDB_TESTING_TOKEN:
+            if not self.anonymous_allowed:
+                raise AccessDeniedError(
+                    "this server needs a token: pass turbdb.connect(url, token=…), "
+                    "send the header Authorization: Bearer <token>, or authToken=<token> on the JHTDB endpoint",
+                    status=401,
+                )
+            return self.anonymous
+        limits = self._by_digest.get(_digest(token))
+        if limits is None:
+            raise AccessDeniedError(
+                "the token is not recognised by this server; check it for typos or ask the server's operator for one",
+                status=401,
+            )
+        return limits
+
+    def take(self, limits: Limits, now: float | None = None, key: str | None = None) -> None:
+        """Counts one request against the token's rate (or the rate of ``key``, for
+        anonymous callers by address); LimitExceededError when over it."""
+        now = time.monotonic() if now is None else now
+        key = key or limits.name
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= MAX_BUCKETS:  # many anonymous addresses: forget the refilled ones
+                self._buckets = {k: b for k, b in self._buckets.items() if b.stamp is None or now - b.stamp < 60}
+            bucket = self._buckets[key] = _Bucket(limits.requests_per_minute)
+        wait = bucket.take(now)
+        if wait > 0:
+            raise LimitExceededError(
+                f"{limits.name_phrase} may send {limits.requests_per_minute:g} requests per minute; "
+                f"wait {wait:.1f} s, or send fewer, larger batches",
+                retry_after=wait,
+            )
+
+
+class _Bucket:
+    """A token bucket: ``rate`` requests per minute, bursts up to a minute's worth."""
+
+    def __init__(self, per_minute: float):
+        self.capacity = max(1.0, per_minute)
+        self.rate = per_minute / 60.0
+        self.level = self.capacity
+        self.stamp: float | None = None
+
+    def take(self, now: float) -> float:
+        if self.stamp is not None:
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.level >= 1.0:
+            self.level -= 1.0
+            return 0.0
+        return (1.0 - self.level) / self.rate if self.rate > 0 else math.inf
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _limits(table: dict[str, Any], name: str, origin: str, points: int, rate: float, extra: set[str]) -> Limits:
+    unknown = set(table) - {"max_points", "requests_per_minute", "datasets"} - extra
+    if unknown:
+        raise FormatError(f"{origin}: [{name}] has unknown key(s) {', '.join(sorted(unknown))}")
+    max_points = table.get("max_points", points)
+    per_minute = table.get("requests_per_minute", rate)
+    datasets = table.get("datasets", ["*"])
+    if not (isinstance(max_points, int) and max_points >= 1):
+        raise FormatError(f"{origin}: [{name}] max_points must be a positive integer, not {max_points!r}")
+    if not (isinstance(per_minute, (int, float)) and per_minute > 0):
+        raise FormatError(f"{origin}: [{name}] requests_per_minute must be a positive number, not {per_minute!r}")
+    if not (isinstance(datasets, list) and all(isinstance(d, str) for d in datasets)):
+        raise FormatError(f"{origin}: [{name}] datasets must be a list of names, e.g. [\"*\"] or [\"isotropic64\"]")
+    return Limits(name, max_points, float(per_minute), tuple(datasets))

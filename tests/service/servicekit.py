@@ -1,0 +1,135 @@
+"""What the service tests share: the small analytic database, the tokens file, and a real
+server started as a subprocess (`python -m turbdb.cli serve`) on a free loopback port."""
+
+import contextlib
+import dataclasses
+import hashlib
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+import turbdb
+
+TWO_PI = 2 * math.pi
+N = 32
+TIMES = (0.0, 0.5, 1.0, 1.5)
+
+FULL, SMALL, SLOW, OTHER_ONLY, HASHED = "full-secret", "small-secret", "slow-secret", "other-secret", "hashed-secret"
+TOKENS_TOML = f"""
+[anonymous]
+max_points = 4096
+requests_per_minute = 100000
+
+[[token]]
+token = "{FULL}"
+name = "full"
+max_points = 2_000_000
+requests_per_minute = 1_000_000
+
+[[token]]
+token = "{SMALL}"
+name = "small"
+max_points = 100
+requests_per_minute = 100000
+
+[[token]]
+token = "{SLOW}"
+name = "slow"
+requests_per_minute = 2
+
+[[token]]
+token = "{OTHER_ONLY}"
+name = "other-only"
+datasets = ["other"]
+
+[[token]]
+sha256 = "{hashlib.sha256(HASHED.encode()).hexdigest()}"
+name = "hashed"
+"""
+
+
+def velocity(p, t):
+    """An analytic, time-dependent velocity: smooth, so every method gives sane numbers."""
+    x, y, z = p[..., 0], p[..., 1], p[..., 2]
+    return np.stack([np.sin(x) * np.cos(2 * y) * (1 + t), np.cos(z) * np.sin(x + y), np.sin(3 * z) + np.cos(x) * t], -1)
+
+
+def build_database(root: Path) -> Path:
+    db = root / "db"
+    axis = np.arange(N) * TWO_PI / N
+    z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
+    grid = np.stack([x, y, z], -1)
+    ds = turbdb.create_dataset(db, "trig", grid=(N, N, N), times=TIMES, atom=8, partition=16,
+                               fields={"velocity": {"ncomp": 3, "units": "m/s"}, "pressure": 1})
+    for t, time_ in enumerate(TIMES):
+        ds.write("velocity", t, velocity(grid, time_))
+        ds.write("pressure", t, np.cos(x + y) * np.sin(z) + time_)
+    other = turbdb.create_dataset(db, "other", grid=(16, 12, 8), spacing=(0.5, 0.5, 0.5), periodic=(False,) * 3,
+                                  times=[0.0, 1.0], fields={"pressure": 1}, atom=4, partition=8)
+    zz, yy, xx = np.meshgrid(np.arange(8) * 0.5, np.arange(12) * 0.5, np.arange(16) * 0.5, indexing="ij")
+    for t in range(2):
+        other.write("pressure", t, xx + 2 * yy - zz + t)
+    return db
+
+
+@dataclasses.dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+    def get(self, path, **kwargs):
+        return httpx.get(self.url + path, timeout=30, **kwargs)
+
+    def post(self, path, **kwargs):
+        return httpx.post(self.url + path, timeout=30, **kwargs)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None and self.get("/healthz").status_code == 200
+
+    def metric(self, name: str, **labels) -> float:
+        """The value of one Prometheus sample (0 when absent)."""
+        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        sample = f"{name}{{{wanted}}}" if wanted else name
+        match = re.search(rf"^{re.escape(sample)} (\S+)$", self.get("/metrics").text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+
+@contextlib.contextmanager
+def running_server(db: Path, log: Path, *args: str):
+    """Starts `turbdb serve DB --port 0 …`, reads the address it prints, waits for /healthz."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(db), "--port", "0",
+                                    "--log-level", "warning", *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url, deadline = None, time.monotonic() + 30
+        while time.monotonic() < deadline and process.poll() is None:
+            if url is None:
+                found = re.search(r"at (http://\S+)", log.read_text())
+                url = found.group(1) if found else None
+            if url is not None:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                        break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"the server did not start:\n{log.read_text()}")
+        yield Server(url, process, log)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def random_points(count, seed=0, low=0.0, high=TWO_PI):
+    return np.random.default_rng(seed).uniform(low, high, (count, 3))

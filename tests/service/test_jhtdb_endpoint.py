@@ -1,0 +1,132 @@
+"""The JHTDB-compatible endpoint answers the request JHTDB's own client (givernylocal
+getData) sends, in the layout that client parses: rows point × time (time-major), JHTDB's
+columns, errors as 4xx with a description."""
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from turbdb.service.jhtdb import columns, series_times
+
+from servicekit import FULL, random_points
+
+TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
+
+
+def get_data(server, points, var, t, sint, sop, tint, option=(-999.9, -999.9), token=TESTING_TOKEN, dataset="trig"):
+    """What givernylocal.turbulence_toolkit.getData does over REST, with only the address
+    changed: the same URL, the same body, the same parsing of the answer."""
+    timepoint_end, delta_t = option
+    request_points = "\n".join(["\t".join(["%.8f" % coord for coord in point]) for point in points])
+    url = (f"{server.url}/turbulence-svc/values?authToken={token}&dataset={dataset}&function=GetVariable&var={var}"
+           f"&t={t}&sint={sint}&sop={sop}&tint={tint}&timepoint_end={timepoint_end}&delta_t={delta_t}")
+    response = httpx.post(url, content=request_points, timeout=30)
+    if response.status_code >= 400:
+        return response
+    return np.array(json.loads(response.text), dtype=np.float32)
+
+
+def sent(points):
+    """The points as the client rounds them (%.8f)."""
+    return np.array([[float("%.8f" % c) for c in p] for p in points])
+
+
+@pytest.mark.parametrize("sint, sop, method, operator, width", [
+    ("lag6", "field", "lag6", "field", 3),
+    ("Lag8", "function", "lag8", "field", 3),
+    ("fd4noint", "gradient", "fd4noint", "gradient", 9),
+    ("None_Fd4", "gradient", "fd4noint", "gradient", 9),
+    ("FD4Lag4", "hessian", "fd4lag4", "hessian", 18),
+    ("m2q8", "laplacian", "m2q8", "laplacian", 3),
+    ("M1Q4", "gradient", "m1q4", "gradient", 9),
+    ("none", "field", "none", "field", 3),
+])
+def test_velocity_layouts_match_jhtdb(server, local, sint, sop, method, operator, width):
+    pts = random_points(30, seed=7)
+    rows = get_data(server, pts, "velocity", 0.5, sint, sop, "none")
+    assert rows.shape == (30, width) and rows.dtype == np.float32
+    expected = local["trig"].query("velocity", sent(pts), time=0.5, method=method, operator=operator, dtype=np.float64)
+    np.testing.assert_allclose(rows, expected.reshape(30, -1), rtol=2e-6, atol=2e-6)
+    if operator == "gradient":  # duxdx, duxdy, duxdz, duydx, …: row-major over (component, axis)
+        assert columns("velocity", 3, "gradient")[:4] == ["duxdx", "duxdy", "duxdz", "duydx"]
+        np.testing.assert_allclose(rows[:, 1], expected[:, 0, 1], rtol=2e-6, atol=2e-6)  # duxdy
+        np.testing.assert_allclose(rows[:, 3], expected[:, 1, 0], rtol=2e-6, atol=2e-6)  # duydx
+
+
+def test_the_documented_column_names():
+    assert columns("velocity", 3, "gradient") == ["duxdx", "duxdy", "duxdz", "duydx", "duydy", "duydz",
+                                                  "duzdx", "duzdy", "duzdz"]
+    assert columns("velocity", 3, "hessian")[:7] == ["d2uxdxdx", "d2uxdxdy", "d2uxdxdz", "d2uxdydy", "d2uxdydz",
+                                                     "d2uxdzdz", "d2uydxdx"]
+    assert columns("velocity", 3, "laplacian") == ["grad2ux", "grad2uy", "grad2uz"]
+    assert columns("pressure", 1, "field") == ["p"]
+    assert columns("pressure", 1, "gradient") == ["dpdx", "dpdy", "dpdz"]
+    assert columns("pressure", 1, "hessian") == ["d2pdxdx", "d2pdxdy", "d2pdxdz", "d2pdydy", "d2pdydz", "d2pdzdz"]
+    assert columns("position", 3, "field") == ["x", "y", "z"]
+
+
+def test_pressure_hessian_with_pchip(server, local):
+    pts = random_points(12, seed=8)
+    rows = get_data(server, pts, "pressure", 0.8, "fd4lag4", "hessian", "pchip")
+    expected = local["trig"].query("pressure", sent(pts), time=0.8, method="fd4lag4", operator="hessian",
+                                   temporal="pchip", dtype=np.float64)
+    assert rows.shape == (12, 6)
+    np.testing.assert_allclose(rows, expected.reshape(12, 6), rtol=2e-6, atol=2e-6)
+
+
+def test_a_time_series_gives_one_row_per_point_per_time_time_major(server, local):
+    pts = random_points(7, seed=9)
+    times = series_times(0.25, 1.25, 0.5)
+    np.testing.assert_allclose(times, [0.25, 0.75, 1.25])
+    rows = get_data(server, pts, "velocity", 0.25, "lag4", "field", "pchip", option=(1.25, 0.5), token=FULL)
+    assert rows.shape == (3 * 7, 3)
+    cube = rows.reshape(3, 7, 3)  # as givernylocal: (n_times, n_points, n_columns)
+    for k, t in enumerate(times):
+        expected = local["trig"].query("velocity", sent(pts), time=t, method="lag4", temporal="pchip", dtype=np.float64)
+        np.testing.assert_allclose(cube[k], expected, rtol=2e-6, atol=2e-6)
+    assert len(series_times(0.0, 0.9, 0.5)) == 2  # 0.9 is not a step from 0.5: not appended
+
+
+def test_position_tracks_particles_like_getposition(server, local):
+    pts = random_points(6, seed=10)
+    rows = get_data(server, pts, "position", 0.0, "lag6", "field", "pchip", option=(1.0, 0.25))
+    expected = local["trig"].track(sent(pts), start=0.0, end=1.0, dt=0.25, method="lag6")[-1]
+    assert rows.shape == (6, 3)
+    np.testing.assert_allclose(rows, expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("change, status, words", [
+    ({"sint": "spline9"}, 400, "not a valid sint"),
+    ({"sop": "curl"}, 400, "not a valid sop"),
+    ({"tint": "linear"}, 400, "not a valid tint"),
+    ({"var": "vorticity"}, 400, "not a variable of dataset 'trig'"),
+    ({"dataset": "isotropic1024coarse"}, 404, "no dataset"),
+    ({"t": "99"}, 400, "outside the stored range"),
+    ({"sint": "none", "sop": "gradient"}, 400, "offers"),
+    ({"token": "not-a-token"}, 401, "not recognised"),
+    ({"points": "1\t2\n"}, 400, "line 1"),
+    ({"points": "1\t2\tthree\n"}, 400, "numbers"),
+    ({"points": "1\tnan\t3\n"}, 400, "not finite"),
+    ({"points": "0\t0\t0\n" * 4097}, 413, "4,096"),
+    ({"option": (0.0, 0.5)}, 400, "timepoint_end"),
+])
+def test_bad_requests_answer_4xx_with_a_description(server, change, status, words):
+    args = {"points": "0.1\t0.2\t0.3\n", "var": "velocity", "t": 0.5, "sint": "lag4", "sop": "field", "tint": "none",
+            "token": TESTING_TOKEN, "dataset": "trig", "option": (-999.9, -999.9)}
+    args.update(change)
+    end, dt = args["option"]
+    url = (f"{server.url}/turbulence-svc/values?authToken={args['token']}&dataset={args['dataset']}"
+           f"&function=GetVariable&var={args['var']}&t={args['t']}&sint={args['sint']}&sop={args['sop']}"
+           f"&tint={args['tint']}&timepoint_end={end}&delta_t={dt}")
+    response = httpx.post(url, content=args["points"], timeout=30)
+    assert response.status_code == status, response.text
+    assert words in response.json()["description"]
+    assert server.alive()
+
+
+def test_only_getvariable_is_offered(server):
+    response = server.post("/turbulence-svc/values", params={"dataset": "trig", "var": "velocity", "t": 0,
+                                                             "function": "GetPressure"}, content="1\t2\t3")
+    assert response.status_code == 400 and "GetVariable" in response.json()["description"]

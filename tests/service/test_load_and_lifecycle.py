@@ -1,0 +1,139 @@
+"""The server under load and over its life: 16 concurrent clients × 50 mixed requests
+without an error, a bounded number of points in flight however many arrive, anonymous
+use refused when the tokens file says so, and a graceful shutdown that finishes the
+requests in progress."""
+
+import concurrent.futures
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+import turbdb
+
+from servicekit import FULL, random_points, running_server
+
+CLIENTS, REQUESTS = 16, 50
+
+
+def test_sixteen_concurrent_clients_fifty_mixed_requests_each_without_an_error(server, local):
+    pts = random_points(64, seed=11)
+    expected = {
+        "npy": local["trig"].query("velocity", pts, time=0.5, method="lag4", dtype=np.float64),
+        "json": local["trig"].query("pressure", pts, time=1.2, method="lag6", operator="gradient",
+                                    temporal="pchip", dtype=np.float64),
+        "cutout": local["trig"].cutout("velocity", time=1.0, x=(0, 8), y=(4, 12), z=(30, 38)).values,
+    }
+    tsv = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
+    jhtdb_expected = local["trig"].query("velocity", np.array([[float("%.8f" % c) for c in p] for p in pts]),
+                                         time=0.5, method="fd4lag4", operator="gradient").reshape(64, 9)
+    requests_before = server.metric("turbdb_requests_total", endpoint="/v1/datasets/{name}/query", status="200")
+
+    def client(k: int) -> int:
+        done = 0
+        with turbdb.connect(server.url, token=FULL) as db, httpx.Client(base_url=server.url, timeout=60) as raw:
+            ds = db["trig"]
+            for i in range(REQUESTS):
+                kind = (k + i) % 5
+                if kind == 0:
+                    got = ds.query("velocity", pts, time=0.5, method="lag4", dtype=np.float64)
+                    np.testing.assert_allclose(got, expected["npy"], rtol=1e-12, atol=1e-12)
+                elif kind == 1:
+                    answer = raw.post("/v1/datasets/trig/query", params={"field": "pressure", "time": 1.2,
+                                      "method": "lag6", "operator": "gradient", "temporal": "pchip", "dtype": "float64"},
+                                      json={"points": pts.tolist()}, headers={"Authorization": f"Bearer {FULL}"})
+                    assert answer.status_code == 200, answer.text
+                    np.testing.assert_allclose(answer.json()["values"], expected["json"], rtol=1e-12, atol=1e-12)
+                elif kind == 2:
+                    answer = raw.post("/turbulence-svc/values", params={"authToken": FULL, "dataset": "trig",
+                                      "function": "GetVariable", "var": "velocity", "t": 0.5, "sint": "fd4lag4",
+                                      "sop": "gradient", "tint": "none"}, content=tsv)
+                    assert answer.status_code == 200, answer.text
+                    np.testing.assert_allclose(np.array(answer.json(), dtype=np.float32), jhtdb_expected, rtol=1e-5,
+                                               atol=1e-5)
+                elif kind == 3:
+                    got = ds.cutout("velocity", time=1.0, x=(0, 8), y=(4, 12), z=(30, 38))
+                    np.testing.assert_array_equal(got.values, expected["cutout"])
+                else:
+                    assert ds.info.steps_present() == [0, 1, 2, 3]
+                done += 1
+        return done
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+        completed = list(pool.map(client, range(CLIENTS)))
+    seconds = time.perf_counter() - started
+    assert completed == [REQUESTS] * CLIENTS
+    assert server.alive()
+    queries = server.metric("turbdb_requests_total", endpoint="/v1/datasets/{name}/query", status="200") - requests_before
+    assert queries >= CLIENTS * REQUESTS * 2 // 5
+    assert seconds < 60
+
+
+@pytest.fixture(scope="module")
+def strict_server(service_db, tmp_path_factory):
+    """A second server: no anonymous use, few points in flight, two engine threads."""
+    tokens = tmp_path_factory.mktemp("strict") / "tokens.toml"
+    tokens.write_text(f'[anonymous]\nallowed = false\n\n[[token]]\ntoken = "{FULL}"\nmax_points = 1000000\n'
+                      "requests_per_minute = 100000\n")
+    with running_server(service_db, tokens.parent / "strict.log", "--tokens", str(tokens), "--max-inflight-points",
+                        "3000", "--workers", "2") as s:
+        yield s
+
+
+def test_a_tokens_file_can_forbid_anonymous_use(strict_server):
+    refused = strict_server.post("/v1/datasets/trig/query", params={"field": "velocity", "time": 0},
+                                 json={"points": [[1, 2, 3]]})
+    assert refused.status_code == 401 and "needs a token" in refused.json()["description"]
+    jhtdb = strict_server.post("/turbulence-svc/values", params={"authToken": "edu.jhu.pha.turbulence.testing-201406",
+                               "dataset": "trig", "var": "velocity", "t": 0}, content="1\t2\t3")
+    assert jhtdb.status_code == 401 and "authToken" in jhtdb.json()["description"]
+    with turbdb.connect(strict_server.url) as db, pytest.raises(turbdb.AccessDeniedError, match="needs a token"):
+        db.datasets
+    assert strict_server.get("/healthz").status_code == 200
+
+
+def test_points_in_flight_stay_within_the_limit_however_many_requests_arrive(strict_server, local):
+    sizes = [2000] * 8 + [5000]  # the last is larger than the limit: admitted alone
+    batches = [random_points(n, seed=20 + i) for i, n in enumerate(sizes)]
+
+    def ask(pts):
+        with turbdb.connect(strict_server.url, token=FULL) as db:
+            return db["trig"].query("velocity", pts, time=0.5, method="lag8", operator="gradient", dtype=np.float64)
+
+    with concurrent.futures.ThreadPoolExecutor(len(sizes)) as pool:
+        answers = list(pool.map(ask, batches))
+    for pts, got in zip(batches, answers):
+        np.testing.assert_allclose(got, local["trig"].query("velocity", pts, time=0.5, method="lag8", operator="gradient",
+                                                           dtype=np.float64), rtol=1e-12, atol=1e-12)
+    assert strict_server.metric("turbdb_points_in_flight_limit") == 3000
+    assert 2000 <= strict_server.metric("turbdb_points_in_flight_peak") <= 3000
+    assert strict_server.metric("turbdb_points_in_flight") == 0
+
+
+def test_shutdown_lets_the_request_in_progress_finish(service_db, tmp_path):
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'[[token]]\ntoken = "{FULL}"\nmax_points = 1000000\n')
+    with running_server(service_db, tmp_path / "shutdown.log", "--tokens", str(tokens)) as s:
+        pts = random_points(60_000, seed=30)
+        result = {}
+
+        def slow_request():
+            with turbdb.connect(s.url, token=FULL) as db:
+                result["values"] = db["trig"].query("velocity", pts, time=0.7, method="lag8", operator="hessian",
+                                                    temporal="pchip")
+
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        deadline = time.monotonic() + 20
+        while s.get("/healthz").json()["in_flight_points"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s.process.send_signal(signal.SIGTERM)
+        worker.join(60)
+        assert result["values"].shape == (60_000, 3, 6)
+        assert s.process.wait(30) == 0
+        with pytest.raises(httpx.TransportError):
+            httpx.get(s.url + "/healthz", timeout=2)
