@@ -5,10 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DB ?= data
 DATASET ?= isotropic64
+HOST ?= 127.0.0.1
+PORT ?= 8000
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query clean
+.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -30,7 +32,8 @@ dataset: build ## create the default dataset (isotropic64 in data/; override wit
 demo: dataset ## set everything up and run the demo on the default dataset
 	$(PY) -m turbdb.cli demo $(DB) --name $(DATASET)
 
-serve: demo ## for now the same as demo (the HTTP service comes with its own issue)
+serve: dataset ## run the web service on the default dataset (HOST=, PORT=, TOKENS=tokens.toml); prints its address
+	$(PY) -m turbdb.cli serve $(DB) --host $(HOST) --port $(PORT) $(if $(TOKENS),--tokens $(TOKENS))
 
 test: build test-rust test-python ## set up, then run cargo test and pytest
 
@@ -46,7 +49,13 @@ bench-ingest: build ## ingest throughput from an in-memory array (bench/results/
 bench-query: build ## point-query throughput, streaming vs sorted/direct vs scipy (bench/results/query.json)
 	$(PY) bench/query.py
 
-bench: bench-ingest bench-query ## every benchmark
+bench-track: build ## particle-tracking throughput, track vs client-side loop, in-process and HTTP (bench/results/track.json)
+	$(PY) bench/track.py
+
+bench-service: build ## HTTP latency (1, 100, 1e4 points) and 1e6-point throughput vs in-process (bench/results/service.json)
+	$(PY) bench/service.py
+
+bench: bench-ingest bench-query bench-track bench-service ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
 	rm -rf target $(VENV) .pytest_cache .hypothesis

@@ -11,11 +11,14 @@ except PackageNotFoundError:  # running from a source tree without an install
 from .database import Database, create_dataset, open
 from .dataset import Dataset
 from .exceptions import (
+    AccessDeniedError,
     CorruptDataError,
     DatasetExistsError,
     FormatError,
     InvalidRequestError,
+    LimitExceededError,
     OutOfDomainError,
+    ServiceError,
     StorageError,
     TurbdbError,
     UnknownNameError,
@@ -25,6 +28,7 @@ from .info import DatasetInfo, FieldInfo
 __all__ = [
     "__version__",
     "open",
+    "connect",
     "create_dataset",
     "Database",
     "Dataset",
@@ -38,4 +42,16 @@ __all__ = [
     "CorruptDataError",
     "StorageError",
     "DatasetExistsError",
+    "AccessDeniedError",
+    "LimitExceededError",
+    "ServiceError",
 ]
+
+
+def __getattr__(name: str):
+    # The HTTP client (httpx) loads on first use of turbdb.connect, not on import turbdb.
+    if name == "connect":
+        from .remote import connect
+
+        return connect
+    raise AttributeError(f"module 'turbdb' has no attribute {name!r}")

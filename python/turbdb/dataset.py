@@ -249,6 +249,42 @@ class Dataset:
 
         return cutout(self, field, time=time, x=x, y=y, z=z, stride=stride)
 
+    def track(
+        self,
+        points: Any,
+        *,
+        start: float,
+        end: float,
+        dt: float,
+        method: str = "lag6",
+        field: str = "velocity",
+        integrator: str = "rk2",
+        return_velocity: bool = False,
+        progress: Any = None,
+    ) -> Any:
+        """Advects fluid particles from ``points`` (``(N, 3)`` physical x, y, z at time
+        ``start``) to time ``end`` through the stored velocity ``field``, interpolated with
+        ``method`` in space and pchip in time.
+
+        ``integrator="rk2"`` is Heun's method as JHTDB's GetPosition: ``x* = x + dt·u(x, t)``,
+        ``x' = x + dt/2·(u(x, t) + u(x*, t + dt))``; ``"euler"`` takes ``x' = x + dt·u(x, t)``.
+        Tracks backward when ``end < start`` (``dt`` is always positive); the last step is
+        shortened to land exactly on ``end``. Each velocity evaluation is one engine call
+        for all particles.
+
+        Returns positions ``(n_steps + 1, N, 3)`` float64, row 0 the start. They are
+        continuous, not wrapped into the periodic box: ``origin + np.mod(p - origin, L)``
+        is the position inside the box and ``np.floor_divide(p - origin, L)`` the periods
+        crossed (``turbdb.track.wrap`` does both). With ``return_velocity=True`` returns
+        ``(positions, velocities)``, the velocity at each position and time. A particle
+        leaving a non-periodic axis raises ``OutOfDomainError`` naming it and the time.
+        ``progress``: True for a tqdm bar, or a callback ``(steps_done, n_steps)``.
+        """
+        from .track import track
+
+        return track(self, points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
+                     return_velocity=return_velocity, progress=progress)
+
     # -- checking -----------------------------------------------------------------------
 
     def verify(self) -> dict[str, Any]:

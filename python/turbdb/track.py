@@ -1,0 +1,213 @@
+"""Lagrangian particle tracking through the stored time history (Perlman et al. §4): Heun's
+RK2 as JHTDB's GetPosition, forward or backward in time, each velocity evaluation one call
+into the engine for all particles."""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
+from .query import METHODS, _choice, as_points, axes_of
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+    from .info import DatasetInfo
+
+INTEGRATORS = ("rk2", "euler")
+#: Steps within this fraction of ``dt`` of ``end`` land on ``end`` instead of adding a
+#: sliver of a step (``(end - start) / dt`` is rarely an exact integer in floating point).
+LANDING_TOLERANCE = 1e-9
+
+Progress = Callable[[int, int], None]
+
+
+def track(
+    dataset: Dataset,
+    points: Any,
+    *,
+    start: float,
+    end: float,
+    dt: float,
+    method: str = "lag6",
+    field: str = "velocity",
+    integrator: str = "rk2",
+    return_velocity: bool = False,
+    progress: bool | Progress | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """See :meth:`turbdb.Dataset.track`."""
+    info = dataset.metadata
+    if field not in info.fields:
+        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    ncomp = info.fields[field].ncomp
+    if ncomp != 3:
+        raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")
+    method = _choice("method", method, METHODS)
+    integrator = _choice("integrator", integrator, INTEGRATORS)
+    times = step_times(start, end, dt)
+    _check_stored(dataset, field, info, times)
+    x0 = as_points(points)
+    bad = np.flatnonzero(~np.isfinite(x0).all(axis=1))
+    if bad.size:
+        raise InvalidRequestError(f"particle {bad[0]} is not finite: {x0[bad[0]].tolist()}")
+
+    evaluate = _Evaluator(dataset, field, info, method)
+    n_steps = len(times) - 1
+    positions = np.empty((n_steps + 1, len(x0), 3))
+    positions[0] = x0
+    velocities = np.empty((n_steps + 1, len(x0), 3)) if return_velocity else None
+    report = _progress(progress, n_steps)
+    try:
+        x = positions[0]
+        for k in range(n_steps):
+            t, t_next = times[k], times[k + 1]
+            h = t_next - t
+            u0 = evaluate(x, t)
+            if velocities is not None:
+                velocities[k] = u0
+            if integrator == "rk2":
+                # Heun: predictor x* = x + h u(x, t); corrector averages u at both ends.
+                u1 = evaluate(x + h * u0, t_next)
+                u0 += u1
+                u0 *= 0.5 * h
+            else:
+                u0 *= h
+            np.add(x, u0, out=positions[k + 1])
+            x = positions[k + 1]
+            report(k + 1)
+        if velocities is not None:
+            velocities[-1] = evaluate(x, times[-1])
+    finally:
+        report(None)
+    dataset.last_query_stats = evaluate.stats
+    return (positions, velocities) if velocities is not None else positions
+
+
+def step_times(start: float, end: float, dt: float) -> np.ndarray:
+    """The times of a trajectory: ``start``, then steps of ``dt`` towards ``end`` (backward
+    when ``end < start``), the last one shortened to land exactly on ``end``."""
+    for name, value in (("start", start), ("end", end), ("dt", dt)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value):
+            raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
+    if not dt > 0:
+        raise InvalidRequestError(
+            f"dt must be positive, not {dt!r}; the direction comes from start and end (end < start tracks backward)"
+        )
+    start, end, dt = float(start), float(end), float(dt)
+    span = abs(end - start)
+    full = math.floor(span / dt)
+    if span - (full + 1) * dt > -LANDING_TOLERANCE * dt:  # span/dt rounded down one too far
+        full += 1
+    direction = 1.0 if end >= start else -1.0
+    times = start + direction * dt * np.arange(full + 1)
+    if span - full * dt > LANDING_TOLERANCE * dt:
+        times = np.append(times, end)
+    times[-1] = end
+    return times
+
+
+def wrap(positions: np.ndarray, info: DatasetInfo) -> tuple[np.ndarray, np.ndarray]:
+    """Splits continuous (unwrapped) positions, as :func:`track` returns them, into the
+    position inside the periodic box and the number of periods crossed on each axis
+    (0 on non-periodic axes): ``position = inside + crossings * L``."""
+    p = np.asarray(positions, dtype=np.float64)
+    origin = np.asarray(info.origin)
+    length = np.asarray(info.spacing) * np.asarray(info.grid)
+    periodic = np.asarray(info.periodic)
+    crossings = np.where(periodic, np.floor_divide(p - origin, length), 0.0)
+    inside = np.where(periodic, origin + np.mod(p - origin, length), p)
+    return inside, crossings.astype(np.int64)
+
+
+class _Evaluator:
+    """One engine call per evaluation: the velocity at every particle at one time. The
+    arguments were checked once up front, so this calls the store directly."""
+
+    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str):
+        self.store = dataset.field_store(field)
+        self.axes = axes_of(info)
+        self.times = np.ascontiguousarray(info.times, dtype=np.float64)
+        self.method = method
+        self.stats = {"queries": 0, "points": 0, "atoms_read": 0, "read_calls": 0, "contributions": 0,
+                      "engine_seconds": 0.0}
+        # Bounded axes: a particle must stay within the first and last node (the engine's
+        # tolerance), checked here so the error can name the particle and the time.
+        self.bounded = [
+            (a, o - 1e-9 * max(n - 1, 1) * d, o + (n - 1) * d * (1 + 1e-9), o, o + (n - 1) * d)
+            for a, (n, o, d, p) in enumerate(self.axes) if not p
+        ]
+
+    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
+        for axis, lo, hi, first, last in self.bounded:
+            out = np.flatnonzero(~((x[:, axis] >= lo) & (x[:, axis] <= hi)))
+            if out.size:
+                i = out[0]
+                raise OutOfDomainError(
+                    f"particle {i} left the domain at time {t:.6g}: {'xyz'[axis]} = {x[i, axis]:.6g} is outside "
+                    f"[{first:.6g}, {last:.6g}] of the non-periodic {'xyz'[axis]} axis"
+                    + (f" ({out.size} particles outside)" if out.size > 1 else "")
+                )
+        began = _time.perf_counter()
+        values, counters = self.store.query(
+            x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
+            temporal="pchip", strategy="streaming",
+        )
+        stats = self.stats
+        stats["engine_seconds"] += _time.perf_counter() - began
+        stats["queries"] += 1
+        stats["points"] += len(x)
+        for key, value in counters.items():
+            stats[key] = stats.get(key, 0) + value
+        return values.reshape(len(x), 3)
+
+
+def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.ndarray) -> None:
+    """Refuses a time span outside the stored times, or one whose pchip stencil needs a
+    step that is not written yet, before any work is done."""
+    stored = info.times
+    if len(stored) == 0:
+        raise InvalidRequestError(f"dataset {dataset.name!r} has no stored times")
+    first, last = float(stored[0]), float(stored[-1])
+    tolerance = 1e-9 * max(abs(last - first), 1.0)
+    for name, t in (("start", times[0]), ("end", times[-1])):
+        if not first - tolerance <= t <= last + tolerance:
+            raise InvalidRequestError(
+                f"{name} = {t:g} is outside the stored times [{first:g}, {last:g}] of dataset {dataset.name!r}"
+            )
+    # Exactly the steps the engine will read: the pchip levels of every step time (the
+    # predictor is evaluated at step times too).
+    store = dataset.field_store(field)
+    needed = sorted({i for t in np.unique(times) for i, _ in store.time_levels(stored, float(t), "pchip")})
+    written = set(dataset.info.fields[field].steps_present)
+    missing = [i for i in needed if i not in written]
+    if missing:
+        raise InvalidRequestError(
+            f"tracking from {times[0]:g} to {times[-1]:g} needs time steps {needed[0]}-{needed[-1]} of {field}; "
+            f"step{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:5]))}"
+            f"{' …' if len(missing) > 5 else ''} {'are' if len(missing) > 1 else 'is'} not stored"
+        )
+
+
+def _progress(progress: bool | Progress | None, total: int) -> Callable[[int | None], None]:
+    """``progress``: None/False for nothing, True for a tqdm bar, or ``callback(done, total)``
+    called after every step. The returned function takes the steps done, None at the end."""
+    if not progress:
+        return lambda done: None
+    if callable(progress):
+        return lambda done: None if done is None else progress(done, total)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, desc="track")
+
+    def update(done: int | None) -> None:
+        if done is None:
+            bar.close()
+        else:
+            bar.update(done - bar.n)
+
+    return update

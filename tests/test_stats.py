@@ -1,0 +1,116 @@
+"""Velocity-gradient statistics from point queries: the R–Q teardrop of turbulence (present in
+a DNS, absent from a Gaussian random-phase field), the energy spectrum from a cutout, the
+files written, and the `turbdb stats`, `turbdb track` and `turbdb demo` commands."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import turbdb
+from turbdb import diagnostics, stats
+
+
+def run(*args):
+    result = subprocess.run([sys.executable, "-m", "turbdb.cli", *map(str, args)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def test_dns_shows_the_teardrop_and_a_random_phase_field_does_not(dns32, synthetic32):
+    turbulent = stats.rq_pdf(dns32, time=1.0, points=20_000, seed=1)
+    gaussian = stats.rq_pdf(synthetic32, time=0.0, points=20_000, seed=1)
+    f = turbulent.fractions
+    assert f["Q<0,R>0"] > 1.5 * f["Q<0,R<0"], f  # strain-dominated regions sit on the right branch
+    assert f["Q>0,R<0"] > 1.5 * f["Q>0,R>0"], f  # vortex stretching beats compression
+    assert turbulent.asymmetry > diagnostics.MIN_RQ_ASYMMETRY > gaussian.asymmetry
+    assert abs(gaussian.asymmetry - 1) < 0.1, gaussian.fractions
+
+
+def test_point_queried_invariants_agree_with_spectral_ones_at_the_nodes(dns32):
+    info = dns32.info
+    t_index = 5
+    nodes = np.random.default_rng(2).integers(0, 32, (500, 3))
+    result = stats.rq_pdf(dns32, time=float(info.times[t_index]), points=nodes * info.spacing[0], method="lag8")
+    u = dns32.cutout("velocity", time=float(info.times[t_index])).values.astype(np.float64)
+    a = diagnostics.velocity_gradient(u)[nodes[:, 2], nodes[:, 1], nodes[:, 0]]
+    r, q = diagnostics.rq_invariants(a)
+    # lag8 differentiates the band-limited field to a few per cent of the spectral value.
+    assert np.corrcoef(result.q, q)[0, 1] > 0.99 and np.corrcoef(result.r, r)[0, 1] > 0.98
+    assert result.time == float(info.times[t_index])
+
+
+def test_pdf_is_normalised_by_qw_and_integrates_to_the_mass_inside_the_window(dns32):
+    result = stats.rq_pdf(dns32, time=0.5, points=10_000, seed=3)
+    area = np.diff(result.r_edges)[:, None] * np.diff(result.q_edges)[None, :]
+    inside = ((result.r / result.qw_mean**1.5 >= stats.R_RANGE[0]) & (result.r / result.qw_mean**1.5 <= stats.R_RANGE[1])
+              & (result.q / result.qw_mean >= stats.Q_RANGE[0]) & (result.q / result.qw_mean <= stats.Q_RANGE[1]))
+    assert np.sum(result.pdf * area) == pytest.approx(inside.mean())
+    assert inside.mean() > 0.99
+    # <Q> = 0 in homogeneous flow: the strain and rotation parts balance on average.
+    assert abs(np.mean(result.q)) < 0.1 * result.qw_mean
+
+
+def test_results_are_saved_as_png_npz_and_json(dns32, tmp_path):
+    paths = stats.rq_pdf(dns32, time=1.0, points=5_000).save(tmp_path / "out" / "rq_t1.0")
+    assert [p.name for p in paths] == ["rq_t1.0.png", "rq_t1.0.npz", "rq_t1.0.json"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = np.load(paths[1])
+    assert data["pdf"].shape == (80, 80) and data["r"].shape == (5_000,)
+    summary = json.loads(paths[2].read_text())
+    assert summary["teardrop"] is True and summary["points"] == 5_000
+
+
+def test_energy_spectrum_of_a_stored_step_sums_to_the_kinetic_energy(dns32, tmp_path):
+    spectrum = stats.energy_spectrum(dns32, time=0.3)
+    u = dns32.cutout("velocity", time=0.3).values.astype(np.float64)
+    energy = 0.5 * np.mean(np.sum((u - u.mean(axis=(0, 1, 2))) ** 2, axis=-1))
+    assert np.sum(spectrum.e) * spectrum.k[0] == pytest.approx(energy, rel=1e-9)
+    assert spectrum.time == pytest.approx(0.32)  # the nearest stored step
+    png, npz, summary = spectrum.save(tmp_path / "spectrum")
+    assert png.stat().st_size > 1000 and np.load(npz)["E"].shape == spectrum.e.shape
+
+
+def test_bad_statistics_requests_are_refused(dns32, tmp_path):
+    with pytest.raises(turbdb.InvalidRequestError, match="at least 2 points"):
+        stats.rq_pdf(dns32, time=0.0, points=1)
+    with pytest.raises(turbdb.InvalidRequestError, match="3-component field; 'pressure' has 1"):
+        stats.rq_pdf(dns32, time=0.0, points=10, field="pressure")
+    with pytest.raises(turbdb.InvalidRequestError, match="outside the stored range"):
+        stats.rq_pdf(dns32, time=99.0, points=10)
+    walls = turbdb.create_dataset(tmp_path, "walls", grid=(8, 8, 8), periodic=(True, False, True), times=[0.0],
+                                  fields={"velocity": 3})
+    walls.write("velocity", 0, np.zeros((8, 8, 8, 3)))
+    with pytest.raises(turbdb.InvalidRequestError, match="periodic box"):
+        stats.energy_spectrum(walls, time=0.0)
+    with pytest.raises(turbdb.InvalidRequestError, match="no vorticity"):
+        stats.rq_pdf(walls, time=0.0, points=10)
+
+
+def test_cli_stats_track_and_demo_write_their_files(dns32, tmp_path):
+    db = dns32.path.parent
+    out = run("stats", "rq", db, "dns32", "--time", "1", "--points", "5000", "--out", tmp_path / "s").stdout
+    assert "ratio" in out and (tmp_path / "s" / "rq_t0.96_lag6.png").is_file()
+    run("stats", "spectrum", db, "dns32", "--time", "1", "--out", tmp_path / "s")
+    assert (tmp_path / "s" / "spectrum_t0.96.npz").is_file()
+
+    out = run("track", db, "dns32", "--points", "300", "--start", "0.2", "--end", "0.6", "--dt", "0.05",
+              "--out", tmp_path / "t.npy", "--velocity", "--quiet").stdout
+    assert "tracked 300 particles" in out and "in 8 steps" in out
+    assert np.load(tmp_path / "t.npy").shape == np.load(tmp_path / "t.velocity.npy").shape == (9, 300, 3)
+    np.savetxt(tmp_path / "p.csv", np.load(tmp_path / "t.npy")[-1], delimiter=",")
+    result = run("track", db, "dns32", "--points", tmp_path / "p.csv", "--start", "0.6", "--end", "0.2", "--dt", "0.05",
+                 "--out", tmp_path / "back.npy")
+    assert "8/8" in result.stderr  # the progress bar
+    np.testing.assert_allclose(np.load(tmp_path / "back.npy")[-1], np.load(tmp_path / "t.npy")[0], atol=1e-3)
+    failed = subprocess.run([sys.executable, "-m", "turbdb.cli", "track", db, "dns32", "--points", "3", "--start", "0",
+                             "--end", "9", "--dt", "0.1", "--out", tmp_path / "x.npy"], capture_output=True, text=True)
+    assert failed.returncode == 2 and "end = 9 is outside the stored times" in failed.stderr
+
+    out = run("demo", db, "--name", "dns32", "--out", tmp_path / "demo").stdout
+    assert "tracking 4096 particles" in out and "teardrop" in out
+    for name in ("vorticity_slice", "energy_spectrum", "trajectories", "rq_pdf"):
+        assert (tmp_path / "demo" / f"{name}.png").is_file()
