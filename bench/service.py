@@ -32,18 +32,13 @@ import numpy as np
 
 import turbdb
 
+sys.path.insert(0, str(Path(__file__).parent))
+from query import FIELD, GRID, NAME, STEPS, ensure_data  # noqa: E402  (bench/query.py: the same dataset)
+
 RESULTS = Path(__file__).parent / "results"
-NAME, FIELD, GRID, STEPS, METHOD = "syn256", "velocity", 256, 4, "lag6"
+METHOD = "lag6"
 TOKEN = "bench-token"
 TARGET_P50_100_MS, TARGET_THROUGHPUT_RATIO = 5.0, 0.60
-
-
-def ensure_data(data: Path) -> None:
-    if (data / NAME).exists():
-        return
-    print(f"creating the {GRID}³ synthetic dataset in {data} …", flush=True)
-    subprocess.run([sys.executable, "-m", "turbdb.cli", "simulate", str(data), "--name", NAME, "--grid", str(GRID),
-                    "--steps", str(STEPS), "--kind", "synthetic", "--quiet"], check=True)
 
 
 def start_server(data: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
