@@ -3,6 +3,7 @@
 //! Cells run in parallel; each returns partial sums for its points, which are then added
 //! into the result, so the answer does not depend on the order atoms arrive in.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
@@ -113,16 +114,13 @@ pub fn execute(
         }
     };
     match order {
-        Order::Storage => {
-            plan.cells
-                .par_iter()
-                .try_for_each_init(Scratch::default, |scratch, cell| {
-                    let partial =
-                        run_cell(plan, cell, source, levels, &terms, None, stats, scratch)?;
-                    add(cell, partial);
-                    Ok(())
-                })?
-        }
+        Order::Storage => plan.cells.par_iter().try_for_each(|cell| {
+            let partial = SCRATCH.with_borrow_mut(|scratch| {
+                run_cell(plan, cell, source, levels, &terms, None, stats, scratch)
+            })?;
+            add(cell, partial);
+            Ok(())
+        })?,
         Order::Shuffled(seed) => {
             let mut rng = SplitMix(seed);
             let mut cells: Vec<&Cell> = plan.cells.iter().collect();
@@ -176,6 +174,12 @@ struct ResultPtr(*mut f64);
 // SAFETY: workers write disjoint rows (see `execute`).
 unsafe impl Sync for ResultPtr {}
 unsafe impl Send for ResultPtr {}
+
+thread_local! {
+    /// Each worker's buffers, kept from cell to cell and from query to query: a fresh
+    /// float64 block (768 KiB) zeroed per task made small queries slow.
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
 
 /// Buffers a worker reuses from cell to cell (fresh large allocations would page-fault).
 #[derive(Default)]
