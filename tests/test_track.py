@@ -141,7 +141,7 @@ def test_velocities_are_returned_at_each_position_and_time(rotation):
 def test_a_particle_leaving_a_wall_bounded_axis_is_named_with_the_time(rotation):
     x0 = disc_points(10, seed=7)
     x0[6] = [1.8, 1.8, 0.0]  # radius 2.55: rotates out of the [−2, 2]² box
-    with pytest.raises(turbdb.OutOfDomainError, match=r"particle 6 left the domain at time 0\.\d+: y = 2\.0"):
+    with pytest.raises(turbdb.OutOfDomainError, match=r"left the domain at time 0\.\d+ \(point 6: y = 2\.0"):
         rotation.track(x0, start=0.0, end=1.0, dt=0.05)
 
 

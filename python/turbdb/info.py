@@ -19,9 +19,14 @@ COMPONENT_NAMES = {1: [""], 3: ["x", "y", "z"]}
 COMPONENT_PREFIX = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a"}
 
 
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` may be a dataset or field name (a plain directory name)."""
+    return isinstance(name, str) and bool(NAME_PATTERN.match(name)) and ".." not in name
+
+
 def check_name(kind: str, name: str) -> str:
     """Dataset and field names become directory names: keep them plain."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name) or ".." in name:
+    if not is_plain_name(name):
         raise InvalidRequestError(
             f"{kind} name {name!r} is not allowed: use a letter followed by up to 63 letters, digits, '_', '-' or '.'"
         )

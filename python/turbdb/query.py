@@ -33,6 +33,25 @@ def axes_of(info: Any) -> tuple[tuple[int, float, float, bool], ...]:
     return tuple(zip(info.grid, info.origin, info.spacing, info.periodic))
 
 
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a float, or a clear error if it is not a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(value):
+        raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def result_dtype(dtype: Any) -> np.dtype:
+    """The dtype of a query's answer: float32 or float64, or a clear error."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise InvalidRequestError(f"dtype must be float32 or float64, not {dtype!r}") from None
+    if dtype not in (np.float32, np.float64):
+        raise InvalidRequestError(f"dtype must be float32 or float64, not {dtype}")
+    return dtype
+
+
 def as_points(points: Any) -> np.ndarray:
     """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error."""
     try:
@@ -65,15 +84,12 @@ def query(
     operator = _choice("operator", operator, OPERATORS)
     temporal = _choice("temporal method", temporal, TEMPORALS)
     strategy = _choice("strategy", strategy, STRATEGIES)
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise InvalidRequestError(f"dtype must be float32 or float64, not {dtype}")
-    if not isinstance(time, (int, float, np.floating, np.integer)) or not math.isfinite(time):
-        raise InvalidRequestError(f"time must be a finite number, not {time!r}")
+    dtype = result_dtype(dtype)
+    time = finite_number("time", time)
     xyz = as_points(points)
     ncomp = info.fields[field].ncomp
     values, counters = dataset.field_store(field).query(
-        xyz, axes=axes_of(info), times=info.times, time=float(time), method=method, operator=operator,
+        xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
         temporal=temporal, strategy=strategy,
     )
     dataset.last_query_stats = counters

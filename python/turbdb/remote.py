@@ -18,8 +18,8 @@ import numpy as np
 
 from . import __version__
 from . import exceptions as exc
-from .info import NAME_PATTERN, DatasetInfo
-from .query import _range, as_points, cutout_array
+from .info import DatasetInfo, is_plain_name
+from .query import _range, as_points, cutout_array, finite_number, result_dtype
 from .service.transport import NPY, encode_npy, load_npy_bytes
 
 # Transport failures after which the same request is sent again: the server was not
@@ -75,7 +75,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         return sorted(d["name"] for d in self.request("GET", "/v1/datasets").json()["datasets"])
 
     def __getitem__(self, name: str) -> RemoteDataset:
-        if not (isinstance(name, str) and NAME_PATTERN.match(name) and ".." not in name):
+        if not is_plain_name(name):
             raise exc.UnknownNameError(f"no dataset {name!r} at {self.url}: dataset names are a letter followed by "
                                        "letters, digits, '_', '-' or '.'")
         return RemoteDataset(self, name, self.request("GET", f"/v1/datasets/{_quote(name)}").json())
@@ -141,7 +141,7 @@ class RemoteDataset:
               temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming") -> np.ndarray:
         """See :meth:`turbdb.Dataset.query`; evaluated on the server."""
         xyz = as_points(points)
-        dtype = _dtype(dtype)
+        dtype = result_dtype(dtype)
         params = {"field": field, "time": _time_param("time", time)}
         # Only what differs from the server's defaults: every parameter costs on both sides.
         for key, value, default in (("method", method, "lag6"), ("operator", operator, "field"),
@@ -192,21 +192,8 @@ def _info(document: dict[str, Any]) -> DatasetInfo:
     return DatasetInfo.from_attrs(document, steps)
 
 
-def _dtype(dtype: Any) -> np.dtype:
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise exc.InvalidRequestError(f"dtype must be float32 or float64, not {dtype!r}") from None
-    if dtype not in (np.float32, np.float64):
-        raise exc.InvalidRequestError(f"dtype must be float32 or float64, not {dtype}")
-    return dtype
-
-
 def _time_param(name: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-            or not np.isfinite(value):
-        raise exc.InvalidRequestError(f"{name} must be a finite number, not {value!r}")
-    return repr(float(value))
+    return repr(finite_number(name, value))
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
-from .query import METHODS, _choice, as_points, axes_of
+from .query import METHODS, _choice, as_points, axes_of, finite_number
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -90,15 +90,11 @@ def track(
 def step_times(start: float, end: float, dt: float) -> np.ndarray:
     """The times of a trajectory: ``start``, then steps of ``dt`` towards ``end`` (backward
     when ``end < start``), the last one shortened to land exactly on ``end``."""
-    for name, value in (("start", start), ("end", end), ("dt", dt)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(value):
-            raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
+    start, end, dt = (finite_number(name, v) for name, v in (("start", start), ("end", end), ("dt", dt)))
     if not dt > 0:
         raise InvalidRequestError(
             f"dt must be positive, not {dt!r}; the direction comes from start and end (end < start tracks backward)"
         )
-    start, end, dt = float(start), float(end), float(dt)
     span = abs(end - start)
     full = math.floor(span / dt)
     if span - (full + 1) * dt > -LANDING_TOLERANCE * dt:  # span/dt rounded down one too far
@@ -135,28 +131,16 @@ class _Evaluator:
         self.method = method
         self.stats = {"queries": 0, "points": 0, "atoms_read": 0, "read_calls": 0, "contributions": 0,
                       "engine_seconds": 0.0}
-        # Bounded axes: a particle must stay within the first and last node (the engine's
-        # tolerance), checked here so the error can name the particle and the time.
-        self.bounded = [
-            (a, o - 1e-9 * max(n - 1, 1) * d, o + (n - 1) * d * (1 + 1e-9), o, o + (n - 1) * d)
-            for a, (n, o, d, p) in enumerate(self.axes) if not p
-        ]
 
     def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
-        for axis, lo, hi, first, last in self.bounded:
-            out = np.flatnonzero(~((x[:, axis] >= lo) & (x[:, axis] <= hi)))
-            if out.size:
-                i = out[0]
-                raise OutOfDomainError(
-                    f"particle {i} left the domain at time {t:.6g}: {'xyz'[axis]} = {x[i, axis]:.6g} is outside "
-                    f"[{first:.6g}, {last:.6g}] of the non-periodic {'xyz'[axis]} axis"
-                    + (f" ({out.size} particles outside)" if out.size > 1 else "")
-                )
         began = _time.perf_counter()
-        values, counters = self.store.query(
-            x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
-            temporal="pchip", strategy="streaming",
-        )
+        try:
+            values, counters = self.store.query(
+                x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
+                temporal="pchip", strategy="streaming",
+            )
+        except OutOfDomainError as e:  # the engine names the first particle outside; add when
+            raise OutOfDomainError(f"a particle left the domain at time {t:.6g} ({e})") from None
         stats = self.stats
         stats["engine_seconds"] += _time.perf_counter() - began
         stats["queries"] += 1

@@ -198,9 +198,10 @@ const KEPT_CELLS: usize = 8;
 /// A point's cell count and its first [`KEPT_CELLS`] cells.
 type KeptCells = (u8, [u32; KEPT_CELLS]);
 
-/// Groups the points by the cells their stencils touch: one parallel sort of (cell in
-/// storage order, point in Morton order) keys, so every cell's points end up contiguous
-/// and ordered so that neighbours, which share most of their stencils, come together.
+/// Groups the points by the cells their stencils touch (a parallel counting sort by cell,
+/// then each cell's points in Morton order, so that neighbours, which share most of their
+/// stencils, come together), and gives every point that several cells serve its rows of
+/// shared partial sums.
 fn group_by_cell(
     positions: &[[f64; 3]],
     kernel: &Kernel,

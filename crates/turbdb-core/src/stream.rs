@@ -56,7 +56,8 @@ pub struct StreamStats {
     pub atoms_read: AtomicU64,
     /// Read calls made to the source.
     pub read_calls: AtomicU64,
-    /// (atom, point) contributions added.
+    /// Partial sums added: one per (point, cell) when streaming (all time levels at
+    /// once), one per (point, atom, time level) for the direct baselines.
     pub contributions: AtomicU64,
 }
 
@@ -160,7 +161,6 @@ fn add_shared_partials(plan: &Plan, shared_rows: &[f64], result: &mut [f64], out
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(base.0.add(point as usize * out_len), out_len)
             };
-            dst.fill(0.0);
             for row in rows {
                 for (d, &v) in dst.iter_mut().zip(&shared_rows[row * out_len..][..out_len]) {
                     *d += v;
@@ -325,10 +325,9 @@ fn run_cell(
             width,
         );
     }
-    stats.contributions.fetch_add(
-        (cell.positions.len() * levels.len()) as u64,
-        Ordering::Relaxed,
-    );
+    stats
+        .contributions
+        .fetch_add(cell.positions.len() as u64, Ordering::Relaxed);
     Ok(partial)
 }
 

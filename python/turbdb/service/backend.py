@@ -19,7 +19,7 @@ from starlette.requests import Request
 from ..database import Database
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
-from ..info import NAME_PATTERN
+from ..info import is_plain_name
 from ..query import as_points
 from .admission import PointsLimiter
 from .metrics import Metrics
@@ -79,7 +79,7 @@ class Backend:
         file system."""
         opened = self._datasets.get(name)
         if opened is None:
-            if not (isinstance(name, str) and NAME_PATTERN.match(name) and ".." not in name) or name not in self.names():
+            if not is_plain_name(name) or name not in self.names():
                 available = ", ".join(self.names()) or "none"
                 raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
             opened = self._datasets.setdefault(name, Dataset(self.path / name))
