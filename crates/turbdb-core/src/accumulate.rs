@@ -3,9 +3,9 @@
 //! accumulators weighted by the y and z weights — a contiguous axpy the compiler
 //! vectorises — and the x weights are applied once per atom at the end.
 
+use crate::lanes::F64x8;
 use crate::method::Term;
 use crate::stencil::AxisWeights;
-use wide::f64x4;
 
 /// Nodes of one point's stencil that lie in one atom, along one axis: runs of
 /// `(first stencil node, first atom-local index, length)`.
@@ -104,6 +104,8 @@ pub struct Block<'a, T> {
 pub trait Value: Copy {
     /// As float64.
     fn get(self) -> f64;
+    /// The first eight values of `src`, as float64 lanes.
+    fn lanes(src: &[Self]) -> F64x8;
 }
 
 impl Value for f32 {
@@ -111,12 +113,20 @@ impl Value for f32 {
     fn get(self) -> f64 {
         f64::from(self)
     }
+    #[inline(always)]
+    fn lanes(src: &[Self]) -> F64x8 {
+        F64x8::from_f32(src)
+    }
 }
 
 impl Value for f64 {
     #[inline(always)]
     fn get(self) -> f64 {
         self
+    }
+    #[inline(always)]
+    fn lanes(src: &[Self]) -> F64x8 {
+        F64x8::from_f64(src)
     }
 }
 
@@ -145,32 +155,40 @@ fn accumulate<const NC: usize, const V: usize, const P: usize, T: Value>(
     let plane_stride = block.dims[1] * row_stride;
     let pairs: [(usize, usize); P] = std::array::from_fn(|p| terms.pairs[p]);
     for &(kx, lx, len) in runs[0].runs() {
-        let mut acc = [[f64x4::ZERO; V]; P];
+        let mut acc = [[F64x8::zero(); V]; P];
         for &(kz0, lz0, nz) in runs[2].runs() {
             for dz in 0..nz {
                 let (kz, plane) = (kz0 + dz, (lz0 + dz) * plane_stride);
-                let wz: [f64; P] = std::array::from_fn(|p| w[2].w[pairs[p].1][kz]);
+                // Each z plane sums its rows into accumulators of its own and is weighted
+                // in z once at the end: the planes' chains of dependent FMAs are short and
+                // independent of each other, so the CPU overlaps them.
+                let mut in_plane = [[F64x8::zero(); V]; P];
                 for &(ky0, ly0, ny) in runs[1].runs() {
                     for dy in 0..ny {
                         let ky = ky0 + dy;
                         let start = plane + (ly0 + dy) * row_stride + lx * NC;
-                        let row = &block.values[start..start + 4 * V];
-                        let f: [f64x4; P] =
-                            std::array::from_fn(|p| f64x4::splat(w[1].w[pairs[p].0][ky] * wz[p]));
+                        let row = &block.values[start..start + 8 * V];
+                        let f: [F64x8; P] =
+                            std::array::from_fn(|p| F64x8::splat(w[1].w[pairs[p].0][ky]));
                         for v in 0..V {
-                            let r = &row[4 * v..4 * v + 4];
-                            let x = f64x4::new([r[0].get(), r[1].get(), r[2].get(), r[3].get()]);
+                            let x = T::lanes(&row[8 * v..]);
                             for p in 0..P {
-                                acc[p][v] = x.mul_add(f[p], acc[p][v]);
+                                in_plane[p][v] = x.mul_add(f[p], in_plane[p][v]);
                             }
                         }
+                    }
+                }
+                for p in 0..P {
+                    let wz = F64x8::splat(w[2].w[pairs[p].1][kz]);
+                    for v in 0..V {
+                        acc[p][v] = in_plane[p][v].mul_add(wz, acc[p][v]);
                     }
                 }
             }
         }
         for &(ox, pair, slot) in &terms.terms {
             let wx = &w[0].w[ox][kx..kx + len];
-            let lanes: [[f64; 4]; V] = acc[pair].map(f64x4::to_array);
+            let lanes: [[f64; 8]; V] = acc[pair].map(F64x8::to_array);
             let acc = lanes.as_flattened();
             let mut sums = [0.0f64; NC];
             for (k, &weight) in wx.iter().enumerate() {
@@ -205,8 +223,9 @@ fn accumulate_pairs<const NC: usize, const V: usize, T: Value>(
     }
 }
 
-/// [`accumulate`] with as many lanes as a stencil of `width` nodes needs (rounded up to a
-/// whole vector), so narrow stencils do not pay for wide ones.
+/// [`accumulate`] with as many lanes as the longest x run needs (rounded up to a whole
+/// vector), so narrow stencils, and the parts of a stencil split between cells, do not pay
+/// for the full width.
 #[inline]
 fn accumulate_nc<const NC: usize, T: Value>(
     block: Block<'_, T>,
@@ -215,24 +234,20 @@ fn accumulate_nc<const NC: usize, T: Value>(
     terms: &TermSet,
     scale: f64,
     out: &mut [f64],
-    width: usize,
 ) {
-    match (width * NC).div_ceil(4) {
-        0 | 1 => accumulate_pairs::<NC, 1, T>(block, runs, w, terms, scale, out),
+    let len = runs[0].runs().iter().map(|r| r.2).max().unwrap_or(0);
+    match (len * NC).div_ceil(8) {
+        0 => {}
+        1 => accumulate_pairs::<NC, 1, T>(block, runs, w, terms, scale, out),
         2 => accumulate_pairs::<NC, 2, T>(block, runs, w, terms, scale, out),
         3 => accumulate_pairs::<NC, 3, T>(block, runs, w, terms, scale, out),
-        4 => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
-        5 => accumulate_pairs::<NC, 5, T>(block, runs, w, terms, scale, out),
-        6 => accumulate_pairs::<NC, 6, T>(block, runs, w, terms, scale, out),
-        7 => accumulate_pairs::<NC, 7, T>(block, runs, w, terms, scale, out),
-        _ => accumulate_pairs::<NC, 8, T>(block, runs, w, terms, scale, out),
+        _ => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
     }
 }
 
-/// Adds one block's contribution for one point whose stencil is `width` nodes wide, for
-/// any component count (specialised for 1, 2 and 3).
+/// Adds one block's contribution for one point, for any component count (specialised for
+/// 1, 2 and 3).
 #[inline]
-#[allow(clippy::too_many_arguments)]
 pub fn accumulate_any<T: Value>(
     ncomp: usize,
     block: Block<'_, T>,
@@ -241,12 +256,11 @@ pub fn accumulate_any<T: Value>(
     terms: &TermSet,
     scale: f64,
     out: &mut [f64],
-    width: usize,
 ) {
     match ncomp {
-        1 => accumulate_nc::<1, T>(block, runs, w, terms, scale, out, width),
-        2 => accumulate_nc::<2, T>(block, runs, w, terms, scale, out, width),
-        3 => accumulate_nc::<3, T>(block, runs, w, terms, scale, out, width),
+        1 => accumulate_nc::<1, T>(block, runs, w, terms, scale, out),
+        2 => accumulate_nc::<2, T>(block, runs, w, terms, scale, out),
+        3 => accumulate_nc::<3, T>(block, runs, w, terms, scale, out),
         _ => {
             // Other component counts: one component at a time through the scalar kernel.
             let mut scalar: Vec<f64> = Vec::with_capacity(block.values.len() / ncomp + PADDING);
@@ -260,7 +274,7 @@ pub fn accumulate_any<T: Value>(
                     values: &scalar[..],
                     dims: block.dims,
                 };
-                accumulate_nc::<1, f64>(one, runs, w, terms, scale, &mut partial, width);
+                accumulate_nc::<1, f64>(one, runs, w, terms, scale, &mut partial);
                 for s in 0..terms.slots {
                     out[c * terms.slots + s] += partial[s];
                 }

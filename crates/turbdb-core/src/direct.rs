@@ -28,10 +28,15 @@ pub fn execute_direct(
     let g = &plan.geometry;
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = g.ncomp * terms.slots();
-    let mut order: Vec<u32> = (0..plan.positions.len() as u32).collect();
+    // The positions in the caller's order.
+    let mut positions = vec![[0.0; 3]; plan.order.len()];
+    for (&p, &s) in plan.order.iter().zip(plan.sorted.iter()) {
+        positions[p as usize] = s;
+    }
+    let mut order: Vec<u32> = (0..positions.len() as u32).collect();
     if sorted {
         order.par_sort_by_cached_key(|&p| {
-            let s = plan.positions[p as usize];
+            let s = positions[p as usize];
             let atom = s.map(|v| (v.max(0.0) as usize / g.atom) as u32);
             morton::encode(atom[0], atom[1], atom[2])
         });
@@ -44,7 +49,7 @@ pub fn execute_direct(
             for (i, &p) in chunk.iter().enumerate() {
                 evaluate_point(
                     plan,
-                    p as usize,
+                    positions[p as usize],
                     source,
                     levels,
                     &terms,
@@ -56,7 +61,7 @@ pub fn execute_direct(
             Ok(out)
         })
         .collect::<Result<_>>()?;
-    let mut result = vec![0.0; plan.positions.len() * out_len];
+    let mut result = vec![0.0; positions.len() * out_len];
     for (chunk, values) in order.chunks(CHUNK).zip(chunks) {
         for (i, &p) in chunk.iter().enumerate() {
             result[p as usize * out_len..][..out_len]
@@ -69,7 +74,7 @@ pub fn execute_direct(
 #[allow(clippy::too_many_arguments)]
 fn evaluate_point(
     plan: &Plan,
-    p: usize,
+    s: [f64; 3],
     source: &dyn AtomSource,
     levels: &[TimeLevel],
     terms: &TermSet,
@@ -79,7 +84,6 @@ fn evaluate_point(
 ) -> Result<()> {
     let g = &plan.geometry;
     let (a, per_shard, width) = (g.atom, g.atoms_per_side(), plan.kernel.width());
-    let s = plan.positions[p];
     let mut w = [AxisWeights::default(); 3];
     let mut atoms_along: [Vec<usize>; 3] = Default::default();
     for axis in 0..3 {
@@ -120,7 +124,6 @@ fn evaluate_point(
                         terms,
                         level.weight,
                         out,
-                        width,
                     );
                 }
             }

@@ -13,11 +13,13 @@
 //! the [`direct`] baselines evaluate point by point.
 
 pub mod accumulate;
+pub mod buffers;
 pub mod cutout;
 pub mod direct;
 pub mod error;
 pub mod geometry;
 pub mod lagrange;
+pub mod lanes;
 pub mod method;
 pub mod morton;
 pub mod plan;

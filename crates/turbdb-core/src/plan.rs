@@ -2,28 +2,71 @@
 //! by the cells their stencils touch. A cell is an aligned cube of atoms inside one shard,
 //! contiguous in storage order; it is the unit of work of the streaming executor.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
+use crate::buffers::{Buffer, Pooled};
 use crate::error::{Error, Result};
 use crate::geometry::{FieldGeometry, ShardPos};
 use crate::method::{Method, Operator};
 use crate::morton;
-use crate::stencil::{Axis, Kernel};
+use crate::stencil::{Axis, Kernel, MAX_WIDTH};
 
 /// Most atoms along one side of a cell. Big cells mean fewer points whose stencils span
-/// several cells (each such point costs weights, a second set of row sums and a shared
-/// partial row); small cells keep a worker's float64 block (32³ nodes at 4, 768 KiB for
-/// three components) in its L2 cache, which measured faster than 64³ cells.
+/// several cells (each such point costs weights and a second set of row sums); small cells
+/// keep a worker's block (32³ nodes at 4) in its L2 cache, which measured faster than 64³
+/// cells. A cell's needed atoms fit one `u64` bitmask at this size.
 pub const CELL_ATOMS: usize = 4;
 
+/// Bit of atom `(x, y, z)` of a cell in [`Cell::atoms`] (stride 4 whatever the cell size).
+pub fn atom_bit(x: usize, y: usize, z: usize) -> u64 {
+    1 << ((z * CELL_ATOMS + y) * CELL_ATOMS + x)
+}
+
+/// How cells are coloured so that no two cells of one colour serve the same point: along
+/// each axis, cells closer than the most cells one stencil spans differ in colour.
+#[derive(Debug, Clone, Copy)]
+struct Colouring {
+    /// Colours along each axis.
+    per_axis: [usize; 3],
+}
+
+impl Colouring {
+    fn new(axes: &[Axis; 3], side: usize, width: usize) -> Self {
+        let per_axis = [0, 1, 2].map(|a| {
+            let cells = axes[a].n.div_ceil(side);
+            let span = ((width - 1).div_ceil(side) + 1).min(cells);
+            // A periodic axis whose cell count the span does not divide would give the last
+            // and the first cell (neighbours across the wrap) one colour: every cell its own.
+            if cells <= span || (axes[a].periodic && !cells.is_multiple_of(span)) {
+                cells
+            } else {
+                span
+            }
+        });
+        Self { per_axis }
+    }
+
+    fn colours(&self) -> usize {
+        self.per_axis.iter().product()
+    }
+
+    fn colour(&self, cell: [usize; 3]) -> usize {
+        let [kx, ky, kz] = self.per_axis;
+        ((cell[2] % kz) * ky + cell[1] % ky) * kx + cell[0] % kx
+    }
+}
+
 /// The cell side, in atoms: the largest power of two up to [`CELL_ATOMS`] (and the shard's
-/// side) that still leaves every worker several cells of the grid to take.
-fn cell_atoms(axes: &[Axis; 3], geometry: &FieldGeometry) -> usize {
-    let enough = 4 * rayon::current_num_threads();
+/// side) that still leaves every worker several cells of each colour to take.
+fn cell_atoms(axes: &[Axis; 3], geometry: &FieldGeometry, width: usize) -> usize {
+    let enough = 2 * rayon::current_num_threads();
     let mut atoms = CELL_ATOMS.min(geometry.atoms_per_side());
     while atoms > 1 {
         let side = atoms * geometry.atom;
-        if axes.iter().map(|a| a.n.div_ceil(side)).product::<usize>() >= enough {
+        let cells = axes.iter().map(|a| a.n.div_ceil(side)).product::<usize>();
+        if cells / Colouring::new(axes, side, width).colours() >= enough {
             break;
         }
         atoms /= 2;
@@ -31,43 +74,26 @@ fn cell_atoms(axes: &[Axis; 3], geometry: &FieldGeometry) -> usize {
     atoms
 }
 
-/// A cell: its shard, its first atom (global atom coordinates) and the points it serves.
+/// A cell: its shard, its first atom (global atom coordinates), the atoms its points need
+/// and the points it serves.
 #[derive(Debug, Clone)]
 pub struct Cell {
     /// The shard holding the cell.
     pub shard: ShardPos,
     /// Global coordinates `[ax, ay, az]` of the cell's first atom.
     pub first_atom: [usize; 3],
-    /// Where each point's partial sums from this cell go: its row of the result, or, with
-    /// [`SHARED`] set, a row of the shared partials (the point's stencil spans several
-    /// cells; [`Plan::shared`] adds its rows up afterwards).
-    pub outputs: Vec<u32>,
-    /// The points' grid positions, gathered here so the executor reads them sequentially.
-    pub positions: Vec<[f64; 3]>,
-}
-
-/// Flag on [`Cell::outputs`]: the row is one of the shared partials.
-pub const SHARED: u32 = 1 << 31;
-
-/// The points whose stencils span several cells. Each has one row of partial sums per
-/// cell, written by that cell alone; their sum, always in the same order, is the point's
-/// value, so results do not depend on which worker finished first.
-#[derive(Debug, Default)]
-pub struct SharedPoints {
-    /// The points, ascending.
-    pub points: Vec<u32>,
-    /// Point `points[i]` owns the partial rows `offsets[i]..offsets[i + 1]`.
-    pub offsets: Vec<u32>,
-}
-
-impl SharedPoints {
-    /// Shared partial rows in all.
-    pub fn rows(&self) -> usize {
-        self.offsets.last().copied().unwrap_or(0) as usize
-    }
+    /// The atoms the points' stencils touch ([`atom_bit`]).
+    pub atoms: u64,
+    /// The cell's points in [`Plan::entries`].
+    pub entries: Range<usize>,
 }
 
 /// A query prepared for execution.
+///
+/// The executor numbers the points in its own order, [`Plan::order`]: by the cell they lie
+/// in, and inside a cell by atom (Morton order of both). Neighbours, which share most of
+/// their stencils, then come together, and every cell adds to a few runs of neighbouring
+/// result rows instead of rows all over memory.
 #[derive(Debug)]
 pub struct Plan {
     /// Weights of the method, prepared for the operator's derivative orders.
@@ -78,12 +104,19 @@ pub struct Plan {
     pub axes: [Axis; 3],
     /// The stored layout.
     pub geometry: FieldGeometry,
-    /// Every point in grid units (wrapped on periodic axes).
-    pub positions: Vec<[f64; 3]>,
+    /// The caller's number of each point, in the executor's order.
+    pub order: Buffer<u32>,
+    /// The points in grid units (wrapped on periodic axes), in the executor's order.
+    pub sorted: Buffer<[f64; 3]>,
     /// Cells with at least one point, in storage order.
     pub cells: Vec<Cell>,
-    /// The points served by several cells.
-    pub shared: SharedPoints,
+    /// The cells of each colour (indices into `cells`, storage order). Cells of one colour
+    /// never serve the same point, so they run together and add straight into the result;
+    /// the colours run one after the other, always in the same order, so a point's sum is
+    /// the same whichever worker finishes first.
+    pub colours: Vec<Vec<usize>>,
+    /// The points (executor's numbers) each cell serves, cell after cell, ascending.
+    pub entries: Buffer<u32>,
     /// Atoms along one side of a cell.
     pub cell_atoms: usize,
 }
@@ -98,7 +131,7 @@ impl Plan {
         geometry: FieldGeometry,
     ) -> Result<Self> {
         method.check_supports(operator)?;
-        if points.len() >= SHARED as usize {
+        if points.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(
                 "{} points is more than one batch can hold",
                 points.len()
@@ -108,44 +141,29 @@ impl Plan {
         for (axis, name) in axes.iter().zip(['x', 'y', 'z']) {
             kernel.check_axis(axis, name)?;
         }
-        let positions = grid_positions(points, &axes)?;
-        let cell_atoms = cell_atoms(&axes, &geometry);
-        let (cells, shared) = group_by_cell(&positions, &kernel, &axes, &geometry, cell_atoms);
+        let cell_atoms = cell_atoms(&axes, &geometry, kernel.width());
+        let finder = CellFinder::new(&kernel, &axes, geometry.atom, cell_atoms);
+        let (order, sorted) = cell_order(points, &finder)?;
+        let (cells, entries) = group_by_cell(&sorted, &finder, &geometry, cell_atoms);
+        let side = cell_atoms * geometry.atom;
+        let colouring = Colouring::new(&axes, side, kernel.width());
+        let mut colours = vec![Vec::new(); colouring.colours()];
+        for (i, cell) in cells.iter().enumerate() {
+            colours[colouring.colour(cell.first_atom.map(|a| a / cell_atoms))].push(i);
+        }
+        colours.retain(|c| !c.is_empty());
         Ok(Self {
             kernel,
             operator,
             axes,
             geometry,
-            positions,
+            order,
+            sorted,
             cells,
-            shared,
+            colours,
+            entries,
             cell_atoms,
         })
-    }
-}
-
-/// Grid-unit positions; the first non-finite or out-of-domain point is named.
-fn grid_positions(points: &[[f64; 3]], axes: &[Axis; 3]) -> Result<Vec<[f64; 3]>> {
-    let mut positions = vec![[0.0; 3]; points.len()];
-    let ok = positions
-        .par_chunks_mut(4096)
-        .zip(points.par_chunks(4096))
-        .all(|(out, chunk)| {
-            out.iter_mut().zip(chunk).all(|(s, p)| {
-                p.iter().all(|v| v.is_finite())
-                    && (0..3).all(|a| match axes[a].grid_position(p[a], ['x', 'y', 'z'][a]) {
-                        Ok(v) => {
-                            s[a] = v;
-                            true
-                        }
-                        Err(_) => false,
-                    })
-            })
-        });
-    if ok {
-        Ok(positions)
-    } else {
-        Err(first_bad_point(points, axes).expect("a bad point"))
     }
 }
 
@@ -164,212 +182,366 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
     })
 }
 
-/// The distinct cells (along one axis) holding the `width` nodes from `wrapped` (the first
-/// node, wrapped into `0..n`) on, wrapping past `n`.
-pub fn cells_along(
-    wrapped: usize,
-    width: usize,
-    n: usize,
-    cell_side: usize,
-) -> ([usize; 4], usize) {
-    let mut out = [usize::MAX; 4];
-    let mut count = 0;
-    let before_wrap = width.min(n - wrapped);
-    for (start, len) in [(wrapped, before_wrap), (0, width - before_wrap)] {
-        if len == 0 {
-            continue;
-        }
-        for cell in start / cell_side..=(start + len - 1) / cell_side {
-            if count < out.len() && !out[..count].contains(&cell) {
-                out[count] = cell;
-                count += 1;
-            }
-        }
-    }
-    (out, count)
+/// Finds the cells a point's stencil touches, and which of their atoms.
+struct CellFinder<'a> {
+    kernel: &'a Kernel,
+    axes: &'a [Axis; 3],
+    side: usize,
+    /// log2 of `atom` and `side` (both powers of two): shifts, not divisions, in the
+    /// per-point loops.
+    atom_shift: u32,
+    side_shift: u32,
+    cells_per_axis: [usize; 3],
+    /// Per axis, the cell-atom bits of every atom whose index along that axis is in the
+    /// 4-bit mask (all positions along the other two axes).
+    slabs: [[u64; 16]; 3],
 }
 
-/// Most cells one stencil can touch (4 per axis on tiny periodic grids).
-const MAX_CELLS: usize = 64;
-
-/// Cells of a point kept between the two passes of the sort: 2 per axis.
-const KEPT_CELLS: usize = 8;
-
-/// A point's cell count and its first [`KEPT_CELLS`] cells.
-type KeptCells = (u8, [u32; KEPT_CELLS]);
-
-/// Groups the points by the cells their stencils touch (a parallel counting sort by cell,
-/// then each cell's points in Morton order, so that neighbours, which share most of their
-/// stencils, come together), and gives every point that several cells serve its rows of
-/// shared partial sums.
-fn group_by_cell(
-    positions: &[[f64; 3]],
-    kernel: &Kernel,
-    axes: &[Axis; 3],
-    geometry: &FieldGeometry,
-    cell_atoms: usize,
-) -> (Vec<Cell>, SharedPoints) {
-    let side = cell_atoms * geometry.atom;
-    let width = kernel.width();
-    let cells_per_axis: [usize; 3] = [0, 1, 2].map(|a| axes[a].n.div_ceil(side));
-    let total_cells = cells_per_axis.iter().product::<usize>();
-    // The cells each point's stencil touches (linear cell numbers).
-    let cells_of = |s: &[f64; 3]| {
-        let mut placement = crate::stencil::AxisWeights::default();
-        let mut per_axis = [([0usize; 4], 0usize); 3];
-        for a in 0..3 {
-            kernel.base_only(s[a], &axes[a], &mut placement);
-            per_axis[a] = cells_along(placement.wrapped, width, axes[a].n, side);
-        }
-        let mut out = [0u32; MAX_CELLS];
-        let mut count = 0;
-        for &cz in &per_axis[2].0[..per_axis[2].1] {
-            for &cy in &per_axis[1].0[..per_axis[1].1] {
-                for &cx in &per_axis[0].0[..per_axis[0].1] {
-                    out[count] = ((cz * cells_per_axis[1] + cy) * cells_per_axis[0] + cx) as u32;
-                    count += 1;
+impl<'a> CellFinder<'a> {
+    fn new(kernel: &'a Kernel, axes: &'a [Axis; 3], atom: usize, cell_atoms: usize) -> Self {
+        let side = cell_atoms * atom;
+        let mut slabs = [[0u64; 16]; 3];
+        for (axis, table) in slabs.iter_mut().enumerate() {
+            for (mask, bits) in table.iter_mut().enumerate() {
+                for [x, y, z] in all_atoms(CELL_ATOMS) {
+                    if mask & (1 << [x, y, z][axis]) != 0 {
+                        *bits |= atom_bit(x, y, z);
+                    }
                 }
             }
         }
-        (out, count)
-    };
-    // A parallel counting sort by cell, in two passes over chunks of points: count, then
-    // place each (point, output row) at its chunk's next slot in the cell.
-    let chunk = positions
-        .len()
+        Self {
+            kernel,
+            axes,
+            side,
+            atom_shift: atom.trailing_zeros(),
+            side_shift: side.trailing_zeros(),
+            cells_per_axis: [0, 1, 2].map(|a| axes[a].n.div_ceil(side)),
+            slabs,
+        }
+    }
+
+    fn total_cells(&self) -> usize {
+        self.cells_per_axis.iter().product()
+    }
+
+    /// Calls `f(linear cell number, atom bits)` for every cell the stencil of grid
+    /// position `s` touches.
+    #[inline(always)]
+    fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u64)) {
+        let (x, y, z) = (self.along(0, s[0]), self.along(1, s[1]), self.along(2, s[2]));
+        for (&cz, &mz) in z.cells().zip(z.masks()) {
+            for (&cy, &my) in y.cells().zip(y.masks()) {
+                let bits_yz = self.slabs[2][mz as usize] & self.slabs[1][my as usize];
+                let row = (cz * self.cells_per_axis[1] + cy) * self.cells_per_axis[0];
+                for (&cx, &mx) in x.cells().zip(x.masks()) {
+                    f(row + cx, bits_yz & self.slabs[0][mx as usize]);
+                }
+            }
+        }
+    }
+
+    /// The cells along `axis` that hold the stencil of position `s`, each with the mask of
+    /// its atoms the stencil's nodes fall in.
+    #[inline(always)]
+    fn along(&self, axis: usize, s: f64) -> Span {
+        let n = self.axes[axis].n;
+        let first = self.kernel.first_node(s, &self.axes[axis]);
+        let (side, width) = (self.side, self.kernel.width());
+        let (cs, ats) = (self.side_shift, self.atom_shift);
+        let atoms =
+            |lo: usize, hi: usize| ((1u16 << ((hi >> ats) + 1)) - (1u16 << (lo >> ats))) as u8;
+        let last = first + width - 1;
+        let mut span = Span::default();
+        if last < n && width <= side {
+            // The usual case: no wrap, one cell or two neighbours.
+            let (c0, c1) = (first >> cs, last >> cs);
+            let (lo, hi) = (first & (side - 1), last & (side - 1));
+            if c0 == c1 {
+                span.push(c0, atoms(lo, hi));
+            } else {
+                span.push(c0, atoms(lo, side - 1));
+                span.push(c1, atoms(0, hi));
+            }
+            return span;
+        }
+        let before_wrap = width.min(n - first);
+        for (start, end) in [(first, first + before_wrap), (0, width - before_wrap)] {
+            if start == end {
+                continue;
+            }
+            for cell in start >> cs..=(end - 1) >> cs {
+                let lo = start.max(cell * side) - cell * side;
+                let hi = end.min((cell + 1) * side) - cell * side - 1;
+                // Only a stencil that wraps onto its own cells meets a cell twice.
+                match span.cells().position(|&c| c == cell) {
+                    Some(i) => span.mask[i] |= atoms(lo, hi),
+                    None => span.push(cell, atoms(lo, hi)),
+                }
+            }
+        }
+        span
+    }
+}
+
+/// The cells a stencil touches along one axis, with the masks of their atoms it covers.
+#[derive(Default)]
+struct Span {
+    cell: [usize; MAX_WIDTH],
+    mask: [u8; MAX_WIDTH],
+    count: usize,
+}
+
+impl Span {
+    #[inline]
+    fn push(&mut self, cell: usize, mask: u8) {
+        self.cell[self.count] = cell;
+        self.mask[self.count] = mask;
+        self.count += 1;
+    }
+
+    fn cells(&self) -> std::slice::Iter<'_, usize> {
+        self.cell[..self.count].iter()
+    }
+
+    fn masks(&self) -> std::slice::Iter<'_, u8> {
+        self.mask[..self.count].iter()
+    }
+}
+
+/// The atoms of a cube of `side` atoms, x fastest.
+fn all_atoms(side: usize) -> impl Iterator<Item = [usize; 3]> {
+    (0..side.pow(3)).map(move |i| [i % side, i / side % side, i / (side * side)])
+}
+
+/// What a counting sort sorts: items, each placed in one or more buckets as a value.
+trait Buckets: Sync {
+    /// What is placed in a bucket.
+    type Value: Pooled + Default;
+    /// Calls `f(bucket, bits, value)` for every bucket of `item`; a bucket's bits are or-ed.
+    fn visit(&self, item: usize, f: impl FnMut(usize, u64, Self::Value));
+}
+
+/// A parallel counting sort in two passes over chunks of items (count, then place each
+/// value at its chunk's next slot in the bucket: every chunk writes a few hundred
+/// sequential streams, which caches take well, where gathering by index would miss on
+/// every item). Returns the values bucket by bucket, in item order in each; where each
+/// bucket starts (and the end); and each bucket's bits.
+fn bucket_sort<B: Buckets>(
+    items: usize,
+    buckets: usize,
+    by: &B,
+) -> (Buffer<B::Value>, Vec<usize>, Vec<u64>) {
+    let chunk = items
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
-    // The first pass keeps each point's cells (up to KEPT_CELLS, almost always all of
-    // them) so the second need not find them again.
-    let (kept, mut next): (Vec<Vec<KeptCells>>, Vec<Vec<usize>>) = positions
-        .par_chunks(chunk)
-        .map(|part| {
-            let mut per_cell = vec![0usize; total_cells];
-            let kept = part
-                .iter()
-                .map(|s| {
-                    let (cells, count) = cells_of(s);
-                    for &c in &cells[..count] {
-                        per_cell[c as usize] += 1;
-                    }
-                    let mut first = [0u32; KEPT_CELLS];
-                    let n = count.min(KEPT_CELLS);
-                    first[..n].copy_from_slice(&cells[..n]);
-                    (count as u8, first)
-                })
-                .collect();
-            (kept, per_cell)
+    let chunks: Vec<Range<usize>> = (0..items)
+        .step_by(chunk)
+        .map(|s| s..(s + chunk).min(items))
+        .collect();
+    let (mut next, bits): (Vec<Vec<u32>>, Vec<Vec<u64>>) = chunks
+        .par_iter()
+        .map(|range| {
+            let mut count = vec![0u32; buckets];
+            let mut bits = vec![0u64; buckets];
+            for item in range.clone() {
+                by.visit(item, |b, more, _| {
+                    count[b] += 1;
+                    bits[b] |= more;
+                });
+            }
+            (count, bits)
         })
         .unzip();
-    let mut cell_start = vec![0usize; total_cells + 1];
-    let mut slot = 0;
-    for c in 0..total_cells {
-        cell_start[c] = slot;
-        for per_cell in next.iter_mut() {
-            let n = per_cell[c];
-            per_cell[c] = slot;
+    let mut start = vec![0usize; buckets + 1];
+    let mut slot = 0usize;
+    for b in 0..buckets {
+        start[b] = slot;
+        for count in next.iter_mut() {
+            let n = count[b] as usize;
+            count[b] = slot as u32;
             slot += n;
         }
     }
-    cell_start[total_cells] = slot;
-    // Shared points and their partial rows.
-    let mut shared = SharedPoints {
-        points: Vec::new(),
-        offsets: vec![0],
-    };
-    for (point, &(count, _)) in kept.iter().flatten().enumerate() {
-        if count > 1 {
-            shared.points.push(point as u32);
-            shared.offsets.push(shared.rows() as u32 + u32::from(count));
-        }
-    }
-    let mut sorted = vec![(0u32, [0.0f64; 3]); slot];
-    let out = SortedPtr(sorted.as_mut_ptr());
+    start[buckets] = slot;
+    assert!(
+        slot <= u32::MAX as usize,
+        "too many (point, cell) pairs in one batch"
+    );
+    let mut sorted = Buffer::filled(slot, B::Value::default());
+    let out = SlotsPtr(sorted.as_mut_ptr());
     let out = &out;
-    let shared_ref = &shared;
-    positions
-        .par_chunks(chunk)
-        .zip(kept.par_iter())
+    chunks
+        .par_iter()
         .zip(next.par_iter_mut())
-        .enumerate()
-        .for_each(|(k, ((part, kept), next))| {
-            let first_point = k * chunk;
-            // This chunk's shared points start here in `shared.points`.
-            let mut shared_index = shared_ref
-                .points
-                .partition_point(|&p| (p as usize) < first_point);
-            for (i, s) in part.iter().enumerate() {
-                let point = (first_point + i) as u32;
-                let (count, first) = (usize::from(kept[i].0), &kept[i].1);
-                let all;
-                let cells: &[u32] = if count <= KEPT_CELLS {
-                    &first[..count]
-                } else {
-                    all = cells_of(s).0;
-                    &all[..count]
-                };
-                let first_row = if count > 1 {
-                    shared_index += 1;
-                    shared_ref.offsets[shared_index - 1]
-                } else {
-                    0
-                };
-                for (j, &c) in cells.iter().enumerate() {
-                    let output = if count > 1 {
-                        SHARED | (first_row + j as u32)
-                    } else {
-                        point
-                    };
-                    let at = next[c as usize];
-                    next[c as usize] += 1;
+        .for_each(|(range, next)| {
+            for item in range.clone() {
+                by.visit(item, |b, _, value| {
                     // SAFETY: every slot below `sorted.len()` is handed out exactly once.
-                    unsafe { out.0.add(at).write((output, *s)) };
-                }
+                    unsafe { out.0.add(next[b] as usize).write(value) };
+                    next[b] += 1;
+                });
             }
         });
-    // Each occupied cell: its points in Morton order of their positions (neighbours
-    // share most of their stencils, so the executor finds the rows in cache).
+    let bits = (0..buckets)
+        .map(|b| bits.iter().fold(0, |m, chunk| m | chunk[b]))
+        .collect();
+    (sorted, start, bits)
+}
+
+/// The slots of a counting sort, written by all workers at distinct places.
+struct SlotsPtr<T>(*mut T);
+// SAFETY: workers write disjoint slots.
+unsafe impl<T> Sync for SlotsPtr<T> {}
+
+/// The grid position of a physical point, or `None` if it is not finite or outside a
+/// non-periodic axis.
+#[inline]
+fn grid_position(p: &[f64; 3], axes: &[Axis; 3]) -> Option<[f64; 3]> {
+    let mut s = [0.0; 3];
+    for a in 0..3 {
+        if !p[a].is_finite() {
+            return None;
+        }
+        s[a] = axes[a].grid_position(p[a], 'x').ok()?;
+    }
+    Some(s)
+}
+
+/// The cell of a grid position (linear number) and its atom in the cell (Morton number,
+/// below 64), as `cell << 6 | atom`: those of the node at or below it.
+#[inline]
+fn home(s: &[f64; 3], finder: &CellFinder<'_>) -> u32 {
+    let node = [0, 1, 2].map(|a| (s[a] as usize).min(finder.axes[a].n - 1));
+    let cell = node.map(|v| v >> finder.side_shift);
+    let atom = node.map(|v| ((v & (finder.side - 1)) >> finder.atom_shift) as u32);
+    let [cx, cy, _] = finder.cells_per_axis;
+    let cell = (cell[2] * cy + cell[1]) * cx + cell[0];
+    (cell << 6) as u32 | morton::encode(atom[0], atom[1], atom[2]) as u32
+}
+
+/// A point on its way to the executor's order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Placed {
+    /// The caller's number of the point.
+    point: u32,
+    /// Its atom in its cell ([`home`]).
+    atom: u32,
+    /// Its grid position.
+    position: [f64; 3],
+}
+
+/// The executor's order of the points (by cell, then by atom in the cell) and their grid
+/// positions in that order; the first non-finite or out-of-domain point is named.
+fn cell_order(
+    points: &[[f64; 3]],
+    finder: &CellFinder<'_>,
+) -> Result<(Buffer<u32>, Buffer<[f64; 3]>)> {
+    assert!(
+        finder.total_cells() < 1 << 26,
+        "too many cells for the plan's keys"
+    );
+    let axes = finder.axes;
+    if !points.par_iter().all(|p| grid_position(p, axes).is_some()) {
+        return Err(first_bad_point(points, axes).expect("a bad point"));
+    }
+    struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>);
+    impl Buckets for HomeCell<'_> {
+        type Value = Placed;
+        #[inline]
+        fn visit(&self, item: usize, mut f: impl FnMut(usize, u64, Placed)) {
+            let position = grid_position(&self.0[item], self.1.axes).expect("checked");
+            let key = home(&position, self.1);
+            let placed = Placed {
+                point: item as u32,
+                atom: key & 63,
+                position,
+            };
+            f((key >> 6) as usize, 0, placed);
+        }
+    }
+    let (mut placed, start, _) = bucket_sort(
+        points.len(),
+        finder.total_cells(),
+        &HomeCell(points, finder),
+    );
+    // Each cell's points by atom: a counting sort of 64 buckets per cell.
+    let mut parts: Vec<&mut [Placed]> = Vec::new();
+    let mut rest = &mut placed[..];
+    for w in start.windows(2) {
+        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
+        if head.len() > 1 {
+            parts.push(head);
+        }
+        rest = tail;
+    }
+    parts.par_iter_mut().for_each(|part| {
+        let mut at = [0usize; 65];
+        for p in part.iter() {
+            at[p.atom as usize + 1] += 1;
+        }
+        for k in 1..at.len() {
+            at[k] += at[k - 1];
+        }
+        let mut sorted = vec![Placed::default(); part.len()];
+        for p in part.iter() {
+            sorted[at[p.atom as usize]] = *p;
+            at[p.atom as usize] += 1;
+        }
+        part.copy_from_slice(&sorted);
+    });
+    let mut order = Buffer::filled(points.len(), 0u32);
+    let mut sorted = Buffer::filled(points.len(), [0.0; 3]);
+    order
+        .par_iter_mut()
+        .zip(sorted.par_iter_mut())
+        .zip(placed.par_iter())
+        .for_each(|((o, s), p)| {
+            *o = p.point;
+            *s = p.position;
+        });
+    Ok((order, sorted))
+}
+
+/// Groups the points (executor's order) by the cells their stencils touch, with the atoms
+/// each cell needs.
+fn group_by_cell(
+    sorted: &[[f64; 3]],
+    finder: &CellFinder<'_>,
+    geometry: &FieldGeometry,
+    cell_atoms: usize,
+) -> (Vec<Cell>, Buffer<u32>) {
+    struct StencilCells<'a>(&'a [[f64; 3]], &'a CellFinder<'a>);
+    impl Buckets for StencilCells<'_> {
+        type Value = u32;
+        #[inline]
+        fn visit(&self, item: usize, mut f: impl FnMut(usize, u64, u32)) {
+            self.1
+                .visit(&self.0[item], |cell, bits| f(cell, bits, item as u32));
+        }
+    }
+    let (entries, start, atoms) = bucket_sort(
+        sorted.len(),
+        finder.total_cells(),
+        &StencilCells(sorted, finder),
+    );
+    let [cx, cy, _] = finder.cells_per_axis;
     let per_shard = geometry.atoms_per_side();
-    let mut cells: Vec<(u64, Cell)> = (0..cell_start.len() - 1)
-        .into_par_iter()
-        .filter(|&c| cell_start[c + 1] > cell_start[c])
+    let mut cells: Vec<(u64, Cell)> = (0..finder.total_cells())
+        .filter(|&c| start[c + 1] > start[c])
         .map(|c| {
-            let coords = [
-                c % cells_per_axis[0],
-                c / cells_per_axis[0] % cells_per_axis[1],
-                c / (cells_per_axis[0] * cells_per_axis[1]),
-            ];
-            let range = &sorted[cell_start[c]..cell_start[c + 1]];
-            let mut order: Vec<u64> = range
-                .iter()
-                .enumerate()
-                .map(|(i, (_, s))| {
-                    let code = morton::encode(
-                        s[0] as u32 & 0x3ff,
-                        s[1] as u32 & 0x3ff,
-                        s[2] as u32 & 0x3ff,
-                    );
-                    code << 32 | i as u64
-                })
-                .collect();
-            order.sort_unstable();
-            let entry = |&key: &u64| &range[key as u32 as usize];
-            let first_atom = coords.map(|c| c * cell_atoms);
+            let coords = [c % cx, c / cx % cy, c / (cx * cy)];
+            let first_atom = coords.map(|v| v * cell_atoms);
             let cell = Cell {
                 shard: first_atom.map(|a| a / per_shard),
                 first_atom,
-                outputs: order.iter().map(|key| entry(key).0).collect(),
-                positions: order.iter().map(|key| entry(key).1).collect(),
+                atoms: atoms[c],
+                entries: start[c]..start[c + 1],
             };
             let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
             (code, cell)
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);
-    (cells.into_iter().map(|(_, cell)| cell).collect(), shared)
+    (cells.into_iter().map(|(_, cell)| cell).collect(), entries)
 }
-
-/// The cell-sorted entries, written by all workers at distinct slots.
-struct SortedPtr(*mut (u32, [f64; 3]));
-// SAFETY: workers write disjoint slots.
-unsafe impl Sync for SortedPtr {}

@@ -47,6 +47,7 @@ pub struct Axis {
 impl Axis {
     /// The position in grid units (node i at i); wrapped into `[0, n)` on a periodic axis,
     /// refused outside `[0, n − 1]` on a non-periodic one.
+    #[inline]
     pub fn grid_position(&self, x: f64, name: char) -> Result<f64> {
         let s = (x - self.origin) / self.spacing;
         if self.periodic {
@@ -71,6 +72,24 @@ impl Axis {
             )));
         }
         Ok(s.clamp(0.0, last))
+    }
+}
+
+/// Node `i` wrapped into `0..n`; a stencil's first node is within one period of the grid
+/// (the grid has at least as many nodes as the stencil), so no division is needed.
+#[inline]
+fn wrap(i: i64, n: usize) -> usize {
+    let n = n as i64;
+    debug_assert!(
+        (-n..2 * n).contains(&i),
+        "node {i} is more than a period off"
+    );
+    if i < 0 {
+        (i + n) as usize
+    } else if i >= n {
+        (i - n) as usize
+    } else {
+        i as usize
     }
 }
 
@@ -139,14 +158,15 @@ impl Kernel {
         Ok(())
     }
 
-    /// Only the first node of the stencil of `s` (for planning).
-    pub fn base_only(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
-        out.base = self.placement(s, axis).0;
-        out.wrapped = out.base.rem_euclid(axis.n as i64) as usize;
+    /// The first node of the stencil of `s`, wrapped into `0..n` (for planning).
+    #[inline]
+    pub fn first_node(&self, s: f64, axis: &Axis) -> usize {
+        wrap(self.placement(s, axis).0, axis.n)
     }
 
     /// First node of the stencil of `s`, the node it is anchored at, and whether a wall
     /// shifted it.
+    #[inline]
     fn placement(&self, s: f64, axis: &Axis) -> (i64, i64, bool) {
         let width = self.width() as i64;
         let n = axis.n as i64;
@@ -180,7 +200,7 @@ impl Kernel {
     pub fn weights(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
         let (base, anchor, shifted) = self.placement(s, axis);
         out.base = base;
-        out.wrapped = base.rem_euclid(axis.n as i64) as usize;
+        out.wrapped = wrap(base, axis.n);
         let inv = 1.0 / axis.spacing;
         let scale = [1.0, inv, inv * inv];
         let w = &mut out.w;

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
+use crate::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
+use crate::buffers::Buffer;
 use crate::error::Result;
 use crate::geometry::ShardPos;
 use crate::morton;
-use crate::plan::{Cell, Plan, CELL_ATOMS, SHARED};
+use crate::plan::{atom_bit, Cell, Plan};
 use crate::reader::{AtomRequest, FieldReader};
 use crate::stencil::AxisWeights;
 
@@ -91,44 +92,38 @@ pub fn execute(
 ) -> Result<Vec<f64>> {
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
-    // Cells write their partial sums straight into the result from every worker: a point
-    // inside one cell to its own row, a point whose stencil spans cells to its row of the
-    // shared partials for that cell. Every row has exactly one writer, so plain stores do.
-    let mut result = vec![0.0f64; plan.positions.len() * out_len];
-    let mut shared_rows = vec![0.0f64; plan.shared.rows() * out_len];
-    let targets = (
-        ResultPtr(result.as_mut_ptr()),
-        ResultPtr(shared_rows.as_mut_ptr()),
-    );
-    let add = |cell: &Cell, partial: Vec<f64>| {
-        let targets = &targets;
-        for (&output, values) in cell.outputs.iter().zip(partial.chunks_exact(out_len)) {
-            let (base, row) = if output & SHARED == 0 {
-                (&targets.0, output as usize)
-            } else {
-                (&targets.1, (output & !SHARED) as usize)
-            };
-            // SAFETY: the row is inside its buffer, which outlives the workers, and no
-            // other cell writes it (see above).
-            let dst = unsafe { std::slice::from_raw_parts_mut(base.0.add(row * out_len), out_len) };
-            dst.copy_from_slice(values);
-        }
-    };
+    // Cells add their partial sums straight into the result rows of their points. Cells of
+    // one colour never share a point, so they run together; the colours run in turn.
+    let mut result = Buffer::filled(plan.order.len() * out_len, 0.0f64);
+    let target = ResultPtr(result.as_mut_ptr());
+    let target = &target;
     match order {
-        Order::Storage => plan.cells.par_iter().try_for_each(|cell| {
-            let partial = SCRATCH.with_borrow_mut(|scratch| {
-                run_cell(plan, cell, source, levels, &terms, None, stats, scratch)
-            })?;
-            add(cell, partial);
-            Ok(())
-        })?,
+        Order::Storage => {
+            for colour in &plan.colours {
+                colour.par_iter().try_for_each(|&c| {
+                    SCRATCH.with_borrow_mut(|scratch| {
+                        run_cell(
+                            plan,
+                            &plan.cells[c],
+                            source,
+                            levels,
+                            &terms,
+                            None,
+                            stats,
+                            scratch,
+                            target,
+                        )
+                    })
+                })?;
+            }
+        }
         Order::Shuffled(seed) => {
             let mut rng = SplitMix(seed);
             let mut cells: Vec<&Cell> = plan.cells.iter().collect();
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
-                let partial = run_cell(
+                run_cell(
                     plan,
                     cell,
                     source,
@@ -137,47 +132,40 @@ pub fn execute(
                     Some(&mut rng),
                     stats,
                     &mut scratch,
+                    target,
                 )?;
-                add(cell, partial);
             }
         }
     }
-    add_shared_partials(plan, &shared_rows, &mut result, out_len);
-    Ok(result)
-}
-
-/// Sums each shared point's partial rows into its result row, in cell order.
-fn add_shared_partials(plan: &Plan, shared_rows: &[f64], result: &mut [f64], out_len: usize) {
-    let shared = &plan.shared;
-    let base = ResultPtr(result.as_mut_ptr());
-    let base = &base;
-    shared
-        .points
+    // Back to the caller's order of the points.
+    let mut answer = vec![0.0f64; result.len()];
+    let out = ResultPtr(answer.as_mut_ptr());
+    let out = &out;
+    plan.order
         .par_iter()
-        .enumerate()
-        .for_each(|(i, &point)| {
-            let rows = shared.offsets[i] as usize..shared.offsets[i + 1] as usize;
-            // SAFETY: each shared point is handled by one iteration and its row is in bounds.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(base.0.add(point as usize * out_len), out_len)
+        .zip(result.par_chunks_exact(out_len))
+        .for_each(|(&p, row)| {
+            // SAFETY: `order` is a permutation, so every row of `answer` is written once.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    row.as_ptr(),
+                    out.0.add(p as usize * out_len),
+                    out_len,
+                )
             };
-            for row in rows {
-                for (d, &v) in dst.iter_mut().zip(&shared_rows[row * out_len..][..out_len]) {
-                    *d += v;
-                }
-            }
         });
+    Ok(answer)
 }
 
 /// The result buffer, shared by the workers (see `execute` for why this is sound).
 struct ResultPtr(*mut f64);
-// SAFETY: workers write disjoint rows (see `execute`).
+// SAFETY: cells running at the same time write the rows of different points.
 unsafe impl Sync for ResultPtr {}
 unsafe impl Send for ResultPtr {}
 
 thread_local! {
     /// Each worker's buffers, kept from cell to cell and from query to query: a fresh
-    /// float64 block (768 KiB) zeroed per task made small queries slow.
+    /// block zeroed per task made small queries slow.
     static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
@@ -185,12 +173,15 @@ thread_local! {
 #[derive(Default)]
 struct Scratch {
     atoms: Vec<f32>,
-    block: Vec<f64>,
+    /// The cell's values as stored, for a query at one stored time.
+    block32: Vec<f32>,
+    /// The cell's values blended over the time levels.
+    block64: Vec<f64>,
 }
 
-/// The partial sums of one cell for its points (`points × ncomp × slots`). The cell's
-/// needed atoms are read once per time level (merged reads, storage order) into a float64
-/// block of the cell, and each point adds the part of its stencil that lies in the cell.
+/// Adds one cell's partial sums to the result rows of its points. The cell's needed atoms
+/// are read once per time level (merged reads, storage order) into a block of the cell, and
+/// each point adds the part of its stencil that lies in the cell.
 #[allow(clippy::too_many_arguments)]
 fn run_cell(
     plan: &Plan,
@@ -201,52 +192,22 @@ fn run_cell(
     mut shuffle: Option<&mut SplitMix>,
     stats: &StreamStats,
     scratch: &mut Scratch,
-) -> Result<Vec<f64>> {
+    target: &ResultPtr,
+) -> Result<()> {
     let g = &plan.geometry;
     let (a, c_atoms, nc) = (g.atom, plan.cell_atoms, g.ncomp);
-    let width = plan.kernel.width();
-    let out_len = nc * terms.slots();
     let per_shard = g.atoms_per_side();
     let start = cell.first_atom.map(|v| v * a);
     // The cell clipped to the grid.
     let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms * a).min(plan.axes[ax].n - start[ax]));
 
-    // Which of the cell's atoms the points' stencils touch (weights come later, per point,
-    // right before they are used, so they stay in cache).
-    let mut needed = vec![false; c_atoms.pow(3)];
-    let mut placement = AxisWeights::default();
-    for &s in &cell.positions {
-        let mut along = [[false; CELL_ATOMS]; 3];
-        for axis in 0..3 {
-            plan.kernel
-                .base_only(s[axis], &plan.axes[axis], &mut placement);
-            let runs = Runs::new(
-                placement.wrapped,
-                width,
-                plan.axes[axis].n,
-                start[axis],
-                dims[axis],
-            );
-            for &(_, first, len) in runs.runs() {
-                for atom in first / a..=(first + len - 1) / a {
-                    along[axis][atom] = true;
-                }
-            }
-        }
-        for z in (0..c_atoms).filter(|&z| along[2][z]) {
-            for y in (0..c_atoms).filter(|&y| along[1][y]) {
-                for x in (0..c_atoms).filter(|&x| along[0][x]) {
-                    needed[(z * c_atoms + y) * c_atoms + x] = true;
-                }
-            }
-        }
-    }
-
     // The needed atoms in storage (Morton) order, or shuffled.
-    let mut atoms: Vec<[usize; 3]> = morton::cube_order(c_atoms as u32)
-        .into_iter()
-        .map(|(x, y, z)| [x as usize, y as usize, z as usize])
-        .filter(|l| needed[(l[2] * c_atoms + l[1]) * c_atoms + l[0]])
+    let mut atoms: Vec<[usize; 3]> = (0..c_atoms.pow(3) as u64)
+        .map(|code| {
+            let (x, y, z) = morton::decode(code);
+            [x as usize, y as usize, z as usize]
+        })
+        .filter(|l| cell.atoms & atom_bit(l[0], l[1], l[2]) != 0)
         .collect();
     let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
     if let Some(rng) = shuffle.as_deref_mut() {
@@ -265,14 +226,21 @@ fn run_cell(
     let atom_values = g.atom_values();
     let Scratch {
         atoms: buffer,
-        block,
+        block32,
+        block64,
     } = scratch;
     buffer.resize(atoms.len() * atom_values, 0.0);
+    // At one stored time the block keeps the stored float32 values (half the cache of
+    // float64); the time levels of pchip are blended into a float64 block first (every
+    // point of a query is at the same time), so the spatial sums run once either way.
+    let single = levels.len() == 1 && levels[0].weight == 1.0;
+    let block_len = dims.iter().product::<usize>() * nc + PADDING;
     // Stale values from the previous cell are harmless: only atoms read below are used.
-    block.resize(dims.iter().product::<usize>() * nc + PADDING, 0.0);
-    let mut partial = vec![0.0; cell.outputs.len() * out_len];
-    // The time levels are blended into the block first (every point of a query is at the
-    // same time), so the spatial sums run once whatever the temporal method.
+    if single {
+        block32.resize(block_len, 0.0);
+    } else {
+        block64.resize(block_len, 0.0);
+    }
     for (k, level) in level_order.into_iter().enumerate() {
         if shuffle.is_some() {
             for request in &requests {
@@ -289,69 +257,118 @@ fn run_cell(
             .atoms_read
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
         for (slot, l) in atoms.iter().enumerate() {
-            copy_atom_into_block(
-                &buffer[slot * atom_values..][..atom_values],
-                a,
+            let atom = &buffer[slot * atom_values..][..atom_values];
+            let at = AtomPlace {
+                side: a,
                 nc,
-                l.map(|v| v * a),
+                origin: l.map(|v| v * a),
                 dims,
-                block,
-                (level.weight, k > 0),
-            );
+            };
+            if single {
+                at.copy_rows(atom, block32, |d, s| *d = s);
+            } else {
+                let (weight, add) = (level.weight, k > 0);
+                at.copy_rows(atom, block64, |d, s| {
+                    *d = if add {
+                        weight.mul_add(f64::from(s), *d)
+                    } else {
+                        weight * f64::from(s)
+                    }
+                });
+            }
         }
     }
-    let view = Block {
-        values: &block[..],
-        dims: [dims[0], dims[1]],
-    };
+    let entries = &plan.entries[cell.entries.clone()];
+    if single {
+        add_points(
+            plan,
+            entries,
+            Block {
+                values: &block32[..],
+                dims: [dims[0], dims[1]],
+            },
+            (start, dims),
+            terms,
+            target,
+        );
+    } else {
+        add_points(
+            plan,
+            entries,
+            Block {
+                values: &block64[..],
+                dims: [dims[0], dims[1]],
+            },
+            (start, dims),
+            terms,
+            target,
+        );
+    }
+    stats
+        .contributions
+        .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Adds, for every point of `entries` (executor's numbers), the part of its stencil inside
+/// the cell block (first node `start`, extent `dims`) to its result row.
+fn add_points<T: Value>(
+    plan: &Plan,
+    entries: &[u32],
+    block: Block<'_, T>,
+    (start, dims): ([usize; 3], [usize; 3]),
+    terms: &TermSet,
+    target: &ResultPtr,
+) {
+    let nc = plan.geometry.ncomp;
+    let width = plan.kernel.width();
+    let out_len = nc * terms.slots();
     let mut w = [AxisWeights::default(); 3];
-    for (i, &s) in cell.positions.iter().enumerate() {
+    for &point in entries {
+        let position = &plan.sorted[point as usize];
         for axis in 0..3 {
-            plan.kernel.weights(s[axis], &plan.axes[axis], &mut w[axis]);
+            plan.kernel
+                .weights(position[axis], &plan.axes[axis], &mut w[axis]);
         }
         let runs = [
             Runs::new(w[0].wrapped, width, plan.axes[0].n, start[0], dims[0]),
             Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
             Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
         ];
-        accumulate_any(
-            nc,
-            view,
-            &runs,
-            &w,
-            terms,
-            1.0,
-            &mut partial[i * out_len..][..out_len],
-            width,
-        );
+        // SAFETY: the row is inside the result, which outlives the workers, and no cell
+        // running at the same time writes it (see `execute`).
+        let row = unsafe {
+            std::slice::from_raw_parts_mut(target.0.add(point as usize * out_len), out_len)
+        };
+        accumulate_any(nc, block, &runs, &w, terms, 1.0, row);
     }
-    stats
-        .contributions
-        .fetch_add(cell.positions.len() as u64, Ordering::Relaxed);
-    Ok(partial)
 }
 
-/// Puts `weight` × an atom (side `a`) at its place `origin` in a cell block of `dims`,
-/// adding to what is there if `add`.
-fn copy_atom_into_block(
-    atom: &[f32],
-    a: usize,
+/// Where one atom goes in a cell block.
+struct AtomPlace {
+    /// Nodes along a side of the atom.
+    side: usize,
+    /// Components.
     nc: usize,
+    /// The atom's first node in the block.
     origin: [usize; 3],
+    /// The block's extent (the cell clipped to the grid).
     dims: [usize; 3],
-    block: &mut [f64],
-    (weight, add): (f64, bool),
-) {
-    let nx = a.min(dims[0] - origin[0]) * nc;
-    for z in 0..a.min(dims[2] - origin[2]) {
-        for y in 0..a.min(dims[1] - origin[1]) {
-            let src = &atom[(z * a + y) * a * nc..][..nx];
-            let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
-            let row = block[dst..dst + nx].iter_mut().zip(src);
-            match (weight == 1.0, add) {
-                (true, false) => row.for_each(|(d, &s)| *d = f64::from(s)),
-                (false, false) => row.for_each(|(d, &s)| *d = weight * f64::from(s)),
-                (_, true) => row.for_each(|(d, &s)| *d = weight.mul_add(f64::from(s), *d)),
+}
+
+impl AtomPlace {
+    /// Puts the atom's rows (clipped to the block) into `block` with `put(destination,
+    /// stored value)`.
+    fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut T, f32)) {
+        let (a, nc, origin, dims) = (self.side, self.nc, self.origin, self.dims);
+        let nx = a.min(dims[0] - origin[0]) * nc;
+        for z in 0..a.min(dims[2] - origin[2]) {
+            for y in 0..a.min(dims[1] - origin[1]) {
+                let src = &atom[(z * a + y) * a * nc..][..nx];
+                let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
+                for (d, &s) in block[dst..dst + nx].iter_mut().zip(src) {
+                    put(d, s);
+                }
             }
         }
     }
