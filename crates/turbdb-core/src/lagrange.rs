@@ -42,17 +42,12 @@ impl LagrangeBasis {
     ) {
         let n = self.n;
         if first.is_none() && second.is_none() {
-            // Values only: L_j = w_j ∏_{k≠j} (x − k) from prefix and suffix products,
-            // without a division and exact on the nodes.
-            let mut prefix = 1.0;
-            for j in 0..n {
-                value[j] = prefix;
-                prefix *= x - j as f64;
-            }
-            let mut suffix = 1.0;
-            for j in (0..n).rev() {
-                value[j] *= suffix * self.weights[j];
-                suffix *= x - j as f64;
+            // The common widths with a fixed trip count, which the compiler unrolls.
+            match n {
+                4 => self.values::<4>(x, value),
+                6 => self.values::<6>(x, value),
+                8 => self.values::<8>(x, value),
+                _ => self.values_any(n, x, value),
             }
             return;
         }
@@ -97,6 +92,30 @@ impl LagrangeBasis {
                 };
             }
         }
+    }
+}
+
+impl LagrangeBasis {
+    /// Values only: `L_j = w_j ∏_{k≠j} (x − k)` from prefix and suffix products, without a
+    /// division and exact on the nodes.
+    #[inline(always)]
+    fn values_any(&self, n: usize, x: f64, value: &mut [f64]) {
+        let mut prefix = 1.0;
+        for j in 0..n {
+            value[j] = prefix;
+            prefix *= x - j as f64;
+        }
+        let mut suffix = 1.0;
+        for j in (0..n).rev() {
+            value[j] *= suffix * self.weights[j];
+            suffix *= x - j as f64;
+        }
+    }
+
+    /// [`Self::values_any`] for `N` nodes.
+    #[inline(always)]
+    fn values<const N: usize>(&self, x: f64, value: &mut [f64]) {
+        self.values_any(N, x, &mut value[..N]);
     }
 }
 

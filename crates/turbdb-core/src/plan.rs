@@ -3,6 +3,7 @@
 //! contiguous in storage order; it is the unit of work of the streaming executor.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
@@ -229,7 +230,11 @@ impl<'a> CellFinder<'a> {
     /// position `s` touches.
     #[inline(always)]
     fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u64)) {
-        let (x, y, z) = (self.along(0, s[0]), self.along(1, s[1]), self.along(2, s[2]));
+        let (x, y, z) = (
+            self.along(0, s[0]),
+            self.along(1, s[1]),
+            self.along(2, s[2]),
+        );
         for (&cz, &mz) in z.cells().zip(z.masks()) {
             for (&cy, &my) in y.cells().zip(y.masks()) {
                 let bits_yz = self.slabs[2][mz as usize] & self.slabs[1][my as usize];
@@ -314,24 +319,20 @@ fn all_atoms(side: usize) -> impl Iterator<Item = [usize; 3]> {
     (0..side.pow(3)).map(move |i| [i % side, i / side % side, i / (side * side)])
 }
 
-/// What a counting sort sorts: items, each placed in one or more buckets as a value.
+/// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
 trait Buckets: Sync {
     /// What is placed in a bucket.
     type Value: Pooled + Default;
-    /// Calls `f(bucket, bits, value)` for every bucket of `item`; a bucket's bits are or-ed.
-    fn visit(&self, item: usize, f: impl FnMut(usize, u64, Self::Value));
+    /// The bucket of `item` and what goes there, or `None` to leave it out.
+    fn bucket(&self, item: usize) -> Option<(usize, Self::Value)>;
 }
 
 /// A parallel counting sort in two passes over chunks of items (count, then place each
 /// value at its chunk's next slot in the bucket: every chunk writes a few hundred
 /// sequential streams, which caches take well, where gathering by index would miss on
-/// every item). Returns the values bucket by bucket, in item order in each; where each
-/// bucket starts (and the end); and each bucket's bits.
-fn bucket_sort<B: Buckets>(
-    items: usize,
-    buckets: usize,
-    by: &B,
-) -> (Buffer<B::Value>, Vec<usize>, Vec<u64>) {
+/// every item). Returns the values bucket by bucket, in item order in each, and where
+/// each bucket starts (and the end).
+fn bucket_sort<B: Buckets>(items: usize, buckets: usize, by: &B) -> (Buffer<B::Value>, Vec<usize>) {
     let chunk = items
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
@@ -339,20 +340,18 @@ fn bucket_sort<B: Buckets>(
         .step_by(chunk)
         .map(|s| s..(s + chunk).min(items))
         .collect();
-    let (mut next, bits): (Vec<Vec<u32>>, Vec<Vec<u64>>) = chunks
+    let mut next: Vec<Vec<u32>> = chunks
         .par_iter()
         .map(|range| {
             let mut count = vec![0u32; buckets];
-            let mut bits = vec![0u64; buckets];
             for item in range.clone() {
-                by.visit(item, |b, more, _| {
+                if let Some((b, _)) = by.bucket(item) {
                     count[b] += 1;
-                    bits[b] |= more;
-                });
+                }
             }
-            (count, bits)
+            count
         })
-        .unzip();
+        .collect();
     let mut start = vec![0usize; buckets + 1];
     let mut slot = 0usize;
     for b in 0..buckets {
@@ -364,10 +363,6 @@ fn bucket_sort<B: Buckets>(
         }
     }
     start[buckets] = slot;
-    assert!(
-        slot <= u32::MAX as usize,
-        "too many (point, cell) pairs in one batch"
-    );
     let mut sorted = Buffer::filled(slot, B::Value::default());
     let out = SlotsPtr(sorted.as_mut_ptr());
     let out = &out;
@@ -376,17 +371,14 @@ fn bucket_sort<B: Buckets>(
         .zip(next.par_iter_mut())
         .for_each(|(range, next)| {
             for item in range.clone() {
-                by.visit(item, |b, _, value| {
+                if let Some((b, value)) = by.bucket(item) {
                     // SAFETY: every slot below `sorted.len()` is handed out exactly once.
                     unsafe { out.0.add(next[b] as usize).write(value) };
                     next[b] += 1;
-                });
+                }
             }
         });
-    let bits = (0..buckets)
-        .map(|b| bits.iter().fold(0, |m, chunk| m | chunk[b]))
-        .collect();
-    (sorted, start, bits)
+    (sorted, start)
 }
 
 /// The slots of a counting sort, written by all workers at distinct places.
@@ -442,29 +434,30 @@ fn cell_order(
         "too many cells for the plan's keys"
     );
     let axes = finder.axes;
-    if !points.par_iter().all(|p| grid_position(p, axes).is_some()) {
-        return Err(first_bad_point(points, axes).expect("a bad point"));
-    }
-    struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>);
+    /// Sorts the points by home cell; a bad point is left out and noted.
+    struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>, AtomicBool);
     impl Buckets for HomeCell<'_> {
         type Value = Placed;
         #[inline]
-        fn visit(&self, item: usize, mut f: impl FnMut(usize, u64, Placed)) {
-            let position = grid_position(&self.0[item], self.1.axes).expect("checked");
+        fn bucket(&self, item: usize) -> Option<(usize, Placed)> {
+            let Some(position) = grid_position(&self.0[item], self.1.axes) else {
+                self.2.store(true, Ordering::Relaxed);
+                return None;
+            };
             let key = home(&position, self.1);
             let placed = Placed {
                 point: item as u32,
                 atom: key & 63,
                 position,
             };
-            f((key >> 6) as usize, 0, placed);
+            Some(((key >> 6) as usize, placed))
         }
     }
-    let (mut placed, start, _) = bucket_sort(
-        points.len(),
-        finder.total_cells(),
-        &HomeCell(points, finder),
-    );
+    let by_home = HomeCell(points, finder, AtomicBool::new(false));
+    let (mut placed, start) = bucket_sort(points.len(), finder.total_cells(), &by_home);
+    if by_home.2.into_inner() {
+        return Err(first_bad_point(points, axes).expect("a bad point"));
+    }
     // Each cell's points by atom: a counting sort of 64 buckets per cell.
     let mut parts: Vec<&mut [Placed]> = Vec::new();
     let mut rest = &mut placed[..];
@@ -511,20 +504,58 @@ fn group_by_cell(
     geometry: &FieldGeometry,
     cell_atoms: usize,
 ) -> (Vec<Cell>, Buffer<u32>) {
-    struct StencilCells<'a>(&'a [[f64; 3]], &'a CellFinder<'a>);
-    impl Buckets for StencilCells<'_> {
-        type Value = u32;
-        #[inline]
-        fn visit(&self, item: usize, mut f: impl FnMut(usize, u64, u32)) {
-            self.1
-                .visit(&self.0[item], |cell, bits| f(cell, bits, item as u32));
-        }
+    // One pass over chunks of points: each chunk lists its points cell by cell (a few
+    // hundred sequential streams) with the atoms they need; the lists are then joined in
+    // chunk order, so every cell's points stay in the executor's order.
+    let total = finder.total_cells();
+    let chunk = sorted
+        .len()
+        .div_ceil(4 * rayon::current_num_threads())
+        .max(1 << 14);
+    let lists: Vec<(Vec<Vec<u32>>, Vec<u64>)> = sorted
+        .par_chunks(chunk)
+        .enumerate()
+        .map(|(k, part)| {
+            let mut lists = vec![Vec::new(); total];
+            let mut bits = vec![0u64; total];
+            for (i, s) in part.iter().enumerate() {
+                let point = (k * chunk + i) as u32;
+                finder.visit(s, |cell, more| {
+                    lists[cell].push(point);
+                    bits[cell] |= more;
+                });
+            }
+            (lists, bits)
+        })
+        .collect();
+    let mut start = vec![0usize; total + 1];
+    for c in 0..total {
+        start[c + 1] = start[c] + lists.iter().map(|(l, _)| l[c].len()).sum::<usize>();
     }
-    let (entries, start, atoms) = bucket_sort(
-        sorted.len(),
-        finder.total_cells(),
-        &StencilCells(sorted, finder),
+    assert!(
+        start[total] <= u32::MAX as usize,
+        "too many (point, cell) pairs in one batch"
     );
+    let atoms: Vec<u64> = (0..total)
+        .map(|c| lists.iter().fold(0, |m, (_, bits)| m | bits[c]))
+        .collect();
+    let mut entries = Buffer::filled(start[total], 0u32);
+    let mut parts: Vec<(usize, &mut [u32])> = Vec::new();
+    let mut rest = &mut entries[..];
+    for c in 0..total {
+        let (head, tail) = rest.split_at_mut(start[c + 1] - start[c]);
+        if !head.is_empty() {
+            parts.push((c, head));
+        }
+        rest = tail;
+    }
+    parts.par_iter_mut().for_each(|(c, part)| {
+        let mut at = 0;
+        for (l, _) in &lists {
+            part[at..at + l[*c].len()].copy_from_slice(&l[*c]);
+            at += l[*c].len();
+        }
+    });
     let [cx, cy, _] = finder.cells_per_axis;
     let per_shard = geometry.atoms_per_side();
     let mut cells: Vec<(u64, Cell)> = (0..finder.total_cells())

@@ -201,11 +201,13 @@ impl Kernel {
         let (base, anchor, shifted) = self.placement(s, axis);
         out.base = base;
         out.wrapped = wrap(base, axis.n);
-        let inv = 1.0 / axis.spacing;
-        let scale = [1.0, inv, inv * inv];
         let w = &mut out.w;
-        for order in w.iter_mut() {
-            order.fill(0.0);
+        // Lagrange weights are written whole for every order asked for; the others add up
+        // or set only some nodes.
+        if !matches!(self.method, Method::Lagrange(_) | Method::FdNoInt(_)) {
+            for order in w.iter_mut() {
+                order.fill(0.0);
+            }
         }
         match self.method {
             Method::Nearest => w[0][0] = 1.0,
@@ -241,9 +243,13 @@ impl Kernel {
                 );
             }
         }
-        for (order, weights) in w.iter_mut().enumerate().skip(1).take(self.max_order) {
-            for v in weights.iter_mut() {
-                *v *= scale[order];
+        if self.max_order > 0 {
+            let inv = 1.0 / axis.spacing;
+            let scale = [1.0, inv, inv * inv];
+            for (order, weights) in w.iter_mut().enumerate().skip(1).take(self.max_order) {
+                for v in weights.iter_mut() {
+                    *v *= scale[order];
+                }
             }
         }
     }
