@@ -159,29 +159,20 @@ fn accumulate<const NC: usize, const V: usize, const P: usize, T: Value>(
         for &(kz0, lz0, nz) in runs[2].runs() {
             for dz in 0..nz {
                 let (kz, plane) = (kz0 + dz, (lz0 + dz) * plane_stride);
-                // Each z plane sums its rows into accumulators of its own and is weighted
-                // in z once at the end: the planes' chains of dependent FMAs are short and
-                // independent of each other, so the CPU overlaps them.
-                let mut in_plane = [[F64x8::zero(); V]; P];
+                let wz: [f64; P] = std::array::from_fn(|p| w[2].w[pairs[p].1][kz]);
                 for &(ky0, ly0, ny) in runs[1].runs() {
                     for dy in 0..ny {
                         let ky = ky0 + dy;
                         let start = plane + (ly0 + dy) * row_stride + lx * NC;
                         let row = &block.values[start..start + 8 * V];
                         let f: [F64x8; P] =
-                            std::array::from_fn(|p| F64x8::splat(w[1].w[pairs[p].0][ky]));
+                            std::array::from_fn(|p| F64x8::splat(w[1].w[pairs[p].0][ky] * wz[p]));
                         for v in 0..V {
                             let x = T::lanes(&row[8 * v..]);
                             for p in 0..P {
-                                in_plane[p][v] = x.mul_add(f[p], in_plane[p][v]);
+                                acc[p][v] = x.mul_add(f[p], acc[p][v]);
                             }
                         }
-                    }
-                }
-                for p in 0..P {
-                    let wz = F64x8::splat(w[2].w[pairs[p].1][kz]);
-                    for v in 0..V {
-                        acc[p][v] = in_plane[p][v].mul_add(wz, acc[p][v]);
                     }
                 }
             }

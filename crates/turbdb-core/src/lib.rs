@@ -13,6 +13,7 @@
 //! the [`direct`] baselines evaluate point by point.
 
 pub mod accumulate;
+pub mod atomset;
 pub mod buffers;
 pub mod cutout;
 pub mod direct;

@@ -7,24 +7,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
+use crate::atomset::{AtomSet, MAX_SIDE};
 use crate::buffers::{Buffer, Pooled};
 use crate::error::{Error, Result};
 use crate::geometry::{FieldGeometry, ShardPos};
 use crate::method::{Method, Operator};
+
 use crate::morton;
 use crate::stencil::{Axis, Kernel, MAX_WIDTH};
 
-/// Most atoms along one side of a cell. Big cells mean fewer points whose stencils span
-/// several cells (each such point costs weights and a second set of row sums); small cells
-/// keep a worker's block (32³ nodes at 4) in its L2 cache, which measured faster than 64³
-/// cells. A cell's needed atoms fit one `u64` bitmask at this size.
-pub const CELL_ATOMS: usize = 4;
-
-/// Bit of atom `(x, y, z)` of a cell in [`Cell::atoms`] (stride 4 whatever the cell size).
-pub fn atom_bit(x: usize, y: usize, z: usize) -> u64 {
-    1 << ((z * CELL_ATOMS + y) * CELL_ATOMS + x)
-}
-
+/// Bytes a worker's cell block may take: it must stay in the L2 cache (2 MiB here) with
+/// room to spare. Bigger cells mean fewer points whose stencils span several cells (each
+/// such point costs weights and a second set of row sums); measured on lag8 at 1e6
+/// points, 64×64×32-node float32 blocks (1.5 MiB) beat 64×32×32 by 7%, and float64
+/// blocks of the same size, for pchip, were 7% slower than half that size.
+const BLOCK_BUDGET: usize = 1600 << 10;
 /// How cells are coloured so that no two cells of one colour serve the same point: along
 /// each axis, cells closer than the most cells one stencil spans differ in colour.
 #[derive(Debug, Clone, Copy)]
@@ -34,10 +31,10 @@ struct Colouring {
 }
 
 impl Colouring {
-    fn new(axes: &[Axis; 3], side: usize, width: usize) -> Self {
+    fn new(axes: &[Axis; 3], side: [usize; 3], width: usize) -> Self {
         let per_axis = [0, 1, 2].map(|a| {
-            let cells = axes[a].n.div_ceil(side);
-            let span = ((width - 1).div_ceil(side) + 1).min(cells);
+            let cells = axes[a].n.div_ceil(side[a]);
+            let span = ((width - 1).div_ceil(side[a]) + 1).min(cells);
             // A periodic axis whose cell count the span does not divide would give the last
             // and the first cell (neighbours across the wrap) one colour: every cell its own.
             if cells <= span || (axes[a].periodic && !cells.is_multiple_of(span)) {
@@ -59,18 +56,32 @@ impl Colouring {
     }
 }
 
-/// The cell side, in atoms: the largest power of two up to [`CELL_ATOMS`] (and the shard's
-/// side) that still leaves every worker several cells of each colour to take.
-fn cell_atoms(axes: &[Axis; 3], geometry: &FieldGeometry, width: usize) -> usize {
+/// The cell's sides, in atoms: from [`MAX_SIDE`] (at most the shard's side), halved along
+/// the longest side (z first, x last: a stencil split along x costs most, as its rows are
+/// summed in both cells) until the block of `block_bytes` per node fits [`BLOCK_BUDGET`]
+/// and every worker has several cells of each colour to take.
+fn cell_atoms(
+    axes: &[Axis; 3],
+    geometry: &FieldGeometry,
+    width: usize,
+    block_bytes: usize,
+) -> [usize; 3] {
     let enough = 2 * rayon::current_num_threads();
-    let mut atoms = CELL_ATOMS.min(geometry.atoms_per_side());
-    while atoms > 1 {
-        let side = atoms * geometry.atom;
-        let cells = axes.iter().map(|a| a.n.div_ceil(side)).product::<usize>();
-        if cells / Colouring::new(axes, side, width).colours() >= enough {
+    let mut atoms = [MAX_SIDE.min(geometry.atoms_per_side()); 3];
+    loop {
+        let side = atoms.map(|c| c * geometry.atom);
+        let cells = (0..3)
+            .map(|a| axes[a].n.div_ceil(side[a]))
+            .product::<usize>();
+        let fits = side.iter().product::<usize>() * block_bytes <= BLOCK_BUDGET;
+        if fits && cells / Colouring::new(axes, side, width).colours() >= enough {
             break;
         }
-        atoms /= 2;
+        let longest = (0..3).max_by_key(|&a| (atoms[a], a)).expect("three axes");
+        if atoms[longest] == 1 {
+            break;
+        }
+        atoms[longest] /= 2;
     }
     atoms
 }
@@ -83,8 +94,8 @@ pub struct Cell {
     pub shard: ShardPos,
     /// Global coordinates `[ax, ay, az]` of the cell's first atom.
     pub first_atom: [usize; 3],
-    /// The atoms the points' stencils touch ([`atom_bit`]).
-    pub atoms: u64,
+    /// The atoms the points' stencils touch.
+    pub atoms: AtomSet,
     /// The cell's points in [`Plan::entries`].
     pub entries: Range<usize>,
 }
@@ -118,18 +129,20 @@ pub struct Plan {
     pub colours: Vec<Vec<usize>>,
     /// The points (executor's numbers) each cell serves, cell after cell, ascending.
     pub entries: Buffer<u32>,
-    /// Atoms along one side of a cell.
-    pub cell_atoms: usize,
+    /// Atoms along each side of a cell, `[x, y, z]`.
+    pub cell_atoms: [usize; 3],
 }
 
 impl Plan {
     /// Checks the points and groups them by cell. `points` are physical `[x, y, z]`.
+    /// `levels` is the number of stored times the query blends (their block is float64).
     pub fn new(
         points: &[[f64; 3]],
         method: Method,
         operator: Operator,
         axes: [Axis; 3],
         geometry: FieldGeometry,
+        levels: usize,
     ) -> Result<Self> {
         method.check_supports(operator)?;
         if points.len() > u32::MAX as usize {
@@ -142,15 +155,22 @@ impl Plan {
         for (axis, name) in axes.iter().zip(['x', 'y', 'z']) {
             kernel.check_axis(axis, name)?;
         }
-        let cell_atoms = cell_atoms(&axes, &geometry, kernel.width());
+        let value_bytes = if levels > 1 { 8 } else { 4 };
+        let cell_atoms = cell_atoms(
+            &axes,
+            &geometry,
+            kernel.width(),
+            geometry.ncomp * value_bytes,
+        );
         let finder = CellFinder::new(&kernel, &axes, geometry.atom, cell_atoms);
         let (order, sorted) = cell_order(points, &finder)?;
         let (cells, entries) = group_by_cell(&sorted, &finder, &geometry, cell_atoms);
-        let side = cell_atoms * geometry.atom;
+        let side = cell_atoms.map(|c| c * geometry.atom);
         let colouring = Colouring::new(&axes, side, kernel.width());
         let mut colours = vec![Vec::new(); colouring.colours()];
         for (i, cell) in cells.iter().enumerate() {
-            colours[colouring.colour(cell.first_atom.map(|a| a / cell_atoms))].push(i);
+            let coords = [0, 1, 2].map(|a| cell.first_atom[a] / cell_atoms[a]);
+            colours[colouring.colour(coords)].push(i);
         }
         colours.retain(|c| !c.is_empty());
         Ok(Self {
@@ -187,38 +207,25 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
 struct CellFinder<'a> {
     kernel: &'a Kernel,
     axes: &'a [Axis; 3],
-    side: usize,
-    /// log2 of `atom` and `side` (both powers of two): shifts, not divisions, in the
-    /// per-point loops.
+    /// Nodes along each side of a cell.
+    side: [usize; 3],
+    /// log2 of the atom's and the cells' sides (all powers of two): shifts, not
+    /// divisions, in the per-point loops.
     atom_shift: u32,
-    side_shift: u32,
+    side_shift: [u32; 3],
     cells_per_axis: [usize; 3],
-    /// Per axis, the cell-atom bits of every atom whose index along that axis is in the
-    /// 4-bit mask (all positions along the other two axes).
-    slabs: [[u64; 16]; 3],
 }
 
 impl<'a> CellFinder<'a> {
-    fn new(kernel: &'a Kernel, axes: &'a [Axis; 3], atom: usize, cell_atoms: usize) -> Self {
-        let side = cell_atoms * atom;
-        let mut slabs = [[0u64; 16]; 3];
-        for (axis, table) in slabs.iter_mut().enumerate() {
-            for (mask, bits) in table.iter_mut().enumerate() {
-                for [x, y, z] in all_atoms(CELL_ATOMS) {
-                    if mask & (1 << [x, y, z][axis]) != 0 {
-                        *bits |= atom_bit(x, y, z);
-                    }
-                }
-            }
-        }
+    fn new(kernel: &'a Kernel, axes: &'a [Axis; 3], atom: usize, cell_atoms: [usize; 3]) -> Self {
+        let side = cell_atoms.map(|c| c * atom);
         Self {
             kernel,
             axes,
             side,
             atom_shift: atom.trailing_zeros(),
-            side_shift: side.trailing_zeros(),
-            cells_per_axis: [0, 1, 2].map(|a| axes[a].n.div_ceil(side)),
-            slabs,
+            side_shift: side.map(|s| s.trailing_zeros()),
+            cells_per_axis: [0, 1, 2].map(|a| axes[a].n.div_ceil(side[a])),
         }
     }
 
@@ -226,10 +233,10 @@ impl<'a> CellFinder<'a> {
         self.cells_per_axis.iter().product()
     }
 
-    /// Calls `f(linear cell number, atom bits)` for every cell the stencil of grid
-    /// position `s` touches.
+    /// Calls `f(linear cell number, x, y and z masks of the atoms)` for every cell the
+    /// stencil of grid position `s` touches.
     #[inline(always)]
-    fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u64)) {
+    fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u8, u8, u8)) {
         let (x, y, z) = (
             self.along(0, s[0]),
             self.along(1, s[1]),
@@ -237,10 +244,9 @@ impl<'a> CellFinder<'a> {
         );
         for (&cz, &mz) in z.cells().zip(z.masks()) {
             for (&cy, &my) in y.cells().zip(y.masks()) {
-                let bits_yz = self.slabs[2][mz as usize] & self.slabs[1][my as usize];
                 let row = (cz * self.cells_per_axis[1] + cy) * self.cells_per_axis[0];
                 for (&cx, &mx) in x.cells().zip(x.masks()) {
-                    f(row + cx, bits_yz & self.slabs[0][mx as usize]);
+                    f(row + cx, mx, my, mz);
                 }
             }
         }
@@ -252,8 +258,8 @@ impl<'a> CellFinder<'a> {
     fn along(&self, axis: usize, s: f64) -> Span {
         let n = self.axes[axis].n;
         let first = self.kernel.first_node(s, &self.axes[axis]);
-        let (side, width) = (self.side, self.kernel.width());
-        let (cs, ats) = (self.side_shift, self.atom_shift);
+        let (side, width) = (self.side[axis], self.kernel.width());
+        let (cs, ats) = (self.side_shift[axis], self.atom_shift);
         let atoms =
             |lo: usize, hi: usize| ((1u16 << ((hi >> ats) + 1)) - (1u16 << (lo >> ats))) as u8;
         let last = first + width - 1;
@@ -312,11 +318,6 @@ impl Span {
     fn masks(&self) -> std::slice::Iter<'_, u8> {
         self.mask[..self.count].iter()
     }
-}
-
-/// The atoms of a cube of `side` atoms, x fastest.
-fn all_atoms(side: usize) -> impl Iterator<Item = [usize; 3]> {
-    (0..side.pow(3)).map(move |i| [i % side, i / side % side, i / (side * side)])
 }
 
 /// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
@@ -400,16 +401,19 @@ fn grid_position(p: &[f64; 3], axes: &[Axis; 3]) -> Option<[f64; 3]> {
     Some(s)
 }
 
+/// Bits of an atom's Morton number in its cell.
+const ATOM_BITS: u32 = 9;
+
 /// The cell of a grid position (linear number) and its atom in the cell (Morton number,
-/// below 64), as `cell << 6 | atom`: those of the node at or below it.
+/// below 2^ATOM_BITS), as `cell << ATOM_BITS | atom`: those of the node at or below it.
 #[inline]
 fn home(s: &[f64; 3], finder: &CellFinder<'_>) -> u32 {
     let node = [0, 1, 2].map(|a| (s[a] as usize).min(finder.axes[a].n - 1));
-    let cell = node.map(|v| v >> finder.side_shift);
-    let atom = node.map(|v| ((v & (finder.side - 1)) >> finder.atom_shift) as u32);
+    let cell = [0, 1, 2].map(|a| node[a] >> finder.side_shift[a]);
+    let atom = [0, 1, 2].map(|a| ((node[a] & (finder.side[a] - 1)) >> finder.atom_shift) as u32);
     let [cx, cy, _] = finder.cells_per_axis;
     let cell = (cell[2] * cy + cell[1]) * cx + cell[0];
-    (cell << 6) as u32 | morton::encode(atom[0], atom[1], atom[2]) as u32
+    (cell << ATOM_BITS) as u32 | morton::encode(atom[0], atom[1], atom[2]) as u32
 }
 
 /// A point on its way to the executor's order.
@@ -430,7 +434,7 @@ fn cell_order(
     finder: &CellFinder<'_>,
 ) -> Result<(Buffer<u32>, Buffer<[f64; 3]>)> {
     assert!(
-        finder.total_cells() < 1 << 26,
+        finder.total_cells() < 1 << (32 - ATOM_BITS),
         "too many cells for the plan's keys"
     );
     let axes = finder.axes;
@@ -447,10 +451,10 @@ fn cell_order(
             let key = home(&position, self.1);
             let placed = Placed {
                 point: item as u32,
-                atom: key & 63,
+                atom: key & ((1 << ATOM_BITS) - 1),
                 position,
             };
-            Some(((key >> 6) as usize, placed))
+            Some(((key >> ATOM_BITS) as usize, placed))
         }
     }
     let by_home = HomeCell(points, finder, AtomicBool::new(false));
@@ -458,7 +462,7 @@ fn cell_order(
     if by_home.2.into_inner() {
         return Err(first_bad_point(points, axes).expect("a bad point"));
     }
-    // Each cell's points by atom: a counting sort of 64 buckets per cell.
+    // Each cell's points by atom: a counting sort of one bucket per atom.
     let mut parts: Vec<&mut [Placed]> = Vec::new();
     let mut rest = &mut placed[..];
     for w in start.windows(2) {
@@ -469,7 +473,7 @@ fn cell_order(
         rest = tail;
     }
     parts.par_iter_mut().for_each(|part| {
-        let mut at = [0usize; 65];
+        let mut at = [0usize; (1 << ATOM_BITS) + 1];
         for p in part.iter() {
             at[p.atom as usize + 1] += 1;
         }
@@ -502,7 +506,7 @@ fn group_by_cell(
     sorted: &[[f64; 3]],
     finder: &CellFinder<'_>,
     geometry: &FieldGeometry,
-    cell_atoms: usize,
+    cell_atoms: [usize; 3],
 ) -> (Vec<Cell>, Buffer<u32>) {
     // One pass over chunks of points: each chunk lists its points cell by cell (a few
     // hundred sequential streams) with the atoms they need; the lists are then joined in
@@ -512,17 +516,17 @@ fn group_by_cell(
         .len()
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
-    let lists: Vec<(Vec<Vec<u32>>, Vec<u64>)> = sorted
+    let lists: Vec<(Vec<Vec<u32>>, Vec<AtomSet>)> = sorted
         .par_chunks(chunk)
         .enumerate()
         .map(|(k, part)| {
             let mut lists = vec![Vec::new(); total];
-            let mut bits = vec![0u64; total];
+            let mut bits = vec![AtomSet::default(); total];
             for (i, s) in part.iter().enumerate() {
                 let point = (k * chunk + i) as u32;
-                finder.visit(s, |cell, more| {
+                finder.visit(s, |cell, x, y, z| {
                     lists[cell].push(point);
-                    bits[cell] |= more;
+                    bits[cell].add(&AtomSet::product(x, y, z));
                 });
             }
             (lists, bits)
@@ -536,8 +540,12 @@ fn group_by_cell(
         start[total] <= u32::MAX as usize,
         "too many (point, cell) pairs in one batch"
     );
-    let atoms: Vec<u64> = (0..total)
-        .map(|c| lists.iter().fold(0, |m, (_, bits)| m | bits[c]))
+    let atoms: Vec<AtomSet> = (0..total)
+        .map(|c| {
+            let mut set = AtomSet::default();
+            lists.iter().for_each(|(_, bits)| set.add(&bits[c]));
+            set
+        })
         .collect();
     let mut entries = Buffer::filled(start[total], 0u32);
     let mut parts: Vec<(usize, &mut [u32])> = Vec::new();
@@ -562,7 +570,7 @@ fn group_by_cell(
         .filter(|&c| start[c + 1] > start[c])
         .map(|c| {
             let coords = [c % cx, c / cx % cy, c / (cx * cy)];
-            let first_atom = coords.map(|v| v * cell_atoms);
+            let first_atom = [0, 1, 2].map(|a| coords[a] * cell_atoms[a]);
             let cell = Cell {
                 shard: first_atom.map(|a| a / per_shard),
                 first_atom,

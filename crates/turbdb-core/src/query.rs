@@ -70,6 +70,7 @@ pub fn evaluate(
         spec.operator,
         axes,
         reader.geometry().clone(),
+        levels.len(),
     )?;
     run(&plan, reader, &levels, spec.strategy, stats)
 }

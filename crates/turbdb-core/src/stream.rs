@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use crate::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
+use crate::atomset::MAX_SIDE;
 use crate::buffers::Buffer;
 use crate::error::Result;
 use crate::geometry::ShardPos;
 use crate::morton;
-use crate::plan::{atom_bit, Cell, Plan};
+use crate::plan::{Cell, Plan};
 use crate::reader::{AtomRequest, FieldReader};
 use crate::stencil::AxisWeights;
 
@@ -199,15 +200,15 @@ fn run_cell(
     let per_shard = g.atoms_per_side();
     let start = cell.first_atom.map(|v| v * a);
     // The cell clipped to the grid.
-    let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms * a).min(plan.axes[ax].n - start[ax]));
+    let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms[ax] * a).min(plan.axes[ax].n - start[ax]));
 
     // The needed atoms in storage (Morton) order, or shuffled.
-    let mut atoms: Vec<[usize; 3]> = (0..c_atoms.pow(3) as u64)
+    let mut atoms: Vec<[usize; 3]> = (0..MAX_SIDE.pow(3) as u64)
         .map(|code| {
             let (x, y, z) = morton::decode(code);
             [x as usize, y as usize, z as usize]
         })
-        .filter(|l| cell.atoms & atom_bit(l[0], l[1], l[2]) != 0)
+        .filter(|l| (0..3).all(|ax| l[ax] < c_atoms[ax]) && cell.atoms.contains(l[0], l[1], l[2]))
         .collect();
     let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
     if let Some(rng) = shuffle.as_deref_mut() {

@@ -79,8 +79,8 @@ proptest! {
         prop_assume!(method.check_supports(operator).is_ok());
         let extent = [9.5, 7.5, 5.5]; // inside the bounded domain [0, (n-1)·0.5]
         let pts = points(seed, 60, extent);
-        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone()).unwrap();
         let levels = [TimeLevel { t: 0, weight: 0.25 }, TimeLevel { t: 1, weight: 0.5 }, TimeLevel { t: 2, weight: 0.25 }];
+        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), levels.len()).unwrap();
         let stats = StreamStats::default();
         let storage = execute(&plan, &f.reader, &levels, Order::Storage, &stats).unwrap();
         let shuffled = execute(&plan, &f.reader, &levels, Order::Shuffled(seed), &StreamStats::default()).unwrap();
@@ -105,6 +105,7 @@ fn streaming_reads_each_atom_once_where_direct_rereads() {
         Operator::Gradient,
         f.axes,
         f.reader.geometry().clone(),
+        1,
     )
     .unwrap();
     let levels = [TimeLevel { t: 1, weight: 1.0 }];
