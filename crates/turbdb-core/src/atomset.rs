@@ -29,7 +29,7 @@ impl AtomSet {
     /// The atoms whose x, y and z indices are all in the masks (bit `i` for index `i`).
     #[inline]
     pub fn product(x: u8, y: u8, z: u8) -> Self {
-        let plane = u64::from(x) * 0x0101_0101_0101_0101 & BYTES[usize::from(y)];
+        let plane = (u64::from(x) * 0x0101_0101_0101_0101) & BYTES[usize::from(y)];
         Self(std::array::from_fn(
             |k| if z >> k & 1 == 1 { plane } else { 0 },
         ))

@@ -8,9 +8,10 @@
 //!
 //! Queries ([`query`]) interpolate and differentiate at arbitrary points by separable
 //! stencils ([`method`], [`stencil`], [`lagrange`], [`spline`], [`time`]): the [`plan`]
-//! groups points by the cells their stencils touch, the [`stream`] executor reads each
-//! atom once and adds its contribution to every point that needs it ([`accumulate`]);
-//! the [`direct`] baselines evaluate point by point.
+//! groups points by the cells their stencils touch ([`atomset`]), the [`stream`] executor
+//! reads each atom once and adds its contribution to every point that needs it
+//! ([`accumulate`], [`lanes`]); the [`direct`] baselines evaluate point by point.
+//! Large scratch buffers are kept from query to query ([`buffers`]).
 
 pub mod accumulate;
 pub mod atomset;

@@ -1,7 +1,8 @@
 //! The streaming executor (Kanov et al.): each needed atom is read once per batch, in
 //! storage order, and added to the partial sums of every point whose stencil touches it.
-//! Cells run in parallel; each returns partial sums for its points, which are then added
-//! into the result, so the answer does not depend on the order atoms arrive in.
+//! Cells of one colour (see [`Plan::colours`]) run in parallel and add straight into their
+//! points' result rows; the colours run in turn, so the answer does not depend on the
+//! order atoms arrive in nor on which worker finishes first.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
