@@ -34,7 +34,9 @@ impl Colouring {
     fn new(axes: &[Axis; 3], side: [usize; 3], width: usize) -> Self {
         let per_axis = [0, 1, 2].map(|a| {
             let cells = axes[a].n.div_ceil(side[a]);
-            let span = ((width - 1).div_ceil(side[a]) + 1).min(cells);
+            // A stencil that wraps past a short last cell can reach one cell further.
+            let short_last = axes[a].periodic && !axes[a].n.is_multiple_of(side[a]);
+            let span = ((width - 1).div_ceil(side[a]) + 1 + usize::from(short_last)).min(cells);
             // A periodic axis whose cell count the span does not divide would give the last
             // and the first cell (neighbours across the wrap) one colour: every cell its own.
             if cells <= span || (axes[a].periodic && !cells.is_multiple_of(span)) {
@@ -458,45 +460,39 @@ fn cell_order(
         }
     }
     let by_home = HomeCell(points, finder, AtomicBool::new(false));
-    let (mut placed, start) = bucket_sort(points.len(), finder.total_cells(), &by_home);
+    let (placed, start) = bucket_sort(points.len(), finder.total_cells(), &by_home);
     if by_home.2.into_inner() {
         return Err(first_bad_point(points, axes).expect("a bad point"));
     }
-    // Each cell's points by atom: a counting sort of one bucket per atom.
-    let mut parts: Vec<&mut [Placed]> = Vec::new();
-    let mut rest = &mut placed[..];
+    // Each cell's points by atom (a counting sort of one bucket per atom), written
+    // straight into the executor's order.
+    let mut order = Buffer::filled(placed.len(), 0u32);
+    let mut sorted = Buffer::filled(placed.len(), [0.0; 3]);
+    let mut parts = Vec::new();
+    let (mut order_rest, mut sorted_rest) = (&mut order[..], &mut sorted[..]);
     for w in start.windows(2) {
-        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
-        if head.len() > 1 {
-            parts.push(head);
+        let (o, o_tail) = order_rest.split_at_mut(w[1] - w[0]);
+        let (s, s_tail) = sorted_rest.split_at_mut(w[1] - w[0]);
+        if !o.is_empty() {
+            parts.push((&placed[w[0]..w[1]], o, s));
         }
-        rest = tail;
+        (order_rest, sorted_rest) = (o_tail, s_tail);
     }
-    parts.par_iter_mut().for_each(|part| {
+    parts.into_par_iter().for_each(|(part, order, sorted)| {
         let mut at = [0usize; (1 << ATOM_BITS) + 1];
-        for p in part.iter() {
+        for p in part {
             at[p.atom as usize + 1] += 1;
         }
         for k in 1..at.len() {
             at[k] += at[k - 1];
         }
-        let mut sorted = vec![Placed::default(); part.len()];
-        for p in part.iter() {
-            sorted[at[p.atom as usize]] = *p;
-            at[p.atom as usize] += 1;
+        for p in part {
+            let slot = &mut at[p.atom as usize];
+            order[*slot] = p.point;
+            sorted[*slot] = p.position;
+            *slot += 1;
         }
-        part.copy_from_slice(&sorted);
     });
-    let mut order = Buffer::filled(points.len(), 0u32);
-    let mut sorted = Buffer::filled(points.len(), [0.0; 3]);
-    order
-        .par_iter_mut()
-        .zip(sorted.par_iter_mut())
-        .zip(placed.par_iter())
-        .for_each(|((o, s), p)| {
-            *o = p.point;
-            *s = p.position;
-        });
     Ok((order, sorted))
 }
 

@@ -72,14 +72,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     #[test]
-    fn shuffled_streams_and_baselines_agree(seed in any::<u64>(), m in 0usize..6, periodic in any::<bool>(), op in 0usize..4) {
+    fn shuffled_streams_and_baselines_agree(seed in any::<u64>(), m in 0usize..6, periodic in any::<bool>(), op in 0usize..4, blended in any::<bool>()) {
         let f = fixture(periodic);
         let method = METHODS[m];
         let operator = [Operator::Field, Operator::Gradient, Operator::Hessian, Operator::Laplacian][op];
         prop_assume!(method.check_supports(operator).is_ok());
         let extent = [9.5, 7.5, 5.5]; // inside the bounded domain [0, (n-1)·0.5]
         let pts = points(seed, 60, extent);
-        let levels = [TimeLevel { t: 0, weight: 0.25 }, TimeLevel { t: 1, weight: 0.5 }, TimeLevel { t: 2, weight: 0.25 }];
+        // Three blended steps (a float64 cell block) or one stored step (float32, as stored).
+        let levels = if blended {
+            vec![TimeLevel { t: 0, weight: 0.25 }, TimeLevel { t: 1, weight: 0.5 }, TimeLevel { t: 2, weight: 0.25 }]
+        } else {
+            vec![TimeLevel { t: 1, weight: 1.0 }]
+        };
         let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), levels.len()).unwrap();
         let stats = StreamStats::default();
         let storage = execute(&plan, &f.reader, &levels, Order::Storage, &stats).unwrap();
@@ -91,7 +96,41 @@ proptest! {
         }
         // each needed atom is read once per time level
         let (atoms, _, _) = stats.snapshot();
-        prop_assert!(atoms <= 3 * 5 * 4 * 3);
+        prop_assert!(atoms <= levels.len() as u64 * 5 * 4 * 3);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn cells_of_one_colour_never_share_a_point(
+        seed in any::<u64>(),
+        m in 0usize..6,
+        grid in proptest::array::uniform3(8usize..70),
+        periodic in proptest::array::uniform3(any::<bool>()),
+        atom_log in 0u32..4,
+        levels in 1usize..3,
+    ) {
+        // Cells of one colour add into the result at the same time: a point served by two
+        // of them would be a data race.
+        let method = METHODS[m];
+        let atom = 1 << atom_log;
+        let geometry = FieldGeometry::new(grid, 3, atom, 16.max(atom)).unwrap();
+        let axes = [0, 1, 2].map(|a| Axis { n: grid[a], origin: 0.0, spacing: 1.0, periodic: periodic[a] });
+        let extent = grid.map(|n| (n - 1) as f64);
+        let pts = points(seed, 300, extent);
+        let plan = Plan::new(&pts, method, Operator::Gradient, axes, geometry, levels).unwrap();
+        let mut served = vec![usize::MAX; pts.len()];
+        for (colour, cells) in plan.colours.iter().enumerate() {
+            for &c in cells {
+                for &p in &plan.entries[plan.cells[c].entries.clone()] {
+                    prop_assert!(served[p as usize] != colour, "point {} twice in colour {}", p, colour);
+                    served[p as usize] = colour;
+                }
+            }
+        }
+        prop_assert!(served.iter().all(|&c| c != usize::MAX), "every point is served");
     }
 }
 
