@@ -403,19 +403,19 @@ fn grid_position(p: &[f64; 3], axes: &[Axis; 3]) -> Option<[f64; 3]> {
     Some(s)
 }
 
-/// Bits of an atom's Morton number in its cell.
-const ATOM_BITS: u32 = 9;
+/// Atoms a cell may hold (Morton numbers below this).
+const CELL_ATOM_SLOTS: usize = MAX_SIDE * MAX_SIDE * MAX_SIDE;
 
-/// The cell of a grid position (linear number) and its atom in the cell (Morton number,
-/// below 2^ATOM_BITS), as `cell << ATOM_BITS | atom`: those of the node at or below it.
+/// The cell of a grid position (linear number) and its atom in the cell (Morton number):
+/// those of the node at or below it.
 #[inline]
-fn home(s: &[f64; 3], finder: &CellFinder<'_>) -> u32 {
+fn home(s: &[f64; 3], finder: &CellFinder<'_>) -> (usize, u32) {
     let node = [0, 1, 2].map(|a| (s[a] as usize).min(finder.axes[a].n - 1));
     let cell = [0, 1, 2].map(|a| node[a] >> finder.side_shift[a]);
     let atom = [0, 1, 2].map(|a| ((node[a] & (finder.side[a] - 1)) >> finder.atom_shift) as u32);
     let [cx, cy, _] = finder.cells_per_axis;
     let cell = (cell[2] * cy + cell[1]) * cx + cell[0];
-    (cell << ATOM_BITS) as u32 | morton::encode(atom[0], atom[1], atom[2]) as u32
+    (cell, morton::encode(atom[0], atom[1], atom[2]) as u32)
 }
 
 /// A point on its way to the executor's order.
@@ -435,10 +435,6 @@ fn cell_order(
     points: &[[f64; 3]],
     finder: &CellFinder<'_>,
 ) -> Result<(Buffer<u32>, Buffer<[f64; 3]>)> {
-    assert!(
-        finder.total_cells() < 1 << (32 - ATOM_BITS),
-        "too many cells for the plan's keys"
-    );
     let axes = finder.axes;
     /// Sorts the points by home cell; a bad point is left out and noted.
     struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>, AtomicBool);
@@ -450,13 +446,13 @@ fn cell_order(
                 self.2.store(true, Ordering::Relaxed);
                 return None;
             };
-            let key = home(&position, self.1);
+            let (cell, atom) = home(&position, self.1);
             let placed = Placed {
                 point: item as u32,
-                atom: key & ((1 << ATOM_BITS) - 1),
+                atom,
                 position,
             };
-            Some(((key >> ATOM_BITS) as usize, placed))
+            Some((cell, placed))
         }
     }
     let by_home = HomeCell(points, finder, AtomicBool::new(false));
@@ -479,7 +475,7 @@ fn cell_order(
         (order_rest, sorted_rest) = (o_tail, s_tail);
     }
     parts.into_par_iter().for_each(|(part, order, sorted)| {
-        let mut at = [0usize; (1 << ATOM_BITS) + 1];
+        let mut at = [0usize; CELL_ATOM_SLOTS + 1];
         for p in part {
             at[p.atom as usize + 1] += 1;
         }
