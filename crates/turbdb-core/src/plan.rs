@@ -1,5 +1,5 @@
 //! The plan of a batch query: every point's position in grid units, and the points grouped
-//! by the cells their stencils touch. A cell is an aligned cube of atoms inside one shard,
+//! by the cells their stencils touch. A cell is an aligned box of atoms inside one shard,
 //! contiguous in storage order; it is the unit of work of the streaming executor.
 
 use std::ops::Range;
@@ -12,7 +12,6 @@ use crate::buffers::{Buffer, Pooled};
 use crate::error::{Error, Result};
 use crate::geometry::{FieldGeometry, ShardPos};
 use crate::method::{Method, Operator};
-
 use crate::morton;
 use crate::stencil::{Axis, Kernel, MAX_WIDTH};
 
@@ -22,6 +21,7 @@ use crate::stencil::{Axis, Kernel, MAX_WIDTH};
 /// points, 64×64×32-node float32 blocks (1.5 MiB) beat 64×32×32 by 7%, and float64
 /// blocks of the same size, for pchip, were 7% slower than half that size.
 const BLOCK_BUDGET: usize = 1600 << 10;
+
 /// How cells are coloured so that no two cells of one colour serve the same point: along
 /// each axis, cells closer than the most cells one stencil spans differ in colour.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +105,7 @@ pub struct Cell {
 /// A query prepared for execution.
 ///
 /// The executor numbers the points in its own order, [`Plan::order`]: by the cell they lie
-/// in, and inside a cell by atom (Morton order of both). Neighbours, which share most of
+/// in, and inside a cell by atom (in Morton order). Neighbours, which share most of
 /// their stencils, then come together, and every cell adds to a few runs of neighbouring
 /// result rows instead of rows all over memory.
 #[derive(Debug)]
