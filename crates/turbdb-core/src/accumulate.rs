@@ -1,7 +1,7 @@
-//! The inner loop of every strategy: add one atom's contribution to one point's partial
-//! sums. Rows of the atom (x runs, all components together) are added into per-x
-//! accumulators weighted by the y and z weights — a contiguous axpy the compiler
-//! vectorises — and the x weights are applied once per atom at the end.
+//! The inner loop of every strategy: add one block's (an atom's or a cell's) contribution
+//! to one point's partial sums. Rows of the block (x runs, all components together) are
+//! added into per-x accumulators weighted by the y and z weights — a contiguous axpy in
+//! eight-lane vectors ([`F64x8`]) — and the x weights are applied once at the end.
 
 use crate::lanes::F64x8;
 use crate::method::Term;
