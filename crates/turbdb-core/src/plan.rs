@@ -420,7 +420,7 @@ fn home(s: &[f64; 3], finder: &CellFinder<'_>) -> (usize, u32) {
 
 /// A point on its way to the executor's order.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Placed {
+pub(crate) struct Placed {
     /// The caller's number of the point.
     point: u32,
     /// Its atom in its cell ([`home`]).
