@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 
 use crate::atomset::{AtomSet, MAX_SIDE};
 use crate::buffers::{Buffer, Pooled};
@@ -322,6 +323,50 @@ impl Span {
     }
 }
 
+/// The cells one chunk of points meets: their points and the atoms they need.
+struct ChunkCells {
+    /// Slot of each cell met.
+    index: FxHashMap<usize, usize>,
+    /// The cells, by slot.
+    cells: Vec<usize>,
+    lists: Vec<Vec<u32>>,
+    atoms: Vec<AtomSet>,
+    /// The last cells looked up, by their low bits: consecutive points mostly meet the
+    /// same few cells, so most lookups end here.
+    recent: [(usize, usize); 8],
+}
+
+impl Default for ChunkCells {
+    fn default() -> Self {
+        Self {
+            index: FxHashMap::default(),
+            cells: Vec::new(),
+            lists: Vec::new(),
+            atoms: Vec::new(),
+            recent: [(usize::MAX, 0); 8],
+        }
+    }
+}
+
+impl ChunkCells {
+    /// The slot of `cell`, made on first meeting.
+    #[inline]
+    fn slot(&mut self, cell: usize) -> usize {
+        let recent = &mut self.recent[cell & 7];
+        if recent.0 == cell {
+            return recent.1;
+        }
+        let slot = *self.index.entry(cell).or_insert_with(|| {
+            self.cells.push(cell);
+            self.lists.push(Vec::new());
+            self.atoms.push(AtomSet::default());
+            self.cells.len() - 1
+        });
+        *recent = (cell, slot);
+        slot
+    }
+}
+
 /// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
 trait Buckets: Sync {
     /// What is placed in a bucket.
@@ -502,72 +547,92 @@ fn group_by_cell(
 ) -> (Vec<Cell>, Buffer<u32>) {
     // One pass over chunks of points: each chunk lists its points cell by cell (a few
     // hundred sequential streams) with the atoms they need; the lists are then joined in
-    // chunk order, so every cell's points stay in the executor's order.
-    let total = finder.total_cells();
+    // chunk order, so every cell's points stay in the executor's order. Only the cells a
+    // chunk meets are kept, so small queries on big grids stay small.
     let chunk = sorted
         .len()
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
-    let lists: Vec<(Vec<Vec<u32>>, Vec<AtomSet>)> = sorted
+    let chunks: Vec<ChunkCells> = sorted
         .par_chunks(chunk)
         .enumerate()
         .map(|(k, part)| {
-            let mut lists = vec![Vec::new(); total];
-            let mut bits = vec![AtomSet::default(); total];
+            let mut found = ChunkCells::default();
             for (i, s) in part.iter().enumerate() {
                 let point = (k * chunk + i) as u32;
                 finder.visit(s, |cell, x, y, z| {
-                    lists[cell].push(point);
-                    bits[cell].add(&AtomSet::product(x, y, z));
+                    let at = found.slot(cell);
+                    found.lists[at].push(point);
+                    found.atoms[at].add(&AtomSet::product(x, y, z));
                 });
             }
-            (lists, bits)
+            found
         })
         .collect();
-    let mut start = vec![0usize; total + 1];
-    for c in 0..total {
-        start[c + 1] = start[c] + lists.iter().map(|(l, _)| l[c].len()).sum::<usize>();
+    let mut occupied: Vec<usize> = chunks
+        .iter()
+        .flat_map(|c| c.cells.iter().copied())
+        .collect();
+    occupied.sort_unstable();
+    occupied.dedup();
+    // Per occupied cell: its part of every chunk (by the chunk's slot), its entries and atoms.
+    let slots: Vec<Vec<Option<usize>>> = occupied
+        .iter()
+        .map(|cell| chunks.iter().map(|c| c.index.get(cell).copied()).collect())
+        .collect();
+    let mut start = vec![0usize; occupied.len() + 1];
+    for (i, of_chunks) in slots.iter().enumerate() {
+        let len: usize = chunks
+            .iter()
+            .zip(of_chunks)
+            .filter_map(|(c, s)| s.map(|s| c.lists[s].len()))
+            .sum();
+        start[i + 1] = start[i] + len;
     }
     assert!(
-        start[total] <= u32::MAX as usize,
+        start[occupied.len()] <= u32::MAX as usize,
         "too many (point, cell) pairs in one batch"
     );
-    let atoms: Vec<AtomSet> = (0..total)
-        .map(|c| {
-            let mut set = AtomSet::default();
-            lists.iter().for_each(|(_, bits)| set.add(&bits[c]));
-            set
-        })
-        .collect();
-    let mut entries = Buffer::filled(start[total], 0u32);
-    let mut parts: Vec<(usize, &mut [u32])> = Vec::new();
+    let mut entries = Buffer::filled(start[occupied.len()], 0u32);
+    let mut parts: Vec<&mut [u32]> = Vec::with_capacity(occupied.len());
     let mut rest = &mut entries[..];
-    for c in 0..total {
-        let (head, tail) = rest.split_at_mut(start[c + 1] - start[c]);
-        if !head.is_empty() {
-            parts.push((c, head));
-        }
+    for w in start.windows(2) {
+        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
+        parts.push(head);
         rest = tail;
     }
-    parts.par_iter_mut().for_each(|(c, part)| {
-        let mut at = 0;
-        for (l, _) in &lists {
-            part[at..at + l[*c].len()].copy_from_slice(&l[*c]);
-            at += l[*c].len();
-        }
-    });
+    parts
+        .par_iter_mut()
+        .zip(slots.par_iter())
+        .for_each(|(part, of_chunks)| {
+            let mut at = 0;
+            for (c, s) in chunks.iter().zip(of_chunks) {
+                if let Some(s) = *s {
+                    part[at..at + c.lists[s].len()].copy_from_slice(&c.lists[s]);
+                    at += c.lists[s].len();
+                }
+            }
+        });
     let [cx, cy, _] = finder.cells_per_axis;
     let per_shard = geometry.atoms_per_side();
-    let mut cells: Vec<(u64, Cell)> = (0..finder.total_cells())
-        .filter(|&c| start[c + 1] > start[c])
-        .map(|c| {
+    let mut cells: Vec<(u64, Cell)> = occupied
+        .iter()
+        .zip(&slots)
+        .enumerate()
+        .map(|(i, (&c, of_chunks))| {
             let coords = [c % cx, c / cx % cy, c / (cx * cy)];
             let first_atom = [0, 1, 2].map(|a| coords[a] * cell_atoms[a]);
+            let mut atoms = AtomSet::default();
+            for (chunk, s) in chunks.iter().zip(of_chunks) {
+                if let Some(s) = *s {
+                    atoms.add(&chunk.atoms[s]);
+                }
+            }
             let cell = Cell {
                 shard: first_atom.map(|a| a / per_shard),
                 first_atom,
-                atoms: atoms[c],
-                entries: start[c]..start[c + 1],
+                atoms,
+                entries: start[i]..start[i + 1],
             };
             let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
             (code, cell)
