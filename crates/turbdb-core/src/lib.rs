@@ -16,6 +16,9 @@
 pub mod accumulate;
 pub mod atomset;
 pub mod buffers;
+mod cell_finder;
+mod colouring;
+mod counting_sort;
 pub mod cutout;
 pub mod direct;
 pub mod error;

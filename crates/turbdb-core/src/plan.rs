@@ -9,12 +9,15 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::atomset::{AtomSet, MAX_SIDE};
-use crate::buffers::{Buffer, Pooled};
+use crate::buffers::Buffer;
+use crate::cell_finder::CellFinder;
+use crate::colouring::Colouring;
+use crate::counting_sort::{bucket_sort, Buckets};
 use crate::error::{Error, Result};
 use crate::geometry::{FieldGeometry, ShardPos};
 use crate::method::{Method, Operator};
 use crate::morton;
-use crate::stencil::{Axis, Kernel, MAX_WIDTH};
+use crate::stencil::{Axis, Kernel};
 
 /// Bytes a worker's cell block may take: it must stay in the L2 cache (2 MiB here) with
 /// room to spare. Bigger cells mean fewer points whose stencils span several cells (each
@@ -22,42 +25,6 @@ use crate::stencil::{Axis, Kernel, MAX_WIDTH};
 /// points, 64×64×32-node float32 blocks (1.5 MiB) beat 64×32×32 by 7%, and float64
 /// blocks of the same size, for pchip, were 7% slower than half that size.
 const BLOCK_BUDGET: usize = 1600 << 10;
-
-/// How cells are coloured so that no two cells of one colour serve the same point: along
-/// each axis, cells closer than the most cells one stencil spans differ in colour.
-#[derive(Debug, Clone, Copy)]
-struct Colouring {
-    /// Colours along each axis.
-    per_axis: [usize; 3],
-}
-
-impl Colouring {
-    fn new(axes: &[Axis; 3], side: [usize; 3], width: usize) -> Self {
-        let per_axis = [0, 1, 2].map(|a| {
-            let cells = axes[a].n.div_ceil(side[a]);
-            // A stencil that wraps past a short last cell can reach one cell further.
-            let short_last = axes[a].periodic && !axes[a].n.is_multiple_of(side[a]);
-            let span = ((width - 1).div_ceil(side[a]) + 1 + usize::from(short_last)).min(cells);
-            // A periodic axis whose cell count the span does not divide would give the last
-            // and the first cell (neighbours across the wrap) one colour: every cell its own.
-            if cells <= span || (axes[a].periodic && !cells.is_multiple_of(span)) {
-                cells
-            } else {
-                span
-            }
-        });
-        Self { per_axis }
-    }
-
-    fn colours(&self) -> usize {
-        self.per_axis.iter().product()
-    }
-
-    fn colour(&self, cell: [usize; 3]) -> usize {
-        let [kx, ky, kz] = self.per_axis;
-        ((cell[2] % kz) * ky + cell[1] % ky) * kx + cell[0] % kx
-    }
-}
 
 /// The cell's sides, in atoms: from [`MAX_SIDE`] (at most the shard's side), halved along
 /// the longest side (z first, x last: a stencil split along x costs most, as its rows are
@@ -206,123 +173,6 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
     })
 }
 
-/// Finds the cells a point's stencil touches, and which of their atoms.
-struct CellFinder<'a> {
-    kernel: &'a Kernel,
-    axes: &'a [Axis; 3],
-    /// Nodes along each side of a cell.
-    side: [usize; 3],
-    /// log2 of the atom's and the cells' sides (all powers of two): shifts, not
-    /// divisions, in the per-point loops.
-    atom_shift: u32,
-    side_shift: [u32; 3],
-    cells_per_axis: [usize; 3],
-}
-
-impl<'a> CellFinder<'a> {
-    fn new(kernel: &'a Kernel, axes: &'a [Axis; 3], atom: usize, cell_atoms: [usize; 3]) -> Self {
-        let side = cell_atoms.map(|c| c * atom);
-        Self {
-            kernel,
-            axes,
-            side,
-            atom_shift: atom.trailing_zeros(),
-            side_shift: side.map(|s| s.trailing_zeros()),
-            cells_per_axis: [0, 1, 2].map(|a| axes[a].n.div_ceil(side[a])),
-        }
-    }
-
-    fn total_cells(&self) -> usize {
-        self.cells_per_axis.iter().product()
-    }
-
-    /// Calls `f(linear cell number, x, y and z masks of the atoms)` for every cell the
-    /// stencil of grid position `s` touches.
-    #[inline(always)]
-    fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u8, u8, u8)) {
-        let (x, y, z) = (
-            self.along(0, s[0]),
-            self.along(1, s[1]),
-            self.along(2, s[2]),
-        );
-        for (&cz, &mz) in z.cells().zip(z.masks()) {
-            for (&cy, &my) in y.cells().zip(y.masks()) {
-                let row = (cz * self.cells_per_axis[1] + cy) * self.cells_per_axis[0];
-                for (&cx, &mx) in x.cells().zip(x.masks()) {
-                    f(row + cx, mx, my, mz);
-                }
-            }
-        }
-    }
-
-    /// The cells along `axis` that hold the stencil of position `s`, each with the mask of
-    /// its atoms the stencil's nodes fall in.
-    #[inline(always)]
-    fn along(&self, axis: usize, s: f64) -> Span {
-        let n = self.axes[axis].n;
-        let first = self.kernel.first_node(s, &self.axes[axis]);
-        let (side, width) = (self.side[axis], self.kernel.width());
-        let (cs, ats) = (self.side_shift[axis], self.atom_shift);
-        let atoms =
-            |lo: usize, hi: usize| ((1u16 << ((hi >> ats) + 1)) - (1u16 << (lo >> ats))) as u8;
-        let last = first + width - 1;
-        let mut span = Span::default();
-        if last < n && width <= side {
-            // The usual case: no wrap, one cell or two neighbours.
-            let (c0, c1) = (first >> cs, last >> cs);
-            let (lo, hi) = (first & (side - 1), last & (side - 1));
-            if c0 == c1 {
-                span.push(c0, atoms(lo, hi));
-            } else {
-                span.push(c0, atoms(lo, side - 1));
-                span.push(c1, atoms(0, hi));
-            }
-            return span;
-        }
-        let before_wrap = width.min(n - first);
-        for (start, end) in [(first, first + before_wrap), (0, width - before_wrap)] {
-            if start == end {
-                continue;
-            }
-            for cell in start >> cs..=(end - 1) >> cs {
-                let lo = start.max(cell * side) - cell * side;
-                let hi = end.min((cell + 1) * side) - cell * side - 1;
-                // Only a stencil that wraps onto its own cells meets a cell twice.
-                match span.cells().position(|&c| c == cell) {
-                    Some(i) => span.mask[i] |= atoms(lo, hi),
-                    None => span.push(cell, atoms(lo, hi)),
-                }
-            }
-        }
-        span
-    }
-}
-
-/// The cells a stencil touches along one axis, with the masks of their atoms it covers.
-#[derive(Default)]
-struct Span {
-    cell: [usize; MAX_WIDTH],
-    mask: [u8; MAX_WIDTH],
-    count: usize,
-}
-
-impl Span {
-    #[inline]
-    fn push(&mut self, cell: usize, mask: u8) {
-        self.cell[self.count] = cell;
-        self.mask[self.count] = mask;
-        self.count += 1;
-    }
-
-    fn cells(&self) -> std::slice::Iter<'_, usize> {
-        self.cell[..self.count].iter()
-    }
-
-    fn masks(&self) -> std::slice::Iter<'_, u8> {
-        self.mask[..self.count].iter()
-    }
-}
-
 /// The cells one chunk of points meets: their points and the atoms they need.
 struct ChunkCells {
     /// Slot of each cell met.
@@ -366,73 +216,6 @@ impl ChunkCells {
         slot
     }
 }
-
-/// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
-trait Buckets: Sync {
-    /// What is placed in a bucket.
-    type Value: Pooled + Default;
-    /// The bucket of `item` and what goes there, or `None` to leave it out.
-    fn bucket(&self, item: usize) -> Option<(usize, Self::Value)>;
-}
-
-/// A parallel counting sort in two passes over chunks of items (count, then place each
-/// value at its chunk's next slot in the bucket: every chunk writes a few hundred
-/// sequential streams, which caches take well, where gathering by index would miss on
-/// every item). Returns the values bucket by bucket, in item order in each, and where
-/// each bucket starts (and the end).
-fn bucket_sort<B: Buckets>(items: usize, buckets: usize, by: &B) -> (Buffer<B::Value>, Vec<usize>) {
-    let chunk = items
-        .div_ceil(4 * rayon::current_num_threads())
-        .max(1 << 14);
-    let chunks: Vec<Range<usize>> = (0..items)
-        .step_by(chunk)
-        .map(|s| s..(s + chunk).min(items))
-        .collect();
-    let mut next: Vec<Vec<u32>> = chunks
-        .par_iter()
-        .map(|range| {
-            let mut count = vec![0u32; buckets];
-            for item in range.clone() {
-                if let Some((b, _)) = by.bucket(item) {
-                    count[b] += 1;
-                }
-            }
-            count
-        })
-        .collect();
-    let mut start = vec![0usize; buckets + 1];
-    let mut slot = 0usize;
-    for b in 0..buckets {
-        start[b] = slot;
-        for count in next.iter_mut() {
-            let n = count[b] as usize;
-            count[b] = slot as u32;
-            slot += n;
-        }
-    }
-    start[buckets] = slot;
-    let mut sorted = Buffer::filled(slot, B::Value::default());
-    let out = SlotsPtr(sorted.as_mut_ptr());
-    let out = &out;
-    chunks
-        .par_iter()
-        .zip(next.par_iter_mut())
-        .for_each(|(range, next)| {
-            for item in range.clone() {
-                if let Some((b, value)) = by.bucket(item) {
-                    // SAFETY: every slot below `sorted.len()` is handed out exactly once.
-                    unsafe { out.0.add(next[b] as usize).write(value) };
-                    next[b] += 1;
-                }
-            }
-        });
-    (sorted, start)
-}
-
-/// The slots of a counting sort, written by all workers at distinct places.
-struct SlotsPtr<T>(*mut T);
-// SAFETY: workers write disjoint slots.
-unsafe impl<T> Sync for SlotsPtr<T> {}
 
 /// The grid position of a physical point, or `None` if it is not finite or outside a
 /// non-periodic axis.
