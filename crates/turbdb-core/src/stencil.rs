@@ -75,21 +75,23 @@ impl Axis {
     }
 }
 
-/// Node `i` wrapped into `0..n`; a stencil's first node is within one period of the grid
-/// (the grid has at least as many nodes as the stencil), so no division is needed.
+/// Node `i` wrapped into `0..n`. A stencil's first node is within one period of the grid
+/// (the grid has at least as many nodes as the stencil), so one add or subtract does; the
+/// division is only a safety net.
 #[inline]
 fn wrap(i: i64, n: usize) -> usize {
     let n = n as i64;
-    debug_assert!(
-        (-n..2 * n).contains(&i),
-        "node {i} is more than a period off"
-    );
-    if i < 0 {
-        (i + n) as usize
+    let once = if i < 0 {
+        i + n
     } else if i >= n {
-        (i - n) as usize
+        i - n
     } else {
-        i as usize
+        i
+    };
+    if (0..n).contains(&once) {
+        once as usize
+    } else {
+        i.rem_euclid(n) as usize
     }
 }
 
@@ -261,6 +263,24 @@ impl Kernel {
             0 => basis.eval(x, w0, None, None),
             1 => basis.eval(x, w0, Some(w1), None),
             _ => basis.eval(x, w0, Some(w1), Some(w2)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_wrap_into_the_grid_near_and_far() {
+        for n in [1usize, 7, 16] {
+            for i in -3 * n as i64..3 * n as i64 {
+                assert_eq!(
+                    wrap(i, n),
+                    i.rem_euclid(n as i64) as usize,
+                    "node {i} of {n}"
+                );
+            }
         }
     }
 }
