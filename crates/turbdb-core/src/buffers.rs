@@ -1,6 +1,6 @@
 //! Large scratch buffers kept from query to query. A million-point query needs about a
 //! hundred megabytes of them; memory fresh from the kernel costs a page fault and a cleared
-//! page every 4 KiB, which measured more than a tenth of such a query. Big new buffers ask
+//! page every 4 KiB, which measured about a tenth of such a query. Big new buffers ask
 //! for transparent huge pages too, for fewer TLB misses on the scattered accesses.
 
 use std::ops::{Deref, DerefMut};
@@ -126,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dropped_buffer_is_reused_with_fresh_contents() {
+    fn a_buffer_from_the_pool_holds_only_the_new_values() {
         let n = LARGE / 8 + 1;
         let mut a = Buffer::filled(n, 1.0f64);
         a[0] = 5.0;

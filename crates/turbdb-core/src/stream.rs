@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use crate::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
-use crate::atomset::MAX_SIDE;
 use crate::buffers::Buffer;
 use crate::error::Result;
 use crate::geometry::ShardPos;
@@ -203,8 +202,10 @@ fn run_cell(
     // The cell clipped to the grid.
     let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms[ax] * a).min(plan.axes[ax].n - start[ax]));
 
-    // The needed atoms in storage (Morton) order, or shuffled.
-    let mut atoms: Vec<[usize; 3]> = (0..MAX_SIDE.pow(3) as u64)
+    // The needed atoms in storage (Morton) order, or shuffled: Morton codes of the cube
+    // around the cell, which is a power of two a side.
+    let cube = c_atoms.iter().max().copied().unwrap_or(1) as u64;
+    let mut atoms: Vec<[usize; 3]> = (0..cube.pow(3))
         .map(|code| {
             let (x, y, z) = morton::decode(code);
             [x as usize, y as usize, z as usize]
@@ -281,30 +282,11 @@ fn run_cell(
         }
     }
     let entries = &plan.entries[cell.entries.clone()];
+    let place = (start, dims);
     if single {
-        add_points(
-            plan,
-            entries,
-            Block {
-                values: &block32[..],
-                dims: [dims[0], dims[1]],
-            },
-            (start, dims),
-            terms,
-            target,
-        );
+        add_points(plan, entries, &block32[..], place, terms, target);
     } else {
-        add_points(
-            plan,
-            entries,
-            Block {
-                values: &block64[..],
-                dims: [dims[0], dims[1]],
-            },
-            (start, dims),
-            terms,
-            target,
-        );
+        add_points(plan, entries, &block64[..], place, terms, target);
     }
     stats
         .contributions
@@ -313,15 +295,19 @@ fn run_cell(
 }
 
 /// Adds, for every point of `entries` (executor's numbers), the part of its stencil inside
-/// the cell block (first node `start`, extent `dims`) to its result row.
+/// the cell block `values` (first node `start`, extent `dims`) to its result row.
 fn add_points<T: Value>(
     plan: &Plan,
     entries: &[u32],
-    block: Block<'_, T>,
+    values: &[T],
     (start, dims): ([usize; 3], [usize; 3]),
     terms: &TermSet,
     target: &ResultPtr,
 ) {
+    let block = Block {
+        values,
+        dims: [dims[0], dims[1]],
+    };
     let nc = plan.geometry.ncomp;
     let width = plan.kernel.width();
     let out_len = nc * terms.slots();
