@@ -2,12 +2,12 @@
 //! time steps arrive in, and the same as the direct and sorted baselines.
 
 use proptest::prelude::*;
-use turbdb_core::plan::Plan;
-use turbdb_core::query::{run, Strategy};
-use turbdb_core::reader::FieldReader;
-use turbdb_core::shard::{ChunkCodec, IndexLocation};
-use turbdb_core::stream::{execute, Order, StreamStats, TimeLevel};
+use turbdb_core::FieldReader;
+use turbdb_core::Plan;
+use turbdb_core::{execute, Order, StreamStats, TimeLevel};
+use turbdb_core::{run, Strategy};
 use turbdb_core::{write_step, Axis, FieldGeometry, Method, Operator};
+use turbdb_core::{ChunkCodec, IndexLocation};
 
 struct Fixture {
     _dir: tempfile::TempDir,

@@ -3,10 +3,10 @@
 
 use std::fs;
 
-use turbdb_core::geometry::FieldGeometry;
-use turbdb_core::reader::{AtomRequest, FieldReader};
-use turbdb_core::shard::{ChunkCodec, IndexLocation};
+use turbdb_core::FieldGeometry;
 use turbdb_core::{morton, verify_field, write_step};
+use turbdb_core::{AtomRequest, FieldReader};
+use turbdb_core::{ChunkCodec, IndexLocation};
 
 fn field(nx: usize, ny: usize, nz: usize, nc: usize) -> Vec<f32> {
     (0..nx * ny * nz * nc)

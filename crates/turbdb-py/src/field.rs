@@ -6,8 +6,8 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use turbdb_core::cutout::{axis_nodes, read_cutout};
-use turbdb_core::time::time_weights;
+use turbdb_core::time_weights;
+use turbdb_core::{axis_nodes, read_cutout};
 use turbdb_core::{
     evaluate, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
     QuerySpec, Strategy, StreamStats, Temporal,

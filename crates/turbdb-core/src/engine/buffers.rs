@@ -18,17 +18,19 @@ pub trait Pooled: Copy + Send + 'static {
     fn pool() -> &'static Mutex<Vec<Vec<Self>>>;
 }
 
+/// Gives each listed type a pool of its own.
 macro_rules! pooled {
     ($($t:ty),*) => {$(
-        impl Pooled for $t {
-            fn pool() -> &'static Mutex<Vec<Vec<Self>>> {
-                static POOL: Mutex<Vec<Vec<$t>>> = Mutex::new(Vec::new());
+        impl $crate::engine::buffers::Pooled for $t {
+            fn pool() -> &'static std::sync::Mutex<Vec<Vec<Self>>> {
+                static POOL: std::sync::Mutex<Vec<Vec<$t>>> = std::sync::Mutex::new(Vec::new());
                 &POOL
             }
         }
     )*};
 }
-pooled!(u32, f64, [f64; 3], crate::plan::Placed);
+pub(crate) use pooled;
+pooled!(u32, f64, [f64; 3]);
 
 /// A vector that goes back to its pool when dropped.
 #[derive(Debug)]

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::geometry::{FieldGeometry, ShardPos};
-use crate::shard::ShardIndex;
+use crate::storage::geometry::{FieldGeometry, ShardPos};
+use crate::storage::shard::ShardIndex;
 
 #[cfg(target_endian = "big")]
 compile_error!("turbdb stores little-endian float32 and assumes a little-endian host");

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::buffers::{Buffer, Pooled};
+use crate::engine::buffers::{Buffer, Pooled};
 
 /// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
 pub(crate) trait Buckets: Sync {

@@ -1,6 +1,8 @@
 //! Which cells, and which of their atoms, the stencil of a point touches.
 
-use crate::stencil::{Axis, Kernel, MAX_WIDTH};
+use crate::interp::method::MAX_WIDTH;
+use crate::interp::stencil::Kernel;
+use crate::storage::axis::Axis;
 
 /// Finds the cells a point's stencil touches, and which of their atoms.
 pub(crate) struct CellFinder<'a> {

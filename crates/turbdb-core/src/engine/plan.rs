@@ -8,16 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::atomset::{AtomSet, MAX_SIDE};
-use crate::buffers::Buffer;
-use crate::cell_finder::CellFinder;
-use crate::colouring::Colouring;
-use crate::counting_sort::{bucket_sort, Buckets};
+use crate::engine::atomset::{AtomSet, MAX_SIDE};
+use crate::engine::buffers::{pooled, Buffer};
+use crate::engine::cell_finder::CellFinder;
+use crate::engine::colouring::Colouring;
+use crate::engine::counting_sort::{bucket_sort, Buckets};
 use crate::error::{Error, Result};
-use crate::geometry::{FieldGeometry, ShardPos};
-use crate::method::{Method, Operator};
-use crate::morton;
-use crate::stencil::{Axis, Kernel};
+use crate::interp::method::{Method, Operator};
+use crate::interp::stencil::Kernel;
+use crate::storage::axis::Axis;
+use crate::storage::geometry::{FieldGeometry, ShardPos};
+use crate::storage::morton;
 
 /// Bytes a worker's cell block may take: it must stay in the L2 cache (2 MiB here) with
 /// room to spare. Bigger cells mean fewer points whose stencils span several cells (each
@@ -256,6 +257,8 @@ pub(crate) struct Placed {
     /// Its grid position.
     position: [f64; 3],
 }
+
+pooled!(Placed);
 
 /// The executor's order of the points (by cell, then by atom in the cell) and their grid
 /// positions in that order; the first non-finite or out-of-domain point is named.

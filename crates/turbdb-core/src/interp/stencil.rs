@@ -3,12 +3,10 @@
 //! 3-D stencil is the tensor product of three of these (every method here is separable).
 
 use crate::error::{Error, Result};
-use crate::lagrange::LagrangeBasis;
-use crate::method::Method;
-use crate::spline::SplineKernel;
-
-/// Most nodes of a 1-D stencil (fd8noint: 9).
-pub const MAX_WIDTH: usize = 10;
+use crate::interp::lagrange::LagrangeBasis;
+use crate::interp::method::{Method, MAX_WIDTH};
+use crate::interp::spline::SplineKernel;
+use crate::storage::axis::Axis;
 
 /// The stencil of one point along one axis.
 #[derive(Debug, Clone, Copy)]
@@ -28,50 +26,6 @@ impl Default for AxisWeights {
             wrapped: 0,
             w: [[0.0; MAX_WIDTH]; 3],
         }
-    }
-}
-
-/// One axis of the grid.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Axis {
-    /// Number of nodes.
-    pub n: usize,
-    /// Position of node 0.
-    pub origin: f64,
-    /// Distance between nodes.
-    pub spacing: f64,
-    /// Whether the axis wraps around.
-    pub periodic: bool,
-}
-
-impl Axis {
-    /// The position in grid units (node i at i); wrapped into `[0, n)` on a periodic axis,
-    /// refused outside `[0, n − 1]` on a non-periodic one.
-    #[inline]
-    pub fn grid_position(&self, x: f64, name: char) -> Result<f64> {
-        let s = (x - self.origin) / self.spacing;
-        if self.periodic {
-            let n = self.n as f64;
-            if (0.0..n).contains(&s) {
-                return Ok(s);
-            }
-            let wrapped = s - n * (s / n).floor();
-            return Ok(if (0.0..n).contains(&wrapped) {
-                wrapped
-            } else {
-                0.0
-            });
-        }
-        let last = (self.n - 1) as f64;
-        let tolerance = 1e-9 * last.max(1.0);
-        if !(s >= -tolerance && s <= last + tolerance) {
-            return Err(Error::OutOfDomain(format!(
-                "{name} = {x} is outside the domain [{}, {}] of the non-periodic {name} axis",
-                self.origin,
-                self.origin + last * self.spacing
-            )));
-        }
-        Ok(s.clamp(0.0, last))
     }
 }
 

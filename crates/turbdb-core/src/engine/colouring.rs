@@ -1,7 +1,7 @@
 //! Colours of cells: two cells a stencil could both touch never share a colour, so the cells
 //! of one colour can add into the result at the same time.
 
-use crate::stencil::Axis;
+use crate::storage::axis::Axis;
 
 /// How cells are coloured so that no two cells of one colour serve the same point: along
 /// each axis, cells closer than the most cells one stencil spans differ in colour.

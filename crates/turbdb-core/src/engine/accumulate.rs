@@ -3,9 +3,9 @@
 //! added into per-x accumulators weighted by the y and z weights — a contiguous axpy in
 //! eight-lane vectors ([`F64x8`]) — and the x weights are applied once at the end.
 
-use crate::lanes::F64x8;
-use crate::method::Term;
-use crate::stencil::AxisWeights;
+use crate::engine::lanes::F64x8;
+use crate::interp::method::Term;
+use crate::interp::stencil::AxisWeights;
 
 /// Nodes of one point's stencil that lie in one atom, along one axis: runs of
 /// `(first stencil node, first atom-local index, length)`.

@@ -3,6 +3,9 @@
 
 use crate::error::{Error, Result};
 
+/// Most nodes of a 1-D stencil (fd8noint: 9).
+pub const MAX_WIDTH: usize = 10;
+
 /// How values between grid nodes are obtained along each axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {

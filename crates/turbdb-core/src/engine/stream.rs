@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-use crate::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
-use crate::buffers::Buffer;
+use crate::engine::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
+use crate::engine::buffers::Buffer;
+use crate::engine::plan::{Cell, Plan};
 use crate::error::Result;
-use crate::geometry::ShardPos;
-use crate::morton;
-use crate::plan::{Cell, Plan};
-use crate::reader::{AtomRequest, FieldReader};
-use crate::stencil::AxisWeights;
+use crate::interp::stencil::AxisWeights;
+use crate::storage::morton;
+use crate::storage::reader::{AtomRequest, AtomSource};
 
 /// One stored time step of a query and its weight in the temporal interpolation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,30 +24,6 @@ pub struct TimeLevel {
     pub t: usize,
     /// Weight of that step.
     pub weight: f64,
-}
-
-/// Where atoms come from: the store, a cache, or a test double.
-pub trait AtomSource: Sync {
-    /// Reads the requested atoms of shard `shard` at time `t` into `out` (atom slots).
-    fn read_atoms(
-        &self,
-        t: usize,
-        shard: ShardPos,
-        atoms: &[AtomRequest],
-        out: &mut [f32],
-    ) -> Result<()>;
-}
-
-impl AtomSource for FieldReader {
-    fn read_atoms(
-        &self,
-        t: usize,
-        shard: ShardPos,
-        atoms: &[AtomRequest],
-        out: &mut [f32],
-    ) -> Result<()> {
-        FieldReader::read_atoms(self, t, shard, atoms, out)
-    }
 }
 
 /// Counters that show what an execution did.

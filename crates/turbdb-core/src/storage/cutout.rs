@@ -4,10 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
-use crate::morton;
-use crate::reader::AtomRequest;
-use crate::stencil::Axis;
-use crate::stream::AtomSource;
+use crate::storage::axis::Axis;
+use crate::storage::morton;
+use crate::storage::reader::{AtomRequest, AtomSource};
 
 /// The nodes selected along one axis: `start, start+stride, …` below `stop` (half-open,
 /// unwrapped), each wrapped into the grid on a periodic axis.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::morton;
+use crate::storage::morton;
 
 /// Bytes of one stored value (little-endian float32).
 pub const VALUE_BYTES: usize = 4;

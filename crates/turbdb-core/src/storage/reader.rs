@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::geometry::{FieldGeometry, ShardPos};
-use crate::shard::{ChunkCodec, IndexLocation, ShardIndex};
+use crate::storage::geometry::{FieldGeometry, ShardPos};
+use crate::storage::shard::{ChunkCodec, IndexLocation, ShardIndex};
 
 /// Reader of one field's shards.
 #[derive(Debug)]
@@ -174,6 +174,30 @@ impl FieldReader {
             *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
         }
         Ok(())
+    }
+}
+
+/// Where atoms come from: the store, a cache, or a test double.
+pub trait AtomSource: Sync {
+    /// Reads the requested atoms of shard `shard` at time `t` into `out` (atom slots).
+    fn read_atoms(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> Result<()>;
+}
+
+impl AtomSource for FieldReader {
+    fn read_atoms(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> Result<()> {
+        FieldReader::read_atoms(self, t, shard, atoms, out)
     }
 }
 

@@ -5,8 +5,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use crate::error::Error;
-use crate::geometry::FieldGeometry;
-use crate::reader::FieldReader;
+use crate::storage::geometry::FieldGeometry;
+use crate::storage::reader::FieldReader;
 
 /// One problem found by [`verify_field`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 
 use rayon::prelude::*;
 
-use crate::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
+use crate::engine::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
+use crate::engine::plan::Plan;
+use crate::engine::stream::{StreamStats, TimeLevel};
 use crate::error::Result;
-use crate::morton;
-use crate::plan::Plan;
-use crate::reader::AtomRequest;
-use crate::stencil::AxisWeights;
-use crate::stream::{AtomSource, StreamStats, TimeLevel};
+use crate::interp::stencil::AxisWeights;
+use crate::storage::morton;
+use crate::storage::reader::AtomRequest;
+use crate::storage::reader::AtomSource;
 
 /// Points handed to one worker at a time.
 const CHUNK: usize = 256;

@@ -1,14 +1,15 @@
 //! A batch query end to end: plan, then evaluate by the chosen strategy at the stored time
 //! steps the temporal interpolation needs.
 
-use crate::direct::execute_direct;
+use crate::engine::direct::execute_direct;
+use crate::engine::plan::Plan;
+use crate::engine::stream::{execute, Order, StreamStats, TimeLevel};
 use crate::error::{Error, Result};
-use crate::method::{Method, Operator};
-use crate::plan::Plan;
-use crate::reader::FieldReader;
-use crate::stencil::Axis;
-use crate::stream::{execute, AtomSource, Order, StreamStats, TimeLevel};
-use crate::time::{time_weights, Temporal};
+use crate::interp::method::{Method, Operator};
+use crate::interp::time::{time_weights, Temporal};
+use crate::storage::axis::Axis;
+use crate::storage::reader::AtomSource;
+use crate::storage::reader::FieldReader;
 
 /// How the atoms reach the points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

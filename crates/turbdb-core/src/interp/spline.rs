@@ -4,8 +4,8 @@
 //! q nodes. Each node's weight is a polynomial in the fractional offset, built once.
 
 use crate::error::{Error, Result};
-use crate::lagrange::LagrangeBasis;
-use crate::stencil::MAX_WIDTH;
+use crate::interp::lagrange::LagrangeBasis;
+use crate::interp::method::MAX_WIDTH;
 
 /// Highest polynomial degree + 1 supported (m ≤ 3).
 const MAX_COEFFS: usize = 8;
