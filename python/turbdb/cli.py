@@ -362,7 +362,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     """
     import numpy as np
 
-    from .query import as_points
+    from .arguments import as_points
 
     if db_or_url.startswith(("http://", "https://")):
         from .remote import connect

@@ -19,7 +19,8 @@ import numpy as np
 from . import __version__
 from . import exceptions as exc
 from .info import DatasetInfo, is_plain_name
-from .query import _range, as_points, cutout_array, finite_number, result_dtype
+from .arguments import as_points, finite_number, node_range, result_dtype
+from .query import cutout_array
 from .service.transport import NPY, encode_npy, load_npy_bytes
 
 # Transport failures after which the same request is sent again: the server was not
@@ -158,7 +159,7 @@ class RemoteDataset:
         if not isinstance(stride, (int, np.integer)) or stride < 1:
             raise exc.InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
         info = self._metadata
-        ranges = [(0, n) if value is None else _range(axis, value) for axis, value, n in zip("xyz", (x, y, z), info.grid)]
+        ranges = [(0, n) if value is None else node_range(axis, value) for axis, value, n in zip("xyz", (x, y, z), info.grid)]
         params = {"field": field, "time": _time_param("time", time), "stride": int(stride), "format": "npy",
                   **{axis: f"{a},{b}" for axis, (a, b) in zip("xyz", ranges)}}
         response = self.database.request("POST", f"{self._path}/cutout", params=params, headers={"Accept": NPY})

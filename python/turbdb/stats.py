@@ -13,7 +13,7 @@ import numpy as np
 
 from . import diagnostics
 from .exceptions import InvalidRequestError
-from .query import as_points
+from .arguments import as_points
 
 if TYPE_CHECKING:
     from .dataset import Dataset

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
-from .query import METHODS, _choice, as_points, axes_of, finite_number
+from .arguments import METHODS, as_points, axes_of, choice, finite_number
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -46,8 +46,8 @@ def track(
     ncomp = info.fields[field].ncomp
     if ncomp != 3:
         raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")
-    method = _choice("method", method, METHODS)
-    integrator = _choice("integrator", integrator, INTEGRATORS)
+    method = choice("method", method, METHODS)
+    integrator = choice("integrator", integrator, INTEGRATORS)
     times = step_times(start, end, dt)
     _check_stored(dataset, field, info, times)
     x0 = as_points(points)

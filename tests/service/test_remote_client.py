@@ -10,7 +10,7 @@ import pytest
 import xarray
 
 import turbdb
-from turbdb.query import METHODS, OPERATORS
+from turbdb.arguments import METHODS, OPERATORS
 
 from servicekit import FULL, TIMES, random_points
 

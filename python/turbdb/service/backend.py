@@ -20,7 +20,7 @@ from ..database import Database
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
 from ..info import is_plain_name
-from ..query import as_points
+from ..arguments import as_points
 from .admission import PointsLimiter
 from .metrics import Metrics
 from .tokens import Limits, Tokens

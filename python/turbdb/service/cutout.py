@@ -11,7 +11,7 @@ from starlette.responses import StreamingResponse
 
 from ..dataset import Dataset
 from ..exceptions import InvalidRequestError, UnknownNameError
-from ..query import axes_of
+from ..arguments import axes_of
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
 
