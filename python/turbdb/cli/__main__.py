@@ -1,0 +1,5 @@
+"""``python -m turbdb.cli``: the ``turbdb`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,172 @@
+"""Commands that ask questions of a dataset, local or on a server: query, track, stats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .group import main
+from .inputs import database, is_url, read_points
+
+
+@main.command()
+@click.argument("db_or_url")
+@click.argument("name")
+@click.option("--field", required=True, help="Field to evaluate, e.g. velocity or pressure.")
+@click.option("--points", "points_file", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Points: an .npy array (N, 3), or a .csv/.txt file of x,y,z rows.")
+@click.option("--time", "time_", type=float, required=True, help="Physical time.")
+@click.option("--method", default="lag6", show_default=True, help="none, lag4, lag6, lag8, fd4noint, fd6noint, fd8noint, fd4lag4, m1q4, m2q8.")
+@click.option("--operator", default="field", show_default=True, help="field, gradient, hessian or laplacian.")
+@click.option("--temporal", default="none", show_default=True, help="none (nearest stored time) or pchip.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True, help="Type of the values written.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the answer: .npy (the array Dataset.query returns) or .csv (one row per point, JHTDB's column names).")
+@click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
+def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float, method: str, operator: str,
+          temporal: str, dtype: str, out: Path, token: str | None) -> None:
+    """Evaluate FIELD (or its gradient, Hessian, Laplacian) of dataset NAME at the points in
+    --points and write the answer to --out.
+
+    DB_OR_URL is a database directory, or the http:// address of a turbdb server (turbdb
+    serve), which evaluates the points where the data lives.
+    """
+    import numpy as np
+
+    from ..arguments import as_points
+
+    if db_or_url.startswith(("http://", "https://")):
+        from ..remote import connect
+
+        database = connect(db_or_url, token)
+    else:
+        from ..database import open as open_db
+
+        database = open_db(db_or_url)
+    points = as_points(read_points(points_file))
+    values = database[name].query(field, points, time=time_, method=method, operator=operator, temporal=temporal,
+                                  dtype=dtype)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".csv":
+        from ..service.jhtdb import columns
+
+        names = columns(field, values.shape[1], operator.lower())
+        np.savetxt(out, values.reshape(len(points), -1), delimiter=",", header=",".join(names), comments="",
+                   fmt="%.9g")
+    else:
+        np.save(out, values)
+    click.echo(f"{name}: {operator} of {field} at {len(points)} points, t = {time_:g}, {method}: wrote {out} "
+               f"{values.shape} {values.dtype}")
+
+
+@main.command()
+@click.argument("db")
+@click.argument("name")
+@click.option("--points", "points_spec", required=True,
+              help="A number of particles placed uniformly at random (--seed), or a .npy/.txt/.csv file of x,y,z rows.")
+@click.option("--start", type=float, required=True, help="Time the particles are released.")
+@click.option("--end", type=float, required=True, help="Time to track to (before --start tracks backward).")
+@click.option("--dt", type=float, required=True, help="Integration step (positive; the last step lands on --end).")
+@click.option("--method", default="lag6", show_default=True, help="Spatial interpolation: lag4, lag6, lag8, m2q8, …")
+@click.option("--field", default="velocity", show_default=True, help="Vector field advecting the particles.")
+@click.option("--integrator", type=click.Choice(["rk2", "euler"]), default="rk2", show_default=True,
+              help="rk2: Heun's method, as JHTDB's GetPosition.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random particle positions.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the positions, a .npy array (steps+1, N, 3), unwrapped.")
+@click.option("--velocity", "with_velocity", is_flag=True, help="Also write the velocities to OUT with .velocity.npy.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def track(db: str, name: str, points_spec: str, start: float, end: float, dt: float, method: str, field: str,
+          integrator: str, seed: int, out: Path, with_velocity: bool, quiet: bool) -> None:
+    """Track fluid particles through dataset NAME of DB (a database directory, or the
+    http:// address of a turbdb server: then the whole trajectory is one request) from
+    --start to --end (Heun RK2, pchip in time), evaluated in the engine, and save their
+    trajectories to --out.
+
+    Positions are continuous (not wrapped into the periodic box); np.mod(p - origin, L)
+    puts them back in the box.
+    """
+    import time
+
+    import numpy as np
+
+    from ..stats import random_points
+
+    dataset = database(db)[name]
+    if points_spec.isdigit():
+        points = random_points(dataset.metadata, int(points_spec), seed)
+    else:
+        points = read_points(Path(points_spec))
+    options = {} if is_url(db) else {"progress": not quiet}  # the server reports no progress
+    began = time.perf_counter()
+    result = dataset.track(points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
+                           return_velocity=with_velocity, **options)
+    seconds = time.perf_counter() - began
+    positions, velocities = result if with_velocity else (result, None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out, positions)
+    written = [out]
+    if velocities is not None:
+        written.append(out.with_name(out.name.removesuffix(".npy") + ".velocity.npy"))
+        np.save(written[-1], velocities)
+    steps = len(positions) - 1
+    rate = steps * len(points) / seconds if seconds > 0 else float("inf")
+    click.echo(f"tracked {len(points)} particles from t = {start:g} to {end:g} in {steps} steps: {seconds:.2f} s, "
+               f"{rate / 1e6:.3f} M particle-steps/s")
+    if len(points):
+        displacement = np.linalg.norm(positions[-1] - positions[0], axis=1)
+        click.echo(f"mean displacement {displacement.mean():.4g}, max {displacement.max():.4g}")
+    click.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+@main.group()
+def stats() -> None:
+    """Statistics of a stored time step: the R–Q joint PDF and the energy spectrum."""
+
+
+@stats.command("rq")
+@click.argument("db")
+@click.argument("name")
+@click.option("--time", "time_", type=float, required=True, help="Time (the nearest stored step is used).")
+@click.option("--points", type=click.IntRange(2), default=100_000, show_default=True, help="Random sample points.")
+@click.option("--method", default="lag6", show_default=True, help="Gradient method: lag4, lag6, lag8, fd4lag4, m2q8, …")
+@click.option("--field", default="velocity", show_default=True, help="Velocity-like field.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample points.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
+def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: str, seed: int, out: Path | None) -> None:
+    """Joint PDF of the velocity-gradient invariants R and Q of NAME at --time, normalised
+    by <Q_w>, from gradients queried at random points: a plot and the data. DB is a database
+    directory or the http:// address of a turbdb server."""
+    from .. import stats as st
+
+    result = st.rq_pdf(database(db)[name], time=time_, points=points, method=method, field=field, seed=seed)
+    out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
+    paths = result.save(out / f"rq_t{result.time:g}_{method}")
+    f = result.fractions
+    click.echo(f"{name}: R–Q at t = {result.time:g}, {points} points, {method}; <Q_w> = {result.qw_mean:.4g}")
+    click.echo(f"  P(Q<0,R>0) = {f['Q<0,R>0']:.3f}  P(Q<0,R<0) = {f['Q<0,R<0']:.3f}  ratio {result.asymmetry:.2f}"
+               f"  P(Q>0,R>0) = {f['Q>0,R>0']:.3f}  P(Q>0,R<0) = {f['Q>0,R<0']:.3f}")
+    click.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+@stats.command("spectrum")
+@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("name")
+@click.option("--time", "time_", type=float, required=True, help="Time (the nearest stored step is used).")
+@click.option("--field", default="velocity", show_default=True, help="Vector field.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory for the PNG, .npz and .json (default DB/NAME-stats).")
+def stats_spectrum(db: Path, name: str, time_: float, field: str, out: Path | None) -> None:
+    """Shell-summed energy spectrum E(k) of NAME at --time, from a cutout of the whole
+    (periodic) box: a plot and the data."""
+    from .. import stats as st
+    from ..database import open as open_db
+
+    result = st.energy_spectrum(open_db(db)[name], time=time_, field=field)
+    out = out or db / f"{name}-stats"
+    paths = result.save(out / f"spectrum_t{result.time:g}")
+    click.echo(f"{name}: energy spectrum at t = {result.time:g}, {len(result.k)} shells, "
+               f"energy {result.summary()['energy']:.4g}")
+    click.echo("wrote " + ", ".join(str(p) for p in paths))

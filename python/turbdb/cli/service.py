@@ -1,0 +1,56 @@
+"""Commands that run things: serve the database over HTTP, run the demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .group import main
+
+
+@main.command()
+@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free one; the address is printed).")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="TOML file of tokens and their limits (see docs/service.md). Without it only anonymous use, "
+                   "with JHTDB's limit of 4096 points per request.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Engine calls run at once, in threads of this one process (each call also uses every core). "
+                   "Default: the number of cores.")
+@click.option("--max-inflight-points", type=click.IntRange(1), default=None,
+              help="Points admitted at once over all requests (memory bound); others wait their turn. Default 4000000.")
+@click.option("--cutout-chunk-bytes", type=click.IntRange(1024), default=None, hidden=True,
+              help="Size of the slabs cutouts are streamed in (default 16 MiB).")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True, help="Server log level.")
+@click.option("--access-log", is_flag=True, help="Log one line per request.")
+def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
+          cutout_chunk_bytes: int | None, log_level: str, access_log: bool) -> None:
+    """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
+    requests in progress finish).
+
+    The API is /v1/datasets (metadata), /v1/datasets/NAME/query, /cutout and /track (JSON or
+    .npy), the JHTDB-compatible /turbulence-svc/values, /healthz and /metrics; its
+    interactive documentation is at /docs. Use it from Python with turbdb.connect(URL, token)
+    or from the shell with turbdb query URL NAME ….
+    """
+    from ..service import serve as run_server
+
+    run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
+               max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
+               access_log=access_log)
+
+
+@main.command()
+@click.argument("db", type=click.Path(file_okay=False, path_type=Path), default="data")
+@click.option("--name", default="isotropic64", show_default=True, help="Dataset to demonstrate on.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where to write the plots (default DB/NAME-demo).")
+def demo(db: Path, name: str, out: Path | None) -> None:
+    """Show what the dataset holds: its metadata, physical checks computed from the stored
+    data, particles tracked forward and back, and plots of a vorticity slice, the energy
+    spectrum, the trajectories and the R–Q joint PDF."""
+    from ..demo import run_demo
+
+    run_demo(db, name, out)
