@@ -17,7 +17,15 @@ from . import __version__
 from .dataset import Dataset
 from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
-from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, write_coordinate, write_json_atomic
+from .zarr_meta import (
+    ZARR_JSON,
+    consolidated_metadata,
+    field_document,
+    group_document,
+    read_json,
+    write_coordinate,
+    write_json_atomic,
+)
 
 
 class Database(Mapping[str, Dataset]):
@@ -154,7 +162,7 @@ def create_dataset(
     for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
         write_coordinate(path, axis, o + d * np.arange(n))
     write_coordinate(path, "time", times_a)
-    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}))
+    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
 
 

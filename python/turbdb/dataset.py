@@ -15,8 +15,10 @@ import numpy as np
 from . import _core
 from .exceptions import FormatError, InvalidRequestError, UnknownNameError
 from .info import DatasetInfo, check_name, uniform_times
+from .times import format_time
 from .zarr_meta import (
     ZARR_JSON,
+    consolidated_metadata,
     field_document,
     parse_atom_codecs,
     read_json,
@@ -100,10 +102,13 @@ class Dataset:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def update_attrs(self, change: Callable[[dict[str, Any]], None]) -> None:
-        """Applies ``change`` to the stored ``turbdb`` attributes under the metadata lock."""
+        """Applies ``change`` to the stored ``turbdb`` attributes under the metadata lock.
+        The consolidated metadata is refreshed with them: ``change`` may resize or add
+        arrays, and zarr-python and xarray trust the consolidated copy."""
         with self._metadata_lock():
             document = read_json(self.path / ZARR_JSON)
             change(document["attributes"]["turbdb"])
+            document["consolidated_metadata"] = consolidated_metadata(self.path)
             write_json_atomic(self.path / ZARR_JSON, document)
 
     # -- writing ------------------------------------------------------------------------
@@ -170,7 +175,7 @@ class Dataset:
             old = np.asarray(attrs["times"], dtype=np.float64)
             if old.size and new.size and new[0] <= old[-1]:
                 raise InvalidRequestError(
-                    f"appended times must come after the last stored time {old[-1]:g}; got {new[0]:g}"
+                    f"appended times must come after the last stored time {format_time(old[-1])}; got {format_time(new[0])}"
                 )
             combined = np.concatenate([old, new])
             uniform_times(combined)
