@@ -27,7 +27,7 @@ build: setup ## release build of the Rust extension into .venv
 	@$(PY) -c "import turbdb._core" 
 
 # The two built-in DNS datasets (docs/simulate.md): isotropic64, the quick default (Re_λ ≈ 40,
-# 100 steps, a few minutes), and isotropic256 (Re_λ ≈ 110 with an inertial range, 41 steps,
+# 100 steps, a few minutes), and isotropic256 (Re_λ ≈ 117, a short inertial range, 41 steps,
 # 11 GB, about half an hour on 2 cores). Any other name gets the 64³ settings.
 GRID ?= $(if $(filter isotropic256,$(DATASET)),256,64)
 STEPS ?= $(if $(filter isotropic256,$(DATASET)),41,100)
