@@ -441,3 +441,65 @@ fn a_declared_job_runs_to_its_end_and_gates_with_a_twin() {
     assert_eq!(stats.gating.edges, 4);
     assert_eq!(stats.jobs, 0, "both jobs finished");
 }
+
+/// Sixteen users ask about the same region of one time step at once, with no cache to
+/// help: `noshare` reads the region once per query, the co-scheduling schedulers read
+/// each atom for all of them at once — and everyone still gets the lone answer.
+#[test]
+fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
+    let f = fixture(true);
+    let asks: Vec<Ask> = (0..16u64)
+        .map(|i| {
+            let mut a = ask(7 + i, [11.5, 7.5, 15.5]);
+            a.method = Method::Lagrange(6);
+            a.operator = Operator::Gradient;
+            a.temporal = Temporal::None;
+            a.time = 1.0;
+            // All around the same spot: one shared region of interest.
+            for p in a.points.iter_mut() {
+                *p = [0, 1, 2].map(|k| 4.0 + (p[k] * 0.37) % 2.0);
+            }
+            a
+        })
+        .collect();
+    let mut read = Vec::new();
+    for scheduler in [
+        SchedulerKind::Noshare,
+        SchedulerKind::Liferaft,
+        SchedulerKind::Jaws,
+    ] {
+        let engine = engine(scheduler, PolicyKind::Lru, 0, IoMode::Direct);
+        let queries: Vec<PointQuery> = asks
+            .iter()
+            .map(|a| PointQuery {
+                points: &a.points,
+                axes: f.axes,
+                times: &TIMES,
+                time: a.time,
+                method: a.method,
+                operator: a.operator,
+                temporal: a.temporal,
+                partitions: None,
+                job: None,
+            })
+            .collect();
+        let tickets: Vec<_> = queries
+            .iter()
+            .map(|q| engine.submit_points(&f.reader, q, None).unwrap())
+            .collect();
+        for (a, ticket) in asks.iter().zip(tickets) {
+            let Outcome::Done(values, _) = ticket.outcome() else {
+                panic!("{scheduler:?}: a query did not complete");
+            };
+            assert!(close(&values.into_sums(), &alone(&f, a)), "{scheduler:?}");
+        }
+        read.push(engine.stats().atoms_read);
+    }
+    let [noshare, liferaft, jaws] = read[..] else {
+        unreachable!()
+    };
+    assert!(
+        3 * jaws <= noshare && 3 * liferaft <= noshare,
+        "atoms read: noshare {noshare}, liferaft {liferaft}, jaws {jaws}"
+    );
+}
