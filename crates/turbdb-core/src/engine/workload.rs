@@ -66,12 +66,12 @@ pub struct AtomQueue {
     /// `U_t` as last computed.
     u_t: f64,
     /// Bumped on every change, so stale heap entries are recognised.
-    version: u32,
+    version: u64,
 }
 
 /// A heap entry: (static key, atom code, version).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Ranked(f64, u64, u32);
+struct Ranked(f64, u64, u64);
 
 impl Eq for Ranked {}
 impl PartialOrd for Ranked {
@@ -93,6 +93,10 @@ pub struct StepQueue {
     heap: BinaryHeap<Ranked>,
     sum_u_t: f64,
     sum_oldest: f64,
+    /// The last version given to any of its atoms: versions are never reused within a
+    /// step's queue, so a heap entry left from an atom's earlier queue (taken, then
+    /// queued again) stays stale instead of matching the new queue's version.
+    last_version: u64,
 }
 
 impl StepQueue {
@@ -179,7 +183,8 @@ impl Workload {
         let old_u_t = atom.u_t;
         atom.u_t = workload_throughput(atom.points as f64, atom.cached, &cost);
         queue.sum_u_t += atom.u_t - old_u_t;
-        atom.version = atom.version.wrapping_add(1);
+        queue.last_version += 1;
+        atom.version = queue.last_version;
         queue.heap.push(Ranked(
             static_key(atom.u_t, atom.oldest, alpha),
             code,
@@ -274,7 +279,8 @@ impl Workload {
         let old = atom.u_t;
         atom.u_t = workload_throughput(atom.points as f64, atom.cached, cost);
         queue.sum_u_t += atom.u_t - old;
-        atom.version = atom.version.wrapping_add(1);
+        queue.last_version += 1;
+        atom.version = queue.last_version;
         queue.heap.push(Ranked(
             static_key(atom.u_t, atom.oldest, alpha),
             code,
@@ -433,6 +439,23 @@ mod tests {
         // In step 1 only the hot atom is above the mean; k caps the batch.
         assert_eq!(w.top_atoms(step(1), 15), vec![10]);
         assert_eq!(w.top_atoms(step(2), 2).len(), 2);
+    }
+
+    #[test]
+    fn an_atom_queued_again_after_it_was_taken_is_chosen_once() {
+        let mut w = Workload::new(0.0, COST);
+        // Atom 9 keeps the step's queue alive while atom 5 is queued, taken and queued
+        // again: the heap entries of its first queue must not match the second.
+        w.push(step(1), 9, entry(1, 0, 1), 0.0, false);
+        for q in 2..5 {
+            w.push(step(1), 5, entry(q, 0, 50), 0.0, false);
+        }
+        w.take_atom(step(1), 5).unwrap();
+        for q in 5..8 {
+            w.push(step(1), 5, entry(q, 0, 50), 1.0, false);
+        }
+        let chosen = w.top_atoms(step(1), 15);
+        assert_eq!(chosen.iter().filter(|&&c| c == 5).count(), 1, "{chosen:?}");
     }
 
     #[test]
