@@ -176,19 +176,22 @@ def compute_ratios(rows: list[dict], policies) -> dict:
     def find(sch, pol):
         return next(r for r in rows if r["scheduler"] == sch and r["policy"] == pol)
 
-    out: dict = {"throughput_vs_noshare": {}, "bytes_read_vs_noshare": {}, "small_p99_vs_noshare": {}, "lines": []}
+    out: dict = {"throughput_vs_noshare": {}, "atoms_read_vs_noshare": {}, "bytes_read_vs_noshare": {},
+                 "small_p99_vs_noshare": {}, "lines": []}
     for pol in policies:
         base = find("noshare", pol)
         for sch in ("liferaft", "jaws"):
             r = find(sch, pol)
             tp = r["queries_per_second"] / base["queries_per_second"]
             rd = r["engine"]["bytes_read"] / max(base["engine"]["bytes_read"], 1)
+            ra = r["engine"]["atoms_read"] / max(base["engine"]["atoms_read"], 1)
             p99 = r["response"].get("small", {}).get("p99", math.nan) / base["response"].get("small", {}).get(
                 "p99", math.nan)
             out["throughput_vs_noshare"][f"{sch}/{pol}"] = tp
             out["bytes_read_vs_noshare"][f"{sch}/{pol}"] = rd
+            out["atoms_read_vs_noshare"][f"{sch}/{pol}"] = ra
             out["small_p99_vs_noshare"][f"{sch}/{pol}"] = p99
-            out["lines"].append(f"{sch}/{pol}: throughput {tp:.2f}× noshare, bytes read {rd:.2f}×, "
+            out["lines"].append(f"{sch}/{pol}: throughput {tp:.2f}× noshare, atoms read {ra:.2f}×, bytes read {rd:.2f}×, "
                                 f"small p99 {p99:.2f}×")
     if "urc" in policies and "lruk" in policies:
         urc, lruk = find("jaws", "urc")["engine"]["hit_ratio"], find("jaws", "lruk")["engine"]["hit_ratio"]
