@@ -27,13 +27,13 @@ def test_eight_clients_through_the_engine_get_the_local_answers(service_db, loca
                  operator=["field", "gradient", "laplacian"][i % 3]) for i in range(24)]
     with running_server(service_db, tmp_path / "server.log", "--scheduler", scheduler, "--cache-bytes",
                         str(1 << 20), "--cache-policy", "urc", "--io", "direct") as server:
-        remote = turbdb.connect(server.url)
         answers = {}
 
         def client(k):
-            rds = remote[name]
-            for i in range(k, len(asks), 8):
-                answers[i] = rds.query(field, dtype=np.float64, **asks[i])
+            with turbdb.connect(server.url) as remote:
+                rds = remote[name]
+                for i in range(k, len(asks), 8):
+                    answers[i] = rds.query(field, dtype=np.float64, **asks[i])
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
         for t in threads:

@@ -75,7 +75,11 @@ def replay(trace: Path, db_or_url: str, speedup: float, clients: int, scheduler:
         db = database(db_or_url)
     else:
         db = open_db(db_or_url, scheduler=scheduler, cache_policy=cache_policy, cache_bytes=cache_bytes, io=io)
-    report = run(db, queries, speedup=speedup, clients=clients)
+    try:
+        report = run(db, queries, speedup=speedup, clients=clients)
+    finally:
+        if is_url(db_or_url):
+            db.close()
     summary = report.summary()
     if is_url(db_or_url):
         import httpx
