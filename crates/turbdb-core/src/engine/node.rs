@@ -70,8 +70,8 @@ pub struct EngineConfig {
 
 /// JAWS's batch size in our atoms. The paper's k = 15 counts its 64³ atoms (8 MB); ours
 /// are 8³ (6 KB for velocity), so a batch of 15 would be 90 KB and the cost of choosing it
-/// would rival the cost of serving it. 512 atoms (3 MB of velocity) keep the choice
-/// under a few per cent of a batch — see docs/engine.md for the measurements.
+/// would rival the cost of serving it. 512 atoms (3 MB of velocity) keep the choice small
+/// against the batch; the value has not been tuned by measurement yet.
 pub const DEFAULT_BATCH_ATOMS: usize = 512;
 
 impl Default for EngineConfig {
