@@ -21,19 +21,31 @@ from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, wri
 
 
 class Database(Mapping[str, Dataset]):
-    """The datasets of one database directory, by name."""
+    """The datasets of one database directory, by name. Given the directory of one dataset
+    (``data/isotropic64``) instead, it is the database holding that dataset alone."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
+        #: The one dataset shown when opened at a dataset's directory.
+        self.only: str | None = None
         if not self.path.is_dir():
             raise StorageError(f"no database at {self.path}: the directory does not exist (create one with turbdb simulate or turbdb ingest)")
+        if _is_dataset_group(self.path):
+            self.path, self.only = self.path.parent, self.path.name
+        elif _is_field_array(self.path):
+            raise StorageError(f"{path} is the array of field {self.path.name!r} of dataset {self.path.parent.name!r}; "
+                               f"open the database {self.path.parent.parent} (or the dataset directory "
+                               f"{self.path.parent}) instead")
 
     def __repr__(self) -> str:
-        return f"<turbdb.Database {str(self.path)!r}: {', '.join(self.datasets) or 'empty'}>"
+        shown = f"{self.path / self.only}" if self.only else str(self.path)
+        return f"<turbdb.Database {shown!r}: {', '.join(self.datasets) or 'empty'}>"
 
     @property
     def datasets(self) -> list[str]:
         """Names of the datasets, sorted."""
+        if self.only is not None:
+            return [self.only]
         return sorted(
             entry.name
             for entry in os.scandir(self.path)
@@ -65,8 +77,25 @@ def _is_dataset(path: Path) -> bool:
         return False
 
 
+def _is_dataset_group(path: Path) -> bool:
+    """The group of a dataset itself (``data/isotropic64``), not a database."""
+    try:
+        return "turbdb" in read_json(path / ZARR_JSON).get("attributes", {})
+    except (OSError, FormatError):
+        return False
+
+
+def _is_field_array(path: Path) -> bool:
+    """A field array inside a dataset (``data/isotropic64/velocity``)."""
+    try:
+        return read_json(path / ZARR_JSON).get("node_type") == "array" and _is_dataset(path.parent)
+    except (OSError, FormatError):
+        return False
+
+
 def open(path: str | os.PathLike[str]) -> Database:  # noqa: A001 - the public name is turbdb.open
-    """Opens the database directory ``path``."""
+    """Opens the database directory ``path``; the directory of one dataset
+    (``data/isotropic64``) opens as a database holding that dataset alone."""
     return Database(path)
 
 
