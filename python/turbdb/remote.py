@@ -38,6 +38,9 @@ _RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
 # at most this many retries of one request.
 _MAX_RETRY_AFTER = 60.0
 _BUSY_RETRIES = 8
+# The client paces its requests this fraction below the server's rate and burst: it copies
+# the server's token bucket but not its clock.
+PACING_MARGIN = 0.02
 
 
 def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
@@ -122,23 +125,23 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 if "no such endpoint" not in str(e):
                     raise
                 self._limits = batches.ServerLimits.unknown()
-            self._pacer = batches.Pacer(self._limits.requests_per_minute, self._limits.burst)
+            self._pacer = batches.Pacer(self._limits.requests_per_minute, self._limits.burst, margin=PACING_MARGIN)
         return self._limits
 
     def run_batches(self, tasks: list, sizes: list[int], unit: str, description: str,
                     progress: bool | None = None) -> list:
-        """Sends one request per task, concurrently and paced under the token's rate."""
-        self.limits  # noqa: B018 - fetches the limits and makes the pacer
-        assert self._pacer is not None
-        return batches.run(tasks, self._pacer, concurrency=self.concurrency,
-                           progress=self.progress if progress is None else progress, sizes=sizes, unit=unit,
-                           description=description)
+        """Runs one request per task, ``concurrency`` at a time (each paced by :meth:`request`)."""
+        return batches.run(tasks, concurrency=self.concurrency, progress=self.progress if progress is None else progress,
+                           sizes=sizes, unit=unit, description=description)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends a request, retrying transport failures and busy answers (429, 503: after
         the ``Retry-After`` they ask for); raises the server's error as its turbdb exception."""
         failures = busy = 0
         while True:
+            if path != "/v1/limits":  # asking for the limits is free; everything else is paced
+                self.limits  # noqa: B018 - asks for them once, and makes the pacer
+                self._pacer.wait()  # type: ignore[union-attr]
             try:
                 response = self._client.request(method, path, **kwargs)
             except _RETRIED as e:

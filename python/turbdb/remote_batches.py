@@ -55,12 +55,13 @@ class ServerLimits:
 
 class Pacer:
     """A token bucket like the server's: ``per_minute`` requests a minute, ``burst`` at once.
-    :meth:`wait` blocks until the next request may go; threads share one pacer."""
+    :meth:`wait` blocks until the next request may go; threads share one pacer. ``margin``
+    keeps a little below the server's figures, whose clock and bucket this one only copies."""
 
     def __init__(self, per_minute: float, burst: float, clock: Callable[[], float] = _time.monotonic,
-                 sleep: Callable[[float], None] = _time.sleep):
-        self.rate = per_minute / 60.0
-        self.capacity = max(1.0, burst)
+                 sleep: Callable[[float], None] = _time.sleep, margin: float = 0.0):
+        self.rate = per_minute / 60.0 * (1.0 - margin)
+        self.capacity = max(1.0, burst * (1.0 - margin))
         self.level = self.capacity
         self.clock, self.sleep = clock, sleep
         self.stamp = clock()
@@ -107,13 +108,12 @@ def boxes(shape: tuple[int, int, int], limit: int) -> Iterator[tuple[tuple[int, 
                     yield (z, z + 1), (y, y + 1), x
 
 
-def run(tasks: Sequence[Callable[[], T]], pacer: Pacer, *, concurrency: int, progress: bool | None,
-        sizes: Sequence[int], unit: str, description: str) -> list[T]:
-    """Runs ``tasks`` (each one request) at most ``concurrency`` at a time, each after the
-    pacer lets it go; results in order. The first error cancels what has not started and is
-    raised. ``progress``: True, False, or None (a bar on a terminal, for more than one task)."""
+def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | None, sizes: Sequence[int],
+        unit: str, description: str) -> list[T]:
+    """Runs ``tasks`` (each one paced request) at most ``concurrency`` at a time; results in
+    order. The first error cancels what has not started and is raised. ``progress``: True,
+    False, or None (a bar on a terminal, for more than one task)."""
     if len(tasks) == 1:
-        pacer.wait()
         return [tasks[0]()]
     from tqdm.auto import tqdm
 
@@ -122,8 +122,7 @@ def run(tasks: Sequence[Callable[[], T]], pacer: Pacer, *, concurrency: int, pro
               disable=None if progress is None else not progress) as bar:
 
         def paced(task: Callable[[], T], size: int) -> T:
-            pacer.wait()
-            if stop.is_set():  # another batch failed while this one waited its turn
+            if stop.is_set():  # another batch failed before this one's turn
                 raise concurrent.futures.CancelledError()
             result = task()
             bar.update(size)

@@ -60,6 +60,21 @@ class turb_dataset:  # noqa: N801 - givernylocal's name
         self.auth_token = auth_token
         self.url = location
 
+    def close(self) -> None:
+        """Closes the connection to a server (also done when the object is collected)."""
+        close = getattr(self.__dict__.get("db"), "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> turb_dataset:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
 
 def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_method: str, spatial_method_original: str,
             spatial_operator: str, points: Any, option: Any = (PLACEHOLDER, PLACEHOLDER), return_times: bool = False,

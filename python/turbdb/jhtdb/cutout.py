@@ -47,7 +47,7 @@ def giverny_cutout(dataset: Any, var: str, space: np.ndarray, time_range: np.nda
 
     info = dataset.metadata
     steps = list(range(int(time_range[0]), int(time_range[1]) + 1, int(strides[3])))
-    if steps[0] < 1 or steps[-1] > info.nt:
+    if time_range[0] < 1 or time_range[1] > info.nt:
         raise InvalidRequestError(f"the time range [{time_range[0]}, {time_range[1]}] is outside the stored steps "
                                   f"1 … {info.nt} of {info.name!r}")
     times = [float(info.times[k - 1]) for k in steps]
