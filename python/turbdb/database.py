@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, _core
+from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .dataset import Dataset
 from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
@@ -22,9 +23,20 @@ from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, wri
 
 class Database(Mapping[str, Dataset]):
     """The datasets of one database directory, by name. Given the directory of one dataset
-    (``data/isotropic64``) instead, it is the database holding that dataset alone."""
+    (``data/isotropic64``) instead, it is the database holding that dataset alone. With a
+    node engine (any of ``scheduler``, ``cache_bytes``, ``cache_policy``, ``io`` given to
+    :func:`open`), every dataset opened from it queries through that one engine, so queries
+    from many threads share their reads and a cache of decoded atoms."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        scheduler: str | None = None,
+        cache_bytes: int | None = None,
+        cache_policy: str | None = None,
+        io: str | None = None,
+    ):
         self.path = Path(path)
         #: The one dataset shown when opened at a dataset's directory.
         self.only: str | None = None
@@ -36,6 +48,21 @@ class Database(Mapping[str, Dataset]):
             raise StorageError(f"{path} is the array of field {self.path.name!r} of dataset {self.path.parent.name!r}; "
                                f"open the database {self.path.parent.parent} (or the dataset directory "
                                f"{self.path.parent}) instead")
+        self.engine: Any = None
+        if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
+            self.engine = _core.Engine(
+                scheduler=choice("scheduler", scheduler or "jaws", SCHEDULERS),
+                cache_bytes=_cache_bytes(cache_bytes),
+                cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
+                io=choice("io mode", io or "buffered", IO_MODES),
+            )
+
+    def engine_stats(self) -> dict[str, Any]:
+        """What the node engine has done and holds (atoms and bytes read, cache hit ratio,
+        α, batch sizes, response times by query size); raises if there is no engine."""
+        if self.engine is None:
+            raise InvalidRequestError("this database has no node engine: open it with turbdb.open(path, scheduler=...)")
+        return self.engine.stats()
 
     def __repr__(self) -> str:
         shown = f"{self.path / self.only}" if self.only else str(self.path)
@@ -57,7 +84,7 @@ class Database(Mapping[str, Dataset]):
             raise UnknownNameError(
                 f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}"
             )
-        return Dataset(self.path / name)
+        return Dataset(self.path / name, engine=self.engine)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
@@ -93,10 +120,32 @@ def _is_field_array(path: Path) -> bool:
         return False
 
 
-def open(path: str | os.PathLike[str]) -> Database:  # noqa: A001 - the public name is turbdb.open
+def open(  # noqa: A001 - the public name is turbdb.open
+    path: str | os.PathLike[str],
+    *,
+    scheduler: str | None = None,
+    cache_bytes: int | None = None,
+    cache_policy: str | None = None,
+    io: str | None = None,
+) -> Database:
     """Opens the database directory ``path``; the directory of one dataset
-    (``data/isotropic64``) opens as a database holding that dataset alone."""
-    return Database(path)
+    (``data/isotropic64``) opens as a database holding that dataset alone.
+
+    Giving any engine option makes one node engine for the database, shared by every
+    dataset and thread that queries it: ``scheduler`` noshare, liferaft or jaws (the
+    default); ``cache_bytes`` of decoded atoms (default a quarter of RAM, at most 4 GiB);
+    ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
+    or direct (reads bypass the OS page cache). Without them each query runs alone.
+    """
+    return Database(path, scheduler=scheduler, cache_bytes=cache_bytes, cache_policy=cache_policy, io=io)
+
+
+def _cache_bytes(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidRequestError(f"cache_bytes must be a non-negative integer of bytes, not {value!r}")
+    return int(value)
 
 
 def create_dataset(
