@@ -18,6 +18,7 @@ pub mod storage;
 
 pub use engine::plan::Plan;
 pub use engine::query::{evaluate, run, QuerySpec, Strategy};
+pub use engine::simd::KernelPath;
 pub use engine::stream::{execute, Order, StreamStats, TimeLevel};
 pub use error::{Error, Result};
 pub use interp::method::{Method, Operator};
