@@ -7,10 +7,16 @@ DB ?= data
 DATASET ?= isotropic64
 HOST ?= 127.0.0.1
 PORT ?= 8000
+WHEEL_DIR ?= dist
+# NATIVE=1: compile for this CPU only (target-cpu=native); the default build runs anywhere and
+# picks its SIMD path (AVX-512, AVX2+FMA, NEON, portable) at run time.
+ifeq ($(NATIVE),1)
+export RUSTFLAGS := $(RUSTFLAGS) -C target-cpu=native
+endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -22,9 +28,12 @@ $(VENV)/.deps:
 
 setup: $(VENV)/.deps ## create .venv with maturin (build installs the dependencies)
 
-build: setup ## release build of the Rust extension into .venv
+build: setup ## release build of the Rust extension into .venv (NATIVE=1: for this CPU only)
 	$(VENV)/bin/maturin develop --release --extras test --quiet
 	@$(PY) -c "import turbdb._core" 
+
+wheel: setup ## abi3 manylinux wheel into dist/ (WHEEL_DIR=); pip install it anywhere, no Rust needed
+	$(VENV)/bin/maturin build --release --out $(WHEEL_DIR)
 
 dataset: build ## create the default dataset (isotropic64 in data/; override with DATASET=, DB=) if it is missing
 	$(PY) -m turbdb.cli simulate $(DB) --name $(DATASET) --grid 64 --if-missing
@@ -58,4 +67,4 @@ bench-service: build ## HTTP latency (1, 100, 1e4 points) and 1e6-point throughp
 bench: bench-ingest bench-query bench-track bench-service ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
-	rm -rf target $(VENV) .pytest_cache .hypothesis
+	rm -rf target dist $(VENV) .pytest_cache .hypothesis
