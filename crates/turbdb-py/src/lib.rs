@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod error;
 mod field;
+mod kernel;
 mod morton;
 
 #[pymodule]
@@ -12,5 +13,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<field::FieldStore>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::kernel_path, m)?)?;
     Ok(())
 }
