@@ -15,6 +15,7 @@ from .exceptions import (
     AccessDeniedError,
     CorruptDataError,
     DatasetExistsError,
+    EngineBusyError,
     FormatError,
     InvalidRequestError,
     LimitExceededError,
@@ -46,6 +47,7 @@ __all__ = [
     "StorageError",
     "DatasetExistsError",
     "AccessDeniedError",
+    "EngineBusyError",
     "LimitExceededError",
     "ServiceError",
 ]

@@ -472,6 +472,23 @@ impl<T: Lane> Rows<'_, T> {
     }
 }
 
+/// Adds one block's contribution for one point, for any component count, on the path
+/// queries use ([`KernelPath::selected`]; the fastest the CPU has if `TURBDB_KERNEL` is
+/// bad, an error the query's plan reports).
+#[inline]
+pub fn accumulate_any<T: Value>(
+    ncomp: usize,
+    block: Block<'_, T>,
+    runs: &[Runs; 3],
+    w: &[AxisWeights; 3],
+    terms: &TermSet,
+    scale: f64,
+    out: &mut [f64],
+) {
+    let path = KernelPath::selected().unwrap_or_else(|_| KernelPath::best());
+    accumulate_on(path, ncomp, block, runs, w, terms, scale, out);
+}
+
 /// Adds one block's contribution for one point, for any component count, on `path`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
