@@ -7,10 +7,16 @@ DB ?= data
 DATASET ?= isotropic64
 HOST ?= 127.0.0.1
 PORT ?= 8000
+WHEEL_DIR ?= dist
+# NATIVE=1: compile for this CPU only (target-cpu=native); the default build runs anywhere and
+# picks its SIMD path (AVX-512, AVX2+FMA, NEON, portable) at run time.
+ifeq ($(NATIVE),1)
+export RUSTFLAGS := $(RUSTFLAGS) -C target-cpu=native
+endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -38,6 +44,9 @@ setup: $(VENV)/.deps ## create .venv with maturin (build installs the dependenci
 
 build: $(VENV)/.built ## release build of the Rust extension into .venv (skipped when nothing changed)
 	@$(PY) -c "import turbdb._core"
+
+wheel: setup ## abi3 manylinux wheel into dist/ (WHEEL_DIR=); pip install it anywhere, no Rust needed
+	$(VENV)/bin/maturin build --release --out $(WHEEL_DIR)
 
 # The two built-in DNS datasets (docs/simulate.md): isotropic64, the quick default (Re_λ ≈ 40,
 # 100 steps, a few minutes), and isotropic256 (Re_λ ≈ 117, a short inertial range, 41 steps,
@@ -80,4 +89,4 @@ bench-workload: build ## many users at once: schedulers × cache policies on one
 bench: bench-ingest bench-query bench-track bench-service bench-workload ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
-	rm -rf target $(VENV) .pytest_cache .hypothesis
+	rm -rf target dist $(VENV) .pytest_cache .hypothesis

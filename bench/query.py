@@ -5,6 +5,7 @@ run in one process) and cold (page cache dropped, fresh process), plus the peak 
 1e6-point query. All ratios are measured in the same run.
 
     python bench/query.py [--data /tmp/turbdb-bench-data] [--quick] [--seed 0]
+    python bench/query.py --threads 1,2 [--data …]   # the kernel per thread count and SIMD path
 
 Workloads: "3D" = points uniform in the box [0, 2π)³; "128" = points uniform in a 128³-node
 sub-box at a random origin (wrapped). Cold runs need root (sync; echo 3 > drop_caches); if
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+import kernel_scaling
 import turbdb
 
 RESULTS = Path(__file__).parent / "results"
@@ -235,10 +237,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a ~1-minute subset (N ≤ 1e5, lag4 and lag8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the query points (default 0)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold runs (they drop the OS page cache)")
+    parser.add_argument("--threads", type=_thread_counts, metavar="1,2,…",
+                        help="instead of the strategy comparison, time the kernel (1e6 points, warm) at these "
+                             "RAYON_NUM_THREADS on every SIMD path this CPU has, with per-phase times, the "
+                             "arithmetic bound and a plain gather baseline (bench/results/query_threads.json)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         one(args.one)
+        return
+    if args.kernel_one:
+        kernel_scaling.measure_one(args.kernel_one)
+        return
+    if args.threads:
+        ensure_data(args.data)
+        info = turbdb.open(args.data)[NAME].info
+        RESULTS.mkdir(exist_ok=True)
+        kernel_scaling.run_threads(args.threads, args.data, NAME, FIELD, query_time(info),
+                                   make_points(info, "3D", 1_000_000, args.seed), RESULTS, machine_info())
         return
 
     began = time.perf_counter()
@@ -315,6 +332,16 @@ def main() -> None:
     plot(rows, p, cold_reason, RESULTS / f"{name}.png",
          f"{FIELD} queries on {GRID}³ synthetic, {cores} cores (load {load_start[0]:.1f})")
     print(f"wrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.png')}")
+
+
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give thread counts separated by commas, e.g. 1,2,4") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: thread counts must be at least 1")
+    return counts
 
 
 def _progress(mode: str, i: int, total: int, r: dict) -> None:

@@ -8,6 +8,7 @@ try:
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+local"
 
+from ._core import kernel_path, kernel_paths
 from .database import Database, create_dataset, open
 from .dataset import Dataset
 from .exceptions import (
@@ -31,6 +32,8 @@ __all__ = [
     "open",
     "connect",
     "create_dataset",
+    "kernel_path",
+    "kernel_paths",
     "Database",
     "Dataset",
     "DatasetInfo",

@@ -43,9 +43,11 @@ class Dataset:
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
         self._cache: tuple[Any, dict[str, Any], DatasetInfo] | None = None
-        #: Counters of the last query (atoms read, read calls, contributions): proof of
-        #: what the engine did.
-        self.last_query_stats: dict[str, int] = {}
+        #: Counters of the last query (atoms read, read calls, contributions), the seconds
+        #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
+        #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
+        #: (``kernel``): proof of what the engine did.
+        self.last_query_stats: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         info = self.info

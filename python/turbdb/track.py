@@ -147,7 +147,7 @@ class _Evaluator:
         stats["queries"] += 1
         stats["points"] += len(x)
         for key, value in counters.items():
-            stats[key] = stats.get(key, 0) + value
+            stats[key] = value if isinstance(value, str) else stats.get(key, 0) + value
         return values.reshape(len(x), 3)
 
 

@@ -23,6 +23,7 @@ pub use engine::node::{default_cache_bytes, CutoutQuery, EngineConfig, NodeEngin
 pub use engine::plan::Plan;
 pub use engine::query::{evaluate, run, QuerySpec, Strategy};
 pub use engine::scheduler::SchedulerKind;
+pub use engine::simd::KernelPath;
 pub use engine::stream::{execute, Order, StreamStats, TimeLevel};
 pub use engine::telemetry::{EngineStats, Histogram, SIZE_CLASSES};
 pub use engine::ticket::{Completions, Outcome, QueryStats, Ticket, Values};

@@ -199,6 +199,10 @@ impl FieldStore {
         counters.set_item("atoms_read", atoms)?;
         counters.set_item("read_calls", calls)?;
         counters.set_item("contributions", contributions)?;
+        for (phase, seconds) in stats.phases.seconds() {
+            counters.set_item(format!("{phase}_seconds"), seconds)?;
+        }
+        counters.set_item("kernel", stats.kernel().map(|p| p.name()))?;
         Ok((values.into_pyarray(py), counters))
     }
 

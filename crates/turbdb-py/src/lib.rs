@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod engine;
 mod error;
 mod field;
+mod kernel;
 mod morton;
 
 #[pymodule]
@@ -14,5 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::kernel_path, m)?)?;
     Ok(())
 }

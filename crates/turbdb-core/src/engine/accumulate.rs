@@ -1,9 +1,14 @@
 //! The inner loop of every strategy: add one block's (an atom's or a cell's) contribution
-//! to one point's partial sums. Rows of the block (x runs, all components together) are
-//! added into per-x accumulators weighted by the y and z weights — a contiguous axpy in
-//! eight-lane vectors ([`F64x8`]) — and the x weights are applied once at the end.
+//! to one point's partial sums. Rows of the block (an x run, all components together) are
+//! added into per-x accumulators weighted by the y and z weights — fixed-length vector
+//! fused multiply-adds on the SIMD path the CPU has ([`crate::engine::simd`]) — and the x
+//! weights are applied once at the end.
+//!
+//! Arithmetic per lag8 point of a 3-component field: 8 × 8 rows of 24 values, one
+//! multiply-add each (1 536); a gradient needs two z sums per row (its three terms share
+//! them) and a Hessian three.
 
-use crate::engine::lanes::F64x8;
+use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::method::Term;
 use crate::interp::stencil::AxisWeights;
 
@@ -54,12 +59,21 @@ impl Runs {
 /// Most distinct (y order, z order) pairs an operator needs (the Hessian's six).
 const MAX_PAIRS: usize = 6;
 
+/// Most distinct z orders (0, 1 and 2).
+const MAX_Z_ORDERS: usize = 3;
+
+/// Most values in one row of a contribution (an x run of the widest stencil, all
+/// components): longer rows go one component at a time.
+const MAX_ROW: usize = 32;
+
 /// What one evaluation needs to know about the operator.
 #[derive(Debug, Clone)]
 pub struct TermSet {
     slots: usize,
-    /// Distinct `(y order, z order)` pairs: one accumulator each.
+    /// Distinct `(y order, z order index)` pairs: one accumulator each.
     pairs: Vec<(usize, usize)>,
+    /// Distinct z orders: each row is summed along z once per z order.
+    z_orders: Vec<usize>,
     /// Per term: x order, accumulator, output slot.
     terms: Vec<(usize, usize, usize)>,
 }
@@ -67,20 +81,19 @@ pub struct TermSet {
 impl TermSet {
     /// The terms of an operator with `slots` outputs per component.
     pub fn new(terms: &[Term], slots: usize) -> Self {
+        let mut z_orders: Vec<usize> = Vec::new();
         let mut pairs: Vec<(usize, usize)> = Vec::new();
         let mut out = Vec::new();
         for t in terms {
-            let pair = (t.orders[1], t.orders[2]);
-            let index = pairs.iter().position(|&p| p == pair).unwrap_or_else(|| {
-                pairs.push(pair);
-                pairs.len() - 1
-            });
-            out.push((t.orders[0], index, t.slot));
+            let z = position_or_push(&mut z_orders, t.orders[2]);
+            let pair = position_or_push(&mut pairs, (t.orders[1], z));
+            out.push((t.orders[0], pair, t.slot));
         }
-        assert!(pairs.len() <= MAX_PAIRS);
+        assert!(pairs.len() <= MAX_PAIRS && z_orders.len() <= MAX_Z_ORDERS);
         Self {
             slots,
             pairs,
+            z_orders,
             terms: out,
         }
     }
@@ -89,6 +102,14 @@ impl TermSet {
     pub fn slots(&self) -> usize {
         self.slots
     }
+}
+
+/// The index of `item` in `list`, appended if it is not there.
+fn position_or_push<T: PartialEq>(list: &mut Vec<T>, item: T) -> usize {
+    list.iter().position(|x| *x == item).unwrap_or_else(|| {
+        list.push(item);
+        list.len() - 1
+    })
 }
 
 /// A dense block of grid values in C order `(z, y, x, c)`: one atom, or one cell.
@@ -100,12 +121,21 @@ pub struct Block<'a, T> {
     pub dims: [usize; 2],
 }
 
-/// A value stored in a block.
+/// The values of a block, by type.
+#[derive(Debug, Clone, Copy)]
+pub enum Values<'a> {
+    /// As stored.
+    F32(&'a [f32]),
+    /// Widened, or blended over time levels.
+    F64(&'a [f64]),
+}
+
+/// A value stored in a block: float32 as stored, or float64.
 pub trait Value: Copy {
     /// As float64.
     fn get(self) -> f64;
-    /// The first eight values of `src`, as float64 lanes.
-    fn lanes(src: &[Self]) -> F64x8;
+    /// A block's values with their type.
+    fn values(values: &[Self]) -> Values<'_>;
 }
 
 impl Value for f32 {
@@ -113,9 +143,8 @@ impl Value for f32 {
     fn get(self) -> f64 {
         f64::from(self)
     }
-    #[inline(always)]
-    fn lanes(src: &[Self]) -> F64x8 {
-        F64x8::from_f32(src)
+    fn values(values: &[Self]) -> Values<'_> {
+        Values::F32(values)
     }
 }
 
@@ -124,9 +153,33 @@ impl Value for f64 {
     fn get(self) -> f64 {
         self
     }
+    fn values(values: &[Self]) -> Values<'_> {
+        Values::F64(values)
+    }
+}
+
+/// A block value the kernel can load as vectors.
+pub(crate) trait Lane: Value {
+    /// `S::LANES` values from `src`, as float64.
+    ///
+    /// # Safety
+    /// `src .. src + S::LANES` must be readable.
+    unsafe fn load<S: Simd>(simd: S, src: *const Self) -> S::V;
+}
+
+impl Lane for f32 {
     #[inline(always)]
-    fn lanes(src: &[Self]) -> F64x8 {
-        F64x8::from_f64(src)
+    unsafe fn load<S: Simd>(simd: S, src: *const f32) -> S::V {
+        // SAFETY: passed on to the caller.
+        unsafe { simd.load_f32(src) }
+    }
+}
+
+impl Lane for f64 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(simd: S, src: *const f64) -> S::V {
+        // SAFETY: passed on to the caller.
+        unsafe { simd.load(src) }
     }
 }
 
@@ -134,110 +187,294 @@ impl Value for f64 {
 /// anywhere inside it stays in bounds (the lanes past the run are never used).
 pub const PADDING: usize = 32;
 
-/// Adds `scale` × the contribution of `block` to `out` (`[c * slots + slot]`) for the
-/// stencil `w` of one point, whose nodes inside the block are `runs`.
-///
-/// Every row of the run is added, weighted by the y and z weights, into `P` accumulators
-/// (one per distinct y/z derivative pair) of `V` four-lane vectors — a whole x run of the
-/// widest stencil, so each row is the same fixed-length vector FMA and the accumulators
-/// stay in registers; the x weights are applied once at the end. `block.values` must
-/// extend [`PADDING`] values past the block.
-#[inline(always)]
-fn accumulate<const NC: usize, const V: usize, const P: usize, T: Value>(
-    block: Block<'_, T>,
-    runs: &[Runs; 3],
-    w: &[AxisWeights; 3],
-    terms: &TermSet,
-    scale: f64,
-    out: &mut [f64],
-) {
-    let row_stride = block.dims[0] * NC;
-    let plane_stride = block.dims[1] * row_stride;
-    let pairs: [(usize, usize); P] = std::array::from_fn(|p| terms.pairs[p]);
-    for &(kx, lx, len) in runs[0].runs() {
-        let mut acc = [[F64x8::zero(); V]; P];
-        for &(kz0, lz0, nz) in runs[2].runs() {
-            for dz in 0..nz {
-                let (kz, plane) = (kz0 + dz, (lz0 + dz) * plane_stride);
-                let wz: [f64; P] = std::array::from_fn(|p| w[2].w[pairs[p].1][kz]);
-                for &(ky0, ly0, ny) in runs[1].runs() {
-                    for dy in 0..ny {
-                        let ky = ky0 + dy;
-                        let start = plane + (ly0 + dy) * row_stride + lx * NC;
-                        let row = &block.values[start..start + 8 * V];
-                        let f: [F64x8; P] =
-                            std::array::from_fn(|p| F64x8::splat(w[1].w[pairs[p].0][ky] * wz[p]));
-                        for v in 0..V {
-                            let x = T::lanes(&row[8 * v..]);
-                            for p in 0..P {
-                                acc[p][v] = x.mul_add(f[p], acc[p][v]);
-                            }
+/// One point's contribution from one block: the stencil, its nodes inside the block, and
+/// where the sums go.
+pub(crate) struct Contribution<'a, T> {
+    pub(crate) block: Block<'a, T>,
+    pub(crate) ncomp: usize,
+    pub(crate) runs: &'a [Runs; 3],
+    pub(crate) w: &'a [AxisWeights; 3],
+    pub(crate) terms: &'a TermSet,
+    pub(crate) scale: f64,
+    pub(crate) out: &'a mut [f64],
+}
+
+impl<T: Lane> SimdTask for Contribution<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, simd: S) {
+        self.add(simd);
+    }
+}
+
+impl<T: Lane> Contribution<'_, T> {
+    /// Adds `scale` × the contribution of the block to `out` (`[c * slots + slot]`).
+    ///
+    /// Each x run is summed on its own: every row of it (all components together, padded
+    /// to whole vectors of `S::LANES`) is added, weighted by the y and z weights, into
+    /// accumulators that stay in registers; the x weights are applied once at the end.
+    /// `block.values` must extend [`PADDING`] values past the block.
+    #[inline(always)]
+    pub(crate) fn add<S: Simd>(self, simd: S) {
+        let row = self.runs[0].runs().iter().map(|r| r.2).max().unwrap_or(0) * self.ncomp;
+        if row > MAX_ROW {
+            return self.by_component(simd);
+        }
+        // A whole number of vectors per row; the fixed count lets the sums stay in registers.
+        match row.div_ceil(S::LANES) {
+            0 => {}
+            1 => self.add_rows::<S, 1>(simd),
+            2 => self.add_rows::<S, 2>(simd),
+            3 => self.add_rows::<S, 3>(simd),
+            4 => self.add_rows::<S, 4>(simd),
+            5 => self.add_rows::<S, 5>(simd),
+            6 => self.add_rows::<S, 6>(simd),
+            7 => self.add_rows::<S, 7>(simd),
+            _ => self.add_rows::<S, 8>(simd),
+        }
+    }
+
+    /// [`Self::add`] with `V` vectors a row.
+    #[inline(always)]
+    fn add_rows<S: Simd, const V: usize>(self, simd: S) {
+        let Contribution {
+            block,
+            ncomp,
+            runs,
+            w,
+            terms,
+            scale,
+            out,
+        } = self;
+        let row_stride = block.dims[0] * ncomp;
+        let plane_stride = block.dims[1] * row_stride;
+        // Every row read below starts at or before the last row's start.
+        let last = |r: &Runs| r.runs().iter().map(|&(_, l, n)| l + n - 1).max();
+        let (Some(last_y), Some(last_z)) = (last(&runs[1]), last(&runs[2])) else {
+            return;
+        };
+        let last_row = last_z * plane_stride + last_y * row_stride;
+        let mut lanes = [0.0f64; MAX_ROW];
+        for &(kx, lx, len) in runs[0].runs() {
+            let first = lx * ncomp;
+            assert!(
+                last_row + first + V * S::LANES <= block.values.len(),
+                "a block must hold PADDING values past its end"
+            );
+            let rows = Rows {
+                values: block.values,
+                first,
+                row_stride,
+                plane_stride,
+                y: runs[1],
+                z: runs[2],
+            };
+            let mut acc = [[simd.splat(0.0); V]; MAX_PAIRS];
+            if let [(oy, _)] = terms.pairs[..] {
+                acc[0] = rows.sum_one::<S, V>(simd, &w[1].w[oy], &w[2].w[terms.z_orders[0]]);
+            } else {
+                match terms.z_orders.len() {
+                    1 => rows.sum_by_z::<S, V, 1>(simd, w, terms, &mut acc),
+                    2 => rows.sum_by_z::<S, V, 2>(simd, w, terms, &mut acc),
+                    _ => rows.sum_by_z::<S, V, 3>(simd, w, terms, &mut acc),
+                }
+            }
+            for &(ox, pair, slot) in &terms.terms {
+                for v in 0..V {
+                    simd.store(acc[pair][v], &mut lanes[v * S::LANES..]);
+                }
+                let wx = &w[0].w[ox][kx..kx + len];
+                match ncomp {
+                    1 => fold_x::<1>(&lanes, wx, scale, &mut out[slot..], terms.slots),
+                    2 => fold_x::<2>(&lanes, wx, scale, &mut out[slot..], terms.slots),
+                    3 => fold_x::<3>(&lanes, wx, scale, &mut out[slot..], terms.slots),
+                    _ => {
+                        for c in 0..ncomp {
+                            let sum: f64 = (0..len).map(|k| wx[k] * lanes[k * ncomp + c]).sum();
+                            out[c * terms.slots + slot] += scale * sum;
                         }
                     }
                 }
             }
         }
-        for &(ox, pair, slot) in &terms.terms {
-            let wx = &w[0].w[ox][kx..kx + len];
-            let lanes: [[f64; 8]; V] = acc[pair].map(F64x8::to_array);
-            let acc = lanes.as_flattened();
-            let mut sums = [0.0f64; NC];
-            for (k, &weight) in wx.iter().enumerate() {
-                for c in 0..NC {
-                    sums[c] = weight.mul_add(acc[k * NC + c], sums[c]);
-                }
+    }
+
+    /// Components one at a time, for rows longer than [`MAX_ROW`] (many components).
+    #[inline(never)]
+    fn by_component<S: Simd>(self, simd: S) {
+        let ncomp = self.ncomp;
+        let mut scalar: Vec<f64> = Vec::with_capacity(self.block.values.len() / ncomp + PADDING);
+        let mut partial = vec![0f64; self.terms.slots];
+        for c in 0..ncomp {
+            scalar.clear();
+            scalar.extend(self.block.values.chunks_exact(ncomp).map(|v| v[c].get()));
+            scalar.resize(scalar.len() + PADDING, 0.0);
+            partial.fill(0.0);
+            Contribution {
+                block: Block {
+                    values: &scalar[..],
+                    dims: self.block.dims,
+                },
+                ncomp: 1,
+                runs: self.runs,
+                w: self.w,
+                terms: self.terms,
+                scale: self.scale,
+                out: &mut partial,
             }
-            for c in 0..NC {
-                out[c * terms.slots + slot] += scale * sums[c];
+            .add(simd);
+            for s in 0..self.terms.slots {
+                self.out[c * self.terms.slots + s] += partial[s];
             }
         }
     }
 }
 
-/// [`accumulate`] with the operator's pair count.
-#[inline]
-fn accumulate_pairs<const NC: usize, const V: usize, T: Value>(
-    block: Block<'_, T>,
-    runs: &[Runs; 3],
-    w: &[AxisWeights; 3],
-    terms: &TermSet,
+/// Adds `scale · Σ_k wx[k] · lanes[k·NC + c]` to `out[c · stride]` for each component `c`:
+/// the x weights applied to the row sums.
+#[inline(always)]
+fn fold_x<const NC: usize>(
+    lanes: &[f64; MAX_ROW],
+    wx: &[f64],
     scale: f64,
     out: &mut [f64],
+    stride: usize,
 ) {
-    match terms.pairs.len() {
-        1 => accumulate::<NC, V, 1, T>(block, runs, w, terms, scale, out),
-        2 => accumulate::<NC, V, 2, T>(block, runs, w, terms, scale, out),
-        3 => accumulate::<NC, V, 3, T>(block, runs, w, terms, scale, out),
-        4 => accumulate::<NC, V, 4, T>(block, runs, w, terms, scale, out),
-        5 => accumulate::<NC, V, 5, T>(block, runs, w, terms, scale, out),
-        _ => accumulate::<NC, V, 6, T>(block, runs, w, terms, scale, out),
+    let mut sums = [0.0f64; NC];
+    for (k, &weight) in wx.iter().enumerate() {
+        for c in 0..NC {
+            sums[c] += weight * lanes[k * NC + c];
+        }
+    }
+    for c in 0..NC {
+        out[c * stride] += scale * sums[c];
     }
 }
 
-/// [`accumulate`] with as many lanes as the longest x run needs (rounded up to a whole
-/// vector), so narrow stencils, and the parts of a stencil split between cells, do not pay
-/// for the full width.
-#[inline]
-fn accumulate_nc<const NC: usize, T: Value>(
-    block: Block<'_, T>,
-    runs: &[Runs; 3],
-    w: &[AxisWeights; 3],
-    terms: &TermSet,
-    scale: f64,
-    out: &mut [f64],
-) {
-    let len = runs[0].runs().iter().map(|r| r.2).max().unwrap_or(0);
-    match (len * NC).div_ceil(8) {
-        0 => {}
-        1 => accumulate_pairs::<NC, 1, T>(block, runs, w, terms, scale, out),
-        2 => accumulate_pairs::<NC, 2, T>(block, runs, w, terms, scale, out),
-        3 => accumulate_pairs::<NC, 3, T>(block, runs, w, terms, scale, out),
-        _ => accumulate_pairs::<NC, 4, T>(block, runs, w, terms, scale, out),
+/// The rows of one x run of a contribution: their place in the block and their y and z
+/// nodes.
+struct Rows<'a, T> {
+    values: &'a [T],
+    /// Offset of the run in a row.
+    first: usize,
+    row_stride: usize,
+    plane_stride: usize,
+    y: Runs,
+    z: Runs,
+}
+
+impl<T: Lane> Rows<'_, T> {
+    /// Where the row at atom-local `(ly, lz)` starts.
+    #[inline(always)]
+    fn start(&self, ly: usize, lz: usize) -> usize {
+        lz * self.plane_stride + ly * self.row_stride + self.first
+    }
+
+    /// Vector `v` of the row starting at `start`.
+    ///
+    /// # Safety
+    /// The row's `V · S::LANES` values must lie in the block (see [`Contribution::add_rows`]).
+    #[inline(always)]
+    unsafe fn lane<S: Simd>(&self, simd: S, start: usize, v: usize) -> S::V {
+        // SAFETY: the caller guarantees the row is in bounds.
+        unsafe { T::load(simd, self.values.as_ptr().add(start + v * S::LANES)) }
+    }
+
+    /// The row at atom-local `(ly, lz)`, as `V` vectors.
+    ///
+    /// # Safety
+    /// As [`Self::lane`].
+    #[inline(always)]
+    unsafe fn load<S: Simd, const V: usize>(&self, simd: S, ly: usize, lz: usize) -> [S::V; V] {
+        let start = self.start(ly, lz);
+        // SAFETY: passed on to the caller.
+        std::array::from_fn(|v| unsafe { self.lane::<S>(simd, start, v) })
+    }
+
+    /// `Σ_y Σ_z wy·wz·row`, for a single (y order, z order) pair. Rows alternate between
+    /// two sets of sums, so consecutive multiply-adds do not wait on each other.
+    #[inline(always)]
+    fn sum_one<S: Simd, const V: usize>(&self, simd: S, wy: &[f64], wz: &[f64]) -> [S::V; V] {
+        let mut even = [simd.splat(0.0); V];
+        let mut odd = [simd.splat(0.0); V];
+        for &(kz0, lz0, nz) in self.z.runs() {
+            for dz in 0..nz {
+                let (wz, lz) = (wz[kz0 + dz], lz0 + dz);
+                for &(ky0, ly0, ny) in self.y.runs() {
+                    let mut dy = 0;
+                    while dy + 1 < ny {
+                        let (fa, fb) = (
+                            simd.splat(wy[ky0 + dy] * wz),
+                            simd.splat(wy[ky0 + dy + 1] * wz),
+                        );
+                        let (a, b) = (self.start(ly0 + dy, lz), self.start(ly0 + dy + 1, lz));
+                        for v in 0..V {
+                            // SAFETY: rows inside the runs are in bounds (checked by the
+                            // caller).
+                            let (xa, xb) =
+                                unsafe { (self.lane::<S>(simd, a, v), self.lane::<S>(simd, b, v)) };
+                            even[v] = simd.mul_add(xa, fa, even[v]);
+                            odd[v] = simd.mul_add(xb, fb, odd[v]);
+                        }
+                        dy += 2;
+                    }
+                    if dy < ny {
+                        let f = simd.splat(wy[ky0 + dy] * wz);
+                        // SAFETY: as above.
+                        let a = unsafe { self.load::<S, V>(simd, ly0 + dy, lz) };
+                        for v in 0..V {
+                            even[v] = simd.mul_add(a[v], f, even[v]);
+                        }
+                    }
+                }
+            }
+        }
+        let one = simd.splat(1.0);
+        std::array::from_fn(|v| simd.mul_add(odd[v], one, even[v]))
+    }
+
+    /// The sums of every (y order, z order) pair of `terms` into `acc`: each row column is
+    /// first summed along z once per z order (`Z` of them), then added into the pairs with
+    /// their y weights — two or three multiply-adds a value instead of one per pair.
+    #[inline(always)]
+    fn sum_by_z<S: Simd, const V: usize, const Z: usize>(
+        &self,
+        simd: S,
+        w: &[AxisWeights; 3],
+        terms: &TermSet,
+        acc: &mut [[S::V; V]; MAX_PAIRS],
+    ) {
+        let wz: [&[f64]; Z] = std::array::from_fn(|i| &w[2].w[terms.z_orders[i]][..]);
+        for &(ky0, ly0, ny) in self.y.runs() {
+            for dy in 0..ny {
+                let (ky, ly) = (ky0 + dy, ly0 + dy);
+                let mut column = [[simd.splat(0.0); V]; Z];
+                for &(kz0, lz0, nz) in self.z.runs() {
+                    for dz in 0..nz {
+                        let f: [S::V; Z] = std::array::from_fn(|i| simd.splat(wz[i][kz0 + dz]));
+                        // SAFETY: rows inside the runs are in bounds (checked by the caller).
+                        let row = unsafe { self.load::<S, V>(simd, ly, lz0 + dz) };
+                        for v in 0..V {
+                            for i in 0..Z {
+                                column[i][v] = simd.mul_add(row[v], f[i], column[i][v]);
+                            }
+                        }
+                    }
+                }
+                for (p, &(oy, z)) in terms.pairs.iter().enumerate() {
+                    let f = simd.splat(w[1].w[oy][ky]);
+                    for v in 0..V {
+                        acc[p][v] = simd.mul_add(column[z][v], f, acc[p][v]);
+                    }
+                }
+            }
+        }
     }
 }
 
-/// Adds one block's contribution for one point, for any component count (specialised for
-/// 1, 2 and 3).
+/// Adds one block's contribution for one point, for any component count, on the path
+/// queries use ([`KernelPath::selected`]; the fastest the CPU has if `TURBDB_KERNEL` is
+/// bad, an error the query's plan reports).
 #[inline]
 pub fn accumulate_any<T: Value>(
     ncomp: usize,
@@ -248,29 +485,43 @@ pub fn accumulate_any<T: Value>(
     scale: f64,
     out: &mut [f64],
 ) {
-    match ncomp {
-        1 => accumulate_nc::<1, T>(block, runs, w, terms, scale, out),
-        2 => accumulate_nc::<2, T>(block, runs, w, terms, scale, out),
-        3 => accumulate_nc::<3, T>(block, runs, w, terms, scale, out),
-        _ => {
-            // Other component counts: one component at a time through the scalar kernel.
-            let mut scalar: Vec<f64> = Vec::with_capacity(block.values.len() / ncomp + PADDING);
-            let mut partial = vec![0f64; terms.slots];
-            for c in 0..ncomp {
-                scalar.clear();
-                scalar.extend(block.values.chunks_exact(ncomp).map(|v| v[c].get()));
-                scalar.resize(scalar.len() + PADDING, 0.0);
-                partial.fill(0.0);
-                let one = Block {
-                    values: &scalar[..],
-                    dims: block.dims,
-                };
-                accumulate_nc::<1, f64>(one, runs, w, terms, scale, &mut partial);
-                for s in 0..terms.slots {
-                    out[c * terms.slots + s] += partial[s];
-                }
-            }
-        }
+    let path = KernelPath::selected().unwrap_or_else(|_| KernelPath::best());
+    accumulate_on(path, ncomp, block, runs, w, terms, scale, out);
+}
+
+/// Adds one block's contribution for one point, for any component count, on `path`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn accumulate_on<T: Value>(
+    path: KernelPath,
+    ncomp: usize,
+    block: Block<'_, T>,
+    runs: &[Runs; 3],
+    w: &[AxisWeights; 3],
+    terms: &TermSet,
+    scale: f64,
+    out: &mut [f64],
+) {
+    let dims = block.dims;
+    match T::values(block.values) {
+        Values::F32(values) => path.run(Contribution {
+            block: Block { values, dims },
+            ncomp,
+            runs,
+            w,
+            terms,
+            scale,
+            out,
+        }),
+        Values::F64(values) => path.run(Contribution {
+            block: Block { values, dims },
+            ncomp,
+            runs,
+            w,
+            terms,
+            scale,
+            out,
+        }),
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use rayon::prelude::*;
 
-use crate::engine::accumulate::{accumulate_any, Block, Runs, TermSet, PADDING};
+use crate::engine::accumulate::{accumulate_on, Block, Runs, TermSet, PADDING};
 use crate::engine::plan::Plan;
 use crate::engine::stream::{StreamStats, TimeLevel};
 use crate::error::Result;
@@ -29,6 +29,7 @@ pub fn execute_direct(
     let g = &plan.geometry;
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = g.ncomp * terms.slots();
+    *stats.kernel.lock().expect("stats") = Some(plan.kernel_path());
     // The positions in the caller's order.
     let mut positions = vec![[0.0; 3]; plan.order.len()];
     for (&p, &s) in plan.order.iter().zip(plan.sorted.iter()) {
@@ -114,7 +115,8 @@ fn evaluate_point(
                         Runs::new(w[1].wrapped, width, plan.axes[1].n, atom[1] * a, a),
                         Runs::new(w[2].wrapped, width, plan.axes[2].n, atom[2] * a, a),
                     ];
-                    accumulate_any(
+                    accumulate_on(
+                        plan.kernel_path(),
                         g.ncomp,
                         Block {
                             values: &*buffer,

@@ -1,9 +1,9 @@
 //! Evaluation by partial sums (Kanov et al.): the [`plan`] groups a batch's points by the
 //! cells their stencils touch ([`atomset`], [`cell_finder`], [`colouring`],
 //! [`counting_sort`]); the [`stream`] executor reads each needed atom once and adds its
-//! contribution to every point that needs it ([`accumulate`], [`lanes`]); the [`direct`]
-//! baselines evaluate point by point; [`query`] runs a batch end to end. Large scratch
-//! buffers are kept from query to query ([`buffers`]).
+//! contribution to every point that needs it ([`accumulate`], on the SIMD path the CPU
+//! has: [`simd`]); the [`direct`] baselines evaluate point by point; [`query`] runs a batch
+//! end to end. Large scratch buffers are kept from query to query ([`buffers`]).
 //!
 //! Many queries at once (Wang et al.): the [`node`] engine cuts each query into
 //! sub-queries per atom ([`subquery`]), keeps them in [`workload`] queues ranked by the
@@ -24,12 +24,12 @@ pub(crate) mod counting_sort;
 pub mod direct;
 pub mod io_pool;
 pub mod jobs;
-pub(crate) mod lanes;
 pub mod metric;
 pub mod node;
 pub mod plan;
 pub mod query;
 pub mod scheduler;
+pub mod simd;
 pub mod stream;
 pub mod subquery;
 pub mod telemetry;

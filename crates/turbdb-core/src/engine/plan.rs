@@ -13,6 +13,7 @@ use crate::engine::buffers::{pooled, Buffer};
 use crate::engine::cell_finder::CellFinder;
 use crate::engine::colouring::Colouring;
 use crate::engine::counting_sort::{bucket_sort, Buckets};
+use crate::engine::simd::KernelPath;
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::stencil::Kernel;
@@ -102,6 +103,8 @@ pub struct Plan {
     pub entries: Buffer<u32>,
     /// Atoms along each side of a cell, `[x, y, z]`.
     pub cell_atoms: [usize; 3],
+    /// The SIMD path the kernel runs on.
+    kernel_path: KernelPath,
 }
 
 impl Plan {
@@ -155,7 +158,20 @@ impl Plan {
             colours,
             entries,
             cell_atoms,
+            kernel_path: KernelPath::selected()?,
         })
+    }
+
+    /// The SIMD path the kernel runs on: [`KernelPath::selected`] unless set.
+    pub fn kernel_path(&self) -> KernelPath {
+        self.kernel_path
+    }
+
+    /// Runs the kernel on `path` (to compare paths), if this CPU can run it.
+    pub fn set_kernel_path(&mut self, path: KernelPath) -> Result<()> {
+        path.check()?;
+        self.kernel_path = path;
+        Ok(())
     }
 }
 

@@ -1,9 +1,11 @@
 //! A batch query end to end: plan, then evaluate by the chosen strategy at the stored time
 //! steps the temporal interpolation needs.
 
+use std::time::Instant;
+
 use crate::engine::direct::execute_direct;
 use crate::engine::plan::Plan;
-use crate::engine::stream::{execute, Order, StreamStats, TimeLevel};
+use crate::engine::stream::{execute, Order, PhaseTimes, StreamStats, TimeLevel};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -65,6 +67,7 @@ pub fn evaluate(
         .into_iter()
         .map(|(t, weight)| TimeLevel { t, weight })
         .collect();
+    let planning = Instant::now();
     let plan = Plan::new(
         points,
         spec.method,
@@ -73,6 +76,7 @@ pub fn evaluate(
         reader.geometry().clone(),
         levels.len(),
     )?;
+    PhaseTimes::add(&stats.phases.plan, planning.elapsed());
     run(&plan, reader, &levels, spec.strategy, stats)
 }
 

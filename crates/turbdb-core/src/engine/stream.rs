@@ -6,12 +6,15 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-use crate::engine::accumulate::{accumulate_any, Block, Runs, TermSet, Value, PADDING};
+use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDING};
 use crate::engine::buffers::Buffer;
 use crate::engine::plan::{Cell, Plan};
+use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
@@ -36,6 +39,10 @@ pub struct StreamStats {
     /// Partial sums added: one per (point, cell) when streaming (all time levels at
     /// once), one per (point, atom, time level) for the direct baselines.
     pub contributions: AtomicU64,
+    /// Time spent per phase.
+    pub phases: PhaseTimes,
+    /// The SIMD path the kernel ran on.
+    pub kernel: Mutex<Option<KernelPath>>,
 }
 
 impl StreamStats {
@@ -46,6 +53,51 @@ impl StreamStats {
             self.read_calls.load(Ordering::Relaxed),
             self.contributions.load(Ordering::Relaxed),
         )
+    }
+
+    /// The SIMD path the kernel last ran on, if it ran.
+    pub fn kernel(&self) -> Option<KernelPath> {
+        *self.kernel.lock().expect("stats")
+    }
+
+    fn ran_on(&self, path: KernelPath) {
+        *self.kernel.lock().expect("stats") = Some(path);
+    }
+}
+
+/// Where a query's time goes, in nanoseconds. `plan` and `scatter` are wall time (they run
+/// before and after the cells); `read`, `weights` and `accumulate` are summed over the
+/// workers (thread time), so with several threads they add up to more than the wall time.
+#[derive(Debug, Default)]
+pub struct PhaseTimes {
+    /// Grouping the points by cell ([`Plan::new`]).
+    pub plan: AtomicU64,
+    /// Reading the cells' atoms and filling the cell blocks.
+    pub read: AtomicU64,
+    /// The points' stencil weights.
+    pub weights: AtomicU64,
+    /// The kernel: the weighted sums of the cells' rows.
+    pub accumulate: AtomicU64,
+    /// Putting the results back in the caller's order.
+    pub scatter: AtomicU64,
+}
+
+impl PhaseTimes {
+    /// Adds `elapsed` to a phase.
+    pub fn add(phase: &AtomicU64, elapsed: Duration) {
+        phase.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// `[(name, seconds)]` for plan, read, weights, accumulate and scatter.
+    pub fn seconds(&self) -> [(&'static str, f64); 5] {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        [
+            ("plan", s(&self.plan)),
+            ("read", s(&self.read)),
+            ("weights", s(&self.weights)),
+            ("accumulate", s(&self.accumulate)),
+            ("scatter", s(&self.scatter)),
+        ]
     }
 }
 
@@ -68,6 +120,7 @@ pub fn execute(
 ) -> Result<Vec<f64>> {
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
+    stats.ran_on(plan.kernel_path());
     // Cells add their partial sums straight into the result rows of their points. Cells of
     // one colour never share a point, so they run together; the colours run in turn.
     let mut result = Buffer::filled(plan.order.len() * out_len, 0.0f64);
@@ -114,6 +167,7 @@ pub fn execute(
         }
     }
     // Back to the caller's order of the points.
+    let scatter = Instant::now();
     let mut answer = vec![0.0f64; result.len()];
     let out = ResultPtr(answer.as_mut_ptr());
     let out = &out;
@@ -130,6 +184,7 @@ pub fn execute(
                 )
             };
         });
+    PhaseTimes::add(&stats.phases.scatter, scatter.elapsed());
     Ok(answer)
 }
 
@@ -153,6 +208,8 @@ struct Scratch {
     block32: Vec<f32>,
     /// The cell's values blended over the time levels.
     block64: Vec<f64>,
+    /// The stencils of a batch of points.
+    stencils: Vec<Stencil>,
 }
 
 /// Adds one cell's partial sums to the result rows of its points. The cell's needed atoms
@@ -201,11 +258,13 @@ fn run_cell(
         })
         .collect();
 
+    let read = Instant::now();
     let atom_values = g.atom_values();
     let Scratch {
         atoms: buffer,
         block32,
         block64,
+        stencils,
     } = scratch;
     buffer.resize(atoms.len() * atom_values, 0.0);
     // At one stored time the block keeps the stored float32 values (half the cache of
@@ -243,25 +302,50 @@ fn run_cell(
                 dims,
             };
             if single {
-                at.copy_rows(atom, block32, |d, s| *d = s);
-            } else {
-                let (weight, add) = (level.weight, k > 0);
+                at.copy_rows(atom, block32, |d, s| d.copy_from_slice(s));
+            } else if k == 0 {
+                let weight = level.weight;
                 at.copy_rows(atom, block64, |d, s| {
-                    *d = if add {
-                        weight.mul_add(f64::from(s), *d)
-                    } else {
-                        weight * f64::from(s)
+                    for (d, &s) in d.iter_mut().zip(s) {
+                        *d = weight * f64::from(s);
+                    }
+                });
+            } else {
+                let weight = level.weight;
+                at.copy_rows(atom, block64, |d, s| {
+                    for (d, &s) in d.iter_mut().zip(s) {
+                        *d = weight.mul_add(f64::from(s), *d);
                     }
                 });
             }
         }
     }
+    PhaseTimes::add(&stats.phases.read, read.elapsed());
     let entries = &plan.entries[cell.entries.clone()];
     let place = (start, dims);
+    let path = plan.kernel_path();
     if single {
-        add_points(plan, entries, &block32[..], place, terms, target);
+        path.run(CellPoints {
+            plan,
+            entries,
+            values: &block32[..],
+            place,
+            terms,
+            target,
+            stencils,
+            stats,
+        });
     } else {
-        add_points(plan, entries, &block64[..], place, terms, target);
+        path.run(CellPoints {
+            plan,
+            entries,
+            values: &block64[..],
+            place,
+            terms,
+            target,
+            stencils,
+            stats,
+        });
     }
     stats
         .contributions
@@ -269,41 +353,93 @@ fn run_cell(
     Ok(())
 }
 
-/// Adds, for every point of `entries` (executor's numbers), the part of its stencil inside
-/// the cell block `values` (first node `start`, extent `dims`) to its result row.
-fn add_points<T: Value>(
-    plan: &Plan,
-    entries: &[u32],
-    values: &[T],
-    (start, dims): ([usize; 3], [usize; 3]),
-    terms: &TermSet,
-    target: &ResultPtr,
-) {
-    let block = Block {
-        values,
-        dims: [dims[0], dims[1]],
-    };
-    let nc = plan.geometry.ncomp;
-    let width = plan.kernel.width();
-    let out_len = nc * terms.slots();
-    let mut w = [AxisWeights::default(); 3];
-    for &point in entries {
-        let position = &plan.sorted[point as usize];
-        for axis in 0..3 {
-            plan.kernel
-                .weights(position[axis], &plan.axes[axis], &mut w[axis]);
-        }
-        let runs = [
-            Runs::new(w[0].wrapped, width, plan.axes[0].n, start[0], dims[0]),
-            Runs::new(w[1].wrapped, width, plan.axes[1].n, start[1], dims[1]),
-            Runs::new(w[2].wrapped, width, plan.axes[2].n, start[2], dims[2]),
-        ];
-        // SAFETY: the row is inside the result, which outlives the workers, and no cell
-        // running at the same time writes it (see `execute`).
-        let row = unsafe {
-            std::slice::from_raw_parts_mut(target.0.add(point as usize * out_len), out_len)
+/// Points whose weights are computed together, then summed: few enough that their
+/// stencils stay in the L1 cache, many enough that timing each phase costs nothing.
+const BATCH: usize = 32;
+
+/// One point's stencil in a cell.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stencil {
+    w: [AxisWeights; 3],
+    runs: [Runs; 3],
+}
+
+/// The points of one cell and the cell block they add from.
+struct CellPoints<'a, T> {
+    plan: &'a Plan,
+    /// The points (executor's numbers).
+    entries: &'a [u32],
+    /// The cell block.
+    values: &'a [T],
+    /// The block's first node and extent.
+    place: ([usize; 3], [usize; 3]),
+    terms: &'a TermSet,
+    target: &'a ResultPtr,
+    stencils: &'a mut Vec<Stencil>,
+    stats: &'a StreamStats,
+}
+
+impl<T: Lane> SimdTask for CellPoints<'_, T> {
+    type Output = ();
+
+    /// Adds, for every point, the part of its stencil inside the cell block to its result
+    /// row: batch by batch, the weights of the batch's points, then their sums.
+    #[inline(always)]
+    fn run<S: Simd>(self, simd: S) {
+        let CellPoints {
+            plan,
+            entries,
+            values,
+            place: (start, dims),
+            terms,
+            target,
+            stencils,
+            stats,
+        } = self;
+        let block = Block {
+            values,
+            dims: [dims[0], dims[1]],
         };
-        accumulate_any(nc, block, &runs, &w, terms, 1.0, row);
+        let nc = plan.geometry.ncomp;
+        let width = plan.kernel.width();
+        let out_len = nc * terms.slots();
+        stencils.resize(BATCH, Stencil::default());
+        let (mut weighing, mut summing) = (Duration::ZERO, Duration::ZERO);
+        for batch in entries.chunks(BATCH) {
+            let begin = Instant::now();
+            for (&point, stencil) in batch.iter().zip(stencils.iter_mut()) {
+                let position = &plan.sorted[point as usize];
+                for axis in 0..3 {
+                    let w = &mut stencil.w[axis];
+                    plan.kernel.weights(position[axis], &plan.axes[axis], w);
+                    stencil.runs[axis] =
+                        Runs::new(w.wrapped, width, plan.axes[axis].n, start[axis], dims[axis]);
+                }
+            }
+            let weighed = Instant::now();
+            for (&point, stencil) in batch.iter().zip(stencils.iter()) {
+                // SAFETY: the row is inside the result, which outlives the workers, and no
+                // cell running at the same time writes it (see `execute`).
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(target.0.add(point as usize * out_len), out_len)
+                };
+                Contribution {
+                    block,
+                    ncomp: nc,
+                    runs: &stencil.runs,
+                    w: &stencil.w,
+                    terms,
+                    scale: 1.0,
+                    out: row,
+                }
+                .add(simd);
+            }
+            let summed = Instant::now();
+            weighing += weighed - begin;
+            summing += summed - weighed;
+        }
+        PhaseTimes::add(&stats.phases.weights, weighing);
+        PhaseTimes::add(&stats.phases.accumulate, summing);
     }
 }
 
@@ -320,18 +456,17 @@ struct AtomPlace {
 }
 
 impl AtomPlace {
-    /// Puts the atom's rows (clipped to the block) into `block` with `put(destination,
-    /// stored value)`.
-    fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut T, f32)) {
+    /// Puts the atom's rows (clipped to the block) into `block` with `put(destination row,
+    /// stored row)`.
+    #[inline(always)]
+    fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut [T], &[f32])) {
         let (a, nc, origin, dims) = (self.side, self.nc, self.origin, self.dims);
         let nx = a.min(dims[0] - origin[0]) * nc;
         for z in 0..a.min(dims[2] - origin[2]) {
             for y in 0..a.min(dims[1] - origin[1]) {
                 let src = &atom[(z * a + y) * a * nc..][..nx];
                 let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
-                for (d, &s) in block[dst..dst + nx].iter_mut().zip(src) {
-                    put(d, s);
-                }
+                put(&mut block[dst..dst + nx], src);
             }
         }
     }

@@ -33,6 +33,7 @@ impl LagrangeBasis {
 
     /// Writes `L_j(x)`, `L_j'(x)` and (if `second`) `L_j''(x)` for every node `j` into
     /// `value`, `first` and `second`.
+    #[inline(always)]
     pub fn eval(
         &self,
         x: f64,

@@ -122,7 +122,7 @@ impl Kernel {
 
     /// First node of the stencil of `s`, the node it is anchored at, and whether a wall
     /// shifted it.
-    #[inline]
+    #[inline(always)]
     fn placement(&self, s: f64, axis: &Axis) -> (i64, i64, bool) {
         let width = self.width() as i64;
         let n = axis.n as i64;
@@ -152,7 +152,9 @@ impl Kernel {
         (base, anchor, base != start)
     }
 
-    /// The stencil of grid position `s` (from [`Axis::grid_position`]) on `axis`.
+    /// The stencil of grid position `s` (from [`Axis::grid_position`]) on `axis`. Inlined,
+    /// so that the kernel's SIMD path compiles it with its own instructions.
+    #[inline(always)]
     pub fn weights(&self, s: f64, axis: &Axis, out: &mut AxisWeights) {
         let (base, anchor, shifted) = self.placement(s, axis);
         out.base = base;
@@ -210,6 +212,7 @@ impl Kernel {
         }
     }
 
+    #[inline(always)]
     fn lagrange(&self, x: f64, w: &mut [[f64; MAX_WIDTH]; 3]) {
         let basis = self.basis.as_ref().expect("Lagrange basis");
         let [w0, w1, w2] = w;

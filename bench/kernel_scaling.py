@@ -1,0 +1,226 @@
+"""The interpolation kernel per thread count and SIMD path (issue "The interpolation kernel at
+the machine's limit"): `python bench/query.py --threads 1,2` runs this instead of the strategy
+comparison.
+
+For each thread count T and each SIMD path P this CPU has, a fresh process with
+RAYON_NUM_THREADS=T and TURBDB_KERNEL=P times warm 1e6-point queries (lag4/lag6/lag8, field
+and gradient; best of two after a warm-up) and reports the seconds per phase. The same run
+measures a plain gather baseline (numpy, one thread, the whole field in RAM, lag8 field: every
+point gathers its 8³ nodes and sums them with its weights) that is also the float64 reference
+the kernel's answers are checked against (max |difference| / max |reference| ≤ 1e-6), and the
+arithmetic bound: the multiply-adds a point needs at the FMA peak of the cores used.
+Writes bench/results/query_threads.json and query_threads.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import turbdb
+
+CASES = [(m, op) for m in ("lag8", "lag6", "lag4") for op in ("field", "gradient")]
+PHASES = ("plan", "read", "weights", "accumulate", "scatter")
+#: Float64 multiply-adds a core can issue per cycle on each path (two FMA pipes; the portable
+#: path has SSE2's two lanes and separate multiply and add).
+FMA_PER_CYCLE = {"avx512": 16, "avx2": 8, "neon": 4, "portable": 2}
+GATHER_N, ACCURACY_N = 100_000, 20_000
+
+
+def fmas_per_point(method: str, operator: str, ncomp: int) -> int:
+    """Multiply-adds of one point in the kernel's row sums: a field sums w² rows of w·ncomp
+    values once; a gradient sums each row along z for two z orders, then adds the columns
+    into its three (y, z) derivative pairs."""
+    w = int(method[3:])
+    if operator == "field":
+        return w**3 * ncomp
+    return 2 * w**3 * ncomp + 3 * w**2 * ncomp
+
+
+def clock_ghz() -> float | None:
+    """The cores' clock as the kernel reports it (the highest 'cpu MHz' in /proc/cpuinfo)."""
+    try:
+        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("cpu MHz")]
+    except OSError:
+        return None
+    return max(mhz) / 1e3 if mhz else None
+
+
+def bound_pps(method: str, operator: str, ncomp: int, path: str, threads: int, ghz: float | None) -> float | None:
+    if ghz is None:
+        return None
+    return threads * ghz * 1e9 * FMA_PER_CYCLE[path] / fmas_per_point(method, operator, ncomp)
+
+
+# -- the plain gather: baseline and float64 reference -------------------------------------------
+
+
+def lagrange8(s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes (wrapped, (N, 8)) and weights ((N, 8)) of the 8-point Lagrange stencil at grid
+    positions ``s`` on a periodic axis of ``n`` nodes: nodes floor(s) - 3 … floor(s) + 4."""
+    base = np.floor(s).astype(np.int64) - 3
+    t = s - base
+    k = np.arange(8)
+    weights = np.ones((len(s), 8))
+    for j in range(8):
+        for m in range(8):
+            if m != j:
+                weights[:, j] *= (t - m) / (j - m)
+    return (base[:, None] + k) % n, weights
+
+
+def gather_lag8(field: np.ndarray, grid_pos: np.ndarray) -> np.ndarray:
+    """lag8 field values at ``grid_pos`` ((N, 3): x, y, z in grid units) from ``field``
+    ((nz, ny, nx, ncomp)), in float64, 4096 points at a time."""
+    nz, ny, nx, nc = field.shape
+    out = np.empty((len(grid_pos), nc))
+    for lo in range(0, len(grid_pos), 4096):
+        p = grid_pos[lo:lo + 4096]
+        (ix, wx), (iy, wy), (iz, wz) = lagrange8(p[:, 0], nx), lagrange8(p[:, 1], ny), lagrange8(p[:, 2], nz)
+        block = field[iz[:, :, None, None], iy[:, None, :, None], ix[:, None, None, :]].astype(np.float64)
+        out[lo:lo + 4096] = np.einsum("nz,ny,nx,nzyxc->nc", wz, wy, wx, block, optimize=True)
+    return out
+
+
+def measure_gather(ds, field_name: str, pts: np.ndarray, t: float) -> tuple[dict, np.ndarray]:
+    info = ds.info
+    field = ds.cutout(field_name, time=t).values  # (z, y, x, component), float32 as stored
+    grid_pos = (pts - np.asarray(info.origin)) / np.asarray(info.spacing)
+    gather_lag8(field, grid_pos[:1000])  # warm-up
+    start = time.perf_counter()
+    reference = gather_lag8(field, grid_pos)
+    seconds = time.perf_counter() - start
+    return {"what": "numpy gather, lag8 field, 1 thread, field in RAM", "n": len(pts), "seconds": seconds,
+            "points_per_s": len(pts) / seconds}, reference
+
+
+# -- one thread count and path, in its own process --------------------------------------------
+
+
+def measure_one(payload: str) -> None:
+    """The hidden --kernel-one mode: RAYON_NUM_THREADS and TURBDB_KERNEL are set by the parent."""
+    args = json.loads(payload)
+    ds = turbdb.open(args["data"])[args["dataset"]]
+    pts = np.load(args["points"])
+    rows = []
+    for method, operator in CASES:
+        def once():
+            start = time.perf_counter()
+            ds.query(args["field"], pts, time=args["time"], method=method, operator=operator, dtype=np.float32)
+            return time.perf_counter() - start, dict(ds.last_query_stats)
+
+        once()
+        (seconds, stats) = min(once(), once(), key=lambda r: r[0])
+        rows.append({"method": method, "operator": operator, "seconds": seconds, "stats": stats})
+    accuracy_pts = pts[:ACCURACY_N]
+    ours = ds.query(args["field"], accuracy_pts, time=args["time"], method="lag8", dtype=np.float64)
+    print(json.dumps({"rows": rows, "kernel": turbdb.kernel_path(), "lag8_field_f64": ours.tolist()}))
+
+
+def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: float, pts: np.ndarray,
+                results: Path, machine: dict) -> None:
+    began = time.perf_counter()
+    ds = turbdb.open(data)[dataset]
+    ncomp = ds.info.fields[field].ncomp
+    paths, ghz = turbdb.kernel_paths(), clock_ghz()
+    load_start = os.getloadavg()
+    print(f"kernel benchmark: {field} of {dataset}, N={len(pts):.0e} uniform, warm; threads {threads}, "
+          f"paths {paths}; {machine['cpu']}, clock {ghz} GHz; load average {load_start[0]:.2f}", flush=True)
+    gather, reference = measure_gather(ds, field, pts[:GATHER_N], t)
+    print(f"  plain gather ({gather['what']}): {gather['points_per_s'] / 1e6:.3f} M points/s", flush=True)
+
+    points_file = results / "query_threads_points.npy"
+    np.save(points_file, pts)
+    rows = []
+    try:
+        for n_threads in threads:
+            for path in paths:
+                env = {**os.environ, "RAYON_NUM_THREADS": str(n_threads), "TURBDB_KERNEL": path}
+                payload = json.dumps({"data": str(data), "dataset": dataset, "field": field, "time": t,
+                                      "points": str(points_file)})
+                out = subprocess.run([sys.executable, str(Path(__file__).parent / "query.py"), "--kernel-one", payload],
+                                     env=env, check=True, capture_output=True, text=True)
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                assert result["kernel"] == path, result["kernel"]
+                ours = np.asarray(result["lag8_field_f64"])
+                ref = reference[:len(ours)]
+                accuracy = float(np.abs(ours - ref).max() / np.abs(ref).max())
+                for r in result["rows"]:
+                    rows.append(row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy))
+                    print_row(rows[-1])
+    finally:
+        points_file.unlink(missing_ok=True)
+
+    for r in rows:
+        one = next((o for o in rows if o["threads"] == min(threads) and o["path"] == r["path"]
+                    and (o["method"], o["operator"]) == (r["method"], r["operator"])), None)
+        r["speedup_vs_fewest_threads"] = one and r["points_per_s"] / one["points_per_s"]
+    load_end = os.getloadavg()
+    report = {"benchmark": "query --threads", "dataset": dataset, "field": field, "n": len(pts), "time": t,
+              "machine": machine, "clock_GHz": ghz, "paths": paths, "threads": threads,
+              "fma_per_cycle": FMA_PER_CYCLE, "gather": gather, "load_average_start": load_start,
+              "load_average_end": load_end, "elapsed_seconds": time.perf_counter() - began, "results": rows,
+              "notes": "read/weights/accumulate are thread time summed over workers; plan and scatter are wall "
+                       "time. bound = threads × clock × FMA/cycle / multiply-adds per point."}
+    (results / "query_threads.json").write_text(json.dumps(report, indent=2))
+    plot(rows, threads, results / "query_threads.png", machine, load_start)
+    print(f"  load average {load_end[0]:.2f} at the end; wrote {results / 'query_threads.json'} and .png")
+
+
+def row(r: dict, threads: int, path: str, n: int, ncomp: int, ghz: float | None, gather: dict, accuracy: float) -> dict:
+    pps = n / r["seconds"]
+    bound = bound_pps(r["method"], r["operator"], ncomp, path, threads, ghz)
+    return {"threads": threads, "path": path, "method": r["method"], "operator": r["operator"], "n": n,
+            "seconds": r["seconds"], "points_per_s": pps, "bound_points_per_s": bound,
+            "fraction_of_bound": bound and pps / bound, "vs_gather": pps / gather["points_per_s"],
+            "fmas_per_point": fmas_per_point(r["method"], r["operator"], ncomp),
+            "ns_per_point": {ph: r["stats"][f"{ph}_seconds"] / n * 1e9 for ph in PHASES},
+            "lag8_field_max_rel_diff_vs_f64_gather": accuracy, "stats": r["stats"]}
+
+
+def print_row(r: dict) -> None:
+    ns = " ".join(f"{ph} {r['ns_per_point'][ph]:5.0f}" for ph in PHASES)
+    bound = "" if r["fraction_of_bound"] is None else f"{100 * r['fraction_of_bound']:4.1f}% of bound"
+    print(f"  T={r['threads']:<2} {r['path']:<8} {r['method']} {r['operator']:<8} {r['points_per_s'] / 1e6:6.2f} M points/s "
+          f"{bound}, {r['vs_gather']:5.1f}× gather | ns/point: {ns} | lag8 vs f64 gather "
+          f"{r['lag8_field_max_rel_diff_vs_f64_gather']:.1e}", flush=True)
+
+
+def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: tuple) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, p in enumerate(sorted({r["path"] for r in rows})):
+        for op, style in (("field", "-"), ("gradient", "--")):
+            pts = sorted((r["threads"], r["points_per_s"]) for r in rows
+                         if r["path"] == p and r["method"] == "lag8" and r["operator"] == op)
+            left.plot(*zip(*pts), color=f"C{i}", linestyle=style, marker="o", label=f"{p} lag8 {op}")
+    left.set_xlabel("threads (RAYON_NUM_THREADS)")
+    left.set_ylabel("points/s")
+    left.set_xticks(threads)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    mine = [r for r in rows if r["method"] == "lag8" and r["operator"] == "field"]
+    labels = [f"{r['path']}\nT={r['threads']}" for r in mine]
+    bottom = np.zeros(len(mine))
+    for ph in ("plan", "read", "weights", "accumulate", "scatter"):
+        # thread-summed phases per thread, so the bars add up to about the wall time
+        v = np.array([r["ns_per_point"][ph] / (1 if ph in ("plan", "scatter") else r["threads"]) for r in mine])
+        right.bar(labels, v, bottom=bottom, label=ph)
+        bottom += v
+    right.set_ylabel("ns per point (wall; worker phases ÷ threads)")
+    right.set_title("lag8 field, where the time goes", fontsize=10)
+    right.legend(fontsize=8)
+    fig.suptitle(f"kernel, 1e6 points warm — {machine['cpu']}, load {load[0]:.1f}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

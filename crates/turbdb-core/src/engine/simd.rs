@@ -1,0 +1,254 @@
+//! Which SIMD code the interpolation kernel runs, chosen at run time: one build serves
+//! every x86-64 CPU (AVX-512, AVX2 + FMA, or the portable code of the baseline target)
+//! and every aarch64 CPU (NEON). The kernel is written once, generic over [`Simd`]; each
+//! path compiles it inside a `#[target_feature]` function ([`KernelPath::run`]), so the
+//! compiler may use that instruction set there and only there.
+
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod portable;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::Avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::Avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::Neon;
+pub(crate) use portable::Portable;
+
+/// The environment variable that forces a path (`portable`, `avx2`, `avx512`, `neon`).
+pub const KERNEL_ENV: &str = "TURBDB_KERNEL";
+
+/// One set of SIMD instructions the kernel can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    /// Plain Rust for the baseline target (SSE2 on x86-64): runs everywhere.
+    Portable,
+    /// AVX2 with fused multiply-add: 4 float64 lanes (x86-64 since 2013–2015).
+    Avx2,
+    /// AVX-512F: 8 float64 lanes.
+    Avx512,
+    /// NEON: 2 float64 lanes (every aarch64 CPU).
+    Neon,
+}
+
+/// Every path, fastest first.
+const ALL: [KernelPath; 4] = [
+    KernelPath::Avx512,
+    KernelPath::Avx2,
+    KernelPath::Neon,
+    KernelPath::Portable,
+];
+
+impl KernelPath {
+    /// The name used by `TURBDB_KERNEL` and reported by queries.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Portable => "portable",
+            KernelPath::Avx2 => "avx2",
+            KernelPath::Avx512 => "avx512",
+            KernelPath::Neon => "neon",
+        }
+    }
+
+    /// Parses a path name (case-insensitive).
+    pub fn parse(name: &str) -> Result<Self> {
+        ALL.into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| {
+                Error::UnknownName(format!(
+                    "unknown kernel path {name:?}; valid: avx512, avx2, neon, portable"
+                ))
+            })
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn is_supported(self) -> bool {
+        match self {
+            KernelPath::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => Avx2::new().is_some(),
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx512 => Avx512::new().is_some(),
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::Neon => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The paths this CPU can run, fastest first.
+    pub fn supported() -> Vec<KernelPath> {
+        ALL.into_iter().filter(|p| p.is_supported()).collect()
+    }
+
+    /// The fastest path this CPU can run.
+    pub fn best() -> Self {
+        ALL.into_iter()
+            .find(|p| p.is_supported())
+            .unwrap_or(KernelPath::Portable)
+    }
+
+    /// The path queries use: the one `TURBDB_KERNEL` names, if it is set, else the fastest.
+    /// Read once per process; a name this CPU cannot run is an error.
+    pub fn selected() -> Result<Self> {
+        static SELECTED: OnceLock<std::result::Result<KernelPath, String>> = OnceLock::new();
+        SELECTED
+            .get_or_init(|| match std::env::var(KERNEL_ENV) {
+                Ok(name) if !name.trim().is_empty() => {
+                    KernelPath::from_setting(&name).map_err(|e| e.to_string())
+                }
+                _ => Ok(KernelPath::best()),
+            })
+            .clone()
+            .map_err(Error::InvalidArgument)
+    }
+
+    /// The path a `TURBDB_KERNEL` value names, if this CPU can run it.
+    fn from_setting(name: &str) -> Result<Self> {
+        let path = KernelPath::parse(name)
+            .map_err(|e| Error::InvalidArgument(format!("{KERNEL_ENV}: {e}")))?;
+        path.check()?;
+        Ok(path)
+    }
+
+    /// An error naming the paths this CPU has, if it cannot run this one.
+    pub fn check(self) -> Result<()> {
+        if self.is_supported() {
+            return Ok(());
+        }
+        let names: Vec<&str> = KernelPath::supported().iter().map(|p| p.name()).collect();
+        Err(Error::InvalidArgument(format!(
+            "this CPU cannot run the {} kernel; it can run: {}",
+            self.name(),
+            names.join(", ")
+        )))
+    }
+
+    /// Runs `task` with this path's instructions.
+    ///
+    /// # Panics
+    /// If the CPU cannot run the path (see [`KernelPath::check`]).
+    #[inline]
+    pub(crate) fn run<T: SimdTask>(self, task: T) -> T::Output {
+        match self {
+            KernelPath::Portable => task.run(Portable),
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => match Avx2::new() {
+                // SAFETY: the token proves the CPU has AVX2 and FMA.
+                Some(simd) => unsafe { avx2::run(task, simd) },
+                None => unsupported(self),
+            },
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx512 => match Avx512::new() {
+                // SAFETY: the token proves the CPU has AVX-512F.
+                Some(simd) => unsafe { avx512::run(task, simd) },
+                None => unsupported(self),
+            },
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::Neon => neon::run(task, Neon),
+            #[allow(unreachable_patterns)]
+            _ => unsupported(self),
+        }
+    }
+}
+
+/// Stops a run on a path the CPU lacks (running it would be undefined behaviour).
+#[cold]
+fn unsupported(path: KernelPath) -> ! {
+    panic!("{}", path.check().expect_err("an unsupported path"))
+}
+
+/// Vectors of float64 lanes and the few operations the kernel needs. A value of a type
+/// that implements it is a token: it exists only where the CPU has the instructions.
+pub(crate) trait Simd: Copy {
+    /// One vector.
+    type V: Copy;
+    /// Lanes in a vector.
+    const LANES: usize;
+    /// All lanes `v`.
+    fn splat(self, v: f64) -> Self::V;
+    /// `LANES` values from `src`.
+    ///
+    /// # Safety
+    /// `src .. src + LANES` must be readable.
+    unsafe fn load(self, src: *const f64) -> Self::V;
+    /// `LANES` float32 values from `src`, widened.
+    ///
+    /// # Safety
+    /// `src .. src + LANES` must be readable.
+    unsafe fn load_f32(self, src: *const f32) -> Self::V;
+    /// `a · b + c` (fused where the path has FMA).
+    fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// Writes the lanes to `out[..LANES]`.
+    fn store(self, v: Self::V, out: &mut [f64]);
+}
+
+/// Work that runs with one path's instructions: `run` is compiled once per path, inside
+/// that path's `#[target_feature]` function, so it and everything it calls must inline
+/// (`#[inline(always)]`) to get those instructions.
+pub(crate) trait SimdTask {
+    /// What the work returns.
+    type Output;
+    /// Does the work.
+    fn run<S: Simd>(self, simd: S) -> Self::Output;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads, widens, fuses and stores on `simd`, as the portable path does.
+    struct Arithmetic;
+
+    impl SimdTask for Arithmetic {
+        type Output = Vec<f64>;
+        #[inline(always)]
+        fn run<S: Simd>(self, s: S) -> Vec<f64> {
+            let a: Vec<f64> = (0..16).map(|i| i as f64).collect();
+            let b: Vec<f32> = (0..16).map(|i| i as f32 * 0.5).collect();
+            let mut out = vec![0.0; S::LANES];
+            // SAFETY: 16 values are readable, LANES ≤ 8, and the loads start at 0 and 1.
+            let (x, y) = unsafe { (s.load(a.as_ptr()), s.load_f32(b[1..].as_ptr())) };
+            s.store(s.mul_add(x, s.splat(2.0), y), &mut out);
+            out
+        }
+    }
+
+    #[test]
+    fn every_supported_path_loads_widens_and_fuses() {
+        for path in KernelPath::supported() {
+            let got = path.run(Arithmetic);
+            let expected: Vec<f64> = (0..got.len())
+                .map(|i| 2.0 * i as f64 + (i + 1) as f64 * 0.5)
+                .collect();
+            assert_eq!(got, expected, "{}", path.name());
+        }
+    }
+
+    #[test]
+    fn path_names_round_trip_and_unknown_names_are_refused() {
+        for path in ALL {
+            assert_eq!(KernelPath::parse(path.name()).unwrap(), path);
+        }
+        assert!(KernelPath::parse("sse9").is_err());
+        assert!(KernelPath::supported().contains(&KernelPath::Portable));
+        assert!(KernelPath::best().is_supported());
+    }
+
+    #[test]
+    fn a_path_the_cpu_lacks_is_refused_with_the_ones_it_has() {
+        if let Some(missing) = ALL.into_iter().find(|p| !p.is_supported()) {
+            let message = missing.check().unwrap_err().to_string();
+            assert!(message.contains("portable"), "{message}");
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! AVX2 with FMA: four float64 lanes in a 256-bit register.
+
+use std::arch::x86_64::*;
+
+use super::{Simd, SimdTask};
+
+/// Proof that the CPU has AVX2 and FMA.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx2(());
+
+impl Avx2 {
+    /// The token, if the CPU has the instructions.
+    pub(crate) fn new() -> Option<Self> {
+        (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")).then_some(Self(()))
+    }
+}
+
+/// Runs `task` compiled for AVX2 and FMA.
+///
+/// # Safety
+/// None beyond holding the token, which proves the CPU has the instructions.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn run<T: SimdTask>(task: T, simd: Avx2) -> T::Output {
+    task.run(simd)
+}
+
+// SAFETY (every intrinsic below): an `Avx2` exists only where the CPU has AVX2 and FMA.
+impl Simd for Avx2 {
+    type V = __m256d;
+    const LANES: usize = 4;
+
+    #[inline(always)]
+    fn splat(self, v: f64) -> __m256d {
+        unsafe { _mm256_set1_pd(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn load(self, src: *const f64) -> __m256d {
+        // SAFETY: the caller guarantees four readable values; unaligned load.
+        unsafe { _mm256_loadu_pd(src) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_f32(self, src: *const f32) -> __m256d {
+        // SAFETY: the caller guarantees four readable values; unaligned load.
+        unsafe { _mm256_cvtps_pd(_mm_loadu_ps(src)) }
+    }
+
+    #[inline(always)]
+    fn mul_add(self, a: __m256d, b: __m256d, c: __m256d) -> __m256d {
+        unsafe { _mm256_fmadd_pd(a, b, c) }
+    }
+
+    #[inline(always)]
+    fn store(self, v: __m256d, out: &mut [f64]) {
+        assert!(out.len() >= 4);
+        // SAFETY: four values fit (checked above); unaligned store.
+        unsafe { _mm256_storeu_pd(out.as_mut_ptr(), v) }
+    }
+}

@@ -1,0 +1,61 @@
+//! AVX-512F: eight float64 lanes in a 512-bit register.
+
+use std::arch::x86_64::*;
+
+use super::{Simd, SimdTask};
+
+/// Proof that the CPU has AVX-512F.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512(());
+
+impl Avx512 {
+    /// The token, if the CPU has the instructions.
+    pub(crate) fn new() -> Option<Self> {
+        is_x86_feature_detected!("avx512f").then_some(Self(()))
+    }
+}
+
+/// Runs `task` compiled for AVX-512F.
+///
+/// # Safety
+/// None beyond holding the token, which proves the CPU has the instructions.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn run<T: SimdTask>(task: T, simd: Avx512) -> T::Output {
+    task.run(simd)
+}
+
+// SAFETY (every intrinsic below): an `Avx512` exists only where the CPU has AVX-512F (which
+// implies AVX2 and FMA).
+impl Simd for Avx512 {
+    type V = __m512d;
+    const LANES: usize = 8;
+
+    #[inline(always)]
+    fn splat(self, v: f64) -> __m512d {
+        unsafe { _mm512_set1_pd(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn load(self, src: *const f64) -> __m512d {
+        // SAFETY: the caller guarantees eight readable values; unaligned load.
+        unsafe { _mm512_loadu_pd(src) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_f32(self, src: *const f32) -> __m512d {
+        // SAFETY: the caller guarantees eight readable values; unaligned load.
+        unsafe { _mm512_cvtps_pd(_mm256_loadu_ps(src)) }
+    }
+
+    #[inline(always)]
+    fn mul_add(self, a: __m512d, b: __m512d, c: __m512d) -> __m512d {
+        unsafe { _mm512_fmadd_pd(a, b, c) }
+    }
+
+    #[inline(always)]
+    fn store(self, v: __m512d, out: &mut [f64]) {
+        assert!(out.len() >= 8);
+        // SAFETY: eight values fit (checked above); unaligned store.
+        unsafe { _mm512_storeu_pd(out.as_mut_ptr(), v) }
+    }
+}

@@ -1,0 +1,57 @@
+//! NEON on aarch64: float64 lanes in pairs of 128-bit registers (four lanes a vector, as
+//! AVX2, so the kernel's row length classes are the same).
+
+use std::arch::aarch64::*;
+
+use super::{Simd, SimdTask};
+
+/// NEON, which every aarch64 CPU has.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Neon;
+
+/// Runs `task` with NEON (enabled for the whole aarch64 target; no extra features).
+#[inline]
+pub(super) fn run<T: SimdTask>(task: T, simd: Neon) -> T::Output {
+    task.run(simd)
+}
+
+// SAFETY (every intrinsic below): NEON is part of the aarch64 baseline.
+impl Simd for Neon {
+    type V = [float64x2_t; 2];
+    const LANES: usize = 4;
+
+    #[inline(always)]
+    fn splat(self, v: f64) -> Self::V {
+        unsafe { [vdupq_n_f64(v); 2] }
+    }
+
+    #[inline(always)]
+    unsafe fn load(self, src: *const f64) -> Self::V {
+        // SAFETY: the caller guarantees four readable values.
+        unsafe { [vld1q_f64(src), vld1q_f64(src.add(2))] }
+    }
+
+    #[inline(always)]
+    unsafe fn load_f32(self, src: *const f32) -> Self::V {
+        // SAFETY: the caller guarantees four readable values.
+        unsafe {
+            let v = vld1q_f32(src);
+            [vcvt_f64_f32(vget_low_f32(v)), vcvt_high_f64_f32(v)]
+        }
+    }
+
+    #[inline(always)]
+    fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        unsafe { [vfmaq_f64(c[0], a[0], b[0]), vfmaq_f64(c[1], a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    fn store(self, v: Self::V, out: &mut [f64]) {
+        assert!(out.len() >= 4);
+        // SAFETY: four values fit (checked above).
+        unsafe {
+            vst1q_f64(out.as_mut_ptr(), v[0]);
+            vst1q_f64(out.as_mut_ptr().add(2), v[1]);
+        }
+    }
+}

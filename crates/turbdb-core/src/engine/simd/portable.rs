@@ -1,0 +1,41 @@
+//! Plain Rust, four float64 lanes as an array: runs on any CPU with the baseline target's
+//! instructions (SSE2 on x86-64). Multiply and add are separate, since a fused multiply-add
+//! without hardware support is a slow library call.
+
+use super::Simd;
+
+/// The portable path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Portable;
+
+impl Simd for Portable {
+    type V = [f64; 4];
+    const LANES: usize = 4;
+
+    #[inline(always)]
+    fn splat(self, v: f64) -> [f64; 4] {
+        [v; 4]
+    }
+
+    #[inline(always)]
+    unsafe fn load(self, src: *const f64) -> [f64; 4] {
+        // SAFETY: the caller guarantees four readable values.
+        unsafe { src.cast::<[f64; 4]>().read_unaligned() }
+    }
+
+    #[inline(always)]
+    unsafe fn load_f32(self, src: *const f32) -> [f64; 4] {
+        // SAFETY: the caller guarantees four readable values.
+        unsafe { src.cast::<[f32; 4]>().read_unaligned() }.map(f64::from)
+    }
+
+    #[inline(always)]
+    fn mul_add(self, a: [f64; 4], b: [f64; 4], c: [f64; 4]) -> [f64; 4] {
+        std::array::from_fn(|i| a[i] * b[i] + c[i])
+    }
+
+    #[inline(always)]
+    fn store(self, v: [f64; 4], out: &mut [f64]) {
+        out[..4].copy_from_slice(&v);
+    }
+}
