@@ -28,7 +28,8 @@ pub enum Error {
         message: String,
     },
 
-    /// A dataset, field, method or operator name that does not exist.
+    /// A method, operator, temporal mode or strategy name that does not exist (the core
+    /// knows no dataset or field names: those are checked in Python).
     #[error("{0}")]
     UnknownName(String),
 
@@ -39,6 +40,11 @@ pub enum Error {
     /// Data that a request needs has not been written (yet).
     #[error("{0}")]
     Missing(String),
+
+    /// A request whose answer would exceed the size one call may return; the message says
+    /// how to split it.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// Result alias of the core.
