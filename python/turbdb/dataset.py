@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .exceptions import FormatError, InvalidRequestError, UnknownNameError
+from .exceptions import DamagedMetadataError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import DatasetInfo, check_name, uniform_times
 from .zarr_meta import (
     ZARR_JSON,
     field_document,
     parse_atom_codecs,
     read_json,
+    storage_error,
     write_coordinate,
     write_json_atomic,
 )
@@ -34,7 +35,7 @@ class Dataset:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         document = read_json(self.path / ZARR_JSON)
-        if "turbdb" not in document.get("attributes", {}):
+        if _turbdb_attrs(document) is None:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
@@ -53,10 +54,15 @@ class Dataset:
     def _attrs(self) -> dict[str, Any]:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
         of it is a rename, which changes its inode and time)."""
-        st = os.stat(self.path / ZARR_JSON)
+        try:
+            st = os.stat(self.path / ZARR_JSON)
+        except OSError as e:
+            raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self.path / ZARR_JSON})") from None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._cache is None or self._cache[0] != key:
-            attrs = read_json(self.path / ZARR_JSON)["attributes"]["turbdb"]
+            attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
+            if attrs is None:
+                raise DamagedMetadataError(f"{self.path / ZARR_JSON} has no 'turbdb' attributes; the metadata is damaged")
             self._cache = (key, attrs, DatasetInfo.from_attrs(attrs))
         return self._cache[1]
 
@@ -92,7 +98,11 @@ class Dataset:
     @contextlib.contextmanager
     def _metadata_lock(self) -> Iterator[None]:
         """Serialises read-modify-write of the metadata between writer processes."""
-        with open(self.path / LOCK_FILE, "a") as lock:
+        try:
+            lock = open(self.path / LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise storage_error(e, self.path / LOCK_FILE) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -127,6 +137,7 @@ class Dataset:
                 zstd=layout["zstd"],
                 crc32c=layout["crc32c"],
                 index_at_end=layout["index_at_end"],
+                headers_required=layout["headers_required"],
             )
             self._stores[field] = (store, attrs["fields"][field]["ncomp"])
         return self._stores[field][0]
@@ -192,12 +203,13 @@ class Dataset:
     def add_field(self, field: str, ncomp: int, *, units: str = "") -> None:
         """Adds an (empty) field array to the dataset."""
         check_name("field", field)
-        if not (isinstance(ncomp, int) and ncomp >= 1):
+        if not (isinstance(ncomp, int) and not isinstance(ncomp, bool) and 1 <= ncomp < 2**32):
             raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {ncomp!r}")
 
         def change(attrs: dict[str, Any]) -> None:
             if field in attrs["fields"]:
                 raise InvalidRequestError(f"dataset {self.name!r} already has a field {field!r}")
+            _core.check_layout(tuple(attrs["grid"]), ncomp, attrs["atom"], attrs["partition"])
             document = field_document(
                 nt=len(attrs["times"]),
                 grid=tuple(attrs["grid"]),
@@ -288,10 +300,19 @@ class Dataset:
     # -- checking -----------------------------------------------------------------------
 
     def verify(self) -> dict[str, Any]:
-        """Checks every shard checksum and that every atom decodes, per field. Returns
-        ``{field: {"shards", "atoms", "complete_steps", "problems"}}``."""
+        """Checks every shard checksum, that every atom decodes and lies where it was
+        written, per field. Returns ``{field: {"shards", "atoms", "complete_steps",
+        "unbound_shards", "problems"}}``; ``unbound_shards`` counts shards written before
+        shards carried a header binding them to their place."""
         nt = len(self._attrs()["times"])
         return {field: self.field_store(field).verify(nt) for field in self._attrs()["fields"]}
+
+
+def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The dataset metadata of a group document, if it has any."""
+    attributes = document.get("attributes")
+    attrs = attributes.get("turbdb") if isinstance(attributes, dict) else None
+    return attrs if isinstance(attrs, dict) else None
 
 
 def _count_shards(step_dir: str) -> int:

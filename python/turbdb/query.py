@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import (
-    METHODS, OPERATORS, SLOTS, STRATEGIES, TEMPORALS, as_points, axes_of, choice, finite_number, node_range,
-    result_dtype,
+    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, as_points,
+    axes_of, choice, finite_number, node_range, result_dtype, stride_of,
 )
-from .exceptions import InvalidRequestError, UnknownNameError
+from .exceptions import UnknownNameError
 
 if TYPE_CHECKING:
     import xarray
@@ -35,9 +35,9 @@ def query(
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-    method = choice("method", method, METHODS)
-    operator = choice("operator", operator, OPERATORS)
-    temporal = choice("temporal method", temporal, TEMPORALS)
+    method = choice("method", method, METHODS, METHOD_ALIASES)
+    operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
+    temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)
     strategy = choice("strategy", strategy, STRATEGIES)
     dtype = result_dtype(dtype)
     time = finite_number("time", time)
@@ -66,15 +66,12 @@ def cutout(
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-    if not isinstance(stride, (int, np.integer)) or stride < 1:
-        raise InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
-    ranges = []
-    for name, value, n in zip("xyz", (x, y, z), info.grid):
-        start, stop = (0, n) if value is None else node_range(name, value)
-        ranges.append((start, stop))
-    (t_index, _), = dataset.field_store(field).time_levels(info.times, float(time), "none")
-    data = dataset.field_store(field).cutout(t_index, axes_of(info), tuple(ranges), int(stride))
-    return cutout_array(dataset.name, info, field, data, ranges, int(stride), int(t_index))
+    stride = stride_of(stride)
+    time = finite_number("time", time)
+    ranges = [(0, n) if value is None else node_range(name, value) for name, value, n in zip("xyz", (x, y, z), info.grid)]
+    (t_index, _), = dataset.field_store(field).time_levels(info.times, time, "none")
+    data = dataset.field_store(field).cutout(t_index, axes_of(info), tuple(ranges), stride)
+    return cutout_array(dataset.name, info, field, data, ranges, stride, int(t_index))
 
 
 def cutout_array(dataset_name: str, info: Any, field: str, data: np.ndarray, ranges: Any, stride: int,
