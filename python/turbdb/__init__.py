@@ -16,6 +16,7 @@ from .exceptions import (
     DamagedMetadataError,
     DatasetBusyError,
     DatasetExistsError,
+    EngineBusyError,
     FormatError,
     InvalidRequestError,
     LimitExceededError,
@@ -52,6 +53,7 @@ __all__ = [
     "DatasetBusyError",
     "DatasetExistsError",
     "AccessDeniedError",
+    "EngineBusyError",
     "LimitExceededError",
     "ServiceError",
 ]

@@ -25,6 +25,9 @@ OPERATOR_ALIASES: dict[str, str] = dict(_core.OPERATOR_ALIASES)
 TEMPORALS: tuple[str, ...] = tuple(_core.TEMPORALS)
 TEMPORAL_ALIASES: dict[str, str] = dict(_core.TEMPORAL_ALIASES)
 STRATEGIES: tuple[str, ...] = tuple(_core.STRATEGIES)
+SCHEDULERS = ("noshare", "liferaft", "jaws")
+CACHE_POLICIES = ("lru", "lruk", "slru", "urc")
+IO_MODES = ("buffered", "direct")
 #: Values per component each operator gives (gradient 3, Hessian 6).
 SLOTS: dict[str, int] = dict(_core.OPERATOR_SLOTS)
 

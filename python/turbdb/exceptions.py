@@ -21,6 +21,7 @@ catch for that kind of problem, so ``except KeyError`` works as well as
     ├── AccessDeniedError (PermissionError)   the service refused the token (missing, unknown, not for that dataset)
     ├── LimitExceededError (ValueError)       a request above a limit: the token's (points, requests per
     │                                         minute) or the size one call may return (set_max_result_bytes)
+    ├── EngineBusyError (OSError)             the node engine's queue is full; retry after ``retry_after`` s
     └── ServiceError (OSError)                the service could not be reached or failed (remote use)
 
 Over HTTP (``turbdb.connect``) the server names the class of each error it reports and
@@ -44,6 +45,7 @@ __all__ = [
     "DatasetExistsError",
     "AccessDeniedError",
     "LimitExceededError",
+    "EngineBusyError",
     "ServiceError",
 ]
 
@@ -112,6 +114,15 @@ class LimitExceededError(TurbdbError, ValueError):
     or the size one call may return in this process (:func:`turbdb.set_max_result_bytes`).
     The message says how to split the request. ``retry_after`` is the seconds to wait when
     waiting helps, else ``None``."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineBusyError(TurbdbError, OSError):
+    """The node engine holds as much pending work as it may (its queue is full).
+    ``retry_after`` is the seconds after which a retry is likely to be admitted."""
 
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)

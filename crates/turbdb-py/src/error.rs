@@ -16,6 +16,7 @@ mod exceptions {
     pyo3::import_exception!(turbdb.exceptions, CorruptDataError);
     pyo3::import_exception!(turbdb.exceptions, StorageError);
     pyo3::import_exception!(turbdb.exceptions, LimitExceededError);
+    pyo3::import_exception!(turbdb.exceptions, EngineBusyError);
 }
 
 /// An error on its way to Python: from the core, from Python itself, or a core panic.
@@ -77,8 +78,14 @@ impl From<PyTurbdbErr> for PyErr {
             Error::UnknownName(_) => UnknownOptionError::new_err(message),
             Error::OutOfDomain(_) => OutOfDomainError::new_err(message),
             Error::TooLarge(_) => LimitExceededError::new_err(message),
+            Error::Busy { retry_after, .. } => EngineBusyError::new_err((message, retry_after)),
         }
     }
+}
+
+/// A core error as the Python exception it maps to, for code that returns `PyResult`.
+pub fn to_py(err: Error) -> PyErr {
+    PyTurbdbErr::Core(err).into()
 }
 
 /// An invalid argument, as the error the bindings return.

@@ -9,6 +9,7 @@ use turbdb_core::{
     STRATEGY_NAMES, TEMPORAL_ALIASES, TEMPORAL_NAMES,
 };
 
+mod engine;
 mod error;
 mod field;
 mod limits;
@@ -41,6 +42,7 @@ fn aliases<'py>(py: Python<'py>, aliases: &[(&str, &str)]) -> PyResult<Bound<'py
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<field::FieldStore>()?;
+    m.add_class::<engine::Engine>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
     m.add_function(wrap_pyfunction!(check_layout, m)?)?;

@@ -38,6 +38,9 @@ INLINE_JSON_BYTES = 256 * 1024
 # Particle tracking keeps every step's positions: at most this many (particle, step) rows
 # (480 MB of float64 positions) per request.
 MAX_TRACK_ROWS = 20_000_000
+# With a node engine, requests mostly wait for it to serve their batches: this many may
+# wait at once (threads), so that the engine has concurrent queries to share reads among.
+ENGINE_WAITERS = 128
 
 
 def with_status(error: Exception, status: int) -> Exception:
@@ -50,8 +53,11 @@ class Backend:
     """The state the endpoints of one app share."""
 
     def __init__(self, db_path: str | os.PathLike[str], tokens: Tokens, metrics: Metrics, *,
-                 workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float):
-        self.database = Database(db_path)  # raises if the directory is missing
+                 workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float,
+                 engine: dict[str, Any] | None = None):
+        # Raises if the directory is missing; with engine options, one node engine serves
+        # every request's point queries.
+        self.database = Database(db_path, **(engine or {}))
         self.path = Path(db_path)
         self.tokens = tokens
         self.metrics = metrics
@@ -82,7 +88,7 @@ class Backend:
             if not is_plain_name(name) or name not in self.names():
                 available = ", ".join(self.names()) or "none"
                 raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
-            opened = self._datasets.setdefault(name, Dataset(self.path / name))
+            opened = self._datasets.setdefault(name, Dataset(self.path / name, engine=self.database.engine))
         return copy.copy(opened)
 
     # -- tokens -----------------------------------------------------------------------------
@@ -148,11 +154,14 @@ class Backend:
     async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None) -> T:
         """Runs a blocking engine call in the pool of ``workers`` threads, or right here
         when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
-        than the hop to a thread and back costs in latency."""
-        if points is not None and points <= INLINE_POINTS:
+        than the hop to a thread and back costs in latency. With a node engine every call
+        goes to a thread (a query may wait for a batch) and up to ``ENGINE_WAITERS`` wait
+        at once."""
+        shared = self.database.engine is not None
+        if points is not None and points <= INLINE_POINTS and not shared:
             return fn(*args)
         if self._engine is None:
-            self._engine = anyio.CapacityLimiter(self.workers)
+            self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
 
     def record_reads(self, dataset: Dataset, field: str) -> None:

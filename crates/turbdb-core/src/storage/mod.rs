@@ -3,11 +3,13 @@
 //! voxels stored in Morton order ([`geometry`], [`shard`], [`morton`]); a header at the
 //! start of each shard binds it and its atoms to their place ([`binding`]). [`writer`]
 //! writes a time step crash-safely, [`reader`] reads atoms with cached indexes and merged reads,
-//! [`verify`] checks every checksum, [`cutout`] copies a box of nodes out.
+//! [`verify`] checks every checksum, [`cutout`] copies a box of nodes out; [`direct`] reads
+//! atoms for the node engine, past the page cache when asked.
 
 pub mod axis;
 pub mod binding;
 pub mod cutout;
+pub mod direct;
 pub mod geometry;
 pub mod morton;
 pub mod reader;
