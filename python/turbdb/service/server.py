@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from ..exceptions import ServiceError
+from . import redaction
 from .app import create_app
 
 # How long shutdown waits for requests in progress before closing their connections.
@@ -53,6 +54,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False)
+    redaction.install()  # after uvicorn configured its loggers: no token in any log line
     server = _GracefulServer(config)
     try:
         server.run(sockets=[sock])
