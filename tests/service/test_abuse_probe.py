@@ -140,3 +140,13 @@ def test_bad_input_answers_4xx_and_keeps_the_connection(server, path, kwargs):
         assert response.json()["description"]
         assert response.headers.get("connection", "keep-alive") != "close"
         assert client.get("/healthz").status_code == 200  # the same connection still answers
+
+
+def test_json_points_are_counted_before_the_body_is_parsed(server):
+    # 1000 compact points, above SMALL's limit of 100, and a body that would not even parse:
+    # the count must refuse it first (413), without parsing (which would say 400).
+    body = b'{"points": [' + b"[0,0,0]," * 1000 + b"[0,0,0]] oops"
+    response = server.post("/v1/datasets/trig/query", params={"field": "velocity", "time": 0.5}, content=body,
+                           headers={"Authorization": f"Bearer {SMALL}", "Content-Type": "application/json"})
+    assert response.status_code == 413, response.text
+    assert "100" in response.json()["description"]
