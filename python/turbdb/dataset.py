@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .exceptions import DamagedMetadataError, FormatError, InvalidRequestError, StorageError, UnknownNameError
+from .exceptions import (
+    DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, UnknownNameError,
+)
 from .info import DatasetInfo, check_name, uniform_times
 from .zarr_meta import (
     ZARR_JSON,
@@ -26,6 +28,8 @@ from .zarr_meta import (
 )
 
 LOCK_FILE = ".turbdb.lock"
+#: Held by the one process appending steps (ingest): a second writer is refused, not interleaved.
+WRITER_LOCK_FILE = ".turbdb-writer.lock"
 
 
 class Dataset:
@@ -96,6 +100,28 @@ class Dataset:
             if entry.name.isdigit() and int(entry.name) < nt and _count_shards(entry.path) == expected:
                 present.append(int(entry.name))
         return tuple(sorted(present))
+
+    @contextlib.contextmanager
+    def writer_lock(self) -> Iterator[None]:
+        """One writer per dataset: an advisory lock held for a whole ingest. Two ingests into
+        one dataset would otherwise interleave their steps and journals; the second is
+        refused with :class:`DatasetBusyError` at once instead of waiting."""
+        try:
+            lock = open(self.path / WRITER_LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise storage_error(e, self.path / WRITER_LOCK_FILE) from None
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DatasetBusyError(
+                    f"another process is writing dataset {self.name!r} (turbdb ingest); wait for it to finish, "
+                    "then run this again: steps already stored are skipped"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def _metadata_lock(self) -> Iterator[None]:
