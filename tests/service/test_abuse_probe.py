@@ -150,3 +150,35 @@ def test_json_points_are_counted_before_the_body_is_parsed(server):
                            headers={"Authorization": f"Bearer {SMALL}", "Content-Type": "application/json"})
     assert response.status_code == 413, response.text
     assert "100" in response.json()["description"]
+
+
+def test_slowloris_connections_are_cut_and_the_server_answers_again(service_db, tmp_path):
+    import socket
+    from urllib.parse import urlsplit
+
+    from turbdb.service.connections import HEADER_TIMEOUT_SECONDS
+
+    with running_server(service_db, tmp_path / "slow.log") as s:
+        host, port = urlsplit(s.url).hostname, urlsplit(s.url).port
+        sockets = []
+        try:
+            for _ in range(600):  # what the probe sent: half a header each, never the rest
+                sock = socket.create_connection((host, port), timeout=5)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                sockets.append(sock)
+            time.sleep(HEADER_TIMEOUT_SECONDS + 1.5)
+            still_open = 0
+            for sock in sockets:
+                sock.settimeout(3)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except (TimeoutError, socket.timeout):
+                    still_open += 1
+                except OSError:
+                    pass
+            assert still_open == 0, f"{still_open} half-sent requests still hold a connection"
+            assert s.get("/healthz").status_code == 200
+        finally:
+            for sock in sockets:
+                sock.close()

@@ -16,6 +16,7 @@ import uvicorn
 from ..exceptions import ServiceError
 from . import redaction
 from .app import create_app
+from .connections import GuardedHttpProtocol
 
 # How long shutdown waits for requests in progress before closing their connections.
 GRACEFUL_SHUTDOWN_SECONDS = 30
@@ -53,7 +54,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
           f"turbdb: API docs at {url}/docs; {backend.workers} engine threads; {access}; Ctrl-C stops", flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
-                            server_header=False)
+                            server_header=False, http=GuardedHttpProtocol)
     redaction.install()  # after uvicorn configured its loggers: no token in any log line
     server = _GracefulServer(config)
     try:
