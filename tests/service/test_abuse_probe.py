@@ -182,3 +182,22 @@ def test_slowloris_connections_are_cut_and_the_server_answers_again(service_db, 
         finally:
             for sock in sockets:
                 sock.close()
+
+
+def test_a_dataset_with_damaged_metadata_is_a_server_error_without_paths_and_the_rest_still_serve(tmp_path):
+    import json
+
+    import turbdb
+
+    db = tmp_path / "db"
+    turbdb.create_dataset(db, "good", grid=(8, 8, 8), times=[0.0], atom=4, partition=8)
+    bad = turbdb.create_dataset(db, "bad", grid=(8, 8, 8), times=[0.0], atom=4, partition=8)
+    document = json.loads((bad.path / "zarr.json").read_text())
+    document["attributes"]["turbdb"]["grid"] = [-8, 8, 8]
+    (bad.path / "zarr.json").write_text(json.dumps(document))
+    with running_server(db, tmp_path / "damaged.log") as s, httpx.Client(base_url=s.url, timeout=30) as client:
+        response = client.get("/v1/datasets/bad")
+        assert response.status_code == 500 and response.json()["error"] == "DamagedMetadataError", response.text
+        assert "damaged" in response.json()["description"]
+        assert str(db) not in response.text and str(db.resolve()) not in response.text
+        assert client.get("/v1/datasets/good").status_code == 200  # same connection, other dataset
