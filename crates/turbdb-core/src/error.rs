@@ -83,6 +83,7 @@ impl Error {
             Error::UnknownName(m) => Error::UnknownName(m.clone()),
             Error::OutOfDomain(m) => Error::OutOfDomain(m.clone()),
             Error::Missing(m) => Error::Missing(m.clone()),
+            Error::TooLarge(m) => Error::TooLarge(m.clone()),
             Error::Busy {
                 message,
                 retry_after,
