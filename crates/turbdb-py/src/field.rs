@@ -15,7 +15,7 @@ use turbdb_core::{
     QuerySpec, Strategy, StreamStats, Temporal,
 };
 
-use crate::error::{invalid, without_gil, Result};
+use crate::error::{invalid, to_py, without_gil, Result};
 use crate::limits::max_result_bytes;
 
 /// One field of a dataset on disk.
