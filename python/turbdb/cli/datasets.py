@@ -100,6 +100,8 @@ def info(db: Path, name: str | None, as_json: bool) -> None:
         try:
             infos.append(database[n].info)
         except TurbdbError as e:
+            if name:  # the one dataset asked for: its error is the answer
+                raise
             damaged[n] = str(e)
     if as_json:
         out = {i.name: {**i.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in i.fields.items()}} for i in infos}
@@ -128,6 +130,8 @@ def verify(db: Path, name: str | None) -> None:
         try:  # a dataset whose metadata is damaged is reported, and the others still checked
             reports = database[n].verify()
         except TurbdbError as e:
+            if name:
+                raise
             bad += 1
             click.echo(f"{n}: {click.style('damaged', fg='red')}: {e}")
             continue
