@@ -146,3 +146,12 @@ def stride_of(value: Any) -> int:
     if stride < 1:
         raise InvalidRequestError(f"stride must be a positive integer, not {value!r}")
     return stride
+
+
+def time_list(time: Any) -> list[float]:
+    """One time, or a sequence of times (a time series), as a list of finite floats."""
+    if np.ndim(time) == 0:
+        return [finite_number("time", time)]
+    if np.ndim(time) != 1 or len(time) == 0:
+        raise InvalidRequestError(f"time must be a number or a non-empty sequence of numbers, not {time!r}")
+    return [finite_number("time", t) for t in time]
