@@ -16,7 +16,7 @@ endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ test-rust:
 
 test-python:
 	$(PY) -m pytest -q
+
+fuzz: build ## a longer fuzzing run: schemathesis on the HTTP API (300 examples per operation) and the hypothesis argument checks
+	TURBDB_FUZZ_EXAMPLES=300 $(PY) -m pytest -q tests/service/test_schema_fuzz.py tests/test_bad_calls.py --hypothesis-seed=0
 
 bench-ingest: build ## ingest throughput from an in-memory array (bench/results/ingest.json)
 	$(PY) bench/ingest.py

@@ -86,6 +86,28 @@ def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
 
 
+def test_verify_and_info_report_every_dataset_when_one_has_damaged_metadata(db):
+    import json as _json
+
+    damaged = turbdb.create_dataset(db, "a_damaged", grid=(8, 8, 8), times=[0], atom=4, partition=8)
+    document = _json.loads((damaged.path / "zarr.json").read_text())
+    document["attributes"]["turbdb"]["grid"] = [-8, 8, 8]
+    (damaged.path / "zarr.json").write_text(_json.dumps(document))
+    shard = db / "flow" / "velocity" / "c" / "1" / "1" / "0" / "1" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[777] ^= 0x40
+    shard.write_bytes(bytes(raw))
+
+    result = run("verify", db, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "a_damaged" in result.stdout and "damaged" in result.stdout
+    assert str(shard) in result.stdout, "the corrupt shard of the next dataset must still be found"
+
+    info = run("info", db, check=False)
+    assert info.returncode == 1 and "Traceback" not in info.stderr
+    assert "a_damaged: DAMAGED" in info.stdout and "16 x 16 x 16" in info.stdout
+
+
 def test_info_of_a_dataset_directory_describes_that_dataset(db):
     out = run("info", db / "flow").stdout
     assert out.startswith("dataset flow") and "2/2 steps written" in out

@@ -87,7 +87,11 @@ def test_every_shard_stores_its_atoms_in_morton_order(dataset):
         codes = _core.morton_encode(ax.astype(np.uint32), ay.astype(np.uint32), az.astype(np.uint32))
         offsets = index[az, ay, ax, 0]
         assert np.all(np.diff(offsets[np.argsort(codes)]) > 0), f"{shard} is not in Morton order"
-        assert offsets.min() == 0 and np.all(index[az, ay, ax, 1] == 8**3 * 3 * 4 + 4)
+        # Atoms start right after the header binding the shard to its place (docs/format.md):
+        # magic TURBDBSH, then its length as a little-endian u32 at bytes 12..16.
+        assert raw[:8] == b"TURBDBSH"
+        header = int.from_bytes(raw[12:16], "little")
+        assert offsets.min() == header and np.all(index[az, ay, ax, 1] == 8**3 * 3 * 4 + 4)
 
 
 def test_metadata_is_the_documented_zarr_v3_layout(dataset):

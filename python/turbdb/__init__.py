@@ -14,6 +14,8 @@ from .dataset import Dataset
 from .exceptions import (
     AccessDeniedError,
     CorruptDataError,
+    DamagedMetadataError,
+    DatasetBusyError,
     DatasetExistsError,
     EngineBusyError,
     FormatError,
@@ -24,8 +26,10 @@ from .exceptions import (
     StorageError,
     TurbdbError,
     UnknownNameError,
+    UnknownOptionError,
 )
 from .info import DatasetInfo, FieldInfo
+from .size_limit import max_result_bytes, set_max_result_bytes
 
 __all__ = [
     "__version__",
@@ -38,13 +42,18 @@ __all__ = [
     "Dataset",
     "DatasetInfo",
     "FieldInfo",
+    "max_result_bytes",
+    "set_max_result_bytes",
     "TurbdbError",
     "InvalidRequestError",
     "OutOfDomainError",
     "UnknownNameError",
+    "UnknownOptionError",
     "FormatError",
+    "DamagedMetadataError",
     "CorruptDataError",
     "StorageError",
+    "DatasetBusyError",
     "DatasetExistsError",
     "AccessDeniedError",
     "EngineBusyError",

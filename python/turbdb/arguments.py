@@ -1,30 +1,51 @@
 """Checking the arguments of queries, cutouts and tracking, in one place for the local
-engine, the remote client and the service: names, numbers, points and node ranges."""
+engine, the remote client and the service: names, numbers, points and node ranges.
+
+Strict on purpose: a bool, a complex number or a numeric string is refused rather than
+converted, and a grid index must be an integer (``x=(0.5, 3.7)`` is an error, not a
+truncation). The names of methods, operators, temporal methods and strategies, and their
+aliases, come from the engine (``turbdb._core``), so Python and Rust accept the same ones.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 import numpy as np
 
-from .exceptions import InvalidRequestError, UnknownNameError
+from . import _core
+from .exceptions import InvalidRequestError, UnknownOptionError
 
-METHODS = ("none", "lag4", "lag6", "lag8", "fd4noint", "fd6noint", "fd8noint", "fd4lag4", "m1q4", "m2q8")
-OPERATORS = ("field", "gradient", "hessian", "laplacian")
-TEMPORALS = ("none", "pchip")
-STRATEGIES = ("streaming", "sorted", "direct")
+METHODS: tuple[str, ...] = tuple(_core.METHODS)
+METHOD_ALIASES: dict[str, str] = dict(_core.METHOD_ALIASES)
+OPERATORS: tuple[str, ...] = tuple(_core.OPERATORS)
+OPERATOR_ALIASES: dict[str, str] = dict(_core.OPERATOR_ALIASES)
+TEMPORALS: tuple[str, ...] = tuple(_core.TEMPORALS)
+TEMPORAL_ALIASES: dict[str, str] = dict(_core.TEMPORAL_ALIASES)
+STRATEGIES: tuple[str, ...] = tuple(_core.STRATEGIES)
 SCHEDULERS = ("noshare", "liferaft", "jaws")
 CACHE_POLICIES = ("lru", "lruk", "slru", "urc")
 IO_MODES = ("buffered", "direct")
-SLOTS = {"field": 1, "gradient": 3, "hessian": 6, "laplacian": 1}
+#: Values per component each operator gives (gradient 3, Hessian 6).
+SLOTS: dict[str, int] = dict(_core.OPERATOR_SLOTS)
+
+#: Largest grid index or stride accepted: the engine counts nodes in 64-bit integers.
+MAX_INDEX = 2**62
+_NUMBER_TYPES = (int, float, np.integer, np.floating)
 
 
-def choice(kind: str, value: Any, valid: tuple[str, ...]) -> str:
-    """``value`` as one of the names ``valid`` (case-insensitive), or a clear error."""
-    if not isinstance(value, str) or value.lower() not in valid:
-        raise UnknownNameError(f"unknown {kind} {value!r}; valid {kind}s: {', '.join(valid)}")
-    return value.lower()
+def choice(kind: str, value: Any, valid: tuple[str, ...], aliases: dict[str, str] | None = None) -> str:
+    """The canonical name ``value`` stands for (case-insensitive, aliases included), or
+    :class:`UnknownOptionError` listing the valid names."""
+    if isinstance(value, str):
+        key = value.lower()
+        if key in valid:
+            return key
+        if aliases and key in aliases:
+            return aliases[key]
+    raise UnknownOptionError(f"unknown {kind} {value!r}; valid {kind}s: {', '.join(valid)}")
 
 
 def axes_of(info: Any) -> tuple[tuple[int, float, float, bool], ...]:
@@ -32,12 +53,20 @@ def axes_of(info: Any) -> tuple[tuple[int, float, float, bool], ...]:
     return tuple(zip(info.grid, info.origin, info.spacing, info.periodic))
 
 
+def _is_real(value: Any) -> bool:
+    return isinstance(value, _NUMBER_TYPES) and not isinstance(value, (bool, np.bool_))
+
+
 def finite_number(name: str, value: Any) -> float:
-    """``value`` as a float, or a clear error if it is not a finite real number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(value):
+    """``value`` as a float, or a clear error if it is not a finite real number (bools,
+    strings, complex numbers and ``None`` are refused)."""
+    try:
+        number = float(value) if _is_real(value) else math.nan
+    except OverflowError:  # an int beyond float's range
+        number = math.nan
+    if not math.isfinite(number):
         raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
-    return float(value)
+    return number
 
 
 def result_dtype(dtype: Any) -> np.dtype:
@@ -51,25 +80,72 @@ def result_dtype(dtype: Any) -> np.dtype:
     return dtype
 
 
+def _refuse_points(what: str) -> InvalidRequestError:
+    return InvalidRequestError(f"points must be real numbers, not {what}: an array of shape (N, 3) of x, y, z")
+
+
+def _check_element_types(values: Any) -> None:
+    """Refuses bools, strings, complex numbers and other non-numbers among the elements of
+    a nested sequence of rows (one C-level pass: no per-point Python code)."""
+    try:
+        types = set(map(type, itertools.chain.from_iterable(values)))
+    except TypeError:  # not a sequence of rows: the shape check says what is wrong
+        return
+    for kind in types:
+        if not issubclass(kind, _NUMBER_TYPES) or issubclass(kind, (bool, np.bool_)):
+            raise _refuse_points(kind.__name__)
+
+
 def as_points(points: Any) -> np.ndarray:
     """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error."""
+    if not isinstance(points, np.ndarray):
+        if isinstance(points, (str, bytes)):
+            raise _refuse_points("a string")
+        _check_element_types(points)
     try:
-        array = np.asarray(points, dtype=np.float64)
-    except (TypeError, ValueError):
+        array = np.asarray(points)
+    except (TypeError, ValueError, OverflowError):
         raise InvalidRequestError("points must be numbers: an array of shape (N, 3) of x, y, z") from None
+    if array.dtype.kind == "O":
+        _check_element_types(array.reshape(-1, 1) if array.ndim else array.reshape(1, 1))
+    elif array.dtype.kind not in "iuf":
+        raise _refuse_points(f"{array.dtype} values")
     if array.ndim != 2 or array.shape[1] != 3:
         hint = " (for one point use [[x, y, z]])" if array.shape == (3,) else ""
         raise InvalidRequestError(f"points must have shape (N, 3), not {array.shape}{hint}")
-    return np.ascontiguousarray(array)
+    try:
+        return np.ascontiguousarray(array, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequestError("points must be numbers: an array of shape (N, 3) of x, y, z") from None
+
+
+def _integer(name: str, value: Any, what: str) -> int:
+    """An integer (not a bool, a float or a string) of at most ±2⁶²."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise InvalidRequestError(f"{name} must be {what}, not {value!r}")
+    if abs(int(value)) > MAX_INDEX:
+        raise InvalidRequestError(f"{name} = {value} is beyond any grid (at most ±2**62)")
+    return int(value)
 
 
 def node_range(name: str, value: Any) -> tuple[int, int]:
-    """A half-open ``(start, stop)`` pair of grid indices along axis ``name``."""
+    """A half-open ``(start, stop)`` pair of integer grid indices along axis ``name``."""
+    if isinstance(value, (str, bytes)):
+        raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {value!r}")
     try:
-        start, stop = (int(v) for v in value)
+        start, stop = value
     except (TypeError, ValueError):
         raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {value!r}") from None
-    return start, stop
+    what = "an integer grid index"
+    return _integer(f"{name} start", start, what), _integer(f"{name} stop", stop, what)
+
+
+def stride_of(value: Any) -> int:
+    """A cutout stride: a positive integer."""
+    stride = _integer("stride", value, "a positive integer")
+    if stride < 1:
+        raise InvalidRequestError(f"stride must be a positive integer, not {value!r}")
+    return stride
 
 
 def time_list(time: Any) -> list[float]:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import axes_of, node_range, time_list
+from .arguments import MAX_INDEX, axes_of, node_range, time_list
 from .exceptions import InvalidRequestError, UnknownNameError
+from .size_limit import check_result_bytes
 
 if TYPE_CHECKING:
     import xarray
@@ -44,6 +45,9 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     for t_index in sorted(set(t_indices)):
         check_box(dataset, field, t_index, ranges)
     shape = output_shape(ranges, strides) + (info.fields[field].ncomp,)
+    # Counted before anything is allocated (float32 values): too large is a LimitExceededError.
+    check_result_bytes(len(t_indices) * math.prod(shape) * 4, f"a cutout of {' x '.join(map(str, shape[:3]))} nodes",
+                       "ask for a smaller box, a larger stride, or split the box into several cutouts")
     data = np.empty((len(t_indices),) + shape, dtype=np.float32)
     for k, t_index in enumerate(t_indices):
         for (z0, z1), (k0, k1) in z_slabs(ranges, strides, width, info.fields[field].ncomp):
@@ -171,7 +175,7 @@ def as_strides(stride: Any) -> Strides:
     values = (stride,) * 3 if isinstance(stride, (int, np.integer)) else tuple(stride) \
         if isinstance(stride, (tuple, list, np.ndarray)) else None
     if values is None or len(values) != 3 or not all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in values):
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and 1 <= s <= MAX_INDEX for s in values):
         raise InvalidRequestError(f"stride must be a positive integer, or three (x, y, z), not {stride!r}")
     return tuple(int(s) for s in values)  # type: ignore[return-value]
 

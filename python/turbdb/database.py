@@ -16,7 +16,9 @@ import numpy as np
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .dataset import Dataset
-from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
+from .exceptions import (
+    DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError, UnknownNameError,
+)
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
 from .zarr_meta import (
     ZARR_JSON,
@@ -24,6 +26,7 @@ from .zarr_meta import (
     field_document,
     group_document,
     read_json,
+    storage_error,
     write_coordinate,
     write_json_atomic,
 )
@@ -105,11 +108,12 @@ def _is_dataset(path: Path) -> bool:
     """A group with turbdb attributes; one whose metadata is damaged is listed too, so that
     opening it reports the damage instead of the dataset silently vanishing."""
     try:
-        return "turbdb" in read_json(path / ZARR_JSON).get("attributes", {})
+        attributes = read_json(path / ZARR_JSON).get("attributes")
     except FormatError:
         return True
     except OSError:
         return False
+    return isinstance(attributes, dict) and "turbdb" in attributes
 
 
 def _is_dataset_group(path: Path) -> bool:
@@ -195,22 +199,32 @@ def create_dataset(
     if len(tuple(periodic)) != 3:
         raise InvalidRequestError(f"periodic must be three booleans (x, y, z), not {periodic!r}")
     for side, label in ((atom, "atom"), (partition, "partition")):
-        if not (isinstance(side, int) and side >= 1 and side & (side - 1) == 0):
+        if not (isinstance(side, int) and not isinstance(side, bool) and side >= 1 and side & (side - 1) == 0):
             raise InvalidRequestError(f"{label} must be a power of two, not {side!r}")
     if atom > partition:
         raise InvalidRequestError(f"atom ({atom}) must not be larger than partition ({partition})")
     times_a = uniform_times(times)
     field_specs = _field_specs({"velocity": 3, "pressure": 1} if fields is None else fields)
+    for ncomp, _ in field_specs.values():
+        try:
+            _core.check_layout(grid_t, ncomp, atom, partition)  # the sizes the store can address
+        except OverflowError:
+            raise InvalidRequestError(f"grid {grid_t} with {ncomp} components is too large to store") from None
 
     db = Path(db_path)
-    db.mkdir(parents=True, exist_ok=True)
-    if not (db / ZARR_JSON).exists():
-        write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
     path = db / name
-    if path.exists():
-        if not overwrite:
-            raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
-        shutil.rmtree(path)
+    try:
+        db.mkdir(parents=True, exist_ok=True)
+        if not (db / ZARR_JSON).exists():
+            write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+        if path.exists():
+            if not overwrite:
+                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
+            shutil.rmtree(path)
+    except OSError as e:
+        if isinstance(e, TurbdbError):
+            raise
+        raise storage_error(e, path) from None
 
     metadata = {
         "format_version": FORMAT_VERSION,
@@ -251,7 +265,7 @@ def _field_specs(fields: Mapping[str, int | Mapping[str, Any]]) -> dict[str, tup
     for field, spec in fields.items():
         check_name("field", field)
         ncomp, units = (spec, "") if isinstance(spec, int) else (spec.get("ncomp"), spec.get("units", ""))
-        if not (isinstance(ncomp, int) and ncomp >= 1):
+        if not (isinstance(ncomp, int) and not isinstance(ncomp, bool) and ncomp >= 1):
             raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {spec!r}")
         specs[field] = (ncomp, str(units))
     return specs

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .exceptions import FormatError, InvalidRequestError, UnknownNameError
+from .exceptions import (
+    DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, UnknownNameError,
+)
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
 from .zarr_meta import (
@@ -22,11 +24,14 @@ from .zarr_meta import (
     field_document,
     parse_atom_codecs,
     read_json,
+    storage_error,
     write_coordinate,
     write_json_atomic,
 )
 
 LOCK_FILE = ".turbdb.lock"
+#: Held by the one process appending steps (ingest): a second writer is refused, not interleaved.
+WRITER_LOCK_FILE = ".turbdb-writer.lock"
 
 
 class Dataset:
@@ -38,7 +43,7 @@ class Dataset:
         #: The database's node engine (``turbdb._core.Engine``), or None: queries alone.
         self.engine = engine
         document = read_json(self.path / ZARR_JSON)
-        if "turbdb" not in document.get("attributes", {}):
+        if _turbdb_attrs(document) is None:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
@@ -59,10 +64,15 @@ class Dataset:
     def _attrs(self) -> dict[str, Any]:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
         of it is a rename, which changes its inode and time)."""
-        st = os.stat(self.path / ZARR_JSON)
+        try:
+            st = os.stat(self.path / ZARR_JSON)
+        except OSError as e:
+            raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self.path / ZARR_JSON})") from None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._cache is None or self._cache[0] != key:
-            attrs = read_json(self.path / ZARR_JSON)["attributes"]["turbdb"]
+            attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
+            if attrs is None:
+                raise DamagedMetadataError(f"{self.path / ZARR_JSON} has no 'turbdb' attributes; the metadata is damaged")
             self._cache = (key, attrs, DatasetInfo.from_attrs(attrs))
         return self._cache[1]
 
@@ -96,9 +106,35 @@ class Dataset:
         return tuple(sorted(present))
 
     @contextlib.contextmanager
+    def writer_lock(self) -> Iterator[None]:
+        """One writer per dataset: an advisory lock held for a whole ingest. Two ingests into
+        one dataset would otherwise interleave their steps and journals; the second is
+        refused with :class:`DatasetBusyError` at once instead of waiting."""
+        try:
+            lock = open(self.path / WRITER_LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise storage_error(e, self.path / WRITER_LOCK_FILE) from None
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DatasetBusyError(
+                    f"another process is writing dataset {self.name!r} (turbdb ingest); wait for it to finish, "
+                    "then run this again: steps already stored are skipped"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
     def _metadata_lock(self) -> Iterator[None]:
         """Serialises read-modify-write of the metadata between writer processes."""
-        with open(self.path / LOCK_FILE, "a") as lock:
+        try:
+            lock = open(self.path / LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise storage_error(e, self.path / LOCK_FILE) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -136,6 +172,7 @@ class Dataset:
                 zstd=layout["zstd"],
                 crc32c=layout["crc32c"],
                 index_at_end=layout["index_at_end"],
+                headers_required=layout["headers_required"],
             )
             self._stores[field] = (store, attrs["fields"][field]["ncomp"])
         return self._stores[field][0]
@@ -201,12 +238,13 @@ class Dataset:
     def add_field(self, field: str, ncomp: int, *, units: str = "") -> None:
         """Adds an (empty) field array to the dataset."""
         check_name("field", field)
-        if not (isinstance(ncomp, int) and ncomp >= 1):
+        if not (isinstance(ncomp, int) and not isinstance(ncomp, bool) and 1 <= ncomp < 2**32):
             raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {ncomp!r}")
 
         def change(attrs: dict[str, Any]) -> None:
             if field in attrs["fields"]:
                 raise InvalidRequestError(f"dataset {self.name!r} already has a field {field!r}")
+            _core.check_layout(tuple(attrs["grid"]), ncomp, attrs["atom"], attrs["partition"])
             document = field_document(
                 nt=len(attrs["times"]),
                 grid=tuple(attrs["grid"]),
@@ -305,10 +343,19 @@ class Dataset:
     # -- checking -----------------------------------------------------------------------
 
     def verify(self) -> dict[str, Any]:
-        """Checks every shard checksum and that every atom decodes, per field. Returns
-        ``{field: {"shards", "atoms", "complete_steps", "problems"}}``."""
+        """Checks every shard checksum, that every atom decodes and lies where it was
+        written, per field. Returns ``{field: {"shards", "atoms", "complete_steps",
+        "unbound_shards", "problems"}}``; ``unbound_shards`` counts shards written before
+        shards carried a header binding them to their place."""
         nt = len(self._attrs()["times"])
         return {field: self.field_store(field).verify(nt) for field in self._attrs()["fields"]}
+
+
+def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The dataset metadata of a group document, if it has any."""
+    attributes = document.get("attributes")
+    attrs = attributes.get("turbdb") if isinstance(attributes, dict) else None
+    return attrs if isinstance(attrs, dict) else None
 
 
 def _count_shards(step_dir: str) -> int:

@@ -5,15 +5,22 @@ catch for that kind of problem, so ``except KeyError`` works as well as
 ``except turbdb.UnknownNameError``::
 
     TurbdbError (Exception)
-    ├── InvalidRequestError (ValueError)      bad arguments: shapes, NaN points, out-of-range times
+    ├── InvalidRequestError (ValueError)      bad arguments: shapes, NaN points, bools or strings as numbers
     │   └── OutOfDomainError                  a point outside a non-periodic axis
-    ├── UnknownNameError (KeyError)           no such dataset, field, method, operator, …
+    ├── UnknownNameError (KeyError)           no such dataset, field, input format, …
+    │   └── UnknownOptionError                no such method, operator, temporal method or strategy:
+    │                                         also an InvalidRequestError (ValueError), as numpy and
+    │                                         scipy raise ValueError for a bad option value
     ├── FormatError (ValueError)              input or stored data of the wrong shape, dtype or layout
-    ├── CorruptDataError (OSError)            a shard index checksum or an atom that does not decode
-    ├── StorageError (OSError)                the store could not be read or written
+    │   └── DamagedMetadataError              a dataset's stored metadata is unreadable or inconsistent
+    ├── CorruptDataError (OSError)            a checksum that fails, an atom that does not decode or
+    │                                         does not belong where it is stored
+    ├── StorageError (OSError)                the store could not be read or written (full or read-only disk)
+    │   └── DatasetBusyError                  another process is writing the dataset (ingest, simulate)
     ├── DatasetExistsError (FileExistsError)  creating a dataset that is already there
     ├── AccessDeniedError (PermissionError)   the service refused the token (missing, unknown, not for that dataset)
-    ├── LimitExceededError (ValueError)       a request above the token's limits (points, requests per minute)
+    ├── LimitExceededError (ValueError)       a request above a limit: the token's (points, requests per
+    │                                         minute) or the size one call may return (set_max_result_bytes)
     ├── EngineBusyError (OSError)             the node engine's queue is full; retry after ``retry_after`` s
     └── ServiceError (OSError)                the service could not be reached or failed (remote use)
 
@@ -29,9 +36,12 @@ __all__ = [
     "InvalidRequestError",
     "OutOfDomainError",
     "UnknownNameError",
+    "UnknownOptionError",
     "FormatError",
+    "DamagedMetadataError",
     "CorruptDataError",
     "StorageError",
+    "DatasetBusyError",
     "DatasetExistsError",
     "AccessDeniedError",
     "LimitExceededError",
@@ -59,8 +69,18 @@ class UnknownNameError(TurbdbError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownOptionError(UnknownNameError, InvalidRequestError):
+    """A method, operator, temporal method or strategy that does not exist: a ``KeyError``
+    like every unknown name, and a ``ValueError`` like numpy's and scipy's bad option values."""
+
+
 class FormatError(TurbdbError, ValueError):
     """Input or stored data has the wrong shape, dtype or layout."""
+
+
+class DamagedMetadataError(FormatError):
+    """A dataset's stored metadata (a ``zarr.json``) cannot be read or contradicts itself
+    (a negative grid, say): the store is damaged, not the request. A server answers 500."""
 
 
 class CorruptDataError(TurbdbError, OSError):
@@ -69,6 +89,11 @@ class CorruptDataError(TurbdbError, OSError):
 
 class StorageError(TurbdbError, OSError):
     """The store could not be read or written."""
+
+
+class DatasetBusyError(StorageError):
+    """Another process is writing the dataset (``turbdb ingest``, ``turbdb simulate``): one
+    writer per dataset at a time."""
 
 
 class DatasetExistsError(TurbdbError, FileExistsError):
@@ -85,8 +110,10 @@ class AccessDeniedError(TurbdbError, PermissionError):
 
 
 class LimitExceededError(TurbdbError, ValueError):
-    """A request above the token's limits: too many points, or too many requests per minute.
-    ``retry_after`` is the seconds to wait when waiting helps, else ``None``."""
+    """A request above a limit: the token's (too many points, too many requests per minute)
+    or the size one call may return in this process (:func:`turbdb.set_max_result_bytes`).
+    The message says how to split the request. ``retry_after`` is the seconds to wait when
+    waiting helps, else ``None``."""
 
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .exceptions import FormatError, InvalidRequestError
+from . import _core
+from .exceptions import DamagedMetadataError, FormatError, InvalidRequestError, TurbdbError
 from .times import format_time
 
 FORMAT_VERSION = 1
@@ -115,14 +116,16 @@ class DatasetInfo:
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any], steps: dict[str, tuple[int, ...]] | None = None) -> DatasetInfo:
+        """The metadata stored as ``attrs``, checked: a damaged or inconsistent document
+        (a negative grid, decreasing times) is a :class:`DamagedMetadataError`."""
         steps = steps or {}
         try:
-            if attrs["format_version"] > FORMAT_VERSION:
-                raise FormatError(
-                    f"dataset {attrs.get('name')!r} has format version {attrs['format_version']}; "
+            if not isinstance(attrs["format_version"], int) or attrs["format_version"] > FORMAT_VERSION:
+                raise DamagedMetadataError(
+                    f"dataset {attrs.get('name')!r} has format version {attrs['format_version']!r}; "
                     "upgrade turbdb to read it"
                 )
-            return cls(
+            info = cls(
                 name=attrs["name"],
                 grid=tuple(int(n) for n in attrs["grid"]),
                 spacing=tuple(float(d) for d in attrs["spacing"]),
@@ -139,8 +142,30 @@ class DatasetInfo:
                 provenance=dict(attrs.get("provenance", {})),
                 attrs=dict(attrs.get("attrs", {})),
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise FormatError(f"dataset metadata is incomplete or damaged ({type(e).__name__}: {e})") from None
+            info._check()
+            return info
+        except DamagedMetadataError:
+            raise
+        except (KeyError, TypeError, ValueError, OverflowError, TurbdbError) as e:
+            raise DamagedMetadataError(
+                f"dataset {attrs.get('name') if isinstance(attrs, dict) else None!r}: the metadata is incomplete or "
+                f"damaged ({type(e).__name__}: {e})"
+            ) from None
+
+    def _check(self) -> None:
+        """Raises if the stored values contradict each other or what the store can hold."""
+        if len(self.grid) != 3 or len(self.spacing) != 3 or len(self.origin) != 3 or len(self.periodic) != 3:
+            raise ValueError("grid, spacing, origin and periodic need three entries each (x, y, z)")
+        if min(self.grid) < 1:
+            raise ValueError(f"grid {list(self.grid)} has an axis without nodes")
+        if not all(math.isfinite(d) and d > 0 for d in self.spacing) or not all(map(math.isfinite, self.origin)):
+            raise ValueError(f"spacing {list(self.spacing)} must be positive and origin {list(self.origin)} finite")
+        uniform_times(self.times)
+        if not self.fields:
+            raise ValueError("the dataset has no fields")
+        for field in self.fields.values():
+            check_name("field", field.name)
+            _core.check_layout(self.grid, field.ncomp, self.atom, self.partition)
 
     def describe(self) -> str:
         """A human summary, as ``turbdb info`` prints it."""

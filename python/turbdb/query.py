@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import (
-    METHODS, OPERATORS, SLOTS, STRATEGIES, TEMPORALS, as_points, axes_of, choice, finite_number, result_dtype,
-    time_list,
+    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, as_points,
+    axes_of, choice, finite_number, result_dtype, time_list,
 )
 from .exceptions import UnknownNameError
 
@@ -36,9 +36,9 @@ def query(
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-    method = choice("method", method, METHODS)
-    operator = choice("operator", operator, OPERATORS)
-    temporal = choice("temporal method", temporal, TEMPORALS)
+    method = choice("method", method, METHODS, METHOD_ALIASES)
+    operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
+    temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)
     strategy = choice("strategy", strategy, STRATEGIES)
     dtype = result_dtype(dtype)
     time = finite_number("time", time)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
-from .arguments import METHODS, as_points, axes_of, choice, finite_number
+from .arguments import METHOD_ALIASES, METHODS, as_points, axes_of, choice, finite_number
+from .exceptions import InvalidRequestError, LimitExceededError, OutOfDomainError, UnknownNameError
+from .size_limit import check_result_bytes
 from .times import format_time
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ INTEGRATORS = ("rk2", "euler")
 #: Steps within this fraction of ``dt`` of ``end`` land on ``end`` instead of adding a
 #: sliver of a step (``(end - start) / dt`` is rarely an exact integer in floating point).
 LANDING_TOLERANCE = 1e-9
+#: Most steps one trajectory may take: each is an engine call, and every step's positions
+#: are kept.
+MAX_STEPS = 2**31
 
 Progress = Callable[[int, int], None]
 
@@ -47,14 +51,18 @@ def track(
     ncomp = info.fields[field].ncomp
     if ncomp != 3:
         raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")
-    method = choice("method", method, METHODS)
+    method = choice("method", method, METHODS, METHOD_ALIASES)
     integrator = choice("integrator", integrator, INTEGRATORS)
-    times = step_times(start, end, dt)
-    _check_stored(dataset, field, info, times)
     x0 = as_points(points)
     bad = np.flatnonzero(~np.isfinite(x0).all(axis=1))
     if bad.size:
         raise InvalidRequestError(f"particle {bad[0]} is not finite: {x0[bad[0]].tolist()}")
+    # Counted before anything is allocated: positions (and velocities) of every step are kept.
+    rows = (step_count(start, end, dt) + 1) * len(x0)
+    check_result_bytes(rows * 24 * (2 if return_velocity else 1), f"{rows:,} particle positions",
+                       "track fewer particles per call, or split the time span into several calls")
+    times = step_times(start, end, dt)
+    _check_stored(dataset, field, info, times)
 
     evaluate = _Evaluator(dataset, field, info, method)
     n_steps = len(times) - 1
@@ -88,24 +96,44 @@ def track(
     return (positions, velocities) if velocities is not None else positions
 
 
+def step_count(start: float, end: float, dt: float) -> int:
+    """The number of steps from ``start`` to ``end`` (as :func:`step_times` takes them),
+    counted without listing them: callers check it against their limits first. More than
+    :data:`MAX_STEPS` is a LimitExceededError."""
+    start, end, dt, full = _full_steps(start, end, dt)
+    return full + int(abs(end - start) - full * dt > LANDING_TOLERANCE * dt)
+
+
 def step_times(start: float, end: float, dt: float) -> np.ndarray:
     """The times of a trajectory: ``start``, then steps of ``dt`` towards ``end`` (backward
     when ``end < start``), the last one shortened to land exactly on ``end``."""
+    start, end, dt, full = _full_steps(start, end, dt)
+    direction = 1.0 if end >= start else -1.0
+    times = start + direction * dt * np.arange(full + 1)
+    if abs(end - start) - full * dt > LANDING_TOLERANCE * dt:
+        times = np.append(times, end)
+    times[-1] = end
+    return times
+
+
+def _full_steps(start: Any, end: Any, dt: Any) -> tuple[float, float, float, int]:
+    """The checked start, end and dt, and the number of whole steps of ``dt`` between them."""
     start, end, dt = (finite_number(name, v) for name, v in (("start", start), ("end", end), ("dt", dt)))
     if not dt > 0:
         raise InvalidRequestError(
             f"dt must be positive, not {dt!r}; the direction comes from start and end (end < start tracks backward)"
         )
     span = abs(end - start)
-    full = math.floor(span / dt)
+    ratio = span / dt
+    if not ratio <= MAX_STEPS:  # also catches an infinite ratio
+        raise LimitExceededError(
+            f"tracking from {start:g} to {end:g} in steps of {dt:g} takes {ratio:.3g} steps; at most {MAX_STEPS:,} "
+            "are taken in one call: use a larger dt or a shorter span"
+        )
+    full = math.floor(ratio)
     if span - (full + 1) * dt > -LANDING_TOLERANCE * dt:  # span/dt rounded down one too far
         full += 1
-    direction = 1.0 if end >= start else -1.0
-    times = start + direction * dt * np.arange(full + 1)
-    if span - full * dt > LANDING_TOLERANCE * dt:
-        times = np.append(times, end)
-    times[-1] = end
-    return times
+    return start, end, dt, full
 
 
 def wrap(positions: np.ndarray, info: DatasetInfo) -> tuple[np.ndarray, np.ndarray]:

@@ -1,47 +1,82 @@
 """Zarr v3 metadata documents of a turbdb database, written atomically (aside, then rename)
-so that a reader never sees half a ``zarr.json``."""
+so that a reader never sees half a ``zarr.json``. Files are created with the process's
+umask, like the shards, so that whoever may read the shards may read the metadata."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
-import tempfile
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from .exceptions import FormatError, StorageError
+from .exceptions import DamagedMetadataError, FormatError, StorageError
+
+TEMP_PREFIX = ".turbdb-tmp-"
 
 ZARR_JSON = "zarr.json"
 
+#: Array attribute saying that every shard starts with the header binding it to its place
+#: (docs/format.md); arrays without it (written before headers existed) may lack headers.
+SHARD_HEADER_ATTRIBUTE = "turbdb_shard_header"
 #: Codecs of one atom (inner chunk): raw little-endian float32 followed by a crc32c, so a
 #: flipped byte anywhere in a shard is found by ``turbdb verify``.
 ATOM_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 
 
+@contextlib.contextmanager
+def replacing(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file to write ``path``'s new content to: created beside it with mode 0o666 less
+    the umask, renamed over ``path`` when the block ends, removed if it fails. A full or
+    read-only disk is a :class:`StorageError` that says so."""
+    tmp = path.parent / f"{TEMP_PREFIX}{path.name}-{secrets.token_hex(6)}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise storage_error(e, path) from None
+        raise
+
+
+def storage_error(error: OSError, path: Path) -> StorageError:
+    """An operating-system error while writing ``path``, as a StorageError that says what to do."""
+    reason = error.strerror or str(error)
+    hint = {errno.ENOSPC: "the disk is full: free some space", errno.EROFS: "the file system is read-only",
+            errno.EACCES: "check the permissions", errno.EPERM: "check the permissions",
+            errno.EFBIG: "the file size limit is reached", errno.EDQUOT: "the disk quota is reached"}.get(error.errno)
+    return StorageError(f"cannot write {path}: {reason}" + (f" ({hint})" if hint else ""))
+
+
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
     """Writes ``document`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".turbdb-tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(document, f, indent=2, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(document, indent=2, allow_nan=False)
+    with replacing(path) as f:
+        f.write(text)
 
 
 def read_json(path: Path) -> dict[str, Any]:
     """Reads a ``zarr.json``; a missing or unparsable one is a clear error."""
     try:
-        return json.loads(path.read_text())
+        document = json.loads(path.read_text())
     except FileNotFoundError:
         raise StorageError(f"{path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise DamagedMetadataError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
+    except OSError as e:
+        raise StorageError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(document, dict):
+        raise DamagedMetadataError(f"{path} holds a JSON {type(document).__name__}, not an object; the metadata is damaged")
+    return document
 
 
 def group_document(attributes: dict[str, Any], consolidated: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -92,7 +127,7 @@ def field_document(
                 },
             }
         ],
-        "attributes": {},
+        "attributes": {SHARD_HEADER_ATTRIBUTE: 1},
         "dimension_names": ["time", "z", "y", "x", f"{field}_component"],
     }
 
@@ -117,19 +152,16 @@ def write_coordinate(group: Path, name: str, values: np.ndarray) -> None:
     """Writes (or rewrites) the coordinate array ``name`` of a dataset group."""
     values = np.asarray(values, dtype="<f8")
     directory = group / name
-    chunk = directory / "c" / "0"
-    chunk.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".turbdb-tmp-", dir=chunk.parent)
-    with os.fdopen(fd, "wb") as f:
+    with replacing(directory / "c" / "0", "wb") as f:
         f.write(values.tobytes())
-    os.replace(tmp, chunk)
     write_json_atomic(directory / ZARR_JSON, coordinate_document(name, len(values)))
 
 
 def parse_atom_codecs(document: dict[str, Any], path: Path) -> dict[str, Any]:
     """The layout of a field array as the Rust reader needs it: atom and partition sizes,
-    whether atoms are zstd-compressed or checksummed, where the index sits. Arrays written
-    by other Zarr tools are accepted when the engine can read them."""
+    whether atoms are zstd-compressed or checksummed, where the index sits, whether every
+    shard carries a header. Arrays written by other Zarr tools are accepted when the engine
+    can read them; a document that does not parse is a :class:`DamagedMetadataError`."""
     try:
         shape = document["shape"]
         shard = document["chunk_grid"]["configuration"]["chunk_shape"]
@@ -137,22 +169,25 @@ def parse_atom_codecs(document: dict[str, Any], path: Path) -> dict[str, Any]:
         config = sharding["configuration"]
         inner = config["chunk_shape"]
         codecs = [c["name"] for c in config["codecs"]]
-    except (KeyError, ValueError, TypeError):
-        raise FormatError(f"{path} is not a sharded turbdb field array") from None
+        endian = config["codecs"][0].get("configuration", {}).get("endian", "little")
+        cubes = shard[0] == inner[0] == 1 and shard[1] == shard[2] == shard[3] and inner[1] == inner[2] == inner[3]
+        layout = {
+            "atom": int(inner[1]),
+            "partition": int(shard[1]),
+            "zstd": "zstd" in codecs,
+            "crc32c": "crc32c" in codecs,
+            "index_at_end": config.get("index_location", "end") == "end",
+            "headers_required": (document.get("attributes") or {}).get(SHARD_HEADER_ATTRIBUTE) == 1,
+        }
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError):
+        raise DamagedMetadataError(f"{path} is not a sharded turbdb field array; the metadata is damaged") from None
     if document.get("data_type") != "float32" or len(shape) != 5:
         raise FormatError(f"{path}: fields must be float32 arrays (t, z, y, x, c)")
-    if not (shard[0] == inner[0] == 1 and shard[1] == shard[2] == shard[3] and inner[1] == inner[2] == inner[3]):
+    if not cubes:
         raise FormatError(f"{path}: shards and atoms must be cubes of one time step")
     supported = {"bytes", "zstd", "crc32c"}
     if not set(codecs) <= supported or codecs[0] != "bytes":
         raise FormatError(f"{path}: atom codecs {codecs} are not supported (bytes, zstd, crc32c)")
-    endian = config["codecs"][0].get("configuration", {}).get("endian", "little")
     if endian != "little":
         raise FormatError(f"{path}: big-endian fields are not supported")
-    return {
-        "atom": inner[1],
-        "partition": shard[1],
-        "zstd": "zstd" in codecs,
-        "crc32c": "crc32c" in codecs,
-        "index_at_end": config.get("index_location", "end") == "end",
-    }
+    return layout

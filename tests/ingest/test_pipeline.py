@@ -118,3 +118,38 @@ def test_kill_9_mid_ingest_then_rerun_gives_identical_bytes(tmp_path):
     np.testing.assert_array_equal(info.times, ref_info.times)
     assert info.steps_present() == list(range(30))
     assert turbdb.open(killed_db)["run"].verify()["velocity"]["problems"] == []
+
+
+def test_a_second_writer_is_refused_while_an_ingest_holds_the_dataset(tmp_path):
+    paths = write_inputs(tmp_path / "in", 2)
+    dataset = ingest_inputs(tmp_path / "db", "run", "velocity", paths[:1], quiet=True)
+    before = shard_bytes(dataset.path, "velocity")
+    with dataset.writer_lock():  # what a running ingest holds
+        with pytest.raises(turbdb.DatasetBusyError, match="another process is writing"):
+            ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
+    assert shard_bytes(dataset.path, "velocity") == before, "the refused writer must not have written"
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)  # free again: it completes
+    assert list(turbdb.open(tmp_path / "db")["run"].info.steps_present("velocity")) == [0, 1]
+
+
+def test_two_concurrent_ingest_processes_never_mix_steps(tmp_path):
+    first, second = write_inputs(tmp_path / "a", 3, seed=1), write_inputs(tmp_path / "b", 3, seed=2)
+    turbdb.create_dataset(tmp_path / "db", "run", grid=(16, 20, 24), times=[], fields={"velocity": 3})
+    command = [sys.executable, "-m", "turbdb.cli", "ingest", str(tmp_path / "db"), "--name", "run", "--field",
+               "velocity"]
+    procs = [subprocess.Popen([*command, *map(str, paths)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for paths in (first, second)]
+    results = [(p.wait(120), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    assert any(code == 0 for code, _ in results), results
+    for code, err in results:
+        if code != 0:
+            assert "another process is writing" in err and "Traceback" not in err, err
+    ds = turbdb.open(tmp_path / "db")["run"]
+    assert ds.verify()["velocity"]["problems"] == []
+    for t in ds.info.steps_present("velocity"):
+        whole = np.asarray(ds.cutout("velocity", time=float(ds.info.times[t]))).reshape(-1)
+        assert any(np.array_equal(whole, np.load(p).reshape(-1)) for p in first + second), \
+            f"step {t} is not any one input: it mixes shards of two"

@@ -149,7 +149,7 @@ BAD_REQUESTS = [
     ("../../etc/passwd", "get", "/v1/datasets/..%2F..%2Fetc%2Fpasswd", {}, {}, {}, 404, None, ""),
     ("dataset named ..x", "get", "/v1/datasets/..x", {}, {}, {}, 404, "UnknownNameError", "no dataset"),
     ("unknown field", "post", QUERY, {"field": "magnetic", "time": 0}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "UnknownNameError", "has velocity, pressure"),
-    ("unknown method", "post", QUERY, {**V, "method": "lag5"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "UnknownNameError", "lag4, lag6"),
+    ("unknown method", "post", QUERY, {**V, "method": "lag5"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "UnknownOptionError", "lag4, lag6"),
     ("method without operator", "post", QUERY, {**V, "method": "none", "operator": "hessian"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "InvalidRequestError", "offers"),
     ("bad dtype", "post", QUERY, {**V, "dtype": "int8"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "InvalidRequestError", "dtype"),
     ("body type", "post", QUERY, V, {"content": b"--x\r\n"}, {"Content-Type": "multipart/form-data; boundary=x"}, 415, "InvalidRequestError", "application/x-npy"),

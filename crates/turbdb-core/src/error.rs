@@ -28,7 +28,8 @@ pub enum Error {
         message: String,
     },
 
-    /// A dataset, field, method or operator name that does not exist.
+    /// A method, operator, temporal mode or strategy name that does not exist (the core
+    /// knows no dataset or field names: those are checked in Python).
     #[error("{0}")]
     UnknownName(String),
 
@@ -40,6 +41,10 @@ pub enum Error {
     #[error("{0}")]
     Missing(String),
 
+    /// A request whose answer would exceed the size one call may return; the message says
+    /// how to split it.
+    #[error("{0}")]
+    TooLarge(String),
     /// The node engine holds as much work as it may; the request can be retried.
     #[error("{message}")]
     Busy {
@@ -78,6 +83,7 @@ impl Error {
             Error::UnknownName(m) => Error::UnknownName(m.clone()),
             Error::OutOfDomain(m) => Error::OutOfDomain(m.clone()),
             Error::Missing(m) => Error::Missing(m.clone()),
+            Error::TooLarge(m) => Error::TooLarge(m.clone()),
             Error::Busy {
                 message,
                 retry_after,

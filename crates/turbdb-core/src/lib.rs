@@ -21,7 +21,7 @@ pub use engine::cache::PolicyKind;
 pub use engine::jobs::gating::JobId;
 pub use engine::node::{default_cache_bytes, CutoutQuery, EngineConfig, NodeEngine, PointQuery};
 pub use engine::plan::Plan;
-pub use engine::query::{evaluate, run, QuerySpec, Strategy};
+pub use engine::query::{evaluate, run, QuerySpec, Strategy, STRATEGY_NAMES};
 pub use engine::scheduler::SchedulerKind;
 pub use engine::simd::KernelPath;
 pub use engine::stream::{execute, Order, StreamStats, TimeLevel};
@@ -29,13 +29,18 @@ pub use engine::telemetry::{EngineStats, Histogram, SIZE_CLASSES};
 pub use engine::ticket::{Completions, Outcome, QueryStats, Ticket, Values};
 pub use error::{Error, Result};
 pub use interp::method::{Method, Operator};
+pub use interp::names::{
+    METHOD_ALIASES, METHOD_NAMES, OPERATOR_ALIASES, OPERATOR_NAMES, TEMPORAL_ALIASES,
+    TEMPORAL_NAMES,
+};
 pub use interp::time::{time_weights, Temporal};
 pub use storage::axis::Axis;
-pub use storage::cutout::{axis_nodes, read_cutout};
+pub use storage::binding::ShardHeader;
+pub use storage::cutout::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 pub use storage::direct::IoMode;
 pub use storage::geometry::FieldGeometry;
 pub use storage::morton;
-pub use storage::reader::{AtomRequest, AtomSource, FieldReader};
+pub use storage::reader::{AtomRequest, AtomSource, FieldReader, OpenedShard};
 pub use storage::shard::{ChunkCodec, IndexLocation, ShardIndex};
 pub use storage::verify::{verify_field, Problem, VerifyReport};
 pub use storage::writer::write_step;

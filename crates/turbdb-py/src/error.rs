@@ -1,49 +1,112 @@
 //! The one conversion of core errors into the `turbdb.exceptions` hierarchy, and the
-//! helper that runs core work without the GIL.
+//! helper that runs core work without the GIL. Binding functions return [`Result`], so `?`
+//! converts core errors and Python errors alike; a panic in the core never crosses into
+//! Python as `PanicException` (a `BaseException`): it becomes a `TurbdbError`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::prelude::*;
 use turbdb_core::Error;
 
-/// Maps a core error to the matching `turbdb.exceptions` class.
-pub fn to_py(err: Error) -> PyErr {
-    let class = match &err {
-        Error::InvalidArgument(_) => "InvalidRequestError",
-        Error::Io { .. } => "StorageError",
-        Error::Corrupt { .. } => "CorruptDataError",
-        Error::Missing(_) => "InvalidRequestError",
-        Error::UnknownName(_) => "UnknownNameError",
-        Error::OutOfDomain(_) => "OutOfDomainError",
-        Error::Busy { .. } => "EngineBusyError",
-    };
-    let retry_after = match &err {
-        Error::Busy { retry_after, .. } => Some(*retry_after),
-        _ => None,
-    };
-    let message = err.to_string();
-    Python::attach(|py| {
-        match py
-            .import("turbdb.exceptions")
-            .and_then(|m| m.getattr(class))
-        {
-            Ok(cls) => {
-                let instance = match retry_after {
-                    Some(seconds) => cls.call1((message.clone(), seconds)),
-                    None => cls.call1((message.clone(),)),
-                };
-                match instance {
-                    Ok(instance) => PyErr::from_value(instance),
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        }
-    })
+mod exceptions {
+    pyo3::import_exception!(turbdb.exceptions, TurbdbError);
+    pyo3::import_exception!(turbdb.exceptions, InvalidRequestError);
+    pyo3::import_exception!(turbdb.exceptions, OutOfDomainError);
+    pyo3::import_exception!(turbdb.exceptions, UnknownOptionError);
+    pyo3::import_exception!(turbdb.exceptions, CorruptDataError);
+    pyo3::import_exception!(turbdb.exceptions, StorageError);
+    pyo3::import_exception!(turbdb.exceptions, LimitExceededError);
+    pyo3::import_exception!(turbdb.exceptions, EngineBusyError);
 }
 
-/// Runs `work` with the GIL released and converts its error.
+/// An error on its way to Python: from the core, from Python itself, or a core panic.
+#[derive(Debug)]
+pub enum PyTurbdbErr {
+    /// An error of the core crate.
+    Core(Error),
+    /// An error Python raised (argument conversion, numpy).
+    Python(PyErr),
+    /// The core panicked: a bug, reported as such.
+    Panic(String),
+}
+
+/// What binding functions return.
+pub type Result<T> = std::result::Result<T, PyTurbdbErr>;
+
+impl From<Error> for PyTurbdbErr {
+    fn from(err: Error) -> Self {
+        PyTurbdbErr::Core(err)
+    }
+}
+
+impl From<PyErr> for PyTurbdbErr {
+    fn from(err: PyErr) -> Self {
+        PyTurbdbErr::Python(err)
+    }
+}
+
+impl From<numpy::AsSliceError> for PyTurbdbErr {
+    fn from(_: numpy::AsSliceError) -> Self {
+        invalid("arrays must be C-contiguous")
+    }
+}
+
+impl From<numpy::ndarray::ShapeError> for PyTurbdbErr {
+    fn from(err: numpy::ndarray::ShapeError) -> Self {
+        invalid(format!("array shape: {err}"))
+    }
+}
+
+impl From<PyTurbdbErr> for PyErr {
+    fn from(err: PyTurbdbErr) -> PyErr {
+        use exceptions::*;
+        let core = match err {
+            PyTurbdbErr::Python(err) => return err,
+            PyTurbdbErr::Panic(message) => {
+                return TurbdbError::new_err(format!(
+                    "internal error in the turbdb engine ({message}); please report it with the \
+                     call that caused it"
+                ))
+            }
+            PyTurbdbErr::Core(core) => core,
+        };
+        let message = core.to_string();
+        match core {
+            Error::InvalidArgument(_) | Error::Missing(_) => InvalidRequestError::new_err(message),
+            Error::Io { .. } => StorageError::new_err(message),
+            Error::Corrupt { .. } => CorruptDataError::new_err(message),
+            Error::UnknownName(_) => UnknownOptionError::new_err(message),
+            Error::OutOfDomain(_) => OutOfDomainError::new_err(message),
+            Error::TooLarge(_) => LimitExceededError::new_err(message),
+            Error::Busy { retry_after, .. } => EngineBusyError::new_err((message, retry_after)),
+        }
+    }
+}
+
+/// A core error as the Python exception it maps to, for code that returns `PyResult`.
+pub fn to_py(err: Error) -> PyErr {
+    PyTurbdbErr::Core(err).into()
+}
+
+/// An invalid argument, as the error the bindings return.
+pub fn invalid(message: impl Into<String>) -> PyTurbdbErr {
+    PyTurbdbErr::Core(Error::InvalidArgument(message.into()))
+}
+
+/// Runs `work` with the GIL released; a panic inside it comes back as an error.
 pub fn without_gil<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> turbdb_core::Result<T> + Send,
-) -> PyResult<T> {
-    py.detach(work).map_err(to_py)
+) -> Result<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(work))) {
+        Ok(result) => Ok(result?),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(PyTurbdbErr::Panic(message))
+        }
+    }
 }

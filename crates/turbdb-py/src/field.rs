@@ -9,13 +9,14 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use turbdb_core::time_weights;
-use turbdb_core::{axis_nodes, read_cutout};
+use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
-    evaluate, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
+    evaluate, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
     QuerySpec, Strategy, StreamStats, Temporal,
 };
 
-use crate::error::{to_py, without_gil};
+use crate::error::{invalid, to_py, without_gil, Result};
+use crate::limits::max_result_bytes;
 
 /// One field of a dataset on disk.
 #[pyclass(module = "turbdb._core", frozen)]
@@ -50,9 +51,10 @@ impl FieldStore {
 
 #[pymethods]
 impl FieldStore {
-    /// `grid` is `(nx, ny, nz)`.
+    /// `grid` is `(nx, ny, nz)`. `headers_required`: every shard must carry the header
+    /// binding it to its place (fields created since headers exist).
     #[new]
-    #[pyo3(signature = (root, grid, ncomp, atom, partition, *, zstd=false, crc32c=true, index_at_end=true))]
+    #[pyo3(signature = (root, grid, ncomp, atom, partition, *, zstd=false, crc32c=true, index_at_end=true, headers_required=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         root: std::path::PathBuf,
@@ -63,21 +65,19 @@ impl FieldStore {
         zstd: bool,
         crc32c: bool,
         index_at_end: bool,
-    ) -> PyResult<Self> {
-        let geometry =
-            FieldGeometry::new([grid.0, grid.1, grid.2], ncomp, atom, partition).map_err(to_py)?;
+        headers_required: bool,
+    ) -> Result<Self> {
+        let geometry = FieldGeometry::new([grid.0, grid.1, grid.2], ncomp, atom, partition)?;
         let location = if index_at_end {
             IndexLocation::End
         } else {
             IndexLocation::Start
         };
         let codec = ChunkCodec { zstd, crc32c };
-        let reader = Arc::new(FieldReader::new(
-            root.clone(),
-            geometry.clone(),
-            codec,
-            location,
-        ));
+        let reader = Arc::new(
+            FieldReader::new(root.clone(), geometry.clone(), codec, location)
+                .require_headers(headers_required),
+        );
         Ok(Self {
             root,
             geometry,
@@ -96,23 +96,23 @@ impl FieldStore {
         t: usize,
         data: &Bound<'_, PyUntypedArray>,
         sync: bool,
-    ) -> PyResult<u64> {
+    ) -> Result<u64> {
         if self.codec.zstd || !self.codec.crc32c || self.location != IndexLocation::End {
-            return Err(to_py(turbdb_core::Error::InvalidArgument(
-                "turbdb writes only its own layout (raw float32 + crc32c, index at the end)".into(),
-            )));
+            return Err(invalid(
+                "turbdb writes only its own layout (raw float32 + crc32c, index at the end)",
+            ));
         }
         let [nx, ny, nz] = self.geometry.grid;
         let expected = [nz, ny, nx, self.geometry.ncomp];
         if data.shape() != expected {
-            return Err(to_py(turbdb_core::Error::InvalidArgument(format!(
+            return Err(invalid(format!(
                 "data has shape {:?}, expected {expected:?} (nz, ny, nx, ncomp)",
                 data.shape()
-            ))));
+            )));
         }
         if let Ok(array) = data.cast::<PyArrayDyn<f32>>() {
             let view = array.readonly();
-            let slice = view.as_slice().map_err(|_| not_contiguous())?;
+            let slice = view.as_slice()?;
             let written = without_gil(py, || {
                 turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
             });
@@ -120,34 +120,37 @@ impl FieldStore {
             written
         } else if let Ok(array) = data.cast::<PyArrayDyn<f64>>() {
             let view = array.readonly();
-            let slice = view.as_slice().map_err(|_| not_contiguous())?;
+            let slice = view.as_slice()?;
             let written = without_gil(py, || {
                 turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
             });
             self.reader.clear_cache();
             written
         } else {
-            Err(to_py(turbdb_core::Error::InvalidArgument(format!(
+            Err(invalid(format!(
                 "data must be float32 or float64, not {}",
                 data.dtype()
-            ))))
+            )))
         }
     }
 
     /// Checks every stored shard of time steps `0..nt`; returns a dict with `shards`,
-    /// `atoms`, `complete_steps` and `problems` (a list of `(path, time_index, message)`).
-    fn verify<'py>(&self, py: Python<'py>, nt: usize) -> PyResult<Bound<'py, PyDict>> {
+    /// `atoms`, `complete_steps`, `unbound_shards` (shards without a header binding them
+    /// to their place) and `problems` (a list of `(path, time_index, message)`).
+    fn verify<'py>(&self, py: Python<'py>, nt: usize) -> Result<Bound<'py, PyDict>> {
         let reader = FieldReader::new(
             self.root.clone(),
             self.geometry.clone(),
             self.codec,
             self.location,
-        );
-        let report = py.detach(|| turbdb_core::verify_field(&reader, nt));
+        )
+        .require_headers(self.reader.headers_required());
+        let report = without_gil(py, || Ok(turbdb_core::verify_field(&reader, nt)))?;
         let out = PyDict::new(py);
         out.set_item("shards", report.shards)?;
         out.set_item("atoms", report.atoms)?;
         out.set_item("complete_steps", report.complete_steps)?;
+        out.set_item("unbound_shards", report.unbound_shards)?;
         let problems: Vec<(String, usize, String)> = report
             .problems
             .into_iter()
@@ -173,22 +176,21 @@ impl FieldStore {
         operator: &str,
         temporal: &str,
         strategy: &str,
-    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
+    ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
         let spec = QuerySpec {
-            method: Method::parse(method).map_err(to_py)?,
-            operator: Operator::parse(operator).map_err(to_py)?,
-            temporal: Temporal::parse(temporal).map_err(to_py)?,
+            method: Method::parse(method)?,
+            operator: Operator::parse(operator)?,
+            temporal: Temporal::parse(temporal)?,
             time,
-            strategy: Strategy::parse(strategy).map_err(to_py)?,
+            strategy: Strategy::parse(strategy)?,
         };
         if points.shape()[1] != 3 {
-            return Err(to_py(turbdb_core::Error::InvalidArgument(
-                "points must have shape (N, 3)".into(),
-            )));
+            return Err(invalid("points must have shape (N, 3)"));
         }
-        let flat = points.as_slice().map_err(|_| not_contiguous())?;
+        let flat = points.as_slice()?;
         let points3: &[[f64; 3]] = as_triples(flat);
-        let times = times.as_slice().map_err(|_| not_contiguous())?;
+        self.check_answer_size(points3.len(), spec.operator.slots())?;
+        let times = times.as_slice()?;
         let stats = StreamStats::default();
         let axes = axes_from(axes);
         let values = without_gil(py, || {
@@ -212,18 +214,15 @@ impl FieldStore {
         times: PyReadonlyArray1<'_, f64>,
         time: f64,
         temporal: &str,
-    ) -> PyResult<Vec<(usize, f64)>> {
-        let temporal = Temporal::parse(temporal).map_err(to_py)?;
-        time_weights(
-            times.as_slice().map_err(|_| not_contiguous())?,
-            time,
-            temporal,
-        )
-        .map_err(to_py)
+    ) -> Result<Vec<(usize, f64)>> {
+        let temporal = Temporal::parse(temporal)?;
+        let times = times.as_slice()?;
+        Ok(time_weights(times, time, temporal)?)
     }
 
     /// Reads the nodes `[start, stop)` with `stride` along each axis (`ranges` for x, y, z)
-    /// at time index `t`: a float32 array `(nz, ny, nx, ncomp)`.
+    /// at time index `t`: a float32 array `(nz, ny, nx, ncomp)`. Its size is checked
+    /// against the result size limit before anything is allocated.
     fn cutout<'py>(
         &self,
         py: Python<'py>,
@@ -231,23 +230,41 @@ impl FieldStore {
         axes: [AxisTuple; 3],
         ranges: [(i64, i64); 3],
         stride: usize,
-    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    ) -> Result<Bound<'py, PyArrayDyn<f32>>> {
         let axes = axes_from(axes);
+        let nc = self.geometry.ncomp;
+        let shape = cutout_shape(&axes, ranges, stride, nc, max_result_bytes())?;
         let mut nodes: [Vec<usize>; 3] = Default::default();
         for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
-            nodes[i] =
-                axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name).map_err(to_py)?;
+            nodes[i] = axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name)?;
         }
-        let nc = self.geometry.ncomp;
-        let shape = [nodes[2].len(), nodes[1].len(), nodes[0].len(), nc];
         let mut out = vec![0f32; shape.iter().product()];
         let (atom, per_shard) = (self.geometry.atom, self.geometry.atoms_per_side());
         without_gil(py, || {
             read_cutout(&*self.reader, t, &nodes, atom, per_shard, nc, &mut out)
         })?;
-        let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), out)
-            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+        let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), out)?;
         Ok(array.into_pyarray(py))
+    }
+}
+
+impl FieldStore {
+    /// Refuses a query whose float64 answer (`points × ncomp × slots`) would exceed the
+    /// result size limit.
+    fn check_answer_size(&self, points: usize, slots: usize) -> Result<()> {
+        let limit = max_result_bytes();
+        let bytes = (points as u128) * (self.geometry.ncomp * slots * 8) as u128;
+        if bytes <= u128::from(limit) {
+            return Ok(());
+        }
+        let batch = limit as u128 / (self.geometry.ncomp * slots * 8) as u128;
+        Err(Error::TooLarge(format!(
+            "the answer for {points} points is {} of float64; one call may return at most {}: \
+             send batches of at most {batch} points",
+            human_bytes(bytes as f64),
+            human_bytes(limit as f64)
+        ))
+        .into())
     }
 }
 

@@ -4,6 +4,8 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use turbdb_core::morton;
 
+use crate::error::{invalid, Result};
+
 /// Morton codes of integer positions (x, y, z arrays of equal length).
 #[pyfunction]
 pub fn morton_encode<'py>(
@@ -11,21 +13,17 @@ pub fn morton_encode<'py>(
     x: PyReadonlyArray1<'py, u32>,
     y: PyReadonlyArray1<'py, u32>,
     z: PyReadonlyArray1<'py, u32>,
-) -> PyResult<Bound<'py, PyArray1<u64>>> {
+) -> Result<Bound<'py, PyArray1<u64>>> {
     let (x, y, z) = (x.as_array(), y.as_array(), z.as_array());
     if x.len() != y.len() || x.len() != z.len() {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "x, y and z must have the same length",
-        ));
+        return Err(invalid("x, y and z must have the same length"));
     }
     if x.iter()
         .chain(y.iter())
         .chain(z.iter())
         .any(|&v| v > morton::MAX_COORD)
     {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "coordinates must be below 2**21",
-        ));
+        return Err(invalid("coordinates must be below 2**21"));
     }
     let codes: Vec<u64> = (0..x.len())
         .map(|i| morton::encode(x[i], y[i], z[i]))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..exceptions import TurbdbError
 from .group import main
 from .inputs import int_list, periodic_axes, xyz_floats
 
@@ -96,12 +97,22 @@ def info(db: Path, name: str | None, as_json: bool) -> None:
     if not names:
         click.echo(f"{db}: no datasets yet (create one with turbdb simulate or turbdb ingest)")
         return
-    infos = [database[n].info for n in names]
+    infos, damaged = [], {}
+    for n in names:  # one damaged dataset must not hide the others
+        try:
+            infos.append(database[n].info)
+        except TurbdbError as e:
+            if name:  # the one dataset asked for: its error is the answer
+                raise
+            damaged[n] = str(e)
     if as_json:
         out = {i.name: {**i.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in i.fields.items()}} for i in infos}
+        out.update({n: {"damaged": message} for n, message in damaged.items()})
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo("\n\n".join(i.describe() for i in infos))
+        click.echo("\n\n".join([i.describe() for i in infos] + [f"{n}: DAMAGED: {m}" for n, m in damaged.items()]))
+    if damaged:
+        sys.exit(1)
 
 
 @main.command()
@@ -118,7 +129,15 @@ def verify(db: Path, name: str | None) -> None:
     names = [name] if name else database.datasets
     bad = 0
     for n in names:
-        for field, report in database[n].verify().items():
+        try:  # a dataset whose metadata is damaged is reported, and the others still checked
+            reports = database[n].verify()
+        except TurbdbError as e:
+            if name:
+                raise
+            bad += 1
+            click.echo(f"{n}: {click.style('damaged', fg='red')}: {e}")
+            continue
+        for field, report in reports.items():
             problems = report["problems"]
             bad += len(problems)
             status = click.style("ok", fg="green") if not problems else click.style(f"{len(problems)} problem(s)", fg="red")

@@ -48,8 +48,14 @@ def ingest_inputs(
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
     sources = open_sources([Path(p) for p in inputs], **options)
     dataset = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic, units=units)
-    _remove_stale_temporaries(dataset.path / field)
+    with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
+        return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet)
 
+
+def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, dt: float | None, t0: float,
+            quiet: bool) -> Dataset:
+    """Appends the steps of ``sources`` not yet in the journal (the caller holds the writer lock)."""
+    _remove_stale_temporaries(dataset.path / field)
     journal = _journal(dataset, field)
     todo = [(s, r) for s in sources for r in s.refs() if r.ident() not in journal["done"]]
     total = sum(s.n_steps for s in sources)

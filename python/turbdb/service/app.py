@@ -21,8 +21,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..arguments import MAX_INDEX
 from ..exceptions import TurbdbError
-from ..track import step_times
+from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, limits as limits_api
@@ -105,7 +106,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     @app.get("/v1/datasets/{name}", tags=["datasets"], summary="metadata of one dataset, with the steps written")
     async def get_dataset(name: str, request: Request) -> dict[str, Any]:
         limits = backend.authorize(request)
-        ds = backend.dataset(name)
+        ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         info = await backend.run(lambda: ds.info)
         return {**info.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in info.fields.items()}}
@@ -125,7 +126,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         strategy: str = Query("streaming", description="streaming, or the sorted/direct baselines"),
     ) -> Response:
         limits = backend.authorize(request)
-        ds = backend.dataset(name)
+        ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         points = await backend.points(request, limits)
         encode = _encoder(request)
@@ -159,7 +160,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         format: Literal["npy", "netcdf"] | None = Query(None, description="default: from Accept, else npy"),  # noqa: A002
     ) -> Response:
         limits = backend.authorize(request)
-        ds = backend.dataset(name)
+        ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         fmt = format or ("netcdf" if NETCDF in request.headers.get("accept", "") else "npy")
         ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
@@ -187,10 +188,10 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         return_velocity: bool = Query(False, description="also return the velocity at each position"),
     ) -> Response:
         limits = backend.authorize(request)
-        ds = backend.dataset(name)
+        ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         points = await backend.points(request, limits)
-        steps = len(step_times(start, end, dt)) - 1
+        steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
         check_track_size(len(points), steps)
         binary = NPY in request.headers.get("accept", "") or NPZ in request.headers.get("accept", "")
         encode = _encoder(request)

@@ -20,7 +20,7 @@ from ..database import Database
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
 from ..info import is_plain_name
-from ..arguments import as_points
+from ..arguments import as_points, node_range
 from .admission import PointsLimiter
 from .metrics import Metrics
 from .tokens import Limits, Tokens
@@ -77,7 +77,7 @@ class Backend:
     def names(self) -> list[str]:
         return self.database.datasets
 
-    def dataset(self, name: str) -> Dataset:
+    def dataset(self, name: str, limits: Limits | None = None) -> Dataset:
         """Dataset ``name`` for one request: a shallow copy of the one opened at first use
         (it shares the opened field stores and cached metadata, but keeps its own
         ``last_query_stats``). Names are checked against the pattern of dataset names and
@@ -86,7 +86,8 @@ class Backend:
         opened = self._datasets.get(name)
         if opened is None:
             if not is_plain_name(name) or name not in self.names():
-                available = ", ".join(self.names()) or "none"
+                # Only the names the caller may read: a 404 must not reveal the others.
+                available = ", ".join(n for n in self.names() if limits is None or limits.allows(n)) or "none"
                 raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
             opened = self._datasets.setdefault(name, Dataset(self.path / name, engine=self.database.engine))
         return copy.copy(opened)
@@ -151,6 +152,10 @@ class Backend:
                 f"cannot read a body of type {kind!r}: send JSON {{\"points\": [[x, y, z], …]}} "
                 f"or an .npy file with Content-Type: {NPY}"), 415)
         body = await self.body(request, limits, JSON_BYTES_PER_POINT, "JSON")
+        # Counted before parsing: a compact body ("[0,0,0],") holds ~12x the point limit within
+        # the byte limit, and parsing it whole would take ~18 bytes of memory per body byte.
+        # Every point opens one bracket, and the list of points one more.
+        limits.check_points(max(body.count(b"[") - 1, 0))
         if len(body) > INLINE_JSON_BYTES:
             points = await anyio.to_thread.run_sync(parse_json_points, body)
         else:
@@ -185,7 +190,7 @@ class Backend:
 def parse_json_points(body: bytes) -> np.ndarray:
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: [[[[… nested too deep
         raise FormatError(f"the body is not valid JSON ({e}); send {{\"points\": [[x, y, z], …]}}") from None
     if not isinstance(document, Mapping) or "points" not in document:
         raise FormatError("the JSON body must be an object with a \"points\" member: {\"points\": [[x, y, z], …]}")
@@ -208,4 +213,4 @@ def parse_range(name: str, value: str | None) -> tuple[int, int] | None:
         start, stop = (int(v) for v in value.replace(":", ",").split(","))
     except ValueError:
         raise InvalidRequestError(f"parameter {name!r} must be start,stop grid indices, e.g. 0,32; not {value!r}") from None
-    return start, stop
+    return node_range(name, (start, stop))  # refuses indices beyond any grid (2**64 would overflow)

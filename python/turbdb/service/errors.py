@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,6 +26,7 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (exc.LimitExceededError, 413),
     (exc.OutOfDomainError, 400),
     (exc.InvalidRequestError, 400),
+    (exc.DamagedMetadataError, 500),  # the store is damaged, not the request
     (exc.FormatError, 400),
     (exc.UnknownNameError, 400),
     (exc.DatasetExistsError, 409),
@@ -52,12 +55,18 @@ def error_response(status: int, description: str, error: str, retry_after: float
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def turbdb_error_response(error: Exception) -> Response:
+def turbdb_error_response(error: Exception, hide: Any = None) -> Response:
+    """The JSON answer for a turbdb error. ``hide``: the database's directory, cut out of
+    the message so that answers never show the server's file paths (the log keeps them)."""
     status = status_of(error)
     name = type(error).__name__ if type(error).__name__ in exc.__all__ else "ServiceError"
     if status >= 500:
         log.error("%s: %s", type(error).__name__, error)
-    return error_response(status, str(error), name, getattr(error, "retry_after", None))
+    message = str(error)
+    if hide is not None:
+        for root in sorted({str(Path(hide).resolve()), str(Path(hide))}, key=len, reverse=True):
+            message = message.replace(root.rstrip("/") + "/", "").replace(root, "the database")
+    return error_response(status, message, name, getattr(error, "retry_after", None))
 
 
 def install(app: FastAPI) -> None:
@@ -65,7 +74,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(exc.TurbdbError)
     async def _turbdb(request: Request, error: exc.TurbdbError) -> Response:
-        return turbdb_error_response(error)
+        return turbdb_error_response(error, hide=getattr(getattr(app.state, "backend", None), "path", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, error: RequestValidationError) -> Response:

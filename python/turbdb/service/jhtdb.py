@@ -19,10 +19,11 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from ..exceptions import InvalidRequestError, UnknownNameError
-from ..track import step_times
+from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
+from ..track import step_count
 from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
 from .jhtdb_functions import resolve as resolve_function
+from .tokens import JHTDB_TESTING_TOKEN
 
 # The one table from JHTDB's names to turbdb's. Keys are lower case; the service compares
 # case-insensitively, so "Lag6", "LAG6" and "lag6" all work.
@@ -83,6 +84,26 @@ def jhtdb_name(kind: str, value: str) -> str:
     return table[key]
 
 
+#: Most times one series may have; more would not fit any token's point limit anyway.
+MAX_SERIES_TIMES = 2**40
+
+
+def series_length(t: float, end: float, delta_t: float) -> int:
+    """How many times :func:`series_times` gives (at most), counted by arithmetic so that
+    a request is checked against its limits before any array is built."""
+    if math.isclose(end, PLACEHOLDER) and math.isclose(delta_t, PLACEHOLDER):
+        return 1
+    if not delta_t > 0:
+        raise InvalidRequestError(f"delta_t must be positive for a time series, not {delta_t:g}")
+    if not end > t:
+        raise InvalidRequestError(f"timepoint_end ({end:g}) must come after t ({t:g}) for a time series")
+    ratio = (end - t) / delta_t
+    if not ratio < MAX_SERIES_TIMES:  # also an infinite ratio
+        raise LimitExceededError(f"a series from t={t:g} to {end:g} in steps of {delta_t:g} has {ratio:.3g} times; "
+                                 "use a larger delta_t or a shorter span")
+    return math.ceil(ratio) + 1
+
+
 def series_times(t: float, end: float, delta_t: float) -> np.ndarray:
     """The times of a request, as givernylocal computes them: ``t`` alone when
     ``timepoint_end`` and ``delta_t`` are the placeholder, else ``arange(t, end, delta_t)``
@@ -106,6 +127,8 @@ def parse_points(body: bytes) -> np.ndarray:
     except UnicodeDecodeError:
         raise InvalidRequestError("the points must be plain text, one 'x<TAB>y<TAB>z' line per point") from None
     lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise InvalidRequestError("the body holds no points: send one 'x<TAB>y<TAB>z' line per point")
     for number, line in enumerate(lines, 1):
         if len(line.split()) != 3:
             raise InvalidRequestError(f"line {number} of the points has {len(line.split())} values, not 3: {line[:60]!r}")
@@ -146,8 +169,9 @@ def router(backend: Backend) -> APIRouter:
                                                          "GetVelocityAndPressure, GetPosition, …"),
         authToken: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),  # noqa: N803
     ) -> Response:
-        limits = backend.authorize(request, authToken or "")
-        ds = backend.dataset(dataset)
+        # authToken when it names a token, else the Authorization: Bearer header (the 401 suggests both)
+        limits = backend.authorize(request, authToken if authToken and authToken != JHTDB_TESTING_TOKEN else None)
+        ds = backend.dataset(dataset, limits)
         limits.check_dataset(dataset)
         fields, named_operator = resolve_function(function, var, sop)
         for name, value in (("t", t), ("timepoint_end", timepoint_end), ("delta_t", delta_t)):
@@ -160,6 +184,8 @@ def router(backend: Backend) -> APIRouter:
             else parse_points(body)
         if fields == ["position"]:
             return await _position(backend, ds, points, limits, t, timepoint_end, delta_t, method)
+        # Counted before the times are listed: a tiny delta_t must not allocate gigabytes.
+        limits.check_points(len(points) * series_length(t, timepoint_end, delta_t), "point-times (points × times)")
         times = series_times(t, timepoint_end, delta_t)
         limits.check_points(len(points) * len(times), "point-times (points × times)")
         for field in fields:
@@ -192,7 +218,7 @@ async def _position(backend: Backend, ds, points: np.ndarray, limits, t: float, 
     limits.check_points(len(points))
     if math.isclose(end, PLACEHOLDER) or math.isclose(dt, PLACEHOLDER):
         raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
-    steps = len(step_times(t, end, abs(dt))) - 1
+    steps = step_count(t, end, abs(dt))  # counted, not listed: a tiny dt must not allocate
     check_track_size(len(points), steps)
 
     def evaluate() -> bytes:

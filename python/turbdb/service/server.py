@@ -14,7 +14,9 @@ from pathlib import Path
 import uvicorn
 
 from ..exceptions import ServiceError
+from . import redaction
 from .app import create_app
+from .connections import GuardedHttpProtocol
 from .tokens import Tokens
 
 # How long shutdown waits for requests in progress before closing their connections.
@@ -50,7 +52,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
           + access_summary(backend.tokens, tokens), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
-                            server_header=False)
+                            server_header=False, http=GuardedHttpProtocol)
+    redaction.install()  # after uvicorn configured its loggers: no token in any log line
     server = _GracefulServer(config)
     try:
         server.run(sockets=[sock])

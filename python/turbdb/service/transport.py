@@ -4,6 +4,7 @@ with size and type checks (never pickles), plus a streamed NetCDF-3 writer for c
 from __future__ import annotations
 
 import ast
+import math
 import io
 import re
 import struct
@@ -78,7 +79,7 @@ def decode_npy(body: bytes | bytearray | memoryview, *, max_bytes: int | None = 
     if any(n < 0 for n in shape):
         raise FormatError(f"the .npy array has a negative dimension {shape}")
     data = view[start + header_len:]
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # exact: int64 would wrap for a shape like (2**62, 4)
     if len(data) != expected:
         raise FormatError(f"the .npy body holds {len(data)} data bytes; its header {shape} {dtype} needs {expected}")
     array = np.frombuffer(data, dtype=dtype)

@@ -24,6 +24,9 @@ pub enum Strategy {
     Sorted,
 }
 
+/// Every strategy name a query accepts.
+pub const STRATEGY_NAMES: &[&str] = &["streaming", "sorted", "direct"];
+
 impl Strategy {
     /// Parses `streaming`, `direct` or `sorted`.
     pub fn parse(name: &str) -> Result<Self> {
@@ -32,7 +35,8 @@ impl Strategy {
             "direct" => Ok(Strategy::Direct),
             "sorted" => Ok(Strategy::Sorted),
             _ => Err(Error::UnknownName(format!(
-                "unknown strategy {name:?}; valid: streaming, direct, sorted"
+                "unknown strategy {name:?}; valid strategies: {}",
+                STRATEGY_NAMES.join(", ")
             ))),
         }
     }

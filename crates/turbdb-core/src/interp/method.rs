@@ -2,6 +2,9 @@
 //! JHTDB names, and which method can provide which operator.
 
 use crate::error::{Error, Result};
+use crate::interp::names::{
+    canonical, unknown, METHOD_ALIASES, METHOD_NAMES, OPERATOR_ALIASES, OPERATOR_NAMES,
+};
 
 /// Most nodes of a 1-D stencil (fd8noint: 9).
 pub const MAX_WIDTH: usize = 10;
@@ -39,19 +42,11 @@ pub enum Operator {
     Laplacian,
 }
 
-/// Every method name a query accepts.
-pub const METHOD_NAMES: &[&str] = &[
-    "none", "lag4", "lag6", "lag8", "fd4noint", "fd6noint", "fd8noint", "fd4lag4", "m1q4", "m2q8",
-];
-
-/// Every operator name a query accepts.
-pub const OPERATOR_NAMES: &[&str] = &["field", "gradient", "hessian", "laplacian"];
-
 impl Method {
-    /// Parses a JHTDB method name (case-insensitive).
+    /// Parses a method name or one of its aliases (case-insensitive).
     pub fn parse(name: &str) -> Result<Self> {
-        let method = match name.to_ascii_lowercase().as_str() {
-            "none" | "nearest" => Method::Nearest,
+        let method = match canonical(name, METHOD_NAMES, METHOD_ALIASES).unwrap_or("") {
+            "none" => Method::Nearest,
             "lag4" => Method::Lagrange(4),
             "lag6" => Method::Lagrange(6),
             "lag8" => Method::Lagrange(8),
@@ -61,12 +56,7 @@ impl Method {
             "fd4lag4" => Method::Fd4Lag4,
             "m1q4" => Method::Spline { m: 1, q: 4 },
             "m2q8" => Method::Spline { m: 2, q: 8 },
-            _ => {
-                return Err(Error::UnknownName(format!(
-                    "unknown method {name:?}; valid methods: {}",
-                    METHOD_NAMES.join(", ")
-                )))
-            }
+            _ => return Err(unknown("method", name, METHOD_NAMES)),
         };
         Ok(method)
     }
@@ -126,17 +116,14 @@ const fn term(x: usize, y: usize, z: usize, slot: usize) -> Term {
 }
 
 impl Operator {
-    /// Parses an operator name (case-insensitive).
+    /// Parses an operator name or one of its aliases (case-insensitive).
     pub fn parse(name: &str) -> Result<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "field" | "value" => Ok(Operator::Field),
+        match canonical(name, OPERATOR_NAMES, OPERATOR_ALIASES).unwrap_or("") {
+            "field" => Ok(Operator::Field),
             "gradient" => Ok(Operator::Gradient),
             "hessian" => Ok(Operator::Hessian),
             "laplacian" => Ok(Operator::Laplacian),
-            _ => Err(Error::UnknownName(format!(
-                "unknown operator {name:?}; valid operators: {}",
-                OPERATOR_NAMES.join(", ")
-            ))),
+            _ => Err(unknown("operator", name, OPERATOR_NAMES)),
         }
     }
 
@@ -198,6 +185,12 @@ mod tests {
     fn names_round_trip() {
         for name in METHOD_NAMES {
             assert_eq!(Method::parse(name).unwrap().name(), *name);
+        }
+        for name in OPERATOR_NAMES {
+            assert_eq!(Operator::parse(name).unwrap().name(), *name);
+        }
+        for (alias, name) in METHOD_ALIASES {
+            assert_eq!(Method::parse(alias).unwrap().name(), *name);
         }
     }
 

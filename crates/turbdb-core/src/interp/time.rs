@@ -3,6 +3,7 @@
 //! t(n−1), t(n), t(n+1), t(n+2) with centred-difference slopes.
 
 use crate::error::{Error, Result};
+use crate::interp::names::{canonical, unknown, TEMPORAL_ALIASES, TEMPORAL_NAMES};
 
 /// How values between stored times are obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,14 +15,12 @@ pub enum Temporal {
 }
 
 impl Temporal {
-    /// Parses `none` or `pchip` (case-insensitive).
+    /// Parses `none` or `pchip` or one of their aliases (case-insensitive).
     pub fn parse(name: &str) -> Result<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "none" | "nearest" => Ok(Temporal::None),
-            "pchip" | "pchipint" => Ok(Temporal::Pchip),
-            _ => Err(Error::UnknownName(format!(
-                "unknown temporal method {name:?}; valid: none, pchip"
-            ))),
+        match canonical(name, TEMPORAL_NAMES, TEMPORAL_ALIASES).unwrap_or("") {
+            "none" => Ok(Temporal::None),
+            "pchip" => Ok(Temporal::Pchip),
+            _ => Err(unknown("temporal method", name, TEMPORAL_NAMES)),
         }
     }
 }

@@ -8,15 +8,8 @@ use crate::storage::axis::Axis;
 use crate::storage::morton;
 use crate::storage::reader::{AtomRequest, AtomSource};
 
-/// The nodes selected along one axis: `start, start+stride, …` below `stop` (half-open,
-/// unwrapped), each wrapped into the grid on a periodic axis.
-pub fn axis_nodes(
-    axis: &Axis,
-    start: i64,
-    stop: i64,
-    stride: usize,
-    name: char,
-) -> Result<Vec<usize>> {
+/// Checks one axis's half-open range `[start, stop)` (unwrapped) and stride.
+fn check_range(axis: &Axis, start: i64, stop: i64, stride: usize, name: char) -> Result<()> {
     if stride == 0 {
         return Err(Error::InvalidArgument("stride must be at least 1".into()));
     }
@@ -31,6 +24,91 @@ pub fn axis_nodes(
             "{name} range [{start}, {stop}) is outside the non-periodic axis [0, {n})"
         )));
     }
+    Ok(())
+}
+
+/// How many nodes `start, start+stride, …` lie below `stop`, counted without listing them.
+fn axis_count(start: i64, stop: i64, stride: usize) -> u128 {
+    let span = (i128::from(stop) - i128::from(start)).max(0) as u128;
+    span.div_ceil(stride as u128)
+}
+
+/// Checks a cutout before anything is allocated: every range, and that its values fit in
+/// `max_bytes`. Returns the shape `[nz, ny, nx, ncomp]`; a cutout too large says how to
+/// split it.
+pub fn cutout_shape(
+    axes: &[Axis; 3],
+    ranges: [(i64, i64); 3],
+    stride: usize,
+    ncomp: usize,
+    max_bytes: u64,
+) -> Result<[usize; 4]> {
+    for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
+        check_range(&axes[i], ranges[i].0, ranges[i].1, stride, name)?;
+    }
+    let [nx, ny, nz] = ranges.map(|(start, stop)| axis_count(start, stop, stride));
+    let value_bytes = ncomp as u128 * 4;
+    let total = [nx, ny, nz]
+        .into_iter()
+        .try_fold(value_bytes, |acc, n| acc.checked_mul(n));
+    if let Some(bytes) = total.filter(|&b| b <= u128::from(max_bytes)) {
+        debug_assert!(bytes <= usize::MAX as u128);
+        return Ok([nz as usize, ny as usize, nx as usize, ncomp]);
+    }
+    let plane = nx.checked_mul(ny).and_then(|p| p.checked_mul(value_bytes));
+    let split = if let Some(plane) = plane.filter(|&p| p <= u128::from(max_bytes)) {
+        let planes = u128::from(max_bytes) / plane;
+        format!(
+            "split it along z into boxes of at most {planes} planes (z = (z0, z0 + {})), or take \
+             a larger stride",
+            planes * stride as u128
+        )
+    } else {
+        "even one z-plane is too large: split it along x and y too, or take a larger stride"
+            .to_string()
+    };
+    Err(Error::TooLarge(format!(
+        "a cutout of {nx} × {ny} × {nz} nodes × {ncomp} components is {} of float32; one call \
+         may return at most {}: {split}",
+        human_bytes(total.map_or(f64::INFINITY, |b| b as f64)),
+        human_bytes(max_bytes as f64)
+    )))
+}
+
+/// A byte count for people: `512 B`, `3.0 GiB`, `1.2e+21 B`.
+pub fn human_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if !bytes.is_finite() {
+        return "more than 2¹²⁸ bytes".into();
+    }
+    let mut value = bytes;
+    for unit in UNITS {
+        if value < 1024.0 || unit == "PiB" {
+            if unit == "B" {
+                return format!("{value} B");
+            }
+            if value >= 1024.0 {
+                return format!("{bytes:.1e} B");
+            }
+            return format!("{value:.1} {unit}");
+        }
+        value /= 1024.0;
+    }
+    unreachable!("the loop returns at PiB")
+}
+
+/// The nodes selected along one axis: `start, start+stride, …` below `stop` (half-open,
+/// unwrapped), each wrapped into the grid on a periodic axis. Check the size first with
+/// [`cutout_shape`]: this lists every node.
+pub fn axis_nodes(
+    axis: &Axis,
+    start: i64,
+    stop: i64,
+    stride: usize,
+    name: char,
+) -> Result<Vec<usize>> {
+    check_range(axis, start, stop, stride, name)?;
+    let n = axis.n as i64;
     Ok((start..stop)
         .step_by(stride)
         .map(|i| i.rem_euclid(n) as usize)
@@ -99,4 +177,39 @@ pub fn read_cutout(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn periodic(n: usize) -> Axis {
+        Axis {
+            n,
+            origin: 0.0,
+            spacing: 1.0,
+            periodic: true,
+        }
+    }
+
+    #[test]
+    fn sizes_are_counted_without_overflow_and_refused_with_a_way_to_split() {
+        let axes = [periodic(32); 3];
+        let shape = cutout_shape(&axes, [(-3, 29), (0, 32), (0, 32)], 3, 3, 1 << 30).unwrap();
+        assert_eq!(shape, [11, 11, 11, 3]);
+        for n in [1i64 << 22, (1 << 22) + 1, 1 << 31, i64::MAX] {
+            let err = cutout_shape(&axes, [(0, n), (0, n), (0, n)], 1, 3, 1 << 33).unwrap_err();
+            assert!(matches!(err, Error::TooLarge(_)), "{err}");
+            assert!(err.to_string().contains("split it along x and y"), "{err}");
+        }
+        let err = cutout_shape(&axes, [(0, 4096), (0, 4096), (0, 4096)], 1, 3, 1 << 33)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("768.0 GiB") && err.contains("at most 42 planes"),
+            "{err}"
+        );
+        let wide = cutout_shape(&axes, [(i64::MIN, i64::MAX), (0, 1), (0, 1)], 1, 1, 1 << 33);
+        assert!(matches!(wide, Err(Error::TooLarge(_))));
+    }
 }

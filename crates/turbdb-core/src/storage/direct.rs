@@ -339,7 +339,9 @@ mod tests {
         let (dir, reader, _) = field();
         let path = dir.path().join("c/0/0/0/0/0");
         let mut bytes = std::fs::read(&path).unwrap();
-        bytes[10] ^= 0xff; // inside the first stored atom
+        // Past the header that binds the shard to its place: inside the first stored atom.
+        let header = crate::storage::binding::ShardHeader::announced_len(&bytes).unwrap();
+        bytes[header + 10] ^= 0xff;
         std::fs::write(&path, bytes).unwrap();
         let locals = [[0, 0, 0], [1, 0, 0]];
         let mut results = Vec::new();

@@ -9,6 +9,15 @@ use crate::storage::morton;
 /// Bytes of one stored value (little-endian float32).
 pub const VALUE_BYTES: usize = 4;
 
+/// Largest atom side: an atom is read whole, so it must stay small.
+pub const MAX_ATOM: usize = 64;
+
+/// Most atoms along one side of a partition (a shard index of 64³ entries is 4 MiB).
+pub const MAX_ATOMS_PER_SIDE: usize = 64;
+
+/// Largest atom in bytes (all components): the unit every read allocates.
+pub const MAX_ATOM_BYTES: usize = 64 << 20;
+
 /// The stored layout of one field of a dataset. Axis arrays are ordered `[x, y, z]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldGeometry {
@@ -40,12 +49,36 @@ impl FieldGeometry {
                 "atom ({atom}) and partition ({partition}) must be powers of two with atom <= partition"
             ));
         }
+        if atom > MAX_ATOM || partition / atom > MAX_ATOMS_PER_SIDE {
+            return invalid(format!(
+                "atom ({atom}) must be at most {MAX_ATOM} and partition ({partition}) at most \
+                 {MAX_ATOMS_PER_SIDE} atoms wide"
+            ));
+        }
+        let atom_bytes = ncomp
+            .checked_mul(atom.pow(3) * VALUE_BYTES)
+            .filter(|&b| b <= MAX_ATOM_BYTES);
+        if atom_bytes.is_none() {
+            return invalid(format!(
+                "an atom of {atom}³ voxels × {ncomp} components exceeds {} MiB; use fewer \
+                 components per field or smaller atoms",
+                MAX_ATOM_BYTES >> 20
+            ));
+        }
         if grid
             .iter()
             .any(|&n| n.div_ceil(atom) > morton::MAX_COORD as usize)
         {
             return invalid(format!(
                 "grid {grid:?} is too large for 21-bit Morton codes"
+            ));
+        }
+        let step_bytes = grid
+            .iter()
+            .try_fold(ncomp * VALUE_BYTES, |acc, &n| acc.checked_mul(n));
+        if step_bytes.is_none_or(|b| b > isize::MAX as usize) {
+            return invalid(format!(
+                "grid {grid:?} × {ncomp} components is too large to address"
             ));
         }
         Ok(Self {
@@ -160,6 +193,16 @@ mod tests {
     fn rejects_atoms_larger_than_partitions() {
         assert!(FieldGeometry::new([8, 8, 8], 1, 16, 8).is_err());
         assert!(FieldGeometry::new([8, 8, 8], 1, 6, 12).is_err());
+    }
+
+    #[test]
+    fn rejects_layouts_whose_sizes_would_overflow() {
+        assert!(FieldGeometry::new([8, 8, 8], 1, 128, 128).is_err());
+        assert!(FieldGeometry::new([8, 8, 8], 1, 1, 1 << 20).is_err());
+        assert!(FieldGeometry::new([8, 8, 8], 1 << 40, 8, 64).is_err());
+        let huge = 1 << 23;
+        assert!(FieldGeometry::new([huge, huge, huge], 3, 8, 64).is_err());
+        assert!(FieldGeometry::new([4096, 4096, 4096], 3, 8, 64).is_ok());
     }
 
     #[test]

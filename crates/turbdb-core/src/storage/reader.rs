@@ -1,5 +1,6 @@
-//! Reads atoms of one field: shard indexes are read once and cached, the atoms a caller
-//! asks for are read in storage order and adjacent ones merged into a single read.
+//! Reads atoms of one field: shard indexes (and the headers binding shards to their place)
+//! are read once and cached, the atoms a caller asks for are read in storage order and
+//! adjacent ones merged into a single read.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -8,17 +9,33 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::storage::binding::{self, ShardHeader};
 use crate::storage::geometry::{FieldGeometry, ShardPos};
 use crate::storage::shard::{ChunkCodec, IndexLocation, ShardIndex};
+use crate::storage::writer::field_name;
 
 /// Reader of one field's shards.
 #[derive(Debug)]
 pub struct FieldReader {
     root: PathBuf,
+    /// The field's name, which shard headers must carry.
+    field: String,
     geometry: FieldGeometry,
     codec: ChunkCodec,
     location: IndexLocation,
-    indexes: Mutex<HashMap<(usize, ShardPos), Arc<ShardIndex>>>,
+    /// Whether a shard without a header is corrupt (fields created since headers exist).
+    headers_required: bool,
+    shards: Mutex<HashMap<(usize, ShardPos), Arc<OpenedShard>>>,
+}
+
+/// What the reader keeps of a shard file once it has been opened: its index and, when it
+/// has one, the header binding it to its place.
+#[derive(Debug)]
+pub struct OpenedShard {
+    /// The Zarr shard index.
+    pub index: Arc<ShardIndex>,
+    /// The binding header; `None` for a shard written before headers existed.
+    pub header: Option<ShardHeader>,
 }
 
 /// An atom to read: its local position in the shard and where its values go.
@@ -38,13 +55,28 @@ impl FieldReader {
         codec: ChunkCodec,
         location: IndexLocation,
     ) -> Self {
+        let root = root.into();
         Self {
-            root: root.into(),
+            field: field_name(&root).unwrap_or_default(),
+            root,
             geometry,
             codec,
             location,
-            indexes: Mutex::default(),
+            headers_required: false,
+            shards: Mutex::default(),
         }
+    }
+
+    /// Makes a shard without a binding header an error (for fields whose metadata says
+    /// every shard has one); by default such shards read as unbound.
+    pub fn require_headers(mut self, required: bool) -> Self {
+        self.headers_required = required;
+        self
+    }
+
+    /// Whether a shard without a header is an error.
+    pub fn headers_required(&self) -> bool {
+        self.headers_required
     }
 
     /// The layout this reader was opened with.
@@ -59,22 +91,77 @@ impl FieldReader {
 
     /// The index of a shard, from the cache or read (and checked) from disk.
     pub fn index(&self, t: usize, shard: ShardPos) -> Result<Arc<ShardIndex>> {
-        if let Some(index) = self.indexes.lock().expect("index cache").get(&(t, shard)) {
-            return Ok(Arc::clone(index));
+        Ok(Arc::clone(&self.shard(t, shard)?.index))
+    }
+
+    /// The index and header of a shard, from the cache or read and checked from disk: the
+    /// index checksum, and that the header was written for this place.
+    pub fn shard(&self, t: usize, shard: ShardPos) -> Result<Arc<OpenedShard>> {
+        if let Some(opened) = self.shards.lock().expect("shard cache").get(&(t, shard)) {
+            return Ok(Arc::clone(opened));
         }
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
-        let index = Arc::new(self.read_index(&file, &path)?);
-        self.indexes
+        let index = self.read_index(&file, &path)?;
+        let header = self.read_header(&file, &path)?;
+        match &header {
+            Some(h) => h.check_place(&self.field, t, shard, &path)?,
+            None if self.headers_required => {
+                return Err(Error::corrupt(
+                    &path,
+                    "shard has no header binding it to its place, though every shard of this \
+                     field was written with one",
+                ))
+            }
+            None => {}
+        }
+        let opened = Arc::new(OpenedShard {
+            index: Arc::new(index),
+            header,
+        });
+        self.shards
             .lock()
-            .expect("index cache")
-            .insert((t, shard), Arc::clone(&index));
-        Ok(index)
+            .expect("shard cache")
+            .insert((t, shard), Arc::clone(&opened));
+        Ok(opened)
     }
 
     /// Forgets cached indexes (after a shard was rewritten).
     pub fn clear_cache(&self) {
-        self.indexes.lock().expect("index cache").clear();
+        self.shards.lock().expect("shard cache").clear();
+    }
+
+    /// The shard's binding header, `None` when it has none. Only the layout turbdb writes
+    /// (index at the end) can carry one.
+    fn read_header(&self, file: &File, path: &Path) -> Result<Option<ShardHeader>> {
+        if self.location != IndexLocation::End {
+            return Ok(None);
+        }
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut head = [0u8; binding::FIXED_LEN];
+        if len < head.len() as u64 {
+            return Ok(None);
+        }
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| Error::io(path, e))?;
+        let Some(announced) = ShardHeader::announced_len(&head) else {
+            return Ok(None);
+        };
+        let slots = self.geometry.chunks_per_shard();
+        let longest = ShardHeader::longest(slots);
+        if announced > longest || announced as u64 > len {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "shard header announces {announced} bytes; a header of this field's shards \
+                     has at most {longest}"
+                ),
+            ));
+        }
+        let mut bytes = vec![0u8; announced];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| Error::io(path, e))?;
+        ShardHeader::decode(&bytes, slots, path).map(Some)
     }
 
     fn read_index(&self, file: &File, path: &Path) -> Result<ShardIndex> {
@@ -106,18 +193,20 @@ impl FieldReader {
         atoms: &[AtomRequest],
         out: &mut [f32],
     ) -> Result<()> {
-        let index = self.index(t, shard)?;
+        let opened = self.shard(t, shard)?;
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
         let n = self.geometry.atom_values();
-        let mut stored: Vec<(u64, u64, usize)> = Vec::with_capacity(atoms.len());
+        // (offset, nbytes, destination slot, index slot)
+        let mut stored: Vec<(u64, u64, usize, usize)> = Vec::with_capacity(atoms.len());
         for request in atoms {
-            match index.range(self.geometry.index_slot(request.local)) {
-                Some((offset, nbytes)) => stored.push((offset, nbytes, request.slot)),
+            let index_slot = self.geometry.index_slot(request.local);
+            match opened.index.range(index_slot) {
+                Some((offset, nbytes)) => stored.push((offset, nbytes, request.slot, index_slot)),
                 None => out[request.slot * n..(request.slot + 1) * n].fill(f32::NAN),
             }
         }
-        stored.sort_unstable_by_key(|&(offset, _, _)| offset);
+        stored.sort_unstable_by_key(|&(offset, _, _, _)| offset);
         let mut buffer = Vec::new();
         let mut start = 0;
         while start < stored.len() {
@@ -130,14 +219,34 @@ impl FieldReader {
             buffer.resize(total, 0);
             file.read_exact_at(&mut buffer, first)
                 .map_err(|e| Error::io(&path, e))?;
-            for &(offset, nbytes, slot) in &stored[start..end] {
+            for &(offset, nbytes, slot, index_slot) in &stored[start..end] {
                 let at = (offset - first) as usize;
                 let bytes = &buffer[at..at + nbytes as usize];
+                self.check_atom_place(&opened, index_slot, bytes, &path)?;
                 self.decode_atom(bytes, &path, &mut out[slot * n..(slot + 1) * n])?;
             }
             start = end;
         }
         Ok(())
+    }
+
+    /// Fails unless the atom read from index slot `slot` is the one its shard's header
+    /// recorded there (a shard without a header binds nothing).
+    pub fn check_atom_place(
+        &self,
+        opened: &OpenedShard,
+        slot: usize,
+        bytes: &[u8],
+        path: &Path,
+    ) -> Result<()> {
+        let Some(header) = &opened.header else {
+            return Ok(());
+        };
+        if !self.codec.crc32c || bytes.len() < 4 {
+            return Ok(()); // nothing to compare; decode_atom reports a short atom
+        }
+        let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+        header.check_atom(slot, stored, path)
     }
 
     /// Decodes one stored atom into `out`.

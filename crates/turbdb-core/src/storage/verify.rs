@@ -1,10 +1,12 @@
-//! Checks every stored shard of a field: the index checksum, every chunk range inside the
-//! file, and that every atom decodes. Reports problems instead of stopping at the first.
+//! Checks every stored shard of a field: the index checksum, the header binding the shard
+//! to its place, every chunk range inside the file, that every atom decodes and is the one
+//! written in its slot. Reports problems instead of stopping at the first.
 
 use std::fs;
 use std::path::PathBuf;
 
 use crate::error::Error;
+use crate::storage::binding::ShardHeader;
 use crate::storage::geometry::FieldGeometry;
 use crate::storage::reader::FieldReader;
 
@@ -28,6 +30,9 @@ pub struct VerifyReport {
     pub atoms: usize,
     /// Time steps all of whose shards exist.
     pub complete_steps: Vec<usize>,
+    /// Shards without a header binding them to their place (written before headers
+    /// existed, or by another Zarr tool): their atoms are checked, their place is not.
+    pub unbound_shards: usize,
     /// Everything that is wrong.
     pub problems: Vec<Problem>,
 }
@@ -63,7 +68,10 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
             }
             report.shards += 1;
             match check_shard(reader, t, shard, &mut out) {
-                Ok(atoms) => report.atoms += atoms,
+                Ok((atoms, bound)) => {
+                    report.atoms += atoms;
+                    report.unbound_shards += usize::from(!bound);
+                }
                 Err(e) => {
                     ok = false;
                     let message = match e {
@@ -85,31 +93,37 @@ pub fn verify_field(reader: &FieldReader, nt: usize) -> VerifyReport {
     report
 }
 
+/// Checks one shard; returns the atoms it holds and whether it carries a binding header.
 fn check_shard(
     reader: &FieldReader,
     t: usize,
     shard: [usize; 3],
     out: &mut [f32],
-) -> Result<usize, Error> {
+) -> Result<(usize, bool), Error> {
     let path = reader.shard_path(t, shard);
     let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let index = reader.index(t, shard)?;
+    let opened = reader.shard(t, shard)?;
+    let header_len = opened.header.as_ref().map_or(0, |h| {
+        ShardHeader::encoded_len(&h.field, h.atom_crcs.len()) as u64
+    });
     let mut atoms = 0;
-    for (slot, _) in index.entries.iter().enumerate() {
-        let Some((offset, nbytes)) = index.range(slot) else {
+    for slot in 0..opened.index.entries.len() {
+        let Some((offset, nbytes)) = opened.index.range(slot) else {
             continue;
         };
         let end = offset
             .checked_add(nbytes)
-            .filter(|&e| e <= bytes.len() as u64);
+            .filter(|&e| e <= bytes.len() as u64 && offset >= header_len);
         let Some(end) = end else {
             return Err(Error::corrupt(
                 &path,
-                format!("chunk {slot} lies outside the file ({offset}+{nbytes})"),
+                format!("chunk {slot} lies outside the file's chunks ({offset}+{nbytes})"),
             ));
         };
-        reader.decode_atom(&bytes[offset as usize..end as usize], &path, out)?;
+        let atom = &bytes[offset as usize..end as usize];
+        reader.decode_atom(atom, &path, out)?;
+        reader.check_atom_place(&opened, slot, atom, &path)?;
         atoms += 1;
     }
-    Ok(atoms)
+    Ok((atoms, opened.header.is_some()))
 }

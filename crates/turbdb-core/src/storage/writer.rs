@@ -1,5 +1,6 @@
-//! Writes one time step of a field as Zarr v3 shards: atoms in Morton order, index at the
-//! end, every shard written aside and renamed into place so a crash never leaves half a file.
+//! Writes one time step of a field as Zarr v3 shards: a header binding the shard to its
+//! place, atoms in Morton order, index at the end, every shard written aside and renamed
+//! into place so a crash never leaves half a file.
 
 use std::fs;
 use std::io::Write;
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::storage::binding::{ShardHeader, MAX_NAME};
 use crate::storage::geometry::{FieldGeometry, ShardPos};
 use crate::storage::shard::ShardIndex;
 
@@ -49,8 +51,8 @@ impl Sample for f64 {
 /// Prefix of the temporary files a write leaves only if it is killed.
 pub const TEMP_PREFIX: &str = ".turbdb-tmp-";
 
-/// Writes time step `t` of a field rooted at `root` (the Zarr array directory).
-/// `data` is C-ordered `(nz, ny, nx, ncomp)`. Returns the bytes written.
+/// Writes time step `t` of a field rooted at `root` (the Zarr array directory, named after
+/// the field). `data` is C-ordered `(nz, ny, nx, ncomp)`. Returns the bytes written.
 pub fn write_step<T: Sample>(
     root: &Path,
     geometry: &FieldGeometry,
@@ -58,6 +60,7 @@ pub fn write_step<T: Sample>(
     data: &[T],
     sync: bool,
 ) -> Result<u64> {
+    let field = field_name(root)?;
     let [nx, ny, nz] = geometry.grid;
     let expected = nx * ny * nz * geometry.ncomp;
     if data.len() != expected {
@@ -89,7 +92,7 @@ pub fn write_step<T: Sample>(
         .shard_positions()
         .par_iter()
         .try_for_each(|&shard| {
-            let bytes = encode_shard(geometry, shard, data);
+            let bytes = encode_shard(geometry, &field, t, shard, data);
             let path = root.join(geometry.shard_key(t, shard));
             atomic_write(&path, &bytes, sync)?;
             written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -98,8 +101,27 @@ pub fn write_step<T: Sample>(
     Ok(written.load(Ordering::Relaxed))
 }
 
-/// Builds the bytes of one shard: present atoms in Morton order, then the index.
-fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]) -> Vec<u8> {
+/// The field a shard belongs to: the name of its array directory.
+pub fn field_name(root: &Path) -> Result<String> {
+    let name = root.file_name().map(|n| n.to_string_lossy().into_owned());
+    match name {
+        Some(name) if name.len() <= MAX_NAME => Ok(name),
+        _ => Err(Error::InvalidArgument(format!(
+            "{} does not end in a field name of at most {MAX_NAME} bytes",
+            root.display()
+        ))),
+    }
+}
+
+/// Builds the bytes of one shard: the header binding it to `(field, t, shard)`, present
+/// atoms in Morton order, then the index.
+fn encode_shard<T: Sample>(
+    geometry: &FieldGeometry,
+    field: &str,
+    t: usize,
+    shard: ShardPos,
+    data: &[T],
+) -> Vec<u8> {
     let order = geometry.local_atom_order();
     let present: Vec<[usize; 3]> = order
         .into_iter()
@@ -108,7 +130,12 @@ fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]
     let mut atom = vec![f32::NAN; geometry.atom_values()];
     let mut index = ShardIndex::empty(geometry.chunks_per_shard());
     let stored_bytes = geometry.stored_atom_bytes();
-    let mut bytes = Vec::with_capacity(present.len() * stored_bytes + geometry.index_bytes());
+    let chunks = geometry.chunks_per_shard();
+    let header_len = ShardHeader::encoded_len(field, chunks);
+    let mut atom_crcs = vec![0u32; chunks];
+    let mut bytes =
+        Vec::with_capacity(header_len + present.len() * stored_bytes + geometry.index_bytes());
+    bytes.resize(header_len, 0); // filled in once every atom's checksum is known
     for &local in &present {
         let origin = [0, 1, 2].map(|a| shard[a] * geometry.partition + local[a] * geometry.atom);
         atom.fill(f32::NAN);
@@ -117,9 +144,18 @@ fn encode_shard<T: Sample>(geometry: &FieldGeometry, shard: ShardPos, data: &[T]
         bytes.extend_from_slice(as_bytes(&atom));
         let crc = crc32c::crc32c(&bytes[start..]);
         bytes.extend_from_slice(&crc.to_le_bytes());
-        index.entries[geometry.index_slot(local)] = (start as u64, stored_bytes as u64);
+        let slot = geometry.index_slot(local);
+        index.entries[slot] = (start as u64, stored_bytes as u64);
+        atom_crcs[slot] = crc;
     }
     bytes.extend_from_slice(&index.encode());
+    let header = ShardHeader {
+        field: field.to_string(),
+        time_index: t as u64,
+        shard: shard.map(|s| s as u32),
+        atom_crcs,
+    };
+    bytes[..header_len].copy_from_slice(&header.encode());
     bytes
 }
 
@@ -152,7 +188,9 @@ fn as_bytes(values: &[f32]) -> &[u8] {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it into place.
+/// Writes `bytes` to a temporary file beside `path`, then renames it into place. A failed
+/// write (a full or read-only disk) removes its temporary file: only a killed writer
+/// leaves one behind.
 pub fn atomic_write(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let dir = path.parent().expect("shard paths have a parent");
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -161,11 +199,19 @@ pub fn atomic_write(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
         .expect("shard paths have a name")
         .to_string_lossy();
     let tmp: PathBuf = dir.join(format!("{TEMP_PREFIX}{name}-{}", std::process::id()));
-    let mut file = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-    if sync {
-        file.sync_all().map_err(|e| Error::io(&tmp, e))?;
+    let written = write_file(&tmp, bytes, sync)
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp); // the error being reported matters more than this one
     }
-    drop(file);
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    written
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+    let mut file = fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    file.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    if sync {
+        file.sync_all().map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
 }

@@ -1,0 +1,63 @@
+//! The most bytes one call may hand back to Python (a cutout, a query's values), so that a
+//! request too large for this machine is refused with a way to split it before anything is
+//! allocated, instead of aborting the interpreter. Default: half the machine's memory, or
+//! `TURBDB_MAX_RESULT_BYTES`; `turbdb.set_max_result_bytes` changes it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pyo3::prelude::*;
+
+use crate::error::{invalid, Result};
+
+/// 0 until set: the default then applies.
+static MAX_RESULT_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// The limit in force.
+pub fn max_result_bytes() -> u64 {
+    match MAX_RESULT_BYTES.load(Ordering::Relaxed) {
+        0 => default_limit(),
+        set => set,
+    }
+}
+
+fn default_limit() -> u64 {
+    if let Some(bytes) = std::env::var("TURBDB_MAX_RESULT_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&b| b > 0)
+    {
+        return bytes;
+    }
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64) / 2
+    } else {
+        8 << 30
+    }
+}
+
+/// The most bytes one call may return (a cutout, a query's values).
+#[pyfunction]
+pub fn get_max_result_bytes() -> u64 {
+    max_result_bytes()
+}
+
+/// Sets the most bytes one call may return; `None` restores the default (half the
+/// machine's memory, or `TURBDB_MAX_RESULT_BYTES`).
+#[pyfunction]
+#[pyo3(signature = (nbytes))]
+pub fn set_max_result_bytes(nbytes: Option<u64>) -> Result<()> {
+    if nbytes == Some(0) {
+        return Err(invalid(
+            "the result size limit must be a positive number of bytes",
+        ));
+    }
+    MAX_RESULT_BYTES.store(nbytes.unwrap_or(0), Ordering::Relaxed);
+    Ok(())
+}

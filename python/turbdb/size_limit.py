@@ -1,0 +1,46 @@
+"""The most bytes one call may return in this process — a cutout, a query's values, a
+trajectory — so that a request too large for the machine is refused with a way to split it
+before anything is allocated, instead of exhausting memory. Default: half the machine's
+memory, or the environment variable ``TURBDB_MAX_RESULT_BYTES``. The engine checks the
+same limit for what it allocates (``turbdb._core``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .exceptions import InvalidRequestError, LimitExceededError
+
+
+def max_result_bytes() -> int:
+    """The most bytes one call may return."""
+    return int(_core.get_max_result_bytes())
+
+
+def set_max_result_bytes(nbytes: Any) -> None:
+    """Sets the most bytes one call may return (a positive integer); ``None`` restores the
+    default (half the machine's memory, or ``TURBDB_MAX_RESULT_BYTES``)."""
+    if nbytes is not None and (not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool)
+                               or not 0 < nbytes < 2**64):
+        raise InvalidRequestError(f"the result size limit must be a positive number of bytes, not {nbytes!r}")
+    _core.set_max_result_bytes(None if nbytes is None else int(nbytes))
+
+
+def check_result_bytes(nbytes: int, what: str, split: str) -> None:
+    """Refuses an answer of ``nbytes`` (``what`` it holds) above the limit; ``split`` says
+    how to ask for it in pieces."""
+    limit = max_result_bytes()
+    if nbytes > limit:
+        raise LimitExceededError(f"{what} would take {_human(nbytes)}; one call may return at most {_human(limit)} "
+                                 f"(turbdb.set_max_result_bytes): {split}")
+
+
+def _human(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{float(nbytes):.3g} B"

@@ -1,0 +1,203 @@
+"""Requests the outside fault and abuse probe (issue 13) sent that did not hold: each must
+now be refused with a 4xx and a message, quickly, without allocating what it asks for, and
+the server must keep answering."""
+
+import time
+
+import httpx
+import pytest
+
+from turbdb.exceptions import InvalidRequestError, LimitExceededError
+from turbdb.service.jhtdb import series_length, series_times
+from turbdb.service.redaction import redact
+from turbdb.track import step_count, step_times
+
+from servicekit import FULL, OTHER_ONLY, SMALL, running_server
+
+TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
+
+
+def test_a_time_series_is_counted_exactly_as_it_is_listed_at_most_one_more():
+    for t, end, dt in ((0.0, 1.0, 0.1), (0.5, 1.0, 0.25), (0.0, 0.3, 0.07), (0.1, 0.11, 1e-3)):
+        assert len(series_times(t, end, dt)) <= series_length(t, end, dt) <= len(series_times(t, end, dt)) + 1
+
+
+def test_a_series_of_absurdly_many_times_is_refused_before_it_is_listed():
+    with pytest.raises(LimitExceededError, match="delta_t"):
+        series_length(0.0, 1.0, 1e-300)
+    with pytest.raises(InvalidRequestError):
+        series_length(0.0, 1.0, -1.0)
+
+
+def test_step_count_agrees_with_step_times_without_listing_them():
+    for start, end, dt in ((0.0, 1.0, 0.1), (1.0, 0.0, 0.3), (0.0, 0.25, 0.25), (0.2, 0.9, 0.07)):
+        assert step_count(start, end, dt) == len(step_times(start, end, dt)) - 1
+    with pytest.raises(LimitExceededError, match="larger dt"):
+        step_count(0.0, 1e300, 1.0)
+
+
+def test_a_one_point_series_with_a_tiny_delta_t_is_refused_at_once_and_the_server_keeps_answering(server):
+    began = time.monotonic()
+    response = server.post("/turbulence-svc/values",
+                           params={"authToken": TESTING_TOKEN, "dataset": "trig", "function": "GetVariable",
+                                   "var": "velocity", "t": 0, "sint": "lag4", "sop": "field", "tint": "none",
+                                   "timepoint_end": 1.44, "delta_t": 2e-9},
+                           content="0.1\t0.2\t0.3\n")
+    assert response.status_code == 413, response.text
+    assert "point-times" in response.json()["description"]
+    assert time.monotonic() - began < 5, "the limit must be checked before the times are listed"
+    assert server.alive()
+
+
+@pytest.mark.parametrize("params, status", [
+    ({"start": 0, "end": 1.44, "dt": 5e-9}, 413),
+    ({"start": 0, "end": 1e300, "dt": 1}, 413),
+])
+def test_tracking_over_absurdly_many_steps_is_refused_at_once(server, params, status):
+    began = time.monotonic()
+    response = server.post("/v1/datasets/trig/track", params=params, json={"points": [[0.1, 0.2, 0.3]]},
+                           headers={"Authorization": f"Bearer {FULL}"})
+    assert response.status_code == status, response.text
+    assert response.json()["description"]
+    assert time.monotonic() - began < 5
+    assert server.alive()
+
+
+def test_getposition_with_a_tiny_delta_t_is_refused_at_once(server):
+    began = time.monotonic()
+    response = httpx.post(f"{server.url}/turbulence-svc/values", timeout=30,
+                          params={"authToken": TESTING_TOKEN, "dataset": "trig", "function": "GetVariable",
+                                  "var": "position", "t": 0, "sint": "lag4", "sop": "field", "tint": "none",
+                                  "timepoint_end": 1.44, "delta_t": 5e-9},
+                          content="0.1\t0.2\t0.3\n")
+    assert response.status_code == 413, response.text
+    assert time.monotonic() - began < 5
+    assert server.alive()
+
+
+def test_a_404_lists_only_the_datasets_the_token_may_read(server):
+    response = server.get("/v1/datasets/nonexistent", headers={"Authorization": f"Bearer {OTHER_ONLY}"})
+    assert response.status_code == 404, response.text
+    description = response.json()["description"]
+    assert "other" in description and "trig" not in description
+
+
+def test_the_jhtdb_endpoint_accepts_a_bearer_token(server):
+    # SMALL allows 100 points, anonymous use 4096: 200 points sent with SMALL as Bearer are
+    # refused with SMALL's limit only if the header is read.
+    params = {"dataset": "trig", "function": "GetVariable", "var": "velocity", "t": 0.5, "sint": "lag4",
+              "sop": "field", "tint": "none"}
+    body = "0.1\t0.2\t0.3\n" * 200
+    anonymous = server.post("/turbulence-svc/values", params=params, content=body)
+    assert anonymous.status_code == 200, anonymous.text
+    bearer = server.post("/turbulence-svc/values", params=params, content=body,
+                         headers={"Authorization": f"Bearer {SMALL}"})
+    assert bearer.status_code == 413 and "100" in bearer.json()["description"], bearer.text
+    unknown = server.post("/turbulence-svc/values", params=params, content=body,
+                          headers={"Authorization": "Bearer not-a-token"})
+    assert unknown.status_code == 401
+
+
+def test_redact_hides_every_kind_of_token():
+    line = 'GET /turbulence-svc/values?dataset=trig&authToken=s3cret&t=0 Authorization: Bearer abc.def token=xyz'
+    redacted = redact(line)
+    assert "s3cret" not in redacted and "abc.def" not in redacted and "xyz" not in redacted
+    assert "dataset=trig" in redacted and "&t=0" in redacted
+
+
+def test_the_access_log_never_shows_a_token(service_db, tokens_file, tmp_path):
+    log = tmp_path / "access.log"
+    with running_server(service_db, log, "--tokens", str(tokens_file), "--access-log", "--log-level", "info") as s:
+        response = s.post("/turbulence-svc/values", params={"authToken": FULL, "dataset": "trig",
+                                                            "function": "GetVariable", "var": "velocity", "t": 0.5},
+                          content="0.1\t0.2\t0.3\n")
+        assert response.status_code == 200, response.text
+        s.get("/v1/datasets", headers={"Authorization": f"Bearer {FULL}"})
+    text = log.read_text()
+    assert "turbulence-svc/values" in text, "the access log must still name the request"
+    assert FULL not in text
+
+
+def _npy_header_only(shape):
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": shape}).encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+@pytest.mark.parametrize("path, kwargs", [
+    ("/v1/datasets/trig/query?field=velocity&time=0.5",
+     {"content": _npy_header_only((2**62, 4)), "headers": {"Content-Type": "application/x-npy"}}),
+    ("/v1/datasets/trig/query?field=velocity&time=0.5", {"content": b'{"points":' + b"[" * 100_000}),
+    ("/v1/datasets/trig/cutout?field=velocity&time=0.5&x=0,18446744073709551616", {}),
+    ("/v1/datasets/trig/cutout?field=velocity&time=0.5&stride=18446744073709551616", {}),
+    ("/turbulence-svc/values?dataset=trig&function=GetVariable&var=velocity&t=0.5", {"content": b""}),
+])
+def test_bad_input_answers_4xx_and_keeps_the_connection(server, path, kwargs):
+    headers = {"Authorization": f"Bearer {FULL}", **kwargs.pop("headers", {})}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        response = client.post(path, headers=headers, **kwargs)
+        assert 400 <= response.status_code < 500, response.text
+        assert response.json()["description"]
+        assert response.headers.get("connection", "keep-alive") != "close"
+        assert client.get("/healthz").status_code == 200  # the same connection still answers
+
+
+def test_json_points_are_counted_before_the_body_is_parsed(server):
+    # 1000 compact points, above SMALL's limit of 100, and a body that would not even parse:
+    # the count must refuse it first (413), without parsing (which would say 400).
+    body = b'{"points": [' + b"[0,0,0]," * 1000 + b"[0,0,0]] oops"
+    response = server.post("/v1/datasets/trig/query", params={"field": "velocity", "time": 0.5}, content=body,
+                           headers={"Authorization": f"Bearer {SMALL}", "Content-Type": "application/json"})
+    assert response.status_code == 413, response.text
+    assert "100" in response.json()["description"]
+
+
+def test_slowloris_connections_are_cut_and_the_server_answers_again(service_db, tmp_path):
+    import socket
+    from urllib.parse import urlsplit
+
+    from turbdb.service.connections import HEADER_TIMEOUT_SECONDS
+
+    with running_server(service_db, tmp_path / "slow.log") as s:
+        host, port = urlsplit(s.url).hostname, urlsplit(s.url).port
+        sockets = []
+        try:
+            for _ in range(600):  # what the probe sent: half a header each, never the rest
+                sock = socket.create_connection((host, port), timeout=5)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                sockets.append(sock)
+            time.sleep(HEADER_TIMEOUT_SECONDS + 1.5)
+            still_open = 0
+            for sock in sockets:
+                sock.settimeout(3)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except (TimeoutError, socket.timeout):
+                    still_open += 1
+                except OSError:
+                    pass
+            assert still_open == 0, f"{still_open} half-sent requests still hold a connection"
+            assert s.get("/healthz").status_code == 200
+        finally:
+            for sock in sockets:
+                sock.close()
+
+
+def test_a_dataset_with_damaged_metadata_is_a_server_error_without_paths_and_the_rest_still_serve(tmp_path):
+    import json
+
+    import turbdb
+
+    db = tmp_path / "db"
+    turbdb.create_dataset(db, "good", grid=(8, 8, 8), times=[0.0], atom=4, partition=8)
+    bad = turbdb.create_dataset(db, "bad", grid=(8, 8, 8), times=[0.0], atom=4, partition=8)
+    document = json.loads((bad.path / "zarr.json").read_text())
+    document["attributes"]["turbdb"]["grid"] = [-8, 8, 8]
+    (bad.path / "zarr.json").write_text(json.dumps(document))
+    with running_server(db, tmp_path / "damaged.log") as s, httpx.Client(base_url=s.url, timeout=30) as client:
+        response = client.get("/v1/datasets/bad")
+        assert response.status_code == 500 and response.json()["error"] == "DamagedMetadataError", response.text
+        assert "damaged" in response.json()["description"]
+        assert str(db) not in response.text and str(db.resolve()) not in response.text
+        assert client.get("/v1/datasets/good").status_code == 200  # same connection, other dataset
