@@ -16,9 +16,11 @@ pub mod error;
 pub mod interp;
 pub mod storage;
 
+pub use engine::partitions::Partitions;
 pub use engine::plan::Plan;
-pub use engine::query::{evaluate, run, QuerySpec, Strategy};
-pub use engine::stream::{execute, Order, StreamStats, TimeLevel};
+pub use engine::query::{evaluate, evaluate_within, run, QuerySpec, Strategy};
+pub use engine::reach::stencil_reach;
+pub use engine::stream::{execute, execute_within, Order, StreamStats, TimeLevel};
 pub use error::{Error, Result};
 pub use interp::method::{Method, Operator};
 pub use interp::time::{time_weights, Temporal};

@@ -9,8 +9,8 @@ use pyo3::types::PyDict;
 use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, read_cutout};
 use turbdb_core::{
-    evaluate, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
-    QuerySpec, Strategy, StreamStats, Temporal,
+    evaluate_within, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method,
+    Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
 };
 
 use crate::error::{to_py, without_gil};
@@ -27,9 +27,9 @@ pub struct FieldStore {
 }
 
 /// One axis as Python passes it: `(n, origin, spacing, periodic)`.
-type AxisTuple = (usize, f64, f64, bool);
+pub(crate) type AxisTuple = (usize, f64, f64, bool);
 
-fn axes_from(axes: [AxisTuple; 3]) -> [Axis; 3] {
+pub(crate) fn axes_from(axes: [AxisTuple; 3]) -> [Axis; 3] {
     axes.map(|(n, origin, spacing, periodic)| Axis {
         n,
         origin,
@@ -144,8 +144,9 @@ impl FieldStore {
 
     /// Evaluates a batch query. `points` is `(N, 3)` float64 physical x, y, z; `axes` is
     /// `((n, origin, spacing, periodic),)*3` for x, y, z; `times` the stored times. Returns
-    /// the flat float64 values (`N × ncomp × slots`) and a dict of counters.
-    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy))]
+    /// the flat float64 values (`N × ncomp × slots`) and a dict of counters. `partitions`,
+    /// a list of `(t, (sx, sy, sz))`, restricts the sums to the atoms of those partitions.
+    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -158,6 +159,7 @@ impl FieldStore {
         operator: &str,
         temporal: &str,
         strategy: &str,
+        partitions: Option<Vec<(usize, [usize; 3])>>,
     ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
         let spec = QuerySpec {
             method: Method::parse(method).map_err(to_py)?,
@@ -176,8 +178,17 @@ impl FieldStore {
         let times = times.as_slice().map_err(|_| not_contiguous())?;
         let stats = StreamStats::default();
         let axes = axes_from(axes);
+        let within = partitions.map(Partitions::new);
         let values = without_gil(py, || {
-            evaluate(&self.reader, axes, times, points3, &spec, &stats)
+            evaluate_within(
+                &self.reader,
+                axes,
+                times,
+                points3,
+                &spec,
+                within.as_ref(),
+                &stats,
+            )
         })?;
         let (atoms, calls, contributions) = stats.snapshot();
         let counters = PyDict::new(py);
@@ -233,12 +244,12 @@ impl FieldStore {
 }
 
 /// Views a flat `(N, 3)` buffer as N triples.
-fn as_triples(flat: &[f64]) -> &[[f64; 3]] {
+pub(crate) fn as_triples(flat: &[f64]) -> &[[f64; 3]] {
     // SAFETY: [f64; 3] has the size and alignment of three consecutive f64.
     unsafe { std::slice::from_raw_parts(flat.as_ptr().cast::<[f64; 3]>(), flat.len() / 3) }
 }
 
-fn not_contiguous() -> PyErr {
+pub(crate) fn not_contiguous() -> PyErr {
     to_py(turbdb_core::Error::InvalidArgument(
         "data must be C-contiguous".into(),
     ))

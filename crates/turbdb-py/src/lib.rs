@@ -6,11 +6,13 @@ use pyo3::prelude::*;
 mod error;
 mod field;
 mod morton;
+mod reach;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<field::FieldStore>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;
     Ok(())
 }
