@@ -65,8 +65,17 @@ def _is_dataset(path: Path) -> bool:
         return False
 
 
-def open(path: str | os.PathLike[str]) -> Database:  # noqa: A001 - the public name is turbdb.open
-    """Opens the database directory ``path``."""
+def open(path: str | os.PathLike[str], *, cluster: Any = None, **cluster_options: Any) -> Database:  # noqa: A001
+    """Opens the database directory ``path``. With ``cluster`` (a Dask scheduler address
+    ``tcp://HOST:PORT`` or a ``dask.distributed.Client``) queries run on the cluster
+    serving it (``turbdb cluster up``); ``cluster_options`` are those of
+    :class:`turbdb.cluster.ClusterDatabase` (``declustering``, ``balance``)."""
+    if cluster is not None:
+        from .cluster import ClusterDatabase
+
+        return ClusterDatabase(path, cluster, **cluster_options)
+    if cluster_options:
+        raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
     return Database(path)
 
 
