@@ -130,7 +130,9 @@ class Dispatcher:
             if stranded and not flights:
                 stranded_since = stranded_since or time.monotonic()
                 if time.monotonic() - stranded_since > self.grace:
-                    raise ServiceError(_no_copy_message(stranded, report))
+                    error = ServiceError(_no_copy_message(stranded, report))
+                    error.status = 503  # type: ignore[attr-defined]  # what a web service answers
+                    raise error
                 time.sleep(POLL_SECONDS)
                 live = self.membership.live(refresh=True)
                 continue

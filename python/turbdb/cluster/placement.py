@@ -71,8 +71,13 @@ class PartitionMap:
                                                                    indexing="ij"))
         rank = np.empty(self.count, dtype=np.int64)
         rank[np.argsort(_core.morton_encode(x, y, z), kind="stable")] = np.arange(self.count)
-        # Contiguous runs of the Morton order, one per block.
-        self._block = rank * min(self.count, self.virtual) // self.count
+        # Contiguous runs of the Morton order, one per block; the larger blocks (one shard
+        # more) come first, so they land on consecutive virtual partitions, which cover
+        # every worker evenly as primary and as mirror (whole rounds of the chain).
+        blocks = min(self.count, self.virtual)
+        small, large = divmod(self.count, blocks)
+        edge = large * (small + 1)
+        self._block = np.where(rank < edge, rank // (small + 1), large + (rank - edge) // max(small, 1))
         self._offset = zlib.crc32(name.encode()) % self.virtual
 
     def virtual_of(self, t: int | np.ndarray, shard: int | np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 from starlette.requests import Request
 
 from ..database import Database
+from ..database import open as open_database
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
 from ..info import is_plain_name
@@ -50,8 +51,10 @@ class Backend:
     """The state the endpoints of one app share."""
 
     def __init__(self, db_path: str | os.PathLike[str], tokens: Tokens, metrics: Metrics, *,
-                 workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float):
-        self.database = Database(db_path)  # raises if the directory is missing
+                 workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float,
+                 cluster: Any = None):
+        # Raises if the directory is missing; with a cluster, its datasets run there.
+        self.database = Database(db_path) if cluster is None else open_database(db_path, cluster=cluster)
         self.path = Path(db_path)
         self.tokens = tokens
         self.metrics = metrics
@@ -82,8 +85,14 @@ class Backend:
             if not is_plain_name(name) or name not in self.names():
                 available = ", ".join(self.names()) or "none"
                 raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
-            opened = self._datasets.setdefault(name, Dataset(self.path / name))
+            opened = self._datasets.setdefault(name, self.database[name])
         return copy.copy(opened)
+
+    def close(self) -> None:
+        """Lets go of the cluster, if there is one."""
+        close = getattr(self.database, "close", None)
+        if close is not None:
+            close()
 
     # -- tokens -----------------------------------------------------------------------------
 

@@ -23,10 +23,11 @@ MAX_CONNECTIONS = 512
 
 def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
           workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
-          log_level: str = "info", access_log: bool = False) -> None:
-    """Serves the database at ``db`` until interrupted."""
+          log_level: str = "info", access_log: bool = False, cluster: str | None = None) -> None:
+    """Serves the database at ``db`` until interrupted (with ``cluster``, a Dask scheduler
+    address, the queries run on that cluster)."""
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
-                                 ("cutout_chunk_bytes", cutout_chunk_bytes)) if v is not None}
+                                 ("cutout_chunk_bytes", cutout_chunk_bytes), ("cluster", cluster)) if v is not None}
     app = create_app(db, tokens, workers=workers, **options)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -46,7 +47,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     access = (f"tokens from {tokens}" if tokens else
               f"no tokens file: anonymous use only, {anonymous.max_points} points per request, "
               f"{anonymous.requests_per_minute:g} requests per minute")
-    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}) at {url}\n"
+    behind = f" on the cluster at {cluster}" if cluster else ""
+    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
           f"turbdb: API docs at {url}/docs; {backend.workers} engine threads; {access}; Ctrl-C stops", flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
@@ -56,6 +58,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
         server.run(sockets=[sock])
     finally:
         sock.close()
+        backend.close()
     if not server.started:
         sys.exit(1)
     print("turbdb: stopped", flush=True)
