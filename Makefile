@@ -10,7 +10,7 @@ PORT ?= 8000
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service clean
+.PHONY: help setup build demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -55,7 +55,10 @@ bench-track: build ## particle-tracking throughput, track vs client-side loop, i
 bench-service: build ## HTTP latency (1, 100, 1e4 points) and 1e6-point throughput vs in-process (bench/results/service.json)
 	$(PY) bench/service.py
 
-bench: bench-ingest bench-query bench-track bench-service ## every benchmark
+bench-workload: build ## many users at once: schedulers × cache policies on one trace (bench/results/workload.json)
+	$(PY) bench/workload.py
+
+bench: bench-ingest bench-query bench-track bench-service bench-workload ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
 	rm -rf target $(VENV) .pytest_cache .hypothesis

@@ -14,6 +14,7 @@ from .exceptions import (
     AccessDeniedError,
     CorruptDataError,
     DatasetExistsError,
+    EngineBusyError,
     FormatError,
     InvalidRequestError,
     LimitExceededError,
@@ -43,6 +44,7 @@ __all__ = [
     "StorageError",
     "DatasetExistsError",
     "AccessDeniedError",
+    "EngineBusyError",
     "LimitExceededError",
     "ServiceError",
 ]

@@ -14,6 +14,9 @@ METHODS = ("none", "lag4", "lag6", "lag8", "fd4noint", "fd6noint", "fd8noint", "
 OPERATORS = ("field", "gradient", "hessian", "laplacian")
 TEMPORALS = ("none", "pchip")
 STRATEGIES = ("streaming", "sorted", "direct")
+SCHEDULERS = ("noshare", "liferaft", "jaws")
+CACHE_POLICIES = ("lru", "lruk", "slru", "urc")
+IO_MODES = ("buffered", "direct")
 SLOTS = {"field": 1, "gradient": 3, "hessian": 6, "laplacian": 1}
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, _core
+from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .dataset import Dataset
 from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
@@ -21,12 +22,38 @@ from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, wri
 
 
 class Database(Mapping[str, Dataset]):
-    """The datasets of one database directory, by name."""
+    """The datasets of one database directory, by name. With a node engine (any of
+    ``scheduler``, ``cache_bytes``, ``cache_policy``, ``io`` given to :func:`open`), every
+    dataset opened from it queries through that one engine, so queries from many threads
+    share their reads and a cache of decoded atoms."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        scheduler: str | None = None,
+        cache_bytes: int | None = None,
+        cache_policy: str | None = None,
+        io: str | None = None,
+    ):
         self.path = Path(path)
         if not self.path.is_dir():
             raise StorageError(f"no database at {self.path}: the directory does not exist (create one with turbdb simulate or turbdb ingest)")
+        self.engine: Any = None
+        if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
+            self.engine = _core.Engine(
+                scheduler=choice("scheduler", scheduler or "jaws", SCHEDULERS),
+                cache_bytes=_cache_bytes(cache_bytes),
+                cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
+                io=choice("io mode", io or "buffered", IO_MODES),
+            )
+
+    def engine_stats(self) -> dict[str, Any]:
+        """What the node engine has done and holds (atoms and bytes read, cache hit ratio,
+        α, batch sizes, response times by query size); raises if there is no engine."""
+        if self.engine is None:
+            raise InvalidRequestError("this database has no node engine: open it with turbdb.open(path, scheduler=...)")
+        return self.engine.stats()
 
     def __repr__(self) -> str:
         return f"<turbdb.Database {str(self.path)!r}: {', '.join(self.datasets) or 'empty'}>"
@@ -45,7 +72,7 @@ class Database(Mapping[str, Dataset]):
             raise UnknownNameError(
                 f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}"
             )
-        return Dataset(self.path / name)
+        return Dataset(self.path / name, engine=self.engine)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
@@ -65,18 +92,49 @@ def _is_dataset(path: Path) -> bool:
         return False
 
 
-def open(path: str | os.PathLike[str], *, cluster: Any = None, **cluster_options: Any) -> Database:  # noqa: A001
-    """Opens the database directory ``path``. With ``cluster`` (a Dask scheduler address
-    ``tcp://HOST:PORT`` or a ``dask.distributed.Client``) queries run on the cluster
-    serving it (``turbdb cluster up``); ``cluster_options`` are those of
-    :class:`turbdb.cluster.ClusterDatabase` (``declustering``, ``balance``)."""
+def open(  # noqa: A001 - the public name is turbdb.open
+    path: str | os.PathLike[str],
+    *,
+    scheduler: str | None = None,
+    cache_bytes: int | None = None,
+    cache_policy: str | None = None,
+    io: str | None = None,
+    cluster: Any = None,
+    **cluster_options: Any,
+) -> Database:
+    """Opens the database directory ``path``.
+
+    Giving any engine option makes one node engine for the database, shared by every
+    dataset and thread that queries it: ``scheduler`` noshare, liferaft or jaws (the
+    default); ``cache_bytes`` of decoded atoms (default a quarter of RAM, at most 4 GiB);
+    ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
+    or direct (reads bypass the OS page cache). Without them each query runs alone.
+
+    With ``cluster`` (a Dask scheduler address ``tcp://HOST:PORT`` or a
+    ``dask.distributed.Client``) queries run on the cluster serving the database
+    (``turbdb cluster up``); ``cluster_options`` are those of
+    :class:`turbdb.cluster.ClusterDatabase` (``declustering``, ``balance``).
+    """
+    engine = {"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io}
     if cluster is not None:
+        given = [k for k, v in engine.items() if v is not None]
+        if given:
+            raise InvalidRequestError(f"{', '.join(given)} configure a local node engine; a cluster's workers "
+                                      "run their own (turbdb cluster up)")
         from .cluster import ClusterDatabase
 
         return ClusterDatabase(path, cluster, **cluster_options)
     if cluster_options:
         raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
-    return Database(path)
+    return Database(path, **engine)
+
+
+def _cache_bytes(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidRequestError(f"cache_bytes must be a non-negative integer of bytes, not {value!r}")
+    return int(value)
 
 
 def create_dataset(

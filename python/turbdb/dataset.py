@@ -31,8 +31,10 @@ class Dataset:
     """One stored simulation. ``info`` is read fresh on every access, so a dataset that
     is being written (``turbdb simulate``) shows its new steps as they land."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, engine: Any = None):
         self.path = Path(path)
+        #: The database's node engine (``turbdb._core.Engine``), or None: queries alone.
+        self.engine = engine
         document = read_json(self.path / ZARR_JSON)
         if "turbdb" not in document.get("attributes", {}):
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")

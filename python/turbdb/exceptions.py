@@ -14,6 +14,7 @@ catch for that kind of problem, so ``except KeyError`` works as well as
     ├── DatasetExistsError (FileExistsError)  creating a dataset that is already there
     ├── AccessDeniedError (PermissionError)   the service refused the token (missing, unknown, not for that dataset)
     ├── LimitExceededError (ValueError)       a request above the token's limits (points, requests per minute)
+    ├── EngineBusyError (OSError)             the node engine's queue is full; retry after ``retry_after`` s
     └── ServiceError (OSError)                the service could not be reached or failed (remote use)
 
 Over HTTP (``turbdb.connect``) the server names the class of each error it reports and
@@ -34,6 +35,7 @@ __all__ = [
     "DatasetExistsError",
     "AccessDeniedError",
     "LimitExceededError",
+    "EngineBusyError",
     "ServiceError",
 ]
 
@@ -85,6 +87,15 @@ class AccessDeniedError(TurbdbError, PermissionError):
 class LimitExceededError(TurbdbError, ValueError):
     """A request above the token's limits: too many points, or too many requests per minute.
     ``retry_after`` is the seconds to wait when waiting helps, else ``None``."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineBusyError(TurbdbError, OSError):
+    """The node engine holds as much pending work as it may (its queue is full).
+    ``retry_after`` is the seconds after which a retry is likely to be admitted."""
 
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)

@@ -43,10 +43,17 @@ def query(
     time = finite_number("time", time)
     xyz = as_points(points)
     ncomp = info.fields[field].ncomp
-    values, counters = dataset.field_store(field).query(
-        xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
-        temporal=temporal, strategy=strategy,
-    )
+    store = dataset.field_store(field)
+    if dataset.engine is not None and strategy == "streaming":
+        values, counters = dataset.engine.query(
+            store, xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
+            temporal=temporal,
+        )
+    else:
+        values, counters = store.query(
+            xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
+            temporal=temporal, strategy=strategy,
+        )
     dataset.last_query_stats = counters
     shape = (len(xyz), ncomp) if SLOTS[operator] == 1 else (len(xyz), ncomp, SLOTS[operator])
     return values.reshape(shape).astype(dtype, copy=False)

@@ -39,6 +39,15 @@ pub enum Error {
     /// Data that a request needs has not been written (yet).
     #[error("{0}")]
     Missing(String),
+
+    /// The node engine holds as much work as it may; the request can be retried.
+    #[error("{message}")]
+    Busy {
+        /// What is full and what to do.
+        message: String,
+        /// Seconds after which a retry is likely to be admitted.
+        retry_after: f64,
+    },
 }
 
 /// Result alias of the core.
@@ -50,6 +59,32 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// A copy of this error, for each of the queries that share one failure (several
+    /// queries waiting for one corrupt atom).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::Io { path, source } => Error::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corrupt { path, message } => Error::Corrupt {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            Error::UnknownName(m) => Error::UnknownName(m.clone()),
+            Error::OutOfDomain(m) => Error::OutOfDomain(m.clone()),
+            Error::Missing(m) => Error::Missing(m.clone()),
+            Error::Busy {
+                message,
+                retry_after,
+            } => Error::Busy {
+                message: message.clone(),
+                retry_after: *retry_after,
+            },
         }
     }
 

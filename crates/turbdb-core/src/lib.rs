@@ -7,7 +7,8 @@
 //! - [`interp`]: the interpolation methods, operators and temporal modes as separable
 //!   stencil weights.
 //! - [`engine`]: batch evaluation by partial sums — the plan, the streaming executor and
-//!   its kernel, and the direct baselines.
+//!   its kernel, and the direct baselines — and the node engine that serves many queries
+//!   at once (JAWS scheduling, the atom cache).
 //!
 //! The items most callers need are re-exported here.
 
@@ -16,16 +17,23 @@ pub mod error;
 pub mod interp;
 pub mod storage;
 
-pub use engine::partitions::Partitions;
+pub use engine::cache::PolicyKind;
+pub use engine::jobs::gating::JobId;
+pub use engine::node::{default_cache_bytes, CutoutQuery, EngineConfig, NodeEngine, PointQuery};
 pub use engine::plan::Plan;
+pub use engine::partitions::Partitions;
 pub use engine::query::{evaluate, evaluate_within, run, QuerySpec, Strategy};
 pub use engine::reach::stencil_reach;
+pub use engine::scheduler::SchedulerKind;
 pub use engine::stream::{execute, execute_within, Order, StreamStats, TimeLevel};
+pub use engine::telemetry::{EngineStats, Histogram, SIZE_CLASSES};
+pub use engine::ticket::{Completions, Outcome, QueryStats, Ticket, Values};
 pub use error::{Error, Result};
 pub use interp::method::{Method, Operator};
 pub use interp::time::{time_weights, Temporal};
 pub use storage::axis::Axis;
 pub use storage::cutout::{axis_nodes, read_cutout};
+pub use storage::direct::IoMode;
 pub use storage::geometry::FieldGeometry;
 pub use storage::morton;
 pub use storage::reader::{AtomRequest, AtomSource, FieldReader};

@@ -13,6 +13,11 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Missing(_) => "InvalidRequestError",
         Error::UnknownName(_) => "UnknownNameError",
         Error::OutOfDomain(_) => "OutOfDomainError",
+        Error::Busy { .. } => "EngineBusyError",
+    };
+    let retry_after = match &err {
+        Error::Busy { retry_after, .. } => Some(*retry_after),
+        _ => None,
     };
     let message = err.to_string();
     Python::attach(|py| {
@@ -20,10 +25,16 @@ pub fn to_py(err: Error) -> PyErr {
             .import("turbdb.exceptions")
             .and_then(|m| m.getattr(class))
         {
-            Ok(cls) => PyErr::from_value(match cls.call1((message.clone(),)) {
-                Ok(instance) => instance,
-                Err(e) => return e,
-            }),
+            Ok(cls) => {
+                let instance = match retry_after {
+                    Some(seconds) => cls.call1((message.clone(), seconds)),
+                    None => cls.call1((message.clone(),)),
+                };
+                match instance {
+                    Ok(instance) => PyErr::from_value(instance),
+                    Err(e) => e,
+                }
+            }
             Err(e) => e,
         }
     })

@@ -4,6 +4,8 @@ use numpy::{
     IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
     PyUntypedArray, PyUntypedArrayMethods,
 };
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use turbdb_core::time_weights;
@@ -22,20 +24,28 @@ pub struct FieldStore {
     geometry: FieldGeometry,
     codec: ChunkCodec,
     location: IndexLocation,
-    /// Long-lived so that shard indexes are read once, not once per query.
-    reader: FieldReader,
+    /// Long-lived so that shard indexes are read once, not once per query; shared with
+    /// the node engine.
+    reader: Arc<FieldReader>,
 }
 
 /// One axis as Python passes it: `(n, origin, spacing, periodic)`.
-pub(crate) type AxisTuple = (usize, f64, f64, bool);
+pub type AxisTuple = (usize, f64, f64, bool);
 
-pub(crate) fn axes_from(axes: [AxisTuple; 3]) -> [Axis; 3] {
+pub fn axes_from(axes: [AxisTuple; 3]) -> [Axis; 3] {
     axes.map(|(n, origin, spacing, periodic)| Axis {
         n,
         origin,
         spacing,
         periodic,
     })
+}
+
+impl FieldStore {
+    /// The field's reader, for the node engine.
+    pub fn shared_reader(&self) -> Arc<FieldReader> {
+        Arc::clone(&self.reader)
+    }
 }
 
 #[pymethods]
@@ -62,7 +72,12 @@ impl FieldStore {
             IndexLocation::Start
         };
         let codec = ChunkCodec { zstd, crc32c };
-        let reader = FieldReader::new(root.clone(), geometry.clone(), codec, location);
+        let reader = Arc::new(FieldReader::new(
+            root.clone(),
+            geometry.clone(),
+            codec,
+            location,
+        ));
         Ok(Self {
             root,
             geometry,
@@ -235,7 +250,7 @@ impl FieldStore {
         let mut out = vec![0f32; shape.iter().product()];
         let (atom, per_shard) = (self.geometry.atom, self.geometry.atoms_per_side());
         without_gil(py, || {
-            read_cutout(&self.reader, t, &nodes, atom, per_shard, nc, &mut out)
+            read_cutout(&*self.reader, t, &nodes, atom, per_shard, nc, &mut out)
         })?;
         let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), out)
             .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
@@ -244,12 +259,12 @@ impl FieldStore {
 }
 
 /// Views a flat `(N, 3)` buffer as N triples.
-pub(crate) fn as_triples(flat: &[f64]) -> &[[f64; 3]] {
+pub fn as_triples(flat: &[f64]) -> &[[f64; 3]] {
     // SAFETY: [f64; 3] has the size and alignment of three consecutive f64.
     unsafe { std::slice::from_raw_parts(flat.as_ptr().cast::<[f64; 3]>(), flat.len() / 3) }
 }
 
-pub(crate) fn not_contiguous() -> PyErr {
+pub fn not_contiguous() -> PyErr {
     to_py(turbdb_core::Error::InvalidArgument(
         "data must be C-contiguous".into(),
     ))

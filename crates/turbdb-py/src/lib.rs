@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod engine;
 mod error;
 mod field;
 mod morton;
@@ -11,6 +12,7 @@ mod reach;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<field::FieldStore>()?;
+    m.add_class::<engine::Engine>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
     m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;

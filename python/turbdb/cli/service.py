@@ -23,6 +23,15 @@ from .group import main
               help="Points admitted at once over all requests (memory bound); others wait their turn. Default 4000000.")
 @click.option("--cutout-chunk-bytes", type=click.IntRange(1024), default=None, hidden=True,
               help="Size of the slabs cutouts are streamed in (default 16 MiB).")
+@click.option("--scheduler", type=click.Choice(["noshare", "liferaft", "jaws"]), default=None,
+              help="Run point queries through one node engine scheduled this way (jaws: shared batches; "
+                   "noshare: each alone). Without any engine option each request runs alone.")
+@click.option("--cache-bytes", type=click.IntRange(0), default=None,
+              help="Bytes of decoded atoms the node engine keeps (default a quarter of RAM, at most 4 GiB).")
+@click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
+              help="The atom cache's replacement policy (default urc: ranked by pending work).")
+@click.option("--io", type=click.Choice(["buffered", "direct"]), default=None,
+              help="direct: the engine reads past the OS page cache, so its cache is the only one.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="Server log level.")
 @click.option("--access-log", is_flag=True, help="Log one line per request.")
@@ -30,13 +39,14 @@ from .group import main
               help="Run the queries on the Dask cluster at tcp://HOST:PORT serving DB (turbdb cluster up); "
                    "GET /v1/cluster reports its health.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
-          cutout_chunk_bytes: int | None, log_level: str, access_log: bool, cluster_address: str | None) -> None:
+          cutout_chunk_bytes: int | None, scheduler: str | None, cache_bytes: int | None, cache_policy: str | None,
+          io: str | None, log_level: str, access_log: bool, cluster_address: str | None) -> None:
     """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
     requests in progress finish).
 
     The API is /v1/datasets (metadata), /v1/datasets/NAME/query, /cutout and /track (JSON or
-    .npy), the JHTDB-compatible /turbulence-svc/values, /healthz, /metrics and, with
-    --cluster, /v1/cluster; its
+    .npy), the JHTDB-compatible /turbulence-svc/values, /healthz, /metrics, /v1/engine
+    (the node engine's counters, with --scheduler etc.) and, with --cluster, /v1/cluster; its
     interactive documentation is at /docs. Use it from Python with turbdb.connect(URL, token)
     or from the shell with turbdb query URL NAME ….
     """
@@ -44,7 +54,8 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
 
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
-               access_log=access_log, cluster=cluster_address)
+               access_log=access_log, cluster=cluster_address,
+               engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io})
 
 
 @main.command()

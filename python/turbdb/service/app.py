@@ -46,20 +46,23 @@ _ARRAY_ANSWER = {200: {"description": "JSON {shape, dtype, values}, or .npy with
 def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
                workers: int | None = None, max_points_in_flight: int = DEFAULT_MAX_POINTS_IN_FLIGHT,
                cutout_chunk_bytes: int = DEFAULT_CUTOUT_CHUNK_BYTES, queue_timeout: float = 60.0,
-               cluster: Any = None) -> FastAPI:
+               engine: dict[str, Any] | None = None, cluster: Any = None) -> FastAPI:
     """The app serving the database at ``db_path``. ``tokens``: a :class:`Tokens`, the path
     of a tokens file, or ``None`` (anonymous use only, with JHTDB's small limits).
     ``workers``: engine calls run at once (threads; default: the number of cores).
     ``max_points_in_flight``: points admitted at once; further requests wait their turn,
     up to ``queue_timeout`` seconds, then get 503. ``cutout_chunk_bytes``: size of the
-    slabs a cutout is streamed in. ``cluster``: a Dask scheduler address (or client) whose
-    workers serve the database (``turbdb cluster up``)."""
+    slabs a cutout is streamed in. ``engine``: options of the node engine that every point
+    query then goes through (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see
+    :func:`turbdb.open`); without them each query runs alone.
+    ``cluster``: a Dask scheduler address (or client) whose workers serve the database
+    (``turbdb cluster up``)."""
     if not isinstance(tokens, Tokens):
         tokens = Tokens.load(tokens)
     metrics = Metrics()
     backend = Backend(db_path, tokens, metrics, workers=workers or os.cpu_count() or 2,
                       max_points_in_flight=max_points_in_flight, cutout_chunk_bytes=cutout_chunk_bytes,
-                      queue_timeout=queue_timeout, cluster=cluster)
+                      queue_timeout=queue_timeout, engine=engine, cluster=cluster)
     app = FastAPI(
         title="turbdb",
         version=__version__,
@@ -83,6 +86,12 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics_text() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/engine", tags=["operations"], summary="what the node engine has done and holds")
+    async def engine_state() -> dict[str, Any]:
+        if backend.database.engine is None:
+            return {"enabled": False}
+        return {"enabled": True, **backend.database.engine_stats()}
 
     @app.get("/v1/datasets", tags=["datasets"], summary="metadata of every dataset this token may read")
     async def list_datasets(request: Request) -> dict[str, Any]:

@@ -39,6 +39,9 @@ INLINE_JSON_BYTES = 256 * 1024
 # Particle tracking keeps every step's positions: at most this many (particle, step) rows
 # (480 MB of float64 positions) per request.
 MAX_TRACK_ROWS = 20_000_000
+# With a node engine, requests mostly wait for it to serve their batches: this many may
+# wait at once (threads), so that the engine has concurrent queries to share reads among.
+ENGINE_WAITERS = 128
 
 
 def with_status(error: Exception, status: int) -> Exception:
@@ -52,9 +55,11 @@ class Backend:
 
     def __init__(self, db_path: str | os.PathLike[str], tokens: Tokens, metrics: Metrics, *,
                  workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float,
-                 cluster: Any = None):
-        # Raises if the directory is missing; with a cluster, its datasets run there.
-        self.database = Database(db_path) if cluster is None else open_database(db_path, cluster=cluster)
+                 engine: dict[str, Any] | None = None, cluster: Any = None):
+        # Raises if the directory is missing; with engine options, one node engine serves
+        # every request's point queries; with a cluster, its workers serve them.
+        self.database = (Database(db_path, **(engine or {})) if cluster is None
+                         else open_database(db_path, cluster=cluster))
         self.path = Path(db_path)
         self.tokens = tokens
         self.metrics = metrics
@@ -157,11 +162,14 @@ class Backend:
     async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None) -> T:
         """Runs a blocking engine call in the pool of ``workers`` threads, or right here
         when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
-        than the hop to a thread and back costs in latency."""
-        if points is not None and points <= INLINE_POINTS:
+        than the hop to a thread and back costs in latency. With a node engine every call
+        goes to a thread (a query may wait for a batch) and up to ``ENGINE_WAITERS`` wait
+        at once."""
+        shared = self.database.engine is not None
+        if points is not None and points <= INLINE_POINTS and not shared:
             return fn(*args)
         if self._engine is None:
-            self._engine = anyio.CapacityLimiter(self.workers)
+            self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
 
     def record_reads(self, dataset: Dataset, field: str) -> None:

@@ -28,6 +28,7 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (exc.UnknownNameError, 400),
     (exc.DatasetExistsError, 409),
     (BusyError, 503),
+    (exc.EngineBusyError, 503),
     (exc.CorruptDataError, 500),
     (exc.StorageError, 500),
     (exc.TurbdbError, 500),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from typing import Any
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +24,14 @@ MAX_CONNECTIONS = 512
 
 def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
           workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
-          log_level: str = "info", access_log: bool = False, cluster: str | None = None) -> None:
-    """Serves the database at ``db`` until interrupted (with ``cluster``, a Dask scheduler
-    address, the queries run on that cluster)."""
+          log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None,
+          cluster: str | None = None) -> None:
+    """Serves the database at ``db`` until interrupted. ``engine``: the node engine's options
+    (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`).
+    ``cluster``: a Dask scheduler address; the queries then run on that cluster."""
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
                                  ("cutout_chunk_bytes", cutout_chunk_bytes), ("cluster", cluster)) if v is not None}
-    app = create_app(db, tokens, workers=workers, **options)
+    app = create_app(db, tokens, workers=workers, engine=engine, **options)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

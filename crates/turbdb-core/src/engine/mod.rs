@@ -3,20 +3,40 @@
 //! [`counting_sort`]); the [`stream`] executor reads each needed atom once and adds its
 //! contribution to every point that needs it ([`accumulate`], [`lanes`]); the [`direct`]
 //! baselines evaluate point by point; [`query`] runs a batch end to end. Large scratch
-//! buffers are kept from query to query ([`buffers`]). For a cluster, [`partitions`]
-//! restricts a batch to the partial sums of some partitions and [`reach`] tells which
-//! partitions a point's stencil touches.
+//! buffers are kept from query to query ([`buffers`]).
+//!
+//! Many queries at once (Wang et al.): the [`node`] engine cuts each query into
+//! sub-queries per atom ([`subquery`]), keeps them in [`workload`] queues ranked by the
+//! workload-throughput [`metric`], lets the [`scheduler`] choose batches (with the age
+//! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
+//! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel, and hands
+//! results back through a [`ticket`]; [`telemetry`] says what it did.
+//!
+//! For a cluster, [`partitions`] restricts a batch to the partial sums of some partitions
+//! and [`reach`] tells which partitions a point's stencil touches.
 
 pub mod accumulate;
+pub mod alpha;
 pub(crate) mod atomset;
+pub mod batch;
 pub(crate) mod buffers;
+pub mod cache;
 pub(crate) mod cell_finder;
 pub(crate) mod colouring;
 pub(crate) mod counting_sort;
 pub mod direct;
+pub mod io_pool;
+pub mod jobs;
 pub(crate) mod lanes;
+pub mod metric;
+pub mod node;
 pub mod partitions;
 pub mod plan;
 pub mod query;
 pub mod reach;
+pub mod scheduler;
 pub mod stream;
+pub mod subquery;
+pub mod telemetry;
+pub mod ticket;
+pub mod workload;

@@ -1,0 +1,253 @@
+"""Many users at once (issue 10): a JHTDB-shaped trace replayed in-process by concurrent
+clients through the node engine under every scheduler × cache policy, on a dataset many
+times larger than the cache, with io="direct" (the engine's cache is the only cache).
+Every ratio is against noshare measured in the same run on the same trace.
+
+    python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 64]
+
+Measures: (1) at a saturating speed-up (every job ready at once) each scheduler × policy:
+queries/s, points/s, atoms and bytes read, cache hit ratio, response-time percentiles by
+query size (the paper's Table I for the cache); (2) throughput and small-query p99 against
+the speed-up for each scheduler with urc (the paper's Figure 11); (3) a repeated 1 000-point
+lag8 query served from a warm engine cache against the same query run alone (no engine,
+OS page cache warm). Writes bench/results/workload.json and workload.png (--quick:
+workload_quick.*, about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import turbdb
+from turbdb.workload import generate, replay
+
+RESULTS = Path(__file__).parent / "results"
+NAME, FIELD = "box", "velocity"
+SCHEDULERS = ("noshare", "liferaft", "jaws")
+POLICIES = ("lru", "lruk", "slru", "urc")
+TARGET_THROUGHPUT_RATIO, TARGET_WARM_RATIO = 3.0, 5.0
+
+
+def setup(quick: bool) -> dict:
+    if quick:
+        return {"grid": 64, "steps": 8, "jobs": 150, "duration": 20.0, "speedups": [4.0, 16.0, math.inf],
+                "policies": ("lru", "urc")}
+    return {"grid": 128, "steps": 12, "jobs": 600, "duration": 60.0, "speedups": [2.0, 8.0, 32.0, math.inf],
+            "policies": POLICIES}
+
+
+def ensure_data(data: Path, grid: int, steps: int, seed: int) -> turbdb.Dataset:
+    """A random float32 velocity field, ``grid``³ × ``steps``, atoms 8³ in shards of 64³."""
+    name = f"{NAME}{grid}x{steps}"
+    db = turbdb.open(data) if data.is_dir() else None
+    if db is not None and name in db and db[name].info.nt == steps \
+            and all(db[name].verify()[FIELD]["complete_steps"] == steps for _ in [0]):
+        return db[name]
+    print(f"  making {name} in {data} …", flush=True)
+    ds = turbdb.create_dataset(data, name, grid=(grid,) * 3, times=[0.01 * i for i in range(steps)],
+                               fields={FIELD: 3}, atom=8, partition=64, overwrite=True)
+    rng = np.random.default_rng(seed)
+    for t in range(steps):
+        ds.write(FIELD, t, rng.standard_normal((grid, grid, grid, 3), dtype=np.float32))
+    return ds
+
+
+def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_bytes: int, speedup: float,
+            clients: int) -> dict:
+    db = turbdb.open(data, scheduler=scheduler, cache_policy=policy, cache_bytes=cache_bytes, io="direct")
+    report = replay(db, trace, speedup=speedup, clients=clients)
+    stats = db.engine_stats()
+    row = {"scheduler": scheduler, "policy": policy, "speedup": speedup if math.isfinite(speedup) else "inf",
+           **report.summary(), "alpha_end": stats["alpha"], "batches": stats["batches"],
+           "busy_seconds": stats["busy_seconds"]}
+    small = row["response"].get("small", {})
+    print(f"  {scheduler:>8} {policy:>4} ×{row['speedup']!s:>4}: {row['queries_per_second']:8.1f} q/s "
+          f"{row['points_per_second'] / 1e3:8.1f} kpts/s  read {row['engine']['bytes_read'] / 1e6:8.1f} MB  "
+          f"hit {row['engine']['hit_ratio']:.3f}  small p99 {small.get('p99', math.nan) * 1e3:7.1f} ms", flush=True)
+    del db
+    return row
+
+
+def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
+    """A 1 000-point lag8 query asked again and again: alone (no engine; its atoms come from
+    the OS page cache) against through an engine whose cache holds them."""
+    lone = turbdb.open(data)[name]
+    rng = np.random.default_rng(seed)
+    info = lone.info
+    points = np.asarray(info.origin) + rng.uniform(0, 1, (1_000, 3)) * np.asarray(info.spacing) * np.asarray(info.grid)
+    kwargs = dict(time=info.times[1], method="lag8", operator="field")
+
+    def best(ds) -> float:
+        ds.query(FIELD, points, **kwargs)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ds.query(FIELD, points, **kwargs)
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    alone = best(lone)
+    engine_db = turbdb.open(data, scheduler="jaws", cache_policy="lru", cache_bytes=256 << 20, io="direct")
+    warm = best(engine_db[name])
+    return {"points": 1_000, "method": "lag8", "alone_seconds": alone, "warm_engine_seconds": warm,
+            "ratio": alone / warm, "target": TARGET_WARM_RATIO}
+
+
+def machine_info() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    simd = "AVX-512" if "avx512f" in flags else "AVX2+FMA" if {"avx2", "fma"} <= set(flags) else "SSE"
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = None
+    return {"platform": platform.platform(), "cpu": cpu, "simd": simd, "cores": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+            "turbdb": turbdb.__version__, "git": commit, "RAYON_NUM_THREADS": os.environ.get("RAYON_NUM_THREADS")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("/tmp/turbdb-bench-workload"),
+                        help="scratch database, created on first use and reused (default /tmp/turbdb-bench-workload)")
+    parser.add_argument("--quick", action="store_true", help="a ~1-minute subset (64³ × 8 steps, 150 jobs, lru and urc)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the trace (default 0)")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients replaying the trace (default 64)")
+    args = parser.parse_args()
+    s = setup(args.quick)
+    ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
+    name = ds.name
+    data_bytes = s["grid"] ** 3 * 3 * 4 * s["steps"]
+    cache_bytes = data_bytes // 12
+    trace = generate(ds.info, dataset=name, jobs=s["jobs"], duration=s["duration"], seed=args.seed)
+    classes = {c: sum(q.size_class == c for q in trace) for c in ("small", "medium", "large")}
+    load_start = os.getloadavg()
+    machine = machine_info()
+    print(f"workload: {len(trace)} queries in {s['jobs']} jobs ({classes}), {sum(q.count for q in trace)} points; "
+          f"data {data_bytes / 1e6:.0f} MB, cache {cache_bytes / 1e6:.1f} MB (1/12), io=direct, "
+          f"{args.clients} clients; {machine['cpu']} ({machine['simd']}), {machine['cores']} cores, "
+          f"load {load_start[0]:.2f}", flush=True)
+    started = time.perf_counter()
+    saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients)
+                  for pol in s["policies"] for sch in SCHEDULERS]
+    sweep = [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients)
+             for sch in SCHEDULERS for sp in s["speedups"] if math.isfinite(sp)]
+    sweep += [r for r in saturating if r["policy"] == "urc"]
+    warm = warm_repeat(args.data, name, args.seed)
+    print(f"  warm repeat (1 000 pts lag8): alone {warm['alone_seconds'] * 1e3:.2f} ms, "
+          f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}×", flush=True)
+    ratios = compute_ratios(saturating, s["policies"])
+    load_end = os.getloadavg()
+    for line in ratios["lines"]:
+        print("  " + line)
+    print(f"  load average {load_end[0]:.2f} at the end; total {time.perf_counter() - started:.0f} s")
+    suffix = "_quick" if args.quick else ""
+    RESULTS.mkdir(exist_ok=True)
+    out = {
+        "setup": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items() if k != "speedups"},
+                  "speedups": [sp if math.isfinite(sp) else "inf" for sp in s["speedups"]],
+                  "data_bytes": data_bytes, "cache_bytes": cache_bytes, "io": "direct", "clients": args.clients,
+                  "seed": args.seed, "queries": len(trace), "size_classes": classes},
+        "machine": machine, "load_average_start": load_start, "load_average_end": load_end,
+        "saturating": saturating, "sweep": sweep, "warm_repeat": warm,
+        "ratios": {k: v for k, v in ratios.items() if k != "lines"},
+    }
+    (RESULTS / f"workload{suffix}.json").write_text(json.dumps(out, indent=2))
+    plot(out, RESULTS / f"workload{suffix}.png")
+    print(f"wrote {RESULTS / f'workload{suffix}.json'} and .png")
+
+
+def compute_ratios(rows: list[dict], policies) -> dict:
+    """jaws and liferaft against noshare (same policy): throughput and bytes read; urc's hit
+    ratio against lruk's; small-query p99 of jaws against noshare."""
+    def find(sch, pol):
+        return next(r for r in rows if r["scheduler"] == sch and r["policy"] == pol)
+
+    out: dict = {"throughput_vs_noshare": {}, "atoms_read_vs_noshare": {}, "bytes_read_vs_noshare": {},
+                 "small_p99_vs_noshare": {}, "lines": []}
+    for pol in policies:
+        base = find("noshare", pol)
+        for sch in ("liferaft", "jaws"):
+            r = find(sch, pol)
+            tp = r["queries_per_second"] / base["queries_per_second"]
+            rd = r["engine"]["bytes_read"] / max(base["engine"]["bytes_read"], 1)
+            ra = r["engine"]["atoms_read"] / max(base["engine"]["atoms_read"], 1)
+            p99 = r["response"].get("small", {}).get("p99", math.nan) / base["response"].get("small", {}).get(
+                "p99", math.nan)
+            out["throughput_vs_noshare"][f"{sch}/{pol}"] = tp
+            out["bytes_read_vs_noshare"][f"{sch}/{pol}"] = rd
+            out["atoms_read_vs_noshare"][f"{sch}/{pol}"] = ra
+            out["small_p99_vs_noshare"][f"{sch}/{pol}"] = p99
+            out["lines"].append(f"{sch}/{pol}: throughput {tp:.2f}× noshare, atoms read {ra:.2f}×, bytes read {rd:.2f}×, "
+                                f"small p99 {p99:.2f}×")
+    if "urc" in policies and "lruk" in policies:
+        urc, lruk = find("jaws", "urc")["engine"]["hit_ratio"], find("jaws", "lruk")["engine"]["hit_ratio"]
+        out["jaws_hit_ratio_urc_vs_lruk"] = [urc, lruk]
+        out["lines"].append(f"jaws hit ratio: urc {urc:.3f}, lruk {lruk:.3f}")
+    best = max(v for k, v in out["throughput_vs_noshare"].items() if k.startswith("jaws/"))
+    out["targets"] = {"jaws_throughput_ge_3x_noshare": best >= TARGET_THROUGHPUT_RATIO,
+                      "best_jaws_throughput_ratio": best}
+    return out
+
+
+def plot(out: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    sweep = out["sweep"]
+    finite = [sp for sp in out["setup"]["speedups"] if sp != "inf"]
+    x_inf = (max(finite) * 4) if finite else 1.0
+
+    def xs(rows):
+        return [x_inf if r["speedup"] == "inf" else r["speedup"] for r in rows]
+
+    for sch, colour in zip(SCHEDULERS, ("C0", "C1", "C2")):
+        rows = sorted((r for r in sweep if r["scheduler"] == sch), key=lambda r: xs([r])[0])
+        axes[0].plot(xs(rows), [r["queries_per_second"] for r in rows], "o-", color=colour, label=sch)
+        axes[1].plot(xs(rows), [r["response"].get("small", {}).get("p99", math.nan) * 1e3 for r in rows], "o-",
+                     color=colour, label=sch)
+    for ax, title, ylabel in ((axes[0], "throughput (urc cache)", "queries / s"),
+                              (axes[1], "small-query p99 response (urc cache)", "ms")):
+        ax.set_xscale("log")
+        ax.set_xticks(finite + [x_inf], [f"{sp:g}" for sp in finite] + ["∞"])
+        ax.set_xlabel("speed-up of the trace")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    policies = out["setup"]["policies"]
+    width = 0.8 / len(SCHEDULERS)
+    for i, sch in enumerate(SCHEDULERS):
+        hits = [next(r for r in out["saturating"] if r["scheduler"] == sch and r["policy"] == p)["engine"]["hit_ratio"]
+                for p in policies]
+        axes[2].bar(np.arange(len(policies)) + (i - 1) * width, hits, width, label=sch)
+    axes[2].set_xticks(range(len(policies)), policies)
+    axes[2].set_ylabel("cache hit ratio")
+    axes[2].set_title("cache policies at saturation")
+    axes[2].legend()
+    m = out["machine"]
+    fig.suptitle(f"{out['setup']['queries']} queries, data {out['setup']['data_bytes'] / 1e6:.0f} MB, cache "
+                 f"{out['setup']['cache_bytes'] / 1e6:.0f} MB, io=direct, {out['setup']['clients']} clients — "
+                 f"{m['cpu']} ({m['simd']}), {m['cores']} cores, load {out['load_average_start'][0]:.1f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

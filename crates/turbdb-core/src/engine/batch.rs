@@ -1,0 +1,456 @@
+//! Serving a batch: the atoms the scheduler chose, for the pending sub-queries of every
+//! query that waits on them. Each point of a point query adds the part of its stencil
+//! that lies in the batch's atoms to its partial sums, through the same kernel as the
+//! streaming executor ([`accumulate_any`]) with the cached atom itself as the block, so
+//! nothing is copied; the sums do not depend on how atoms are split into batches, nor on
+//! their order (up to rounding). A cutout's sub-query copies its nodes out of the atom.
+
+use rayon::prelude::*;
+
+use crate::engine::accumulate::{accumulate_any, Block, Runs};
+use crate::engine::cache::AtomData;
+use crate::engine::subquery::{CutoutWork, PointWork};
+use crate::interp::stencil::AxisWeights;
+
+/// What a query asks the engine to do.
+#[derive(Debug)]
+pub enum Work {
+    /// Values, derivatives or Laplacians at points.
+    Points(Box<PointWork>),
+    /// Stored values on a box of nodes.
+    Cutout(CutoutWork),
+}
+
+impl Work {
+    /// Sub-queries per time level (atoms needed).
+    pub fn atoms(&self) -> usize {
+        match self {
+            Work::Points(w) => w.atoms.len(),
+            Work::Cutout(w) => w.atoms.len(),
+        }
+    }
+
+    /// The Morton code of sub-query `i`'s atom.
+    pub fn code(&self, i: usize) -> u64 {
+        match self {
+            Work::Points(w) => w.atoms[i].code,
+            Work::Cutout(w) => w.atoms[i].code,
+        }
+    }
+
+    /// The grid position (in atoms) of sub-query `i`'s atom.
+    pub fn coords(&self, i: usize) -> [u32; 3] {
+        match self {
+            Work::Points(w) => w.atoms[i].coords,
+            Work::Cutout(w) => w.atoms[i].coords,
+        }
+    }
+
+    /// Points (or nodes) in sub-query `i`: its share of the workload.
+    pub fn weight(&self, i: usize) -> u32 {
+        match self {
+            Work::Points(w) => w.atom_points.row(i).len() as u32,
+            Work::Cutout(w) => w.nodes_in(i) as u32,
+        }
+    }
+
+    /// Points, or nodes of a cutout.
+    pub fn size(&self) -> usize {
+        match self {
+            Work::Points(w) => w.len(),
+            Work::Cutout(w) => w.dims.iter().product(),
+        }
+    }
+
+    /// The partial sums (or copied values) added when every sub-query is served once.
+    pub fn contributions(&self) -> u64 {
+        match self {
+            Work::Points(w) => w.point_atoms.pairs() as u64,
+            Work::Cutout(w) => w.dims.iter().product::<usize>() as u64,
+        }
+    }
+}
+
+/// What a query has accumulated so far, and the scratch space of its batches.
+#[derive(Debug)]
+pub enum Progress {
+    /// A point query: `N × out_len` partial sums in the engine's order.
+    Points {
+        /// The partial sums.
+        sums: Vec<f64>,
+        /// Per atom of the query: its slot in the current batch, or [`NONE`].
+        slot_of: Vec<u32>,
+        /// Per point: the last batch that visited it.
+        visited: Vec<u32>,
+        /// This batch's number, for `visited`.
+        epoch: u32,
+    },
+    /// A cutout: `(z, y, x, c)` float32 values.
+    Cutout {
+        /// The values.
+        values: Vec<f32>,
+    },
+}
+
+/// No slot: the atom is not in the current batch.
+const NONE: u32 = u32::MAX;
+
+impl Progress {
+    /// Empty sums for `work`.
+    pub fn new(work: &Work) -> Self {
+        match work {
+            Work::Points(w) => Progress::Points {
+                sums: vec![0.0; w.len() * w.out_len()],
+                slot_of: vec![NONE; w.atoms.len()],
+                visited: vec![0; w.len()],
+                epoch: 0,
+            },
+            Work::Cutout(w) => Progress::Cutout {
+                values: vec![0.0; w.dims.iter().product::<usize>() * w.ncomp],
+            },
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Progress::Points {
+                sums,
+                slot_of,
+                visited,
+                ..
+            } => sums.len() * 8 + slot_of.len() * 4 + visited.len() * 4,
+            Progress::Cutout { values } => values.len() * 4,
+        }
+    }
+}
+
+/// One query's share of a batch: the sub-queries served (its atom numbers, each with the
+/// batch slot of the atom's data) at one time level of weight `scale`.
+pub struct Part<'q> {
+    /// What the query asks.
+    pub work: &'q Work,
+    /// Its sums so far.
+    pub progress: &'q mut Progress,
+    /// Weight of the time level.
+    pub scale: f64,
+    /// `(sub-query, batch slot)` pairs.
+    pub atoms: Vec<(u32, u32)>,
+}
+
+/// Points given to one task.
+const TASK_POINTS: usize = 256;
+/// Below this many points a batch runs on the calling thread: handing out tasks would
+/// cost more than it saves.
+const SERIAL_POINTS: usize = 512;
+
+/// Serves the sub-queries of `parts` from the atoms `data` (by batch slot); returns the
+/// partial sums added (point–atom pairs, or nodes copied).
+pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
+    enum Task<'a> {
+        Points {
+            work: &'a PointWork,
+            slot_of: &'a [u32],
+            sums: SumsPtr,
+            scale: f64,
+            points: &'a [u32],
+        },
+        Cutout {
+            work: &'a CutoutWork,
+            values: ValuesPtr,
+            atoms: &'a [(u32, u32)],
+        },
+    }
+    // Set up each part: mark its atoms' slots and list the points they serve, once each.
+    let mut candidates: Vec<Vec<u32>> = Vec::with_capacity(parts.len());
+    for part in parts.iter_mut() {
+        let mut list = Vec::new();
+        if let (
+            Work::Points(work),
+            Progress::Points {
+                slot_of,
+                visited,
+                epoch,
+                ..
+            },
+        ) = (part.work, &mut *part.progress)
+        {
+            *epoch = epoch.wrapping_add(1);
+            if *epoch == 0 {
+                visited.fill(0);
+                *epoch = 1;
+            }
+            for &(atom, slot) in &part.atoms {
+                slot_of[atom as usize] = slot;
+                for &p in work.atom_points.row(atom as usize) {
+                    if visited[p as usize] != *epoch {
+                        visited[p as usize] = *epoch;
+                        list.push(p);
+                    }
+                }
+            }
+        }
+        candidates.push(list);
+    }
+    let mut tasks: Vec<Task<'_>> = Vec::new();
+    let mut points = 0;
+    for (part, list) in parts.iter_mut().zip(&candidates) {
+        match (part.work, &mut *part.progress) {
+            (Work::Points(work), Progress::Points { sums, slot_of, .. }) => {
+                let sums = SumsPtr(sums.as_mut_ptr());
+                points += list.len();
+                for chunk in list.chunks(TASK_POINTS) {
+                    tasks.push(Task::Points {
+                        work,
+                        slot_of,
+                        sums,
+                        scale: part.scale,
+                        points: chunk,
+                    });
+                }
+            }
+            (Work::Cutout(work), Progress::Cutout { values }) => {
+                let values = ValuesPtr(values.as_mut_ptr());
+                points += part.atoms.len() * 64;
+                for chunk in part.atoms.chunks(8) {
+                    tasks.push(Task::Cutout {
+                        work,
+                        values,
+                        atoms: chunk,
+                    });
+                }
+            }
+            _ => unreachable!("a query's progress matches its work"),
+        }
+    }
+    let run = |task: &Task<'_>| -> u64 {
+        match *task {
+            Task::Points {
+                work,
+                slot_of,
+                sums,
+                scale,
+                points,
+            } => add_points(work, slot_of, data, sums, scale, points),
+            Task::Cutout {
+                work,
+                values,
+                atoms,
+            } => {
+                let mut copied = 0;
+                for &(atom, slot) in atoms {
+                    // SAFETY: the output holds the cutout's nodes; the nodes of different
+                    // atoms are disjoint and each atom is in one task.
+                    unsafe { work.copy(atom as usize, &data[slot as usize], values.0) };
+                    copied += work.nodes_in(atom as usize) as u64;
+                }
+                copied
+            }
+        }
+    };
+    let added = if points < SERIAL_POINTS {
+        tasks.iter().map(run).sum()
+    } else {
+        tasks.par_iter().map(run).sum()
+    };
+    // Unmark the slots for the next batch.
+    for part in parts.iter_mut() {
+        if let Progress::Points { slot_of, .. } = &mut *part.progress {
+            for &(atom, _) in &part.atoms {
+                slot_of[atom as usize] = NONE;
+            }
+        }
+    }
+    added
+}
+
+/// Adds, for each of `points`, the parts of its stencil in the batch's atoms.
+fn add_points(
+    work: &PointWork,
+    slot_of: &[u32],
+    data: &[AtomData],
+    sums: SumsPtr,
+    scale: f64,
+    points: &[u32],
+) -> u64 {
+    let (a, nc) = (work.geometry.atom, work.geometry.ncomp);
+    let width = work.kernel.width();
+    let out_len = work.out_len();
+    let mut w = [AxisWeights::default(); 3];
+    let mut added = 0;
+    for &p in points {
+        let s = &work.positions[p as usize];
+        for k in 0..3 {
+            work.kernel.weights(s[k], &work.axes[k], &mut w[k]);
+        }
+        // SAFETY: each point is in one task of the batch and the sums outlive it.
+        let row =
+            unsafe { std::slice::from_raw_parts_mut(sums.0.add(p as usize * out_len), out_len) };
+        for &atom in work.point_atoms.row(p as usize) {
+            let slot = slot_of[atom as usize];
+            if slot == NONE {
+                continue;
+            }
+            let start = work.atoms[atom as usize].coords.map(|c| c as usize * a);
+            let runs =
+                [0, 1, 2].map(|k| Runs::new(w[k].wrapped, width, work.axes[k].n, start[k], a));
+            let block = Block {
+                values: &data[slot as usize][..],
+                dims: [a, a],
+            };
+            accumulate_any(nc, block, &runs, &w, &work.terms, scale, row);
+            added += 1;
+        }
+    }
+    added
+}
+
+/// A query's sums, written by the tasks of one batch (each point by one task).
+#[derive(Clone, Copy)]
+struct SumsPtr(*mut f64);
+// SAFETY: tasks write the rows of different points.
+unsafe impl Send for SumsPtr {}
+unsafe impl Sync for SumsPtr {}
+
+/// A cutout's values, written by the tasks of one batch (each atom by one task).
+#[derive(Clone, Copy)]
+struct ValuesPtr(*mut f32);
+// SAFETY: tasks write the nodes of different atoms.
+unsafe impl Send for ValuesPtr {}
+unsafe impl Sync for ValuesPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cache::padded;
+    use crate::engine::plan::Plan;
+    use crate::engine::stream::{execute as stream, Order, StreamStats, TimeLevel};
+    use crate::interp::method::{Method, Operator};
+    use crate::storage::axis::Axis;
+    use crate::storage::geometry::FieldGeometry;
+    use crate::storage::reader::{AtomRequest, AtomSource};
+
+    /// A field computed on the fly: value = f(node, component).
+    struct Analytic(FieldGeometry);
+
+    impl Analytic {
+        fn atom(&self, coords: [u32; 3]) -> Vec<f32> {
+            let (a, nc) = (self.0.atom, self.0.ncomp);
+            let mut v = vec![0f32; a * a * a * nc];
+            for z in 0..a {
+                for y in 0..a {
+                    for x in 0..a {
+                        let node = [
+                            coords[0] as usize * a + x,
+                            coords[1] as usize * a + y,
+                            coords[2] as usize * a + z,
+                        ];
+                        for c in 0..nc {
+                            v[((z * a + y) * a + x) * nc + c] =
+                                ((node[0] * 7 + node[1] * 13 + node[2] * 29 + c * 3) % 17) as f32
+                                    * 0.25;
+                        }
+                    }
+                }
+            }
+            v
+        }
+    }
+
+    impl AtomSource for Analytic {
+        fn read_atoms(
+            &self,
+            _t: usize,
+            shard: [usize; 3],
+            atoms: &[AtomRequest],
+            out: &mut [f32],
+        ) -> crate::error::Result<()> {
+            let per = self.0.atoms_per_side();
+            let n = self.0.atom_values();
+            for r in atoms {
+                let coords = [0, 1, 2].map(|k| (shard[k] * per + r.local[k]) as u32);
+                out[r.slot * n..(r.slot + 1) * n].copy_from_slice(&self.atom(coords));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn batches_in_any_split_give_the_streaming_answer() {
+        let geometry = FieldGeometry::new([24, 16, 32], 3, 8, 16).unwrap();
+        let axes = [24, 16, 32].map(|n| Axis {
+            n,
+            origin: 0.0,
+            spacing: 0.5,
+            periodic: true,
+        });
+        let mut state = 7u64;
+        let points: Vec<[f64; 3]> = (0..300)
+            .map(|_| {
+                [0, 1, 2].map(|k| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (state >> 11) as f64 / (1u64 << 53) as f64 * axes[k].n as f64 * 0.5
+                })
+            })
+            .collect();
+        let source = Analytic(geometry.clone());
+        for (method, operator) in [
+            (Method::Lagrange(8), Operator::Field),
+            (Method::Fd4Lag4, Operator::Gradient),
+            (Method::Spline { m: 2, q: 8 }, Operator::Hessian),
+        ] {
+            let plan = Plan::new(&points, method, operator, axes, geometry.clone(), 1).unwrap();
+            let levels = [TimeLevel { t: 0, weight: 1.0 }];
+            let expected = stream(
+                &plan,
+                &source,
+                &levels,
+                Order::Storage,
+                &StreamStats::default(),
+            )
+            .unwrap();
+            let work = Work::Points(Box::new(
+                PointWork::new(&points, method, operator, axes, geometry.clone(), None).unwrap(),
+            ));
+            let mut progress = Progress::new(&work);
+            let data: Vec<AtomData> = (0..work.atoms())
+                .map(|i| padded(source.atom(work.coords(i))))
+                .collect();
+            // Batches of 1, 2, 3, … atoms, in reverse storage order.
+            let mut order: Vec<u32> = (0..work.atoms() as u32).rev().collect();
+            let mut size = 1;
+            let mut added = 0;
+            while !order.is_empty() {
+                let take: Vec<u32> = order.drain(..size.min(order.len())).collect();
+                let atoms = take.iter().map(|&i| (i, i)).collect();
+                let mut parts = [Part {
+                    work: &work,
+                    progress: &mut progress,
+                    scale: 1.0,
+                    atoms,
+                }];
+                added += execute(&mut parts, &data);
+                size += 1;
+            }
+            let Work::Points(w) = &work else {
+                unreachable!()
+            };
+            assert_eq!(added, w.point_atoms.pairs() as u64);
+            let Progress::Points { sums, .. } = &progress else {
+                unreachable!()
+            };
+            let out_len = w.out_len();
+            for (i, &p) in w.order.iter().enumerate() {
+                for v in 0..out_len {
+                    let (got, want) = (sums[i * out_len + v], expected[p as usize * out_len + v]);
+                    assert!(
+                        (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                        "{method:?} point {p}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

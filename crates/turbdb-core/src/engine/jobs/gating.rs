@@ -1,0 +1,631 @@
+//! Job-aware gating (Wang et al. §IV-B, Figs. 3–5). A job is an ordered sequence of queries
+//! whose data regions (field and time steps) are known ahead; its queries are handed in one
+//! after the other. When a job is declared it is aligned with every job still running
+//! ([`align`]) and the aligned pairs that share data become *gating edges*: a query with
+//! gating edges is held (READY) until every query it is gated with has been handed in too,
+//! and then they are released to the workload queues together, so one read of their atoms
+//! serves them all.
+//!
+//! Edges are admitted greedily — the job pairs with the most shared queries first, each new
+//! job's queries in order — and only if (a) a query keeps at most one edge to any other job
+//! and (b) no deadlock can arise: with every gated group of queries contracted to one node,
+//! the jobs' orders must still form a directed acyclic graph (the paper's gating numbers
+//! serve the same end; [`JobGraph::gating_number`] computes them). A held query is also let
+//! go after a timeout, so a client that declares a job and then stops cannot stall others.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use crate::engine::jobs::alignment::align;
+
+/// A job's number.
+pub type JobId = u64;
+
+/// The data a planned query reads: a field and its time steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    /// The engine's number of the field.
+    pub field: u32,
+    /// The time indices read, ascending.
+    pub steps: Vec<u32>,
+}
+
+impl Region {
+    /// A region of `field` at `steps` (any order).
+    pub fn new(field: u32, mut steps: Vec<u32>) -> Self {
+        steps.sort_unstable();
+        steps.dedup();
+        Self { field, steps }
+    }
+
+    /// Whether two regions share data: the same field at a common time step.
+    pub fn shares(&self, other: &Region) -> bool {
+        self.field == other.field
+            && self
+                .steps
+                .iter()
+                .any(|t| other.steps.binary_search(t).is_ok())
+    }
+}
+
+/// Where a job's query stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryState {
+    /// Not handed in yet.
+    Wait,
+    /// Handed in, held until the queries it is gated with are handed in.
+    Ready,
+    /// Released to the workload queues.
+    Queue,
+    /// Completed.
+    Done,
+}
+
+#[derive(Debug)]
+struct Job {
+    plan: Vec<Region>,
+    /// Queries handed in so far (the next one gets this index).
+    submitted: usize,
+    /// Queries completed.
+    done: usize,
+    /// The query held at its gate: (index, engine query id, held since, ms).
+    held: Option<(usize, u64, f64)>,
+    /// Per planned query: its gating edges, `(job, query index)`.
+    edges: Vec<Vec<(JobId, usize)>>,
+    last_activity: f64,
+}
+
+impl Job {
+    fn state(&self, index: usize) -> QueryState {
+        if index < self.done {
+            QueryState::Done
+        } else if self.held.is_some_and(|(i, _, _)| i == index) {
+            QueryState::Ready
+        } else if index < self.submitted {
+            QueryState::Queue
+        } else {
+            QueryState::Wait
+        }
+    }
+}
+
+/// Counters of the gating.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GatingCounters {
+    /// Gating edges admitted.
+    pub edges: u64,
+    /// Aligned pairs refused (one edge per job pair and query, or a deadlock).
+    pub refused: u64,
+    /// Queries released because they waited longer than the gate timeout.
+    pub timeouts: u64,
+    /// Queries released together with at least one other.
+    pub co_scheduled: u64,
+}
+
+/// The running jobs and their gating edges.
+#[derive(Debug)]
+pub struct JobGraph {
+    jobs: BTreeMap<JobId, Job>,
+    next: JobId,
+    /// Whether edges are made at all (JAWS); other schedulers only count jobs.
+    gating: bool,
+    /// How long a query may be held, ms.
+    timeout: f64,
+    counters: GatingCounters,
+}
+
+impl JobGraph {
+    /// No jobs yet. `gating = false` releases every query at once; `timeout_ms` bounds how
+    /// long a query may be held.
+    pub fn new(gating: bool, timeout_ms: f64) -> Self {
+        Self {
+            jobs: BTreeMap::new(),
+            next: 1,
+            gating,
+            timeout: timeout_ms,
+            counters: GatingCounters::default(),
+        }
+    }
+
+    /// Jobs running.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether no job runs.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// What the gating has done.
+    pub fn counters(&self) -> GatingCounters {
+        self.counters
+    }
+
+    /// Queries held at their gates.
+    pub fn held(&self) -> usize {
+        self.jobs.values().filter(|j| j.held.is_some()).count()
+    }
+
+    /// Declares a job whose queries will read `plan`, in order; returns its number.
+    pub fn declare(&mut self, plan: Vec<Region>, now: f64) -> JobId {
+        let id = self.next;
+        self.declare_as(id, plan, now);
+        id
+    }
+
+    /// Declares a job under the number `id` (given out by the engine beforehand).
+    pub fn declare_as(&mut self, id: JobId, plan: Vec<Region>, now: f64) {
+        self.next = self.next.max(id + 1);
+        let n = plan.len();
+        // Align with every running job's queries still to come, most shared first.
+        let mut pairings: Vec<(JobId, Vec<(usize, usize)>)> = Vec::new();
+        if self.gating {
+            for (&other, job) in &self.jobs {
+                let from = job.submitted;
+                let theirs = &job.plan[from.min(job.plan.len())..];
+                let pairs: Vec<(usize, usize)> =
+                    align(n, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
+                        .into_iter()
+                        .map(|(i, j)| (i, j + from))
+                        .collect();
+                if !pairs.is_empty() {
+                    pairings.push((other, pairs));
+                }
+            }
+            pairings.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+        }
+        self.jobs.insert(
+            id,
+            Job {
+                plan,
+                submitted: 0,
+                done: 0,
+                held: None,
+                edges: vec![Vec::new(); n],
+                last_activity: now,
+            },
+        );
+        for (other, pairs) in pairings {
+            for (mine, theirs) in pairs {
+                if self.admissible(id, mine, other, theirs) {
+                    self.jobs.get_mut(&id).expect("new job").edges[mine].push((other, theirs));
+                    self.jobs.get_mut(&other).expect("running job").edges[theirs].push((id, mine));
+                    self.counters.edges += 1;
+                } else {
+                    self.counters.refused += 1;
+                }
+            }
+        }
+    }
+
+    /// Whether the edge `(a, i)`–`(b, j)` may be added.
+    fn admissible(&self, a: JobId, i: usize, b: JobId, j: usize) -> bool {
+        let one_per_pair = |job: JobId, index: usize, other: JobId| {
+            self.jobs[&job].edges[index]
+                .iter()
+                .all(|&(k, _)| k != other)
+        };
+        one_per_pair(a, i, b)
+            && one_per_pair(b, j, a)
+            && self.contracted(Some(((a, i), (b, j)))).is_some()
+    }
+
+    /// The remaining queries with every gated group contracted to one node, with the
+    /// extra edge `extra`: per query its group, and the groups in a topological order —
+    /// `None` if the jobs' orders make a cycle (a deadlock).
+    #[allow(clippy::type_complexity)]
+    fn contracted(
+        &self,
+        extra: Option<((JobId, usize), (JobId, usize))>,
+    ) -> Option<(FxHashMap<(JobId, usize), usize>, Vec<usize>)> {
+        let mut node: FxHashMap<(JobId, usize), usize> = FxHashMap::default();
+        for (&id, job) in &self.jobs {
+            for index in job.done..job.plan.len() {
+                let next = node.len();
+                node.insert((id, index), next);
+            }
+        }
+        let mut parent: Vec<usize> = (0..node.len()).collect();
+        fn find(parent: &mut [usize], mut x: usize) -> usize {
+            while parent[x] != x {
+                parent[x] = parent[parent[x]];
+                x = parent[x];
+            }
+            x
+        }
+        let union = |a: (JobId, usize), b: (JobId, usize), parent: &mut Vec<usize>| {
+            if let (Some(&x), Some(&y)) = (node.get(&a), node.get(&b)) {
+                let (x, y) = (find(parent, x), find(parent, y));
+                parent[x] = y;
+            }
+        };
+        for (&id, job) in &self.jobs {
+            for index in job.done..job.plan.len() {
+                for &edge in &job.edges[index] {
+                    union((id, index), edge, &mut parent);
+                }
+            }
+        }
+        if let Some((a, b)) = extra {
+            union(a, b, &mut parent);
+        }
+        let groups = node.len();
+        let mut indegree = vec![0usize; groups];
+        let mut after: Vec<Vec<usize>> = vec![Vec::new(); groups];
+        for (&id, job) in &self.jobs {
+            for index in job.done..job.plan.len().saturating_sub(1) {
+                let x = find(&mut parent, node[&(id, index)]);
+                let y = find(&mut parent, node[&(id, index + 1)]);
+                if x == y {
+                    return None; // two queries of one job in one group
+                }
+                after[x].push(y);
+                indegree[y] += 1;
+            }
+        }
+        let roots: Vec<usize> = (0..groups).filter(|&g| find(&mut parent, g) == g).collect();
+        let mut ready: Vec<usize> = roots
+            .iter()
+            .copied()
+            .filter(|&g| indegree[g] == 0)
+            .collect();
+        let mut order = Vec::with_capacity(roots.len());
+        while let Some(g) = ready.pop() {
+            order.push(g);
+            for &h in &after[g] {
+                indegree[h] -= 1;
+                if indegree[h] == 0 {
+                    ready.push(h);
+                }
+            }
+        }
+        if order.len() < roots.len() {
+            return None;
+        }
+        let group = node
+            .into_iter()
+            .map(|(q, x)| (q, find(&mut parent, x)))
+            .collect();
+        Some((group, order))
+    }
+
+    /// The gating number of a remaining query: how many gated groups the scheduler must
+    /// get through, along the jobs' orders, before it — its own group included.
+    pub fn gating_number(&self, job: JobId, index: usize) -> Option<usize> {
+        let (group, order) = self.contracted(None)?;
+        let mut members: FxHashMap<usize, Vec<(JobId, usize)>> = FxHashMap::default();
+        for (&q, &g) in &group {
+            members.entry(g).or_default().push(q);
+        }
+        let gated = |g: usize| {
+            members[&g]
+                .iter()
+                .any(|&(j, i)| !self.jobs[&j].edges[i].is_empty())
+        };
+        let mut number: FxHashMap<usize, usize> = FxHashMap::default();
+        for &g in &order {
+            let before = members[&g]
+                .iter()
+                .filter(|&&(j, i)| i > self.jobs[&j].done)
+                .map(|&(j, i)| number.get(&group[&(j, i - 1)]).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            number.insert(g, before + usize::from(gated(g)));
+        }
+        number.get(group.get(&(job, index))?).copied()
+    }
+
+    /// Where query `index` of `job` stands (`None`: no such job).
+    pub fn state(&self, job: JobId, index: usize) -> Option<QueryState> {
+        self.jobs.get(&job).map(|j| j.state(index))
+    }
+
+    /// Hands in the next query of `job` (engine id `query`): returns its index in the job
+    /// and the queries released now (this one among them unless it is held).
+    pub fn submit(&mut self, job: JobId, query: u64, now: f64) -> (Option<usize>, Vec<u64>) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return (None, vec![query]); // unknown or finished job: not gated
+        };
+        let index = j.submitted;
+        j.submitted += 1;
+        j.last_activity = now;
+        let mut released = Vec::new();
+        if let Some((_, older, _)) = j.held.take() {
+            released.push(older); // handed in again before its gate opened: let it go
+        }
+        if index >= j.plan.len() || j.edges[index].is_empty() {
+            released.push(query);
+            return (Some(index), released);
+        }
+        j.held = Some((index, query, now));
+        released.extend(self.try_release(job, index));
+        (Some(index), released)
+    }
+
+    /// The queries gated with `(job, index)`, transitively, itself included.
+    fn group(&self, job: JobId, index: usize) -> Vec<(JobId, usize)> {
+        let mut seen = vec![(job, index)];
+        let mut at = 0;
+        while at < seen.len() {
+            let (j, i) = seen[at];
+            at += 1;
+            if let Some(found) = self.jobs.get(&j) {
+                for &edge in &found.edges[i] {
+                    if !seen.contains(&edge) {
+                        seen.push(edge);
+                    }
+                }
+            }
+        }
+        seen
+    }
+
+    /// Releases the group of `(job, index)` if every member has been handed in.
+    fn try_release(&mut self, job: JobId, index: usize) -> Vec<u64> {
+        let group = self.group(job, index);
+        let waiting = group.iter().any(|&(j, i)| {
+            self.jobs
+                .get(&j)
+                .is_some_and(|found| found.state(i) == QueryState::Wait)
+        });
+        if waiting {
+            return Vec::new();
+        }
+        let mut released = Vec::new();
+        for (j, i) in group {
+            if let Some(found) = self.jobs.get_mut(&j) {
+                if let Some((held, query, _)) = found.held {
+                    if held == i {
+                        found.held = None;
+                        released.push(query);
+                    }
+                }
+            }
+        }
+        if released.len() > 1 {
+            self.counters.co_scheduled += released.len() as u64;
+        }
+        released
+    }
+
+    /// Query `index` of `job` completed; returns queries released as a result.
+    pub fn completed(&mut self, job: JobId, index: usize, now: f64) -> Vec<u64> {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        j.done = j.done.max(index + 1);
+        j.last_activity = now;
+        if j.done >= j.plan.len() && j.held.is_none() && j.submitted >= j.plan.len() {
+            return self.close(job);
+        }
+        Vec::new()
+    }
+
+    /// Ends a job (finished, cancelled or idle): its edges go, and queries that were held
+    /// waiting for it are released.
+    pub fn close(&mut self, job: JobId) -> Vec<u64> {
+        let Some(gone) = self.jobs.remove(&job) else {
+            return Vec::new();
+        };
+        let mut released: Vec<u64> = gone.held.map(|(_, q, _)| q).into_iter().collect();
+        let mut partners = Vec::new();
+        for edges in &gone.edges {
+            for &(other, index) in edges {
+                if let Some(found) = self.jobs.get_mut(&other) {
+                    found.edges[index].retain(|&(k, _)| k != job);
+                    partners.push((other, index));
+                }
+            }
+        }
+        for (other, index) in partners {
+            if self.state(other, index) == Some(QueryState::Ready) {
+                released.extend(self.try_release(other, index));
+            }
+        }
+        released
+    }
+
+    /// Releases queries held longer than the timeout, and closes jobs idle for longer than
+    /// `idle_ms` with nothing held; returns the queries released.
+    pub fn expire(&mut self, now: f64, idle_ms: f64) -> Vec<u64> {
+        let mut released = Vec::new();
+        let overdue: Vec<(JobId, usize)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, j)| match j.held {
+                Some((index, _, since)) if now - since >= self.timeout => Some((id, index)),
+                _ => None,
+            })
+            .collect();
+        for (id, index) in overdue {
+            // Cut its edges: it goes alone, and those gated with it stop waiting for it.
+            let edges = std::mem::take(&mut self.jobs.get_mut(&id).expect("job").edges[index]);
+            for (other, theirs) in edges {
+                if let Some(found) = self.jobs.get_mut(&other) {
+                    found.edges[theirs].retain(|&(k, i)| !(k == id && i == index));
+                }
+            }
+            let job = self.jobs.get_mut(&id).expect("job");
+            if let Some((_, query, _)) = job.held.take() {
+                released.push(query);
+                self.counters.timeouts += 1;
+            }
+        }
+        let idle: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.held.is_none() && now - j.last_activity >= idle_ms)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in idle {
+            released.extend(self.close(id));
+        }
+        released
+    }
+
+    /// Total gating edges now in the graph (each counted once).
+    pub fn edges(&self) -> usize {
+        self.jobs
+            .values()
+            .flat_map(|j| &j.edges)
+            .map(Vec::len)
+            .sum::<usize>()
+            / 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(regions: &[u32]) -> Vec<Region> {
+        regions.iter().map(|&r| Region::new(0, vec![r])).collect()
+    }
+
+    /// Runs the jobs to the end: each hands in its next query when the previous one
+    /// completes; released queries complete in release order. Returns the release groups
+    /// (job, index) in order, or panics on a deadlock.
+    fn run(graph: &mut JobGraph, jobs: &[(JobId, usize)]) -> Vec<Vec<(JobId, usize)>> {
+        let mut who: FxHashMap<u64, (JobId, usize)> = FxHashMap::default();
+        let mut next_id = 1u64;
+        let mut groups = Vec::new();
+        let mut queue: Vec<Vec<u64>> = Vec::new();
+        let mut hand_in = |graph: &mut JobGraph,
+                           job: JobId,
+                           who: &mut FxHashMap<u64, (JobId, usize)>,
+                           queue: &mut Vec<Vec<u64>>| {
+            let id = next_id;
+            next_id += 1;
+            let (index, released) = graph.submit(job, id, 0.0);
+            who.insert(id, (job, index.unwrap()));
+            if !released.is_empty() {
+                queue.push(released);
+            }
+        };
+        for &(job, _) in jobs {
+            hand_in(graph, job, &mut who, &mut queue);
+        }
+        let total: usize = jobs.iter().map(|j| j.1).sum();
+        let mut completed = 0;
+        while completed < total {
+            assert!(
+                !queue.is_empty(),
+                "deadlock: nothing released, {completed} of {total} done"
+            );
+            let group = queue.remove(0);
+            groups.push(group.iter().map(|q| who[q]).collect());
+            for q in group {
+                let (job, index) = who[&q];
+                completed += 1;
+                let released = graph.completed(job, index, 0.0);
+                if !released.is_empty() {
+                    queue.push(released);
+                }
+                let length = jobs.iter().find(|j| j.0 == job).unwrap().1;
+                if index + 1 < length {
+                    hand_in(graph, job, &mut who, &mut queue);
+                }
+            }
+        }
+        groups
+    }
+
+    #[test]
+    fn figure_3_two_jobs_are_gated_where_they_share_and_numbered() {
+        // j1 = R1 R2 R3 R4, j2 = R1 R3 R4: edges at R1, R3, R4; the last query of j1
+        // has gating number 3 (the paper's Figure 3).
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&[1, 2, 3, 4]), 0.0);
+        let j2 = graph.declare(plan(&[1, 3, 4]), 0.0);
+        assert_eq!(graph.edges(), 3);
+        let numbers: Vec<usize> = (0..4)
+            .map(|i| graph.gating_number(j1, i).unwrap())
+            .collect();
+        assert_eq!(numbers, vec![1, 1, 2, 3]);
+        let numbers: Vec<usize> = (0..3)
+            .map(|i| graph.gating_number(j2, i).unwrap())
+            .collect();
+        assert_eq!(numbers, vec![1, 2, 3]);
+        let groups = run(&mut graph, &[(j1, 4), (j2, 3)]);
+        // R1, R3 and R4 each run once for both jobs.
+        assert!(
+            groups.contains(&vec![(j1, 0), (j2, 0)]) || groups.contains(&vec![(j2, 0), (j1, 0)])
+        );
+        assert_eq!(groups.iter().filter(|g| g.len() == 2).count(), 3);
+        assert!(graph.is_empty());
+    }
+
+    #[test]
+    fn figure_5_three_jobs_share_r4_in_one_group_without_deadlock() {
+        // j1 = R1 R3 R4, j2 = R2 R3 R4, j3 = R1 R4: R4 gates one query of each job.
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&[1, 3, 4]), 0.0);
+        let j2 = graph.declare(plan(&[2, 3, 4]), 0.0);
+        let j3 = graph.declare(plan(&[1, 4]), 0.0);
+        // At most one edge from any query to any other job.
+        for job in [j1, j2, j3] {
+            for edges in &graph.jobs[&job].edges {
+                let mut others: Vec<JobId> = edges.iter().map(|e| e.0).collect();
+                others.sort_unstable();
+                let n = others.len();
+                others.dedup();
+                assert_eq!(others.len(), n);
+            }
+        }
+        // Nothing is handed in yet: every query waits.
+        assert_eq!(graph.state(j3, 0), Some(QueryState::Wait));
+        let groups = run(&mut graph, &[(j1, 3), (j2, 3), (j3, 2)]);
+        let r4: Vec<&Vec<(JobId, usize)>> =
+            groups.iter().filter(|g| g.contains(&(j1, 2))).collect();
+        assert_eq!(r4.len(), 1);
+        let mut members = r4[0].clone();
+        members.sort_unstable();
+        assert_eq!(members, vec![(j1, 2), (j2, 2), (j3, 1)]);
+    }
+
+    #[test]
+    fn an_edge_that_would_deadlock_is_refused() {
+        // j1 = A B, j2 = B C, j3 = C A: the three pairwise alignments form a cycle of
+        // waits (j1's B after its A, gated with j3's A after its C, gated with j2's C
+        // after its B); the last edge is refused.
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&[1, 2]), 0.0);
+        let j2 = graph.declare(plan(&[2, 3]), 0.0);
+        let j3 = graph.declare(plan(&[3, 1]), 0.0);
+        assert_eq!(graph.edges(), 2);
+        assert_eq!(graph.counters().refused, 1);
+        run(&mut graph, &[(j1, 2), (j2, 2), (j3, 2)]);
+    }
+
+    #[test]
+    fn a_held_query_goes_alone_after_the_timeout_and_closing_a_job_frees_its_partners() {
+        let mut graph = JobGraph::new(true, 100.0);
+        let j1 = graph.declare(plan(&[5, 6]), 0.0);
+        let j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        // j1's first query is gated with j2's second, which is not handed in yet.
+        let (_, released) = graph.submit(j1, 11, 0.0);
+        assert!(released.is_empty());
+        assert_eq!(graph.state(j1, 0), Some(QueryState::Ready));
+        assert!(graph.expire(50.0, 1e9).is_empty());
+        assert_eq!(graph.expire(150.0, 1e9), vec![11]);
+        assert_eq!(graph.counters().timeouts, 1);
+        // j1's second query is gated with j2's third; j2 is closed: it goes at once.
+        graph.completed(j1, 0, 160.0);
+        let (_, released) = graph.submit(j1, 12, 170.0);
+        assert!(released.is_empty());
+        assert_eq!(graph.close(j2), vec![12]);
+    }
+
+    #[test]
+    fn without_gating_every_query_is_released_at_once() {
+        let mut graph = JobGraph::new(false, 100.0);
+        let j1 = graph.declare(plan(&[1, 2]), 0.0);
+        let j2 = graph.declare(plan(&[1, 2]), 0.0);
+        assert_eq!(graph.edges(), 0);
+        assert_eq!(graph.submit(j1, 1, 0.0).1, vec![1]);
+        assert_eq!(graph.submit(j2, 2, 0.0).1, vec![2]);
+        assert_eq!(graph.submit(99, 3, 0.0), (None, vec![3]));
+    }
+}

@@ -1,0 +1,6 @@
+//! Jobs: ordered sequences of queries whose data regions are known ahead (a server-side
+//! particle track; a client's declared plan). Pairs of jobs are aligned ([`alignment`]) and
+//! gated so that their overlapping queries run together ([`gating`]).
+
+pub mod alignment;
+pub mod gating;

@@ -1,0 +1,1050 @@
+//! The node engine (design §5; Wang et al., Fig. 7): one per database per process, shared by
+//! every caller. A query is cut into sub-queries in the caller's thread and handed to the
+//! engine's thread, which keeps the workload queues, asks the scheduler for the next batch
+//! of atoms, takes them from the cache or has the reader threads read them (the next batch
+//! is read while the current one is computed), serves every pending sub-query on them with
+//! the partial-sum kernel, and completes a query when its last sub-query is served.
+//!
+//! Callers wait on a [`Ticket`], or give a [`Completions`] queue to be told; a ticket can
+//! cancel its query, and a query whose atom cannot be read fails alone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use crate::engine::alpha::AgeBias;
+use crate::engine::batch::{execute, Part, Progress, Work};
+use crate::engine::cache::{AtomCache, AtomData, PolicyKind};
+use crate::engine::io_pool::{IoPool, Loading, ShardRead};
+use crate::engine::jobs::gating::{JobGraph, JobId, Region};
+use crate::engine::metric::CostModel;
+use crate::engine::scheduler::{
+    Pick, QueryBook, Scheduler, SchedulerKind, Serve, FAIR_FACTOR, FAIR_FLOOR_MS, SMALL_POINTS,
+};
+use crate::engine::stream::TimeLevel;
+use crate::engine::subquery::{CutoutWork, PointWork};
+use crate::engine::telemetry::{size_class, EngineStats, BATCH_BOUNDS, RESPONSE_BOUNDS};
+use crate::engine::ticket::{
+    Canceller, Completions, Outcome, QueryStats, Ticket, TicketState, Values,
+};
+use crate::engine::workload::{Entry, StepKey, Workload};
+use crate::error::{Error, Result};
+use crate::interp::method::{Method, Operator};
+use crate::interp::time::{time_weights, Temporal};
+use crate::storage::axis::Axis;
+use crate::storage::direct::IoMode;
+use crate::storage::geometry::ShardPos;
+use crate::storage::reader::FieldReader;
+
+/// How a node engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Which scheduler picks the batches.
+    pub scheduler: SchedulerKind,
+    /// Bytes of decoded atoms the cache may hold.
+    pub cache_bytes: usize,
+    /// The cache's replacement policy.
+    pub cache_policy: PolicyKind,
+    /// How shard files are read.
+    pub io: IoMode,
+    /// JAWS's batch size `k`, in atoms.
+    pub batch_atoms: usize,
+    /// The age bias α (the start of JAWS's adaptation; LifeRaft's fixed value).
+    pub alpha: f64,
+    /// Queries per run: α, SLRU's protected segment and the cost model are updated after
+    /// every run.
+    pub run_queries: usize,
+    /// Points that may be pending at once (0: no limit); beyond it submissions are refused
+    /// with [`Error::Busy`], unless the engine is empty.
+    pub max_pending_points: u64,
+    /// Reader threads.
+    pub io_threads: usize,
+    /// How long a job's query may be held at its gate, ms.
+    pub gate_timeout_ms: f64,
+    /// A job with no activity for this long is closed, ms.
+    pub job_idle_ms: f64,
+}
+
+/// JAWS's batch size in our atoms. The paper's k = 15 counts its 64³ atoms (8 MB); ours
+/// are 8³ (6 KB for velocity), so a batch of 15 would be 90 KB and the cost of choosing it
+/// would rival the cost of serving it. 512 atoms (3 MB of velocity) keep the choice small
+/// against the batch; the value has not been tuned by measurement yet.
+pub const DEFAULT_BATCH_ATOMS: usize = 512;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerKind::Jaws,
+            cache_bytes: default_cache_bytes(),
+            cache_policy: PolicyKind::Urc,
+            io: IoMode::Buffered,
+            batch_atoms: DEFAULT_BATCH_ATOMS,
+            alpha: 0.5,
+            run_queries: 32,
+            max_pending_points: 64_000_000,
+            io_threads: 4,
+            gate_timeout_ms: 2_000.0,
+            job_idle_ms: 600_000.0,
+        }
+    }
+}
+
+/// A quarter of the machine's memory, at most 4 GiB.
+pub fn default_cache_bytes() -> usize {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let ram = if pages > 0 && page > 0 {
+        pages as usize * page as usize
+    } else {
+        1 << 32
+    };
+    (ram / 4).min(4 << 30)
+}
+
+/// A point query for the engine.
+#[derive(Debug, Clone)]
+pub struct PointQuery<'a> {
+    /// Physical `[x, y, z]` of each point.
+    pub points: &'a [[f64; 3]],
+    /// The grid's axes.
+    pub axes: [Axis; 3],
+    /// The dataset's stored times.
+    pub times: &'a [f64],
+    /// Physical time.
+    pub time: f64,
+    /// Interpolation method.
+    pub method: Method,
+    /// Operator.
+    pub operator: Operator,
+    /// Time interpolation.
+    pub temporal: Temporal,
+    /// Only the atoms of these shards contribute: the answer is partial sums.
+    pub partitions: Option<&'a [ShardPos]>,
+    /// The job the query belongs to (its next query).
+    pub job: Option<JobId>,
+}
+
+/// A cutout for the engine.
+#[derive(Debug, Clone)]
+pub struct CutoutQuery {
+    /// Time index.
+    pub t: usize,
+    /// The grid nodes wanted along x, y, z (each inside the grid).
+    pub nodes: [Vec<usize>; 3],
+    /// The job the query belongs to.
+    pub job: Option<JobId>,
+}
+
+/// A query on its way to the engine's thread.
+struct Arrival {
+    id: u64,
+    ticket: Arc<TicketState>,
+    field: u32,
+    reader: Arc<FieldReader>,
+    levels: Vec<TimeLevel>,
+    work: Work,
+    job: Option<JobId>,
+    submitted: Instant,
+    points: u64,
+}
+
+#[derive(Default)]
+struct Inbox {
+    arrivals: Vec<Arrival>,
+    cancels: Vec<u64>,
+    declares: Vec<(JobId, Vec<Region>)>,
+    closes: Vec<JobId>,
+    invalidations: Vec<(u32, u32)>,
+    shutdown: bool,
+}
+
+/// The fields the engine reads, numbered.
+#[derive(Default)]
+struct Fields {
+    by_path: FxHashMap<std::path::PathBuf, u32>,
+    readers: Vec<Arc<FieldReader>>,
+}
+
+struct Shared {
+    config: EngineConfig,
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+    ids: AtomicU64,
+    jobs: AtomicU64,
+    fields: Mutex<Fields>,
+    pending_points: AtomicU64,
+    published: Mutex<EngineStats>,
+}
+
+impl Canceller for Shared {
+    fn cancel(&self, id: u64) {
+        self.inbox.lock().expect("inbox").cancels.push(id);
+        self.wake.notify_one();
+    }
+}
+
+/// The node engine.
+pub struct NodeEngine {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for NodeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeEngine")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl NodeEngine {
+    /// An engine run as `config`; its threads start with the first query.
+    pub fn new(config: EngineConfig) -> Self {
+        let stats = EngineStats::new(
+            config.scheduler.name(),
+            config.cache_policy.name(),
+            config.io.name(),
+            config.batch_atoms,
+            config.cache_bytes,
+        );
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                inbox: Mutex::default(),
+                wake: Condvar::new(),
+                ids: AtomicU64::new(1),
+                jobs: AtomicU64::new(1),
+                fields: Mutex::default(),
+                pending_points: AtomicU64::new(0),
+                published: Mutex::new(stats),
+            }),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// How it runs.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// The engine's number of the field read by `reader` (one per field directory).
+    fn field(&self, reader: &Arc<FieldReader>) -> (u32, Arc<FieldReader>) {
+        let key = reader.shard_path(0, [0, 0, 0]);
+        let mut fields = self.shared.fields.lock().expect("fields");
+        if let Some(&id) = fields.by_path.get(&key) {
+            return (id, Arc::clone(&fields.readers[id as usize]));
+        }
+        let id = fields.readers.len() as u32;
+        fields.readers.push(Arc::clone(reader));
+        fields.by_path.insert(key, id);
+        (id, Arc::clone(reader))
+    }
+
+    fn start(&self) {
+        let mut thread = self.thread.lock().expect("engine thread");
+        if thread.is_none() {
+            let shared = Arc::clone(&self.shared);
+            *thread = Some(
+                std::thread::Builder::new()
+                    .name("turbdb-engine".into())
+                    .spawn(move || Core::new(shared).run())
+                    .expect("spawn the engine thread"),
+            );
+        }
+    }
+
+    /// Submits a point query on the field read by `reader`. The query is checked and cut
+    /// into sub-queries here; errors in it are returned at once.
+    pub fn submit_points(
+        &self,
+        reader: &Arc<FieldReader>,
+        query: &PointQuery<'_>,
+        notify: Option<Arc<Completions>>,
+    ) -> Result<Ticket> {
+        let levels: Vec<TimeLevel> = time_weights(query.times, query.time, query.temporal)?
+            .into_iter()
+            .map(|(t, weight)| TimeLevel { t, weight })
+            .collect();
+        let work = PointWork::new(
+            query.points,
+            query.method,
+            query.operator,
+            query.axes,
+            reader.geometry().clone(),
+            query.partitions,
+        )?;
+        self.hand_in(
+            reader,
+            levels,
+            Work::Points(Box::new(work)),
+            query.job,
+            query.points.len() as u64,
+            notify,
+        )
+    }
+
+    /// Submits a cutout of the field read by `reader`.
+    pub fn submit_cutout(
+        &self,
+        reader: &Arc<FieldReader>,
+        query: &CutoutQuery,
+        notify: Option<Arc<Completions>>,
+    ) -> Result<Ticket> {
+        let geometry = reader.geometry();
+        for (k, nodes) in query.nodes.iter().enumerate() {
+            if let Some(&bad) = nodes.iter().find(|&&n| n >= geometry.grid[k]) {
+                return Err(Error::InvalidArgument(format!(
+                    "cutout node {bad} is outside the grid's {} nodes along {}",
+                    geometry.grid[k],
+                    ['x', 'y', 'z'][k]
+                )));
+            }
+        }
+        let work = CutoutWork::new(&query.nodes, geometry);
+        let nodes = work.dims.iter().product::<usize>() as u64;
+        let levels = vec![TimeLevel {
+            t: query.t,
+            weight: 1.0,
+        }];
+        self.hand_in(reader, levels, Work::Cutout(work), query.job, nodes, notify)
+    }
+
+    fn hand_in(
+        &self,
+        reader: &Arc<FieldReader>,
+        levels: Vec<TimeLevel>,
+        work: Work,
+        job: Option<JobId>,
+        points: u64,
+        notify: Option<Arc<Completions>>,
+    ) -> Result<Ticket> {
+        let limit = self.shared.config.max_pending_points;
+        let pending = self
+            .shared
+            .pending_points
+            .fetch_add(points, Ordering::AcqRel);
+        if limit > 0 && pending > 0 && pending + points > limit {
+            self.shared
+                .pending_points
+                .fetch_sub(points, Ordering::AcqRel);
+            return Err(Error::Busy {
+                message: format!(
+                    "the engine holds {pending} pending points, its limit is {limit}: retry shortly, or send smaller queries"
+                ),
+                retry_after: 1.0,
+            });
+        }
+        let (field, reader) = self.field(reader);
+        let id = self.shared.ids.fetch_add(1, Ordering::Relaxed);
+        let state = TicketState::new(id, notify);
+        let shared: Arc<dyn Canceller> = self.shared.clone();
+        let ticket = Ticket::new(
+            Arc::clone(&state),
+            Arc::downgrade(&shared) as Weak<dyn Canceller>,
+        );
+        self.start();
+        self.shared
+            .inbox
+            .lock()
+            .expect("inbox")
+            .arrivals
+            .push(Arrival {
+                id,
+                ticket: state,
+                field,
+                reader,
+                levels,
+                work,
+                job,
+                submitted: Instant::now(),
+                points,
+            });
+        self.shared.wake.notify_one();
+        Ok(ticket)
+    }
+
+    /// Declares a job: the time steps each of its queries will read, in order, each on the
+    /// field read by its reader. Returns the job's number, to give with its queries.
+    pub fn declare_job(&self, plan: &[(Arc<FieldReader>, Vec<usize>)]) -> JobId {
+        let regions = plan
+            .iter()
+            .map(|(reader, steps)| {
+                Region::new(
+                    self.field(reader).0,
+                    steps.iter().map(|&t| t as u32).collect(),
+                )
+            })
+            .collect();
+        let id = self.shared.jobs.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .inbox
+            .lock()
+            .expect("inbox")
+            .declares
+            .push((id, regions));
+        self.shared.wake.notify_one();
+        id
+    }
+
+    /// Ends a job (queries of it still to come run ungated).
+    pub fn close_job(&self, job: JobId) {
+        self.shared.inbox.lock().expect("inbox").closes.push(job);
+        self.shared.wake.notify_one();
+    }
+
+    /// Forgets cached atoms and shard indexes of time step `t` of the field read by
+    /// `reader` (it was rewritten).
+    pub fn invalidate(&self, reader: &Arc<FieldReader>, t: usize) {
+        let (field, reader) = self.field(reader);
+        reader.clear_cache();
+        self.shared
+            .inbox
+            .lock()
+            .expect("inbox")
+            .invalidations
+            .push((field, t as u32));
+        self.shared.wake.notify_one();
+    }
+
+    /// A snapshot of what the engine has done and holds.
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = self.shared.published.lock().expect("stats").clone();
+        stats.pending_points = self.shared.pending_points.load(Ordering::Relaxed);
+        stats
+    }
+}
+
+impl Drop for NodeEngine {
+    fn drop(&mut self) {
+        self.shared.inbox.lock().expect("inbox").shutdown = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.lock().expect("engine thread").take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A query the engine holds.
+struct Live {
+    id: u64,
+    ticket: Arc<TicketState>,
+    field: u32,
+    levels: Vec<TimeLevel>,
+    work: Work,
+    progress: Progress,
+    job: Option<(JobId, usize)>,
+    submitted: Instant,
+    points: u64,
+    /// Arrival, ms on the engine's clock.
+    arrival: f64,
+    /// When it was released from its gate.
+    released: Option<Instant>,
+    /// Sub-queries not yet served (all levels).
+    left: usize,
+    /// Per level: which sub-queries were taken for a batch, how many are not, and the
+    /// first that might not be.
+    taken: Vec<Vec<bool>>,
+    untaken: Vec<usize>,
+    cursor: Vec<usize>,
+    stats: QueryStats,
+}
+
+impl Live {
+    fn new(arrival: Arrival, now: f64) -> Self {
+        let atoms = arrival.work.atoms();
+        let levels = arrival.levels.len();
+        let progress = Progress::new(&arrival.work);
+        Self {
+            id: arrival.id,
+            ticket: arrival.ticket,
+            field: arrival.field,
+            levels: arrival.levels,
+            work: arrival.work,
+            progress,
+            job: arrival.job.map(|j| (j, 0)),
+            submitted: arrival.submitted,
+            points: arrival.points,
+            arrival: now,
+            released: None,
+            left: atoms * levels,
+            taken: vec![vec![false; atoms]; levels],
+            untaken: vec![atoms; levels],
+            cursor: vec![0; levels],
+            stats: QueryStats::default(),
+        }
+    }
+
+    fn step(&self, level: usize) -> StepKey {
+        StepKey {
+            field: self.field,
+            t: self.levels[level].t as u32,
+        }
+    }
+
+    fn level_of(&self, step: StepKey) -> Option<usize> {
+        (step.field == self.field)
+            .then(|| self.levels.iter().position(|l| l.t as u32 == step.t))
+            .flatten()
+    }
+
+    fn mark_taken(&mut self, level: usize, atom: usize) {
+        if !self.taken[level][atom] {
+            self.taken[level][atom] = true;
+            self.untaken[level] -= 1;
+        }
+    }
+}
+
+/// The queries, as the scheduler sees them.
+struct Book<'a>(&'a mut FxHashMap<u64, Live>);
+
+impl QueryBook for Book<'_> {
+    fn alive(&self, q: u64) -> bool {
+        self.0.contains_key(&q)
+    }
+
+    fn remaining(&mut self, q: u64, max: usize) -> Option<(StepKey, Vec<u64>)> {
+        let live = self.0.get_mut(&q)?;
+        let level = (0..live.levels.len()).find(|&l| live.untaken[l] > 0)?;
+        let taken = &live.taken[level];
+        let mut at = live.cursor[level];
+        while at < taken.len() && taken[at] {
+            at += 1;
+        }
+        live.cursor[level] = at;
+        let codes = (at..taken.len())
+            .filter(|&i| !taken[i])
+            .take(max)
+            .map(|i| live.work.code(i))
+            .collect();
+        Some((live.step(level), codes))
+    }
+}
+
+/// A batch chosen, its atoms being read.
+struct Prepared {
+    codes: Vec<u64>,
+    /// Per slot: the atom if it was cached (and, once read, if it was not).
+    data: Vec<Option<AtomData>>,
+    /// Per slot: whether the atom was cached.
+    hit: Vec<bool>,
+    /// `(slot, sub-query)` served.
+    entries: Vec<(u32, Entry)>,
+    loading: Loading,
+}
+
+/// The engine's thread: everything it owns.
+struct Core {
+    shared: Arc<Shared>,
+    clock: Instant,
+    cache: AtomCache,
+    workload: Workload,
+    scheduler: Scheduler,
+    jobs: JobGraph,
+    queries: FxHashMap<u64, Live>,
+    held: FxHashMap<u64, Live>,
+    readers: FxHashMap<u32, Arc<FieldReader>>,
+    io: IoPool,
+    cost: CostModel,
+    bias: AgeBias,
+    /// The current run: queries completed, their summed response (s), and its start.
+    run: (usize, f64, Instant),
+    stats: EngineStats,
+    /// Queries ended since the last publication: their tickets are told after the stats
+    /// are published, so a caller that sees its query done sees it counted.
+    ended: Vec<(Arc<TicketState>, Outcome)>,
+}
+
+impl Core {
+    fn new(shared: Arc<Shared>) -> Self {
+        let config = shared.config.clone();
+        let cost = CostModel::default();
+        let adaptive = config.scheduler == SchedulerKind::Jaws;
+        let stats = shared.published.lock().expect("stats").clone();
+        Self {
+            clock: Instant::now(),
+            cache: AtomCache::new(config.cache_bytes, config.cache_policy),
+            workload: Workload::new(config.alpha, cost),
+            scheduler: Scheduler::new(config.scheduler, config.batch_atoms),
+            jobs: JobGraph::new(
+                config.scheduler == SchedulerKind::Jaws,
+                config.gate_timeout_ms,
+            ),
+            queries: FxHashMap::default(),
+            held: FxHashMap::default(),
+            readers: FxHashMap::default(),
+            io: IoPool::new(config.io_threads, config.io),
+            cost,
+            bias: AgeBias::new(config.alpha, adaptive),
+            run: (0, 0.0, Instant::now()),
+            stats,
+            ended: Vec::new(),
+            shared,
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.clock.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn run(mut self) {
+        let mut in_flight: Option<Prepared> = None;
+        loop {
+            if !self.drain(false) {
+                break;
+            }
+            if !self.ended.is_empty() {
+                self.publish();
+            }
+            let batch = match in_flight.take().or_else(|| self.prepare()) {
+                Some(batch) => batch,
+                None => {
+                    self.publish();
+                    if !self.drain(true) {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let (batch, data, failed) = self.load(batch);
+            if !self.drain(false) {
+                break;
+            }
+            let next = self.prepare();
+            self.compute(batch, data, failed);
+            in_flight = next;
+            self.publish();
+        }
+        self.publish();
+        for (_, live) in self.queries.drain().chain(self.held.drain()) {
+            live.ticket.finish(Outcome::Cancelled);
+        }
+    }
+
+    /// Takes in what callers sent; with `wait`, sleeps until something comes (or a gate
+    /// may time out). Returns false on shutdown.
+    fn drain(&mut self, wait: bool) -> bool {
+        let inbox = {
+            let mut inbox = self.shared.inbox.lock().expect("inbox");
+            if wait
+                && inbox.arrivals.is_empty()
+                && inbox.cancels.is_empty()
+                && inbox.declares.is_empty()
+                && inbox.closes.is_empty()
+                && inbox.invalidations.is_empty()
+                && !inbox.shutdown
+            {
+                let timeout = if self.jobs.is_empty() { 1000 } else { 50 };
+                inbox = self
+                    .shared
+                    .wake
+                    .wait_timeout(inbox, Duration::from_millis(timeout))
+                    .expect("inbox")
+                    .0;
+            }
+            std::mem::take(&mut *inbox)
+        };
+        if inbox.shutdown {
+            return false;
+        }
+        let now = self.now();
+        for (field, t) in inbox.invalidations {
+            for key in self.cache.invalidate(field, t) {
+                self.workload.set_cached(&key, false);
+            }
+        }
+        for (id, plan) in inbox.declares {
+            self.jobs.declare_as(id, plan, now);
+        }
+        for id in inbox.closes {
+            let released = self.jobs.close(id);
+            self.release(released);
+        }
+        let alone = inbox.arrivals.len() == 1;
+        for arrival in inbox.arrivals {
+            self.readers
+                .entry(arrival.field)
+                .or_insert_with(|| Arc::clone(&arrival.reader));
+            self.stats.submitted += 1;
+            let mut live = Live::new(arrival, now);
+            if live.left == 0 {
+                self.complete(live);
+                continue;
+            }
+            match live.job.map(|(j, _)| j) {
+                Some(job) => {
+                    let (index, released) = self.jobs.submit(job, live.id, now);
+                    live.job = index.map(|i| (job, i));
+                    self.held.insert(live.id, live);
+                    self.release(released);
+                }
+                None => {
+                    let direct = alone && self.queries.is_empty() && self.held.is_empty();
+                    self.queue(live, direct);
+                }
+            }
+        }
+        for id in inbox.cancels {
+            if let Some(live) = self.queries.remove(&id).or_else(|| self.held.remove(&id)) {
+                self.stats.cancelled += 1;
+                self.forget(live, Outcome::Cancelled);
+            }
+        }
+        let released = self.jobs.expire(now, self.shared.config.job_idle_ms);
+        self.release(released);
+        true
+    }
+
+    /// Moves queries released from their gates into the queues.
+    fn release(&mut self, ids: Vec<u64>) {
+        for id in ids {
+            if let Some(mut live) = self.held.remove(&id) {
+                live.released = Some(Instant::now());
+                self.queue(live, false);
+            }
+        }
+    }
+
+    /// Puts a query's sub-queries into the workload queues, or serves it directly.
+    fn queue(&mut self, mut live: Live, direct: bool) {
+        let now = self.now();
+        live.arrival = now;
+        if direct {
+            self.scheduler.direct(live.id);
+        } else {
+            for level in 0..live.levels.len() {
+                let step = live.step(level);
+                for atom in 0..live.work.atoms() {
+                    let code = live.work.code(atom);
+                    let cached = self.cache.contains(&step.atom(code));
+                    let entry = Entry {
+                        query: live.id,
+                        level: level as u8,
+                        atom: atom as u32,
+                        points: live.work.weight(atom),
+                    };
+                    self.workload.push(step, code, entry, now, cached);
+                }
+            }
+            let small = matches!(live.work, Work::Points(_)) && live.work.size() <= SMALL_POINTS;
+            let deadline = small.then(|| {
+                let reads = (live.work.atoms() * live.levels.len()) as u64;
+                let sums = live.work.contributions() * live.levels.len() as u64;
+                now + FAIR_FLOOR_MS + FAIR_FACTOR * self.cost.solo_ms(reads, sums)
+            });
+            self.scheduler.queued(live.id, deadline);
+        }
+        self.queries.insert(live.id, live);
+    }
+
+    /// Drops a query that will not complete: its pending points leave the queues (its
+    /// entries are skipped when their atoms are served).
+    fn forget(&mut self, live: Live, outcome: Outcome) {
+        for level in 0..live.levels.len() {
+            let step = live.step(level);
+            for atom in 0..live.work.atoms() {
+                if !live.taken[level][atom] {
+                    self.workload
+                        .forget_points(step, live.work.code(atom), live.work.weight(atom));
+                }
+            }
+        }
+        if let Some((job, _)) = live.job {
+            if matches!(outcome, Outcome::Failed(_)) {
+                let released = self.jobs.close(job);
+                self.release(released);
+            }
+        }
+        self.shared
+            .pending_points
+            .fetch_sub(live.points, Ordering::AcqRel);
+        self.ended.push((live.ticket, outcome));
+    }
+
+    /// Chooses the next batch, takes its sub-queries from the queues and starts reading
+    /// the atoms not cached.
+    fn prepare(&mut self) -> Option<Prepared> {
+        let now = self.now();
+        loop {
+            let Pick { step, codes, serve } =
+                self.scheduler
+                    .next(&mut self.workload, &mut Book(&mut self.queries), now)?;
+            let mut entries: Vec<(u32, Entry)> = Vec::new();
+            for (slot, &code) in codes.iter().enumerate() {
+                let slot = slot as u32;
+                match serve {
+                    Serve::All => {
+                        if let Some(queue) = self.workload.take_atom(step, code) {
+                            entries.extend(queue.entries.into_iter().map(|e| (slot, e)));
+                        }
+                    }
+                    Serve::Only(q) => {
+                        entries.extend(
+                            self.workload
+                                .take_query(step, code, q)
+                                .into_iter()
+                                .map(|e| (slot, e)),
+                        );
+                    }
+                    Serve::Direct(q) => {
+                        if let Some(live) = self.queries.get(&q) {
+                            let atoms = live.work.atoms();
+                            let atom = (0..atoms).find(|&i| live.work.code(i) == code);
+                            if let (Some(atom), Some(level)) = (atom, live.level_of(step)) {
+                                let entry = Entry {
+                                    query: q,
+                                    level: level as u8,
+                                    atom: atom as u32,
+                                    points: live.work.weight(atom),
+                                };
+                                entries.push((slot, entry));
+                            }
+                        }
+                    }
+                }
+            }
+            // Entries of queries that were cancelled or failed are dropped here.
+            entries.retain(|(_, e)| self.queries.contains_key(&e.query));
+            for (_, e) in &entries {
+                if let Some(live) = self.queries.get_mut(&e.query) {
+                    live.mark_taken(e.level as usize, e.atom as usize);
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            let Some(reader) = self.readers.get(&step.field).cloned() else {
+                continue;
+            };
+            let per_shard = reader.geometry().atoms_per_side();
+            let mut data = Vec::with_capacity(codes.len());
+            let mut hit = Vec::with_capacity(codes.len());
+            let mut shards: FxHashMap<ShardPos, Vec<([usize; 3], crate::engine::cache::AtomKey)>> =
+                FxHashMap::default();
+            for &code in &codes {
+                let key = step.atom(code);
+                let cached = self.cache.get(&key);
+                if cached.is_none() {
+                    let (x, y, z) = crate::storage::morton::decode(code);
+                    let coords = [x, y, z].map(|v| v as usize);
+                    let shard = coords.map(|v| v / per_shard);
+                    shards
+                        .entry(shard)
+                        .or_default()
+                        .push((coords.map(|v| v % per_shard), key));
+                }
+                hit.push(cached.is_some());
+                data.push(cached);
+            }
+            let reads: Vec<ShardRead> = shards
+                .into_iter()
+                .map(|(shard, atoms)| ShardRead {
+                    reader: Arc::clone(&reader),
+                    t: step.t as usize,
+                    shard,
+                    atoms,
+                })
+                .collect();
+            let loading = self.io.load(reads);
+            return Some(Prepared {
+                codes,
+                data,
+                hit,
+                entries,
+                loading,
+            });
+        }
+    }
+
+    /// Waits for a batch's reads and caches what was read. Returns the batch, its atoms
+    /// by slot, and the slots that failed.
+    #[allow(clippy::type_complexity)]
+    fn load(&mut self, mut batch: Prepared) -> (Prepared, Vec<AtomData>, FxHashMap<u32, Error>) {
+        let loading = std::mem::replace(&mut batch.loading, self.io.load(Vec::new()));
+        let (atoms, counts, seconds) = loading.wait();
+        let slot_of: FxHashMap<u64, u32> = batch
+            .codes
+            .iter()
+            .enumerate()
+            .map(|(slot, &code)| (code, slot as u32))
+            .collect();
+        let mut failed = FxHashMap::default();
+        let read = atoms.len() as u64;
+        for (key, result) in atoms {
+            let slot = slot_of[&key.code];
+            match result {
+                Ok(atom) => {
+                    for gone in self.cache.insert(key, Arc::clone(&atom), &self.workload) {
+                        self.workload.set_cached(&gone, false);
+                    }
+                    if self.cache.contains(&key) {
+                        self.workload.set_cached(&key, true);
+                    }
+                    batch.data[slot as usize] = Some(atom);
+                }
+                Err(e) => {
+                    failed.insert(slot, e);
+                }
+            }
+        }
+        if read > 0 {
+            self.cost.observe_reads(read, seconds * 1e3);
+        }
+        self.stats.atoms_read += read;
+        self.stats.read_requests += counts.requests;
+        self.stats.bytes_read += counts.bytes;
+        let empty: AtomData = Arc::from(Vec::<f32>::new());
+        let data = batch
+            .data
+            .iter()
+            .map(|d| d.clone().unwrap_or_else(|| Arc::clone(&empty)))
+            .collect();
+        (batch, data, failed)
+    }
+
+    /// Serves the batch's sub-queries and completes the queries that are done.
+    fn compute(&mut self, batch: Prepared, data: Vec<AtomData>, failed: FxHashMap<u32, Error>) {
+        let started = Instant::now();
+        // Queries that needed an atom that could not be read fail, alone.
+        for (slot, e) in &batch.entries {
+            if let Some(error) = failed.get(slot) {
+                if let Some(live) = self.queries.remove(&e.query) {
+                    self.stats.failed += 1;
+                    self.forget(live, Outcome::Failed(error.duplicate()));
+                }
+            }
+        }
+        let mut by_query: FxHashMap<u64, (usize, Vec<(u32, u32)>)> = FxHashMap::default();
+        for &(slot, e) in &batch.entries {
+            if self.queries.contains_key(&e.query) {
+                let part = by_query
+                    .entry(e.query)
+                    .or_insert((e.level as usize, Vec::new()));
+                part.1.push((e.atom, slot));
+            }
+        }
+        let mut lives: Vec<Live> = by_query
+            .keys()
+            .filter_map(|q| self.queries.remove(q))
+            .collect();
+        let mut parts: Vec<Part<'_>> = Vec::with_capacity(lives.len());
+        let mut served: Vec<(usize, u64)> = Vec::with_capacity(lives.len());
+        for live in lives.iter_mut() {
+            let (level, atoms) = by_query.remove(&live.id).expect("grouped");
+            let hits = atoms
+                .iter()
+                .filter(|&&(_, slot)| batch.hit[slot as usize])
+                .count() as u64;
+            served.push((atoms.len(), hits));
+            parts.push(Part {
+                work: &live.work,
+                progress: &mut live.progress,
+                scale: live.levels[level].weight,
+                atoms,
+            });
+        }
+        let added = execute(&mut parts, &data);
+        drop(parts);
+        let seconds = started.elapsed().as_secs_f64();
+        self.cost.observe_compute(added, seconds * 1e3);
+        self.stats.contributions += added;
+        self.stats.batches += 1;
+        self.stats.busy_seconds += seconds;
+        self.stats
+            .batch_sizes
+            .observe(&BATCH_BOUNDS, batch.codes.len() as f64);
+        let atoms_read = batch.hit.iter().filter(|&&h| !h).count() as u64;
+        for (mut live, (n, hits)) in lives.into_iter().zip(served) {
+            live.left -= n;
+            live.stats.atoms += n as u64;
+            live.stats.batches += 1;
+            live.stats.atoms_read += atoms_read;
+            live.stats.cache_hits += hits;
+            if live.left == 0 {
+                self.complete(live);
+            } else {
+                self.queries.insert(live.id, live);
+            }
+        }
+        let counters = self.cache.counters();
+        self.stats.cache_hits = counters.hits;
+        self.stats.cache_misses = counters.misses;
+        self.stats.cache_evictions = counters.evictions;
+    }
+
+    /// Hands a finished query its values.
+    fn complete(&mut self, live: Live) {
+        let response = live.submitted.elapsed().as_secs_f64();
+        let mut stats = live.stats;
+        stats.response_seconds = response;
+        stats.contributions = live.work.contributions() * live.levels.len() as u64;
+        if let Some(released) = live.released {
+            stats.gated_seconds = (released - live.submitted).as_secs_f64();
+        }
+        self.stats.completed += 1;
+        self.stats.response[size_class(live.work.size())].observe(&RESPONSE_BOUNDS, response);
+        self.shared
+            .pending_points
+            .fetch_sub(live.points, Ordering::AcqRel);
+        let values = match (live.work, live.progress) {
+            (Work::Points(work), Progress::Points { sums, .. }) => Values::Sums {
+                sums,
+                out_len: work.out_len(),
+                order: work.order,
+            },
+            (Work::Cutout(_), Progress::Cutout { values }) => Values::Cutout(values),
+            _ => unreachable!("a query's progress matches its work"),
+        };
+        self.ended.push((live.ticket, Outcome::Done(values, stats)));
+        if let Some((job, index)) = live.job {
+            let released = self.jobs.completed(job, index, self.now());
+            self.release(released);
+        }
+        self.end_of_run(response);
+    }
+
+    /// Counts a completed query into the run; at the end of a run α, the cache's segments
+    /// and the ranking of the queues are updated.
+    fn end_of_run(&mut self, response: f64) {
+        self.run.0 += 1;
+        self.run.1 += response;
+        if self.run.0 < self.shared.config.run_queries.max(1) {
+            return;
+        }
+        let elapsed = self.run.2.elapsed().as_secs_f64().max(1e-9);
+        let alpha = self
+            .bias
+            .end_run(self.run.1 / self.run.0 as f64, self.run.0 as f64 / elapsed);
+        self.cache.end_run();
+        self.workload.reweigh(alpha, self.cost);
+        self.run = (0, 0.0, Instant::now());
+    }
+
+    fn publish(&mut self) {
+        let s = &mut self.stats;
+        s.cache_bytes = self.cache.used();
+        s.cache_atoms = self.cache.len();
+        s.pending = (self.queries.len() + self.held.len()) as u64;
+        s.held = self.held.len() as u64;
+        s.queued_subqueries = self.workload.entries();
+        s.queued_atoms = self.workload.atoms() as u64;
+        s.alpha = self.bias.alpha();
+        s.t_b_ms = self.cost.t_b;
+        s.t_m_ms = self.cost.t_m;
+        s.jobs = self.jobs.len() as u64;
+        s.gating_edges = self.jobs.edges() as u64;
+        s.gating = self.jobs.counters();
+        *self.shared.published.lock().expect("stats") = s.clone();
+        for (ticket, outcome) in self.ended.drain(..) {
+            ticket.finish(outcome);
+        }
+    }
+}

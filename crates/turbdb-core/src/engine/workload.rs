@@ -1,0 +1,499 @@
+//! The workload queues of the node engine (Wang et al. §III-C, Fig. 7): one queue per
+//! (field, time step, atom) holding the pending sub-queries of every query that needs that
+//! atom, with what the schedulers rank them by — the pending points `W`, the arrival of
+//! the oldest sub-query, whether the atom is cached — and, per time step, the sums that
+//! give its mean aged metric.
+//!
+//! Each atom's priority is kept as a static key ([`static_key`]: the aged metric less the
+//! part that grows with time, which is the same for every atom), so the queues of a time
+//! step sit in a max-heap that is updated lazily: a changed atom pushes a new entry and
+//! stale ones are dropped when they surface. When α or the cost model change (at the end
+//! of a run of queries) every key is recomputed.
+
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+use crate::engine::cache::{AtomKey, Ranking};
+use crate::engine::metric::{static_key, workload_throughput, CostModel};
+
+/// A time step of a field: the first level of JAWS's two-level batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StepKey {
+    /// The engine's number of the field.
+    pub field: u32,
+    /// Time index.
+    pub t: u32,
+}
+
+impl StepKey {
+    /// The key of one of the step's atoms.
+    pub fn atom(&self, code: u64) -> AtomKey {
+        AtomKey {
+            field: self.field,
+            t: self.t,
+            code,
+        }
+    }
+}
+
+/// A pending sub-query: query `query`'s sub-query `atom` at its time level `level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The query's id.
+    pub query: u64,
+    /// Index of the time level in the query's levels.
+    pub level: u8,
+    /// The query's number of the atom (its sub-query).
+    pub atom: u32,
+    /// Points (or nodes) the sub-query serves.
+    pub points: u32,
+}
+
+/// The queue of one atom.
+#[derive(Debug, Clone)]
+pub struct AtomQueue {
+    /// Pending sub-queries, in arrival order.
+    pub entries: Vec<Entry>,
+    /// Arrival (ms) of each entry.
+    arrivals: Vec<f64>,
+    /// Pending points `W`.
+    pub points: u64,
+    /// Arrival (ms) of the oldest entry.
+    pub oldest: f64,
+    /// Whether the atom is in the cache (`φ = 0`).
+    pub cached: bool,
+    /// `U_t` as last computed.
+    u_t: f64,
+    /// Bumped on every change, so stale heap entries are recognised.
+    version: u64,
+}
+
+/// A heap entry: (static key, atom code, version).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ranked(f64, u64, u64);
+
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Higher key first; ties to the lower code (storage order).
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
+/// The queues of one time step.
+#[derive(Debug, Default)]
+pub struct StepQueue {
+    atoms: FxHashMap<u64, AtomQueue>,
+    heap: BinaryHeap<Ranked>,
+    sum_u_t: f64,
+    sum_oldest: f64,
+    /// The last version given to any of its atoms: versions are never reused within a
+    /// step's queue, so a heap entry left from an atom's earlier queue (taken, then
+    /// queued again) stays stale instead of matching the new queue's version.
+    last_version: u64,
+}
+
+impl StepQueue {
+    /// Atoms with pending work.
+    pub fn len(&self) -> usize {
+        self.atoms.len()
+    }
+
+    /// Whether no atom has pending work.
+    pub fn is_empty(&self) -> bool {
+        self.atoms.is_empty()
+    }
+}
+
+/// Every workload queue, by time step.
+#[derive(Debug, Default)]
+pub struct Workload {
+    steps: FxHashMap<StepKey, StepQueue>,
+    alpha: f64,
+    cost: CostModel,
+    /// Sub-queries pending.
+    entries: u64,
+    /// Points pending, over all sub-queries.
+    points: u64,
+}
+
+impl Workload {
+    /// Empty queues ranked with age bias `alpha` and costs `cost`.
+    pub fn new(alpha: f64, cost: CostModel) -> Self {
+        Self {
+            alpha,
+            cost,
+            ..Self::default()
+        }
+    }
+
+    /// Sub-queries pending.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Points pending over all sub-queries (a point counts once per atom it needs).
+    pub fn points(&self) -> u64 {
+        self.points
+    }
+
+    /// Atoms with pending work.
+    pub fn atoms(&self) -> usize {
+        self.steps.values().map(StepQueue::len).sum()
+    }
+
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// The queue of an atom, if it has pending work.
+    pub fn queue(&self, step: StepKey, code: u64) -> Option<&AtomQueue> {
+        self.steps.get(&step)?.atoms.get(&code)
+    }
+
+    /// Adds a sub-query to its atom's queue; `cached` says whether the atom is cached now.
+    pub fn push(&mut self, step: StepKey, code: u64, entry: Entry, arrival: f64, cached: bool) {
+        let (alpha, cost) = (self.alpha, self.cost);
+        let queue = self.steps.entry(step).or_default();
+        let atom = queue.atoms.entry(code).or_insert_with(|| AtomQueue {
+            entries: Vec::new(),
+            arrivals: Vec::new(),
+            points: 0,
+            oldest: arrival,
+            cached,
+            u_t: 0.0,
+            version: 0,
+        });
+        let fresh = atom.entries.is_empty();
+        atom.entries.push(entry);
+        atom.arrivals.push(arrival);
+        atom.points += u64::from(entry.points);
+        self.entries += 1;
+        self.points += u64::from(entry.points);
+        if fresh {
+            queue.sum_oldest += atom.oldest;
+        }
+        let old_u_t = atom.u_t;
+        atom.u_t = workload_throughput(atom.points as f64, atom.cached, &cost);
+        queue.sum_u_t += atom.u_t - old_u_t;
+        queue.last_version += 1;
+        atom.version = queue.last_version;
+        queue.heap.push(Ranked(
+            static_key(atom.u_t, atom.oldest, alpha),
+            code,
+            atom.version,
+        ));
+    }
+
+    /// Takes an atom's whole queue (every sub-query waiting on it).
+    pub fn take_atom(&mut self, step: StepKey, code: u64) -> Option<AtomQueue> {
+        let queue = self.steps.get_mut(&step)?;
+        let atom = queue.atoms.remove(&code)?;
+        queue.sum_u_t -= atom.u_t;
+        queue.sum_oldest -= atom.oldest;
+        self.entries -= atom.entries.len() as u64;
+        self.points -= atom.points;
+        if queue.atoms.is_empty() {
+            self.steps.remove(&step);
+        }
+        Some(atom)
+    }
+
+    /// Takes the sub-queries of one query from an atom's queue, leaving the others'.
+    pub fn take_query(&mut self, step: StepKey, code: u64, query: u64) -> Vec<Entry> {
+        let Some(queue) = self.steps.get_mut(&step) else {
+            return Vec::new();
+        };
+        let Some(atom) = queue.atoms.get(&code) else {
+            return Vec::new();
+        };
+        if atom.entries.iter().all(|e| e.query == query) {
+            return self
+                .take_atom(step, code)
+                .map(|a| a.entries)
+                .unwrap_or_default();
+        }
+        let atom = queue.atoms.get_mut(&code).expect("present");
+        let mut taken = Vec::new();
+        let mut k = 0;
+        while k < atom.entries.len() {
+            if atom.entries[k].query == query {
+                taken.push(atom.entries.remove(k));
+                atom.arrivals.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        let points: u64 = taken.iter().map(|e| u64::from(e.points)).sum();
+        atom.points -= points;
+        self.entries -= taken.len() as u64;
+        self.points -= points;
+        let oldest = atom.arrivals.iter().copied().fold(f64::INFINITY, f64::min);
+        queue.sum_oldest += oldest - atom.oldest;
+        atom.oldest = oldest;
+        Self::rerank(queue, code, self.alpha, &self.cost);
+        taken
+    }
+
+    /// Forgets `points` pending points of a cancelled or failed query on an atom; its
+    /// entries stay until the atom is served (and are skipped then).
+    pub fn forget_points(&mut self, step: StepKey, code: u64, points: u32) {
+        let Some(queue) = self.steps.get_mut(&step) else {
+            return;
+        };
+        let Some(atom) = queue.atoms.get_mut(&code) else {
+            return;
+        };
+        let points = u64::from(points).min(atom.points);
+        atom.points -= points;
+        self.points -= points;
+        Self::rerank(queue, code, self.alpha, &self.cost);
+    }
+
+    /// Notes that an atom entered or left the cache.
+    pub fn set_cached(&mut self, key: &AtomKey, cached: bool) {
+        let step = StepKey {
+            field: key.field,
+            t: key.t,
+        };
+        let Some(queue) = self.steps.get_mut(&step) else {
+            return;
+        };
+        match queue.atoms.get_mut(&key.code) {
+            Some(atom) if atom.cached != cached => atom.cached = cached,
+            _ => return,
+        }
+        Self::rerank(queue, key.code, self.alpha, &self.cost);
+    }
+
+    /// Recomputes an atom's `U_t` and pushes its new key.
+    fn rerank(queue: &mut StepQueue, code: u64, alpha: f64, cost: &CostModel) {
+        let atom = queue.atoms.get_mut(&code).expect("present");
+        let old = atom.u_t;
+        atom.u_t = workload_throughput(atom.points as f64, atom.cached, cost);
+        queue.sum_u_t += atom.u_t - old;
+        queue.last_version += 1;
+        atom.version = queue.last_version;
+        queue.heap.push(Ranked(
+            static_key(atom.u_t, atom.oldest, alpha),
+            code,
+            atom.version,
+        ));
+        if queue.heap.len() > 2 * queue.atoms.len() + 64 {
+            Self::rebuild(queue, alpha);
+        }
+    }
+
+    fn rebuild(queue: &mut StepQueue, alpha: f64) {
+        queue.heap = queue
+            .atoms
+            .iter()
+            .map(|(&code, atom)| {
+                Ranked(static_key(atom.u_t, atom.oldest, alpha), code, atom.version)
+            })
+            .collect();
+    }
+
+    /// New α and costs (end of a run): every `U_t`, key and sum is recomputed.
+    pub fn reweigh(&mut self, alpha: f64, cost: CostModel) {
+        self.alpha = alpha;
+        self.cost = cost;
+        for queue in self.steps.values_mut() {
+            queue.sum_u_t = 0.0;
+            queue.sum_oldest = 0.0;
+            for atom in queue.atoms.values_mut() {
+                atom.u_t = workload_throughput(atom.points as f64, atom.cached, &cost);
+                queue.sum_u_t += atom.u_t;
+                queue.sum_oldest += atom.oldest;
+            }
+            Self::rebuild(queue, alpha);
+        }
+    }
+
+    /// The mean static key of a step's atoms: its mean aged metric less `α·now`.
+    fn mean_key(&self, queue: &StepQueue) -> f64 {
+        let n = queue.atoms.len().max(1) as f64;
+        static_key(queue.sum_u_t / n, queue.sum_oldest / n, self.alpha)
+    }
+
+    /// The time step whose atoms have the highest mean aged metric (JAWS's first level).
+    pub fn best_step(&self) -> Option<StepKey> {
+        self.steps
+            .iter()
+            .map(|(&step, queue)| (self.mean_key(queue), step))
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map(|(_, step)| step)
+    }
+
+    /// Up to `k` atoms of `step` whose aged metric is at least the step's mean, highest
+    /// first (JAWS's second level); the caller takes their queues.
+    pub fn top_atoms(&mut self, step: StepKey, k: usize) -> Vec<u64> {
+        let Some(queue) = self.steps.get(&step) else {
+            return Vec::new();
+        };
+        let mean = self.mean_key(queue);
+        let queue = self.steps.get_mut(&step).expect("present");
+        let mut chosen = Vec::new();
+        let mut skipped = Vec::new();
+        while chosen.len() < k {
+            let Some(top) = queue.heap.pop() else {
+                break;
+            };
+            match queue.atoms.get(&top.1) {
+                Some(atom) if atom.version == top.2 => {
+                    // Rounding in the running sums must not leave the best atom below its
+                    // own mean: the first is always taken.
+                    if top.0 < mean - 1e-9 * mean.abs() && !chosen.is_empty() {
+                        skipped.push(top);
+                        break;
+                    }
+                    chosen.push(top.1);
+                }
+                _ => {} // stale
+            }
+        }
+        queue.heap.extend(skipped);
+        chosen
+    }
+
+    /// The atom with the highest aged metric over every time step (LifeRaft).
+    pub fn best_atom(&mut self) -> Option<(StepKey, u64)> {
+        let mut best: Option<(Ranked, StepKey)> = None;
+        for (&step, queue) in self.steps.iter_mut() {
+            while let Some(&top) = queue.heap.peek() {
+                match queue.atoms.get(&top.1) {
+                    Some(atom) if atom.version == top.2 => break,
+                    _ => {
+                        queue.heap.pop();
+                    }
+                }
+            }
+            if let Some(&top) = queue.heap.peek() {
+                if best.is_none_or(|(b, s)| top > b || (top == b && step < s)) {
+                    best = Some((top, step));
+                }
+            }
+        }
+        best.map(|(top, step)| (step, top.1))
+    }
+
+    /// `(mean key of its step, pending points)` of a queued atom, for the URC cache.
+    pub fn rank(&self, key: &AtomKey) -> Option<(f64, f64)> {
+        let queue = self.steps.get(&StepKey {
+            field: key.field,
+            t: key.t,
+        })?;
+        let atom = queue.atoms.get(&key.code)?;
+        Some((self.mean_key(queue), atom.points as f64))
+    }
+}
+
+impl Ranking for Workload {
+    fn rank(&self, key: &AtomKey) -> Option<(f64, f64)> {
+        Workload::rank(self, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COST: CostModel = CostModel {
+        t_b: 0.1,
+        t_m: 0.001,
+    };
+
+    fn entry(query: u64, atom: u32, points: u32) -> Entry {
+        Entry {
+            query,
+            level: 0,
+            atom,
+            points,
+        }
+    }
+
+    fn step(t: u32) -> StepKey {
+        StepKey { field: 0, t }
+    }
+
+    #[test]
+    fn the_step_with_the_highest_mean_metric_is_chosen_then_its_atoms_above_the_mean() {
+        let mut w = Workload::new(0.0, COST);
+        // Step 1: one hot atom (500 points) and three cold ones; step 2: four lukewarm.
+        w.push(step(1), 10, entry(1, 0, 500), 0.0, false);
+        for code in [11, 12, 13] {
+            w.push(step(1), code, entry(1, 1, 1), 0.0, false);
+        }
+        for code in [20, 21, 22, 23] {
+            w.push(step(2), code, entry(2, 0, 40), 0.0, false);
+        }
+        // Means of U_t = p / (0.1 + 0.001 p): step 1 (833 + 3·9.9) / 4 ≈ 216, step 2 ≈ 286.
+        assert_eq!(w.best_step(), Some(step(2)));
+        // In step 1 only the hot atom is above the mean; k caps the batch.
+        assert_eq!(w.top_atoms(step(1), 15), vec![10]);
+        assert_eq!(w.top_atoms(step(2), 2).len(), 2);
+    }
+
+    #[test]
+    fn an_atom_queued_again_after_it_was_taken_is_chosen_once() {
+        let mut w = Workload::new(0.0, COST);
+        // Atom 9 keeps the step's queue alive while atom 5 is queued, taken and queued
+        // again: the heap entries of its first queue must not match the second.
+        w.push(step(1), 9, entry(1, 0, 1), 0.0, false);
+        for q in 2..5 {
+            w.push(step(1), 5, entry(q, 0, 50), 0.0, false);
+        }
+        w.take_atom(step(1), 5).unwrap();
+        for q in 5..8 {
+            w.push(step(1), 5, entry(q, 0, 50), 1.0, false);
+        }
+        let chosen = w.top_atoms(step(1), 15);
+        assert_eq!(chosen.iter().filter(|&&c| c == 5).count(), 1, "{chosen:?}");
+    }
+
+    #[test]
+    fn age_bias_lets_old_quiet_work_overtake_busy_work() {
+        let mut w = Workload::new(0.0, COST);
+        w.push(step(1), 1, entry(1, 0, 1), 0.0, false); // old and quiet
+        w.push(step(2), 2, entry(2, 0, 900), 5000.0, false); // new and busy
+        assert_eq!(w.best_atom(), Some((step(2), 2)));
+        w.reweigh(1.0, COST);
+        assert_eq!(w.best_atom(), Some((step(1), 1)));
+        assert_eq!(w.best_step(), Some(step(1)));
+    }
+
+    #[test]
+    fn cached_atoms_rank_higher_and_taking_a_queue_takes_every_query() {
+        let mut w = Workload::new(0.0, COST);
+        w.push(step(1), 1, entry(1, 0, 10), 0.0, false);
+        w.push(step(1), 2, entry(1, 1, 10), 0.0, false);
+        w.push(step(1), 2, entry(2, 0, 5), 1.0, false);
+        assert_eq!(w.best_atom(), Some((step(1), 2)));
+        w.set_cached(&step(1).atom(1), true);
+        assert_eq!(w.best_atom(), Some((step(1), 1)));
+        assert_eq!((w.entries(), w.points()), (3, 25));
+        let taken = w.take_atom(step(1), 2).unwrap();
+        assert_eq!(taken.entries.len(), 2);
+        assert_eq!((w.entries(), w.points(), w.atoms()), (1, 10, 1));
+    }
+
+    #[test]
+    fn one_query_can_leave_an_atom_to_the_others() {
+        let mut w = Workload::new(0.5, COST);
+        w.push(step(3), 7, entry(1, 0, 10), 0.0, false);
+        w.push(step(3), 7, entry(2, 4, 6), 2.0, false);
+        assert_eq!(w.take_query(step(3), 7, 1), vec![entry(1, 0, 10)]);
+        let left = w.queue(step(3), 7).unwrap();
+        assert_eq!((left.points, left.oldest), (6, 2.0));
+        assert_eq!(w.take_query(step(3), 7, 2).len(), 1);
+        assert!(w.is_empty());
+        assert!(w.rank(&step(3).atom(7)).is_none());
+    }
+}

@@ -1,0 +1,379 @@
+//! Reading atoms for the node engine, past the operating system's page cache when asked
+//! (`IoMode::Direct`): `O_DIRECT` reads into aligned buffers, or — where the file system
+//! refuses `O_DIRECT` (tmpfs) — ordinary reads followed by `posix_fadvise(DONTNEED)`, so
+//! that the engine's own atom cache is the only cache, as in a database server.
+//!
+//! Atoms of one shard are read in storage order; atoms close on disk are read together,
+//! gaps included, because one read of a few tens of kilobytes costs about what a read of a
+//! single atom does (measured here: 8 KiB random direct reads run at 13 000/s, 64 KiB ones
+//! at 3 000/s).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::storage::geometry::ShardPos;
+use crate::storage::reader::FieldReader;
+
+/// How the engine reads shard files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// Through the page cache (the operating system caches too).
+    Buffered,
+    /// Past the page cache: `O_DIRECT`, or reads dropped from it afterwards.
+    Direct,
+}
+
+impl IoMode {
+    /// Parses `buffered` or `direct`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "buffered" => Ok(IoMode::Buffered),
+            "direct" => Ok(IoMode::Direct),
+            _ => Err(Error::UnknownName(format!(
+                "unknown io mode {name:?}; valid: buffered, direct"
+            ))),
+        }
+    }
+
+    /// The name [`IoMode::parse`] takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            IoMode::Buffered => "buffered",
+            IoMode::Direct => "direct",
+        }
+    }
+}
+
+/// Alignment of direct reads: offsets, lengths and buffer addresses (the largest logical
+/// block size in use).
+const ALIGN: usize = 4096;
+
+/// Atoms whose stored bytes are at most this far apart are read in one request.
+pub const MERGE_GAP: u64 = 64 << 10;
+
+/// What a batch read did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReadCounts {
+    /// Read requests issued.
+    pub requests: u64,
+    /// Bytes transferred from the file (gaps and alignment included).
+    pub bytes: u64,
+}
+
+/// Reads the atoms `locals` of shard `shard` at time `t` and hands each to `put(i, result)`
+/// (`i` its position in `locals`) as decoded float32 values; a failure of one atom (a bad
+/// checksum) is reported for that atom only, a failure of the shard (missing, unreadable
+/// index) for every atom. Atoms that are not stored read as NaN.
+pub fn read_atoms(
+    reader: &FieldReader,
+    t: usize,
+    shard: ShardPos,
+    locals: &[[usize; 3]],
+    mode: IoMode,
+    counts: &mut ReadCounts,
+    mut put: impl FnMut(usize, Result<Vec<f32>>),
+) {
+    let geometry = reader.geometry();
+    let n = geometry.atom_values();
+    let index = match reader.index(t, shard) {
+        Ok(index) => index,
+        Err(e) => {
+            for i in 0..locals.len() {
+                put(i, Err(e.duplicate()));
+            }
+            return;
+        }
+    };
+    let mut stored: Vec<(u64, u64, usize)> = Vec::with_capacity(locals.len());
+    for (i, &local) in locals.iter().enumerate() {
+        match index.range(geometry.index_slot(local)) {
+            Some((offset, nbytes)) => stored.push((offset, nbytes, i)),
+            None => put(i, Ok(vec![f32::NAN; n])),
+        }
+    }
+    if stored.is_empty() {
+        return;
+    }
+    stored.sort_unstable_by_key(|&(offset, _, _)| offset);
+    let path = reader.shard_path(t, shard);
+    let file = match ShardFile::open(&path, t, mode) {
+        Ok(file) => file,
+        Err(e) => {
+            for &(_, _, i) in &stored {
+                put(i, Err(e.duplicate()));
+            }
+            return;
+        }
+    };
+    let mut buffer = AlignedBuffer::default();
+    let mut start = 0;
+    while start < stored.len() {
+        let mut end = start + 1;
+        while end < stored.len()
+            && stored[end].0 <= stored[end - 1].0 + stored[end - 1].1 + MERGE_GAP
+        {
+            end += 1;
+        }
+        let first = stored[start].0;
+        let last = stored[end - 1].0 + stored[end - 1].1;
+        match file.read(first, last, &mut buffer, counts) {
+            Ok(bytes) => {
+                for &(offset, nbytes, i) in &stored[start..end] {
+                    let at = (offset - first) as usize;
+                    let mut values = vec![0f32; n];
+                    let decoded = reader
+                        .decode_atom(&bytes[at..at + nbytes as usize], &path, &mut values)
+                        .map(|()| values);
+                    put(i, decoded);
+                }
+            }
+            Err(e) => {
+                for &(_, _, i) in &stored[start..end] {
+                    put(i, Err(e.duplicate()));
+                }
+            }
+        }
+        start = end;
+    }
+}
+
+/// An open shard file and how to read it.
+struct ShardFile<'a> {
+    file: File,
+    path: &'a Path,
+    /// Opened with `O_DIRECT`: reads must be aligned.
+    direct: bool,
+    /// Drop what was read from the page cache (direct mode where `O_DIRECT` is refused).
+    drop_pages: bool,
+}
+
+impl<'a> ShardFile<'a> {
+    fn open(path: &'a Path, t: usize, mode: IoMode) -> Result<Self> {
+        let missing = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Missing(format!(
+                "time step {t} is not stored: {} does not exist",
+                path.display()
+            )),
+            _ => Error::io(path, e),
+        };
+        if mode == IoMode::Direct {
+            match OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+            {
+                Ok(file) => {
+                    return Ok(Self {
+                        file,
+                        path,
+                        direct: true,
+                        drop_pages: false,
+                    })
+                }
+                // tmpfs and some others refuse O_DIRECT: read normally, then drop the pages.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => return Err(missing(e)),
+            }
+        }
+        let file = File::open(path).map_err(missing)?;
+        Ok(Self {
+            file,
+            path,
+            direct: false,
+            drop_pages: mode == IoMode::Direct,
+        })
+    }
+
+    /// The bytes `[first, last)` of the file, read in one request.
+    fn read<'b>(
+        &self,
+        first: u64,
+        last: u64,
+        buffer: &'b mut AlignedBuffer,
+        counts: &mut ReadCounts,
+    ) -> Result<&'b [u8]> {
+        let (start, end) = if self.direct {
+            (
+                first / ALIGN as u64 * ALIGN as u64,
+                last.div_ceil(ALIGN as u64) * ALIGN as u64,
+            )
+        } else {
+            (first, last)
+        };
+        let len = (end - start) as usize;
+        let bytes = buffer.get(len);
+        let mut done = 0;
+        while done < len {
+            // A direct read past the end of the file returns short; the part we need is in.
+            match self.file.read_at(&mut bytes[done..], start + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(self.path, e)),
+            }
+        }
+        counts.requests += 1;
+        counts.bytes += done as u64;
+        let skip = (first - start) as usize;
+        let need = (last - first) as usize;
+        if done < skip + need {
+            return Err(Error::corrupt(
+                self.path,
+                format!(
+                    "shard ends at byte {}, its index points to {last}",
+                    start + done as u64
+                ),
+            ));
+        }
+        if self.drop_pages {
+            // SAFETY: plain advice on an open descriptor; it cannot affect memory safety.
+            unsafe {
+                libc::posix_fadvise(
+                    self.file.as_raw_fd(),
+                    start as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+            }
+        }
+        Ok(&bytes[skip..skip + need])
+    }
+}
+
+/// A growable byte buffer aligned for direct reads.
+#[derive(Default)]
+struct AlignedBuffer {
+    ptr: Option<std::ptr::NonNull<u8>>,
+    capacity: usize,
+}
+
+impl AlignedBuffer {
+    /// At least `len` bytes (contents unspecified).
+    fn get(&mut self, len: usize) -> &mut [u8] {
+        if len > self.capacity {
+            self.release();
+            let capacity = len.next_multiple_of(ALIGN).max(ALIGN);
+            let layout = std::alloc::Layout::from_size_align(capacity, ALIGN).expect("layout");
+            // SAFETY: the layout has a non-zero size.
+            let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+            let Some(ptr) = std::ptr::NonNull::new(ptr) else {
+                std::alloc::handle_alloc_error(layout)
+            };
+            self.ptr = Some(ptr);
+            self.capacity = capacity;
+        }
+        match self.ptr {
+            // SAFETY: `capacity ≥ len` bytes were allocated (and initialised) at `ptr`, and
+            // the returned borrow ties them to `self`.
+            Some(ptr) => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) },
+            None => &mut [],
+        }
+    }
+
+    fn release(&mut self) {
+        if let Some(ptr) = self.ptr.take() {
+            let layout = std::alloc::Layout::from_size_align(self.capacity, ALIGN).expect("layout");
+            // SAFETY: allocated in `get` with this very layout.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        }
+        self.capacity = 0;
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::geometry::FieldGeometry;
+    use crate::storage::shard::{ChunkCodec, IndexLocation};
+    use crate::storage::writer::write_step;
+
+    fn field() -> (tempfile::TempDir, FieldReader, Vec<f32>) {
+        let dir = tempfile::tempdir().unwrap();
+        let geometry = FieldGeometry::new([16, 16, 16], 2, 4, 16).unwrap();
+        let data: Vec<f32> = (0..16 * 16 * 16 * 2).map(|i| i as f32).collect();
+        write_step(dir.path(), &geometry, 0, &data, false).unwrap();
+        let reader = FieldReader::new(dir.path(), geometry, ChunkCodec::TURBDB, IndexLocation::End);
+        (dir, reader, data)
+    }
+
+    fn read_all(reader: &FieldReader, locals: &[[usize; 3]], mode: IoMode) -> Vec<Vec<f32>> {
+        let mut out = vec![Vec::new(); locals.len()];
+        let mut counts = ReadCounts::default();
+        read_atoms(reader, 0, [0, 0, 0], locals, mode, &mut counts, |i, r| {
+            out[i] = r.unwrap()
+        });
+        assert!(counts.requests >= 1);
+        out
+    }
+
+    #[test]
+    fn direct_and_buffered_reads_give_the_stored_atoms() {
+        let (_dir, reader, data) = field();
+        let locals = [[3, 3, 3], [0, 0, 0], [1, 0, 0], [2, 1, 3]];
+        for mode in [IoMode::Direct, IoMode::Buffered] {
+            let atoms = read_all(&reader, &locals, mode);
+            for (atom, local) in atoms.iter().zip(locals) {
+                // The first value of an atom is node (4·lx, 4·ly, 4·lz), component 0.
+                let [x, y, z] = local.map(|v| v * 4);
+                assert_eq!(
+                    atom[0],
+                    data[((z * 16 + y) * 16 + x) * 2],
+                    "{mode:?} {local:?}"
+                );
+                assert_eq!(atom.len(), 4 * 4 * 4 * 2);
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_fails_only_its_atom() {
+        let (dir, reader, _) = field();
+        let path = dir.path().join("c/0/0/0/0/0");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[10] ^= 0xff; // inside the first stored atom
+        std::fs::write(&path, bytes).unwrap();
+        let locals = [[0, 0, 0], [1, 0, 0]];
+        let mut results = Vec::new();
+        let mut counts = ReadCounts::default();
+        read_atoms(
+            &reader,
+            0,
+            [0, 0, 0],
+            &locals,
+            IoMode::Direct,
+            &mut counts,
+            |i, r| results.push((i, r.is_ok())),
+        );
+        results.sort();
+        assert_eq!(results, vec![(0, false), (1, true)]);
+    }
+
+    #[test]
+    fn a_missing_step_is_reported_for_every_atom() {
+        let (_dir, reader, _) = field();
+        let mut errors = 0;
+        let mut counts = ReadCounts::default();
+        read_atoms(
+            &reader,
+            5,
+            [0, 0, 0],
+            &[[0, 0, 0], [1, 1, 1]],
+            IoMode::Direct,
+            &mut counts,
+            |_, r| {
+                assert!(matches!(r, Err(Error::Missing(_))));
+                errors += 1;
+            },
+        );
+        assert_eq!(errors, 2);
+    }
+}

@@ -1,0 +1,505 @@
+//! The node engine gives every query the answer it would get alone — whatever the
+//! scheduler, the cache policy and its size, and however queries from many threads
+//! interleave — and fails, cancels and splits queries cleanly.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use turbdb_core::{evaluate, write_step, Axis, FieldGeometry, FieldReader, Method, Operator};
+use turbdb_core::{ChunkCodec, IndexLocation, IoMode, QuerySpec, Strategy, StreamStats, Temporal};
+use turbdb_core::{
+    CutoutQuery, EngineConfig, NodeEngine, Outcome, PointQuery, PolicyKind, SchedulerKind,
+};
+
+const TIMES: [f64; 4] = [0.0, 0.5, 1.0, 1.5];
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    reader: Arc<FieldReader>,
+    axes: [Axis; 3],
+}
+
+fn fixture(periodic: bool) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let (nx, ny, nz, nc) = (24, 16, 32, 3);
+    let geometry = FieldGeometry::new([nx, ny, nz], nc, 4, 8).unwrap();
+    for t in 0..TIMES.len() {
+        let data: Vec<f32> = (0..nx * ny * nz * nc)
+            .map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0)
+            .collect();
+        write_step(dir.path(), &geometry, t, &data, false).unwrap();
+    }
+    let axes = [nx, ny, nz].map(|n| Axis {
+        n,
+        origin: 0.0,
+        spacing: 0.5,
+        periodic,
+    });
+    let reader = Arc::new(FieldReader::new(
+        dir.path(),
+        geometry,
+        ChunkCodec::TURBDB,
+        IndexLocation::End,
+    ));
+    Fixture { dir, reader, axes }
+}
+
+/// A query as the threads pose it.
+#[derive(Debug, Clone)]
+struct Ask {
+    method: Method,
+    operator: Operator,
+    temporal: Temporal,
+    time: f64,
+    points: Vec<[f64; 3]>,
+}
+
+const METHODS: [(Method, Operator); 6] = [
+    (Method::Lagrange(4), Operator::Field),
+    (Method::Lagrange(8), Operator::Gradient),
+    (Method::FdNoInt(6), Operator::Laplacian),
+    (Method::Fd4Lag4, Operator::Gradient),
+    (Method::Spline { m: 2, q: 8 }, Operator::Hessian),
+    (Method::Nearest, Operator::Field),
+];
+
+fn ask(seed: u64, extent: [f64; 3]) -> Ask {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(99);
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let (method, operator) = METHODS[(next() * 6.0) as usize % 6];
+    let temporal = if next() < 0.5 {
+        Temporal::None
+    } else {
+        Temporal::Pchip
+    };
+    let time = (next() * 1.5 * 4.0).round() / 4.0;
+    // Clustered or spread, 1 to 300 points.
+    let count = 1 + (next() * 300.0) as usize;
+    let centre = [next() * extent[0], next() * extent[1], next() * extent[2]];
+    let spread = if next() < 0.5 { 1.0 } else { 20.0 };
+    let points = (0..count)
+        .map(|_| [0, 1, 2].map(|k| (centre[k] + (next() - 0.5) * spread).clamp(0.0, extent[k])))
+        .collect();
+    Ask {
+        method,
+        operator,
+        temporal,
+        time,
+        points,
+    }
+}
+
+fn alone(f: &Fixture, a: &Ask) -> Vec<f64> {
+    let spec = QuerySpec {
+        method: a.method,
+        operator: a.operator,
+        temporal: a.temporal,
+        time: a.time,
+        strategy: Strategy::Streaming,
+    };
+    evaluate(
+        &f.reader,
+        f.axes,
+        &TIMES,
+        &a.points,
+        &spec,
+        &StreamStats::default(),
+    )
+    .unwrap()
+}
+
+fn through(engine: &NodeEngine, f: &Fixture, a: &Ask) -> Vec<f64> {
+    let query = PointQuery {
+        points: &a.points,
+        axes: f.axes,
+        times: &TIMES,
+        time: a.time,
+        method: a.method,
+        operator: a.operator,
+        temporal: a.temporal,
+        partitions: None,
+        job: None,
+    };
+    match engine
+        .submit_points(&f.reader, &query, None)
+        .unwrap()
+        .outcome()
+    {
+        Outcome::Done(values, _) => values.into_sums(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn close(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + x.abs().max(y.abs())))
+}
+
+fn engine(
+    scheduler: SchedulerKind,
+    policy: PolicyKind,
+    cache_bytes: usize,
+    io: IoMode,
+) -> NodeEngine {
+    NodeEngine::new(EngineConfig {
+        scheduler,
+        cache_policy: policy,
+        cache_bytes,
+        io,
+        batch_atoms: 7,
+        run_queries: 5,
+        ..EngineConfig::default()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn any_interleaving_from_many_threads_gives_the_lone_answers(
+        seed in any::<u64>(),
+        s in 0usize..3,
+        p in 0usize..4,
+        small_cache in any::<bool>(),
+        periodic in any::<bool>(),
+    ) {
+        let f = fixture(periodic);
+        let scheduler = [SchedulerKind::Noshare, SchedulerKind::Liferaft, SchedulerKind::Jaws][s];
+        let policy = [PolicyKind::Lru, PolicyKind::LruK, PolicyKind::Slru, PolicyKind::Urc][p];
+        // A cache of 20 atoms forces evictions mid-query; one of 64 MB never evicts.
+        let cache = if small_cache { 20 * (4 * 4 * 4 * 3 + 32) * 4 } else { 64 << 20 };
+        let io = if small_cache { IoMode::Direct } else { IoMode::Buffered };
+        let engine = engine(scheduler, policy, cache, io);
+        let extent = [11.5, 7.5, 15.5];
+        let asks: Vec<Vec<Ask>> = (0..8u64)
+            .map(|thread| (0..4u64).map(|i| ask(seed ^ (thread * 31 + i), extent)).collect())
+            .collect();
+        let answers: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = asks
+                .iter()
+                .map(|mine| scope.spawn(|| mine.iter().map(|a| through(&engine, &f, a)).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (mine, got) in asks.iter().zip(&answers) {
+            for (a, values) in mine.iter().zip(got) {
+                prop_assert!(close(values, &alone(&f, a)), "{:?} {:?} {:?}", scheduler, policy, a.method);
+            }
+        }
+        let stats = engine.stats();
+        prop_assert_eq!(stats.completed, 32);
+        prop_assert_eq!(stats.pending, 0);
+        prop_assert!(stats.cache_bytes <= cache);
+    }
+}
+
+#[test]
+fn partial_sums_over_every_partition_add_up_to_the_answer() {
+    let f = fixture(true);
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Lru,
+        1 << 20,
+        IoMode::Buffered,
+    );
+    let a = ask(5, [11.5, 7.5, 15.5]);
+    let whole = through(&engine, &f, &a);
+    let mut sum = vec![0.0; whole.len()];
+    for sz in 0..4 {
+        for sy in 0..2 {
+            for sx in 0..3 {
+                let part = [[sx, sy, sz]];
+                let query = PointQuery {
+                    points: &a.points,
+                    axes: f.axes,
+                    times: &TIMES,
+                    time: a.time,
+                    method: a.method,
+                    operator: a.operator,
+                    temporal: a.temporal,
+                    partitions: Some(&part),
+                    job: None,
+                };
+                let Outcome::Done(values, _) = engine
+                    .submit_points(&f.reader, &query, None)
+                    .unwrap()
+                    .outcome()
+                else {
+                    panic!("partition {part:?} failed");
+                };
+                for (s, v) in sum.iter_mut().zip(values.into_sums()) {
+                    *s += v;
+                }
+            }
+        }
+    }
+    assert!(close(&sum, &whole));
+}
+
+#[test]
+fn a_corrupt_atom_fails_only_the_queries_that_need_it() {
+    let f = fixture(true);
+    // Spoil the first atom of shard (0, 0, 0) at time 0.
+    let path = f.dir.path().join("c/0/0/0/0/0");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[20] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Urc,
+        1 << 20,
+        IoMode::Direct,
+    );
+    let at = |p: [f64; 3]| PointQuery {
+        points: std::slice::from_ref(Box::leak(Box::new(p))),
+        axes: f.axes,
+        times: &TIMES,
+        time: 0.0,
+        method: Method::Nearest,
+        operator: Operator::Field,
+        temporal: Temporal::None,
+        partitions: None,
+        job: None,
+    };
+    let bad = engine
+        .submit_points(&f.reader, &at([0.5, 0.5, 0.5]), None)
+        .unwrap();
+    let good = engine
+        .submit_points(&f.reader, &at([10.0, 7.0, 15.0]), None)
+        .unwrap();
+    match bad.outcome() {
+        Outcome::Failed(e) => assert!(
+            e.to_string().contains("c/0/0/0/0/0") && e.to_string().contains("checksum"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(good.outcome(), Outcome::Done(..)));
+    assert_eq!(engine.stats().failed, 1);
+}
+
+#[test]
+fn a_cancelled_query_ends_and_the_engine_goes_on() {
+    let f = fixture(true);
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Lru,
+        1 << 20,
+        IoMode::Direct,
+    );
+    let big = ask(11, [11.5, 7.5, 15.5]);
+    let query = PointQuery {
+        points: &big.points,
+        axes: f.axes,
+        times: &TIMES,
+        time: big.time,
+        method: big.method,
+        operator: big.operator,
+        temporal: big.temporal,
+        partitions: None,
+        job: None,
+    };
+    let tickets: Vec<_> = (0..20)
+        .map(|_| engine.submit_points(&f.reader, &query, None).unwrap())
+        .collect();
+    for t in &tickets[1..] {
+        t.cancel();
+    }
+    let outcomes: Vec<Outcome> = tickets.into_iter().map(|t| t.outcome()).collect();
+    assert!(outcomes[1..]
+        .iter()
+        .all(|o| matches!(o, Outcome::Cancelled | Outcome::Done(..))));
+    let after = through(&engine, &f, &big);
+    assert!(close(&after, &alone(&f, &big)));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let stats = engine.stats();
+    assert_eq!(stats.pending_points, 0);
+    assert_eq!(stats.pending, 0);
+}
+
+#[test]
+fn a_full_engine_refuses_with_a_retry_hint() {
+    let f = fixture(true);
+    let engine = NodeEngine::new(EngineConfig {
+        max_pending_points: 100,
+        ..EngineConfig::default()
+    });
+    let a = ask(3, [11.5, 7.5, 15.5]);
+    let points: Vec<[f64; 3]> = a.points.iter().cycle().take(90).copied().collect();
+    let query = PointQuery {
+        points: &points,
+        axes: f.axes,
+        times: &TIMES,
+        time: 0.5,
+        method: Method::Lagrange(8),
+        operator: Operator::Hessian,
+        temporal: Temporal::Pchip,
+        partitions: None,
+        job: None,
+    };
+    // A query larger than the limit is admitted when alone; one more is refused.
+    let first = engine.submit_points(&f.reader, &query, None).unwrap();
+    let refused = (0..50).find_map(|_| engine.submit_points(&f.reader, &query, None).err());
+    if let Some(turbdb_core::Error::Busy {
+        retry_after,
+        message,
+    }) = refused
+    {
+        assert!(retry_after > 0.0 && message.contains("limit"));
+    } else if !first.is_done() {
+        panic!("a second query was admitted beyond the limit");
+    }
+    first.outcome();
+}
+
+#[test]
+fn a_cutout_through_the_engine_equals_the_stored_values() {
+    let f = fixture(true);
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Slru,
+        1 << 20,
+        IoMode::Direct,
+    );
+    let nodes = [vec![22, 23, 0, 1, 2], vec![5], vec![0, 9, 31]];
+    let ticket = engine
+        .submit_cutout(
+            &f.reader,
+            &CutoutQuery {
+                t: 2,
+                nodes: nodes.clone(),
+                job: None,
+            },
+            None,
+        )
+        .unwrap();
+    let Outcome::Done(values, _) = ticket.outcome() else {
+        panic!()
+    };
+    let values = values.into_cutout();
+    let mut expected = vec![0f32; values.len()];
+    turbdb_core::read_cutout(&*f.reader, 2, &nodes, 4, 2, 3, &mut expected).unwrap();
+    assert_eq!(values, expected);
+}
+
+#[test]
+fn a_declared_job_runs_to_its_end_and_gates_with_a_twin() {
+    let f = fixture(true);
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Urc,
+        1 << 20,
+        IoMode::Buffered,
+    );
+    let plan: Vec<(Arc<FieldReader>, Vec<usize>)> =
+        (0..4).map(|t| (Arc::clone(&f.reader), vec![t])).collect();
+    let jobs = [engine.declare_job(&plan), engine.declare_job(&plan)];
+    let answers: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|&job| {
+                let (engine, f) = (&engine, &f);
+                scope.spawn(move || {
+                    (0..4)
+                        .map(|t| {
+                            let a = ask(t as u64 + 40, [11.5, 7.5, 15.5]);
+                            let query = PointQuery {
+                                points: &a.points,
+                                axes: f.axes,
+                                times: &TIMES,
+                                time: TIMES[t],
+                                method: Method::Lagrange(4),
+                                operator: Operator::Field,
+                                temporal: Temporal::None,
+                                partitions: None,
+                                job: Some(job),
+                            };
+                            match engine
+                                .submit_points(&f.reader, &query, None)
+                                .unwrap()
+                                .outcome()
+                            {
+                                Outcome::Done(v, _) => v.into_sums(),
+                                other => panic!("{other:?}"),
+                            }
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(close(&answers[0].concat(), &answers[1].concat()));
+    let stats = engine.stats();
+    assert_eq!(stats.gating.edges, 4);
+    assert_eq!(stats.jobs, 0, "both jobs finished");
+}
+
+/// Sixteen users ask about the same region of one time step at once, with no cache to
+/// help: `noshare` reads the region once per query, the co-scheduling schedulers read
+/// each atom for all of them at once — and everyone still gets the lone answer.
+#[test]
+fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
+    let f = fixture(true);
+    let asks: Vec<Ask> = (0..16u64)
+        .map(|i| {
+            let mut a = ask(7 + i, [11.5, 7.5, 15.5]);
+            a.method = Method::Lagrange(6);
+            a.operator = Operator::Gradient;
+            a.temporal = Temporal::None;
+            a.time = 1.0;
+            // All around the same spot: one shared region of interest.
+            for p in a.points.iter_mut() {
+                *p = [0, 1, 2].map(|k| 4.0 + (p[k] * 0.37) % 2.0);
+            }
+            a
+        })
+        .collect();
+    let mut read = Vec::new();
+    for scheduler in [
+        SchedulerKind::Noshare,
+        SchedulerKind::Liferaft,
+        SchedulerKind::Jaws,
+    ] {
+        let engine = engine(scheduler, PolicyKind::Lru, 0, IoMode::Direct);
+        let queries: Vec<PointQuery> = asks
+            .iter()
+            .map(|a| PointQuery {
+                points: &a.points,
+                axes: f.axes,
+                times: &TIMES,
+                time: a.time,
+                method: a.method,
+                operator: a.operator,
+                temporal: a.temporal,
+                partitions: None,
+                job: None,
+            })
+            .collect();
+        let tickets: Vec<_> = queries
+            .iter()
+            .map(|q| engine.submit_points(&f.reader, q, None).unwrap())
+            .collect();
+        for (a, ticket) in asks.iter().zip(tickets) {
+            let Outcome::Done(values, _) = ticket.outcome() else {
+                panic!("{scheduler:?}: a query did not complete");
+            };
+            assert!(close(&values.into_sums(), &alone(&f, a)), "{scheduler:?}");
+        }
+        read.push(engine.stats().atoms_read);
+    }
+    let [noshare, liferaft, jaws] = read[..] else {
+        unreachable!()
+    };
+    assert!(
+        3 * jaws <= noshare && 3 * liferaft <= noshare,
+        "atoms read: noshare {noshare}, liferaft {liferaft}, jaws {jaws}"
+    );
+}

@@ -1,0 +1,99 @@
+"""``turbdb workload``: generate a JHTDB-shaped trace of jobs and queries, and replay one
+against a database directory or a server from concurrent clients."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from .group import main
+from .inputs import database, is_url
+
+
+@main.group()
+def workload() -> None:
+    """Traces of many users at once: `generate` one, `replay` it."""
+
+
+@workload.command()
+@click.argument("db_or_url")
+@click.argument("name")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the trace (JSON lines, one query a line).")
+@click.option("--field", default="velocity", show_default=True, help="Field the queries read.")
+@click.option("--jobs", type=click.IntRange(1), default=400, show_default=True, help="Jobs in the trace.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds over which the jobs arrive (at speed-up 1).")
+@click.option("--regions", type=click.IntRange(1), default=6, show_default=True,
+              help="Regions of interest that users share.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of everything drawn.")
+def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, duration: float, regions: int,
+             seed: int) -> None:
+    """Write a trace for dataset NAME of DB_OR_URL shaped like the JHTDB log: bursty arrivals,
+    about 88 % of jobs on one time step, some over a few steps, a few iterating over every
+    step; mostly small queries in shared regions, some large uniform batches."""
+    from ..workload import generate as make, write_trace
+
+    info = database(db_or_url)[name].info
+    if field not in info.fields:
+        raise click.BadParameter(f"dataset {name!r} has no field {field!r}; it has {', '.join(info.fields)}",
+                                 param_hint="--field")
+    trace = make(info, dataset=name, field=field, jobs=jobs, duration=duration, regions=regions, seed=seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    count = write_trace(out, trace)
+    click.echo(f"wrote {count} queries in {jobs} jobs to {out}")
+
+
+@workload.command()
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("db_or_url")
+@click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default="∞",
+              help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
+@click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Concurrent clients (threads) sending the jobs' queries.")
+@click.option("--scheduler", type=click.Choice(["noshare", "liferaft", "jaws"]), default=None,
+              help="For a database directory: query through a node engine scheduled this way.")
+@click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
+              help="For a database directory: the engine cache's policy.")
+@click.option("--cache-bytes", type=click.IntRange(0), default=None, help="For a database directory: the engine cache's bytes.")
+@click.option("--io", type=click.Choice(["buffered", "direct"]), default=None, help="For a database directory: how the engine reads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def replay(trace: Path, db_or_url: str, speedup: float, clients: int, scheduler: str | None, cache_policy: str | None,
+           cache_bytes: int | None, io: str | None, as_json: bool) -> None:
+    """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address)
+    and print throughput (queries/s, points/s), response-time percentiles by size class and,
+    where there is a node engine, the bytes it read and its cache hit ratio."""
+    from ..database import open as open_db
+    from ..workload import read_trace
+    from ..workload import replay as run
+
+    queries = read_trace(trace)
+    if is_url(db_or_url):
+        db = database(db_or_url)
+    else:
+        db = open_db(db_or_url, scheduler=scheduler, cache_policy=cache_policy, cache_bytes=cache_bytes, io=io)
+    try:
+        report = run(db, queries, speedup=speedup, clients=clients)
+    finally:
+        if is_url(db_or_url):
+            db.close()
+    summary = report.summary()
+    if is_url(db_or_url):
+        import httpx
+
+        summary["server_engine"] = httpx.get(db_or_url.rstrip("/") + "/v1/engine", timeout=30).json()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"{summary['queries']} queries ({summary['failed']} failed) in {summary['seconds']:.2f} s: "
+               f"{summary['queries_per_second']:.1f} queries/s, {summary['points_per_second']:.0f} points/s")
+    for size, r in summary["response"].items():
+        click.echo(f"  {size:>6}: {r['count']} queries, response p50 {r['p50'] * 1e3:.1f} ms, "
+                   f"p95 {r['p95'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms")
+    engine = summary["engine"] or summary.get("server_engine", {})
+    if engine.get("bytes_read") is not None:
+        click.echo(f"  engine: {engine['bytes_read'] / 1e6:.1f} MB read, cache hit ratio {engine['hit_ratio']:.3f}"
+                   + (" (since the server started)" if not summary["engine"] else ""))

@@ -1,0 +1,154 @@
+"""Replaying a trace against a database from concurrent clients, as users would: each of
+``clients`` threads takes the next job when it arrives (its arrival time divided by the
+speed-up) and sends its queries one after another; all threads share the database's node
+engine. Reports throughput, response times by query size and what the engine read."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import EngineBusyError, TurbdbError
+from .trace import Query, draw_points
+
+SIZE_CLASSES = ("small", "medium", "large")
+
+
+@dataclasses.dataclass
+class ReplayReport:
+    """What a replay measured. ``response`` holds the response times (s, from sending to
+    the answer) by size class; ``engine`` the change in the engine's counters (atoms and
+    bytes read, cache hits and misses), empty without an engine."""
+
+    queries: int
+    points: int
+    seconds: float
+    failed: int
+    response: dict[str, list[float]]
+    engine: dict[str, float]
+
+    @property
+    def queries_per_second(self) -> float:
+        return self.queries / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def points_per_second(self) -> float:
+        return self.points / self.seconds if self.seconds > 0 else math.nan
+
+    def percentile(self, size_class: str, q: float) -> float:
+        values = self.response.get(size_class, [])
+        return float(np.percentile(values, q)) if values else math.nan
+
+    def summary(self) -> dict[str, Any]:
+        """The figures as plain numbers (for JSON)."""
+        return {
+            "queries": self.queries, "points": self.points, "seconds": self.seconds, "failed": self.failed,
+            "queries_per_second": self.queries_per_second, "points_per_second": self.points_per_second,
+            "response": {
+                c: {"count": len(self.response.get(c, [])), "p50": self.percentile(c, 50),
+                    "p95": self.percentile(c, 95), "p99": self.percentile(c, 99)}
+                for c in SIZE_CLASSES if self.response.get(c)
+            },
+            "engine": self.engine,
+        }
+
+
+ENGINE_COUNTERS = ("atoms_read", "bytes_read", "read_requests", "cache_hits", "cache_misses", "batches",
+                   "contributions")
+
+
+def replay(
+    database: Any,
+    trace: Sequence[Query],
+    *,
+    speedup: float = math.inf,
+    clients: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayReport:
+    """Replays ``trace`` against ``database`` (a :class:`turbdb.Database`, best opened with a
+    node engine) from ``clients`` threads at ``speedup`` times the trace's pace
+    (``math.inf``: every job is ready at once, the saturating case). ``progress`` is called
+    with (queries done, total) as queries complete."""
+    if not (speedup > 0):
+        raise ValueError(f"speedup must be positive, not {speedup!r}")
+    if clients < 1:
+        raise ValueError(f"clients must be at least 1, not {clients!r}")
+    by_job: dict[int, list[Query]] = defaultdict(list)
+    for q in trace:
+        by_job[q.job].append(q)
+    jobs = sorted((sorted(qs, key=lambda q: q.index) for qs in by_job.values()), key=lambda qs: qs[0].arrival)
+    datasets = {name: database[name] for name in {q.dataset for q in trace}}
+    drawn = {(q.job, q.index): draw_points(q, datasets[q.dataset].info) for q in trace}
+    before = _counters(database)
+    lock = threading.Lock()
+    next_job = iter(jobs)
+    response: dict[str, list[float]] = defaultdict(list)
+    done = [0, 0, 0]  # queries, points, failed
+    origin = time.perf_counter()
+
+    def client() -> None:
+        while True:
+            with lock:
+                job = next(next_job, None)
+            if job is None:
+                return
+            if math.isfinite(speedup):
+                delay = origin + job[0].arrival / speedup - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            for q in job:
+                points = drawn[(q.job, q.index)]
+                sent = time.perf_counter()
+                ok = _ask(datasets[q.dataset], q, points)
+                took = time.perf_counter() - sent
+                with lock:
+                    if ok:
+                        response[q.size_class].append(took)
+                        done[0] += 1
+                        done[1] += len(points)
+                    else:
+                        done[2] += 1
+                    if progress is not None:
+                        progress(done[0] + done[2], len(trace))
+                if not ok:
+                    break
+
+    threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - origin
+    after = _counters(database)
+    engine = {k: after[k] - before[k] for k in after}
+    if engine:
+        lookups = engine["cache_hits"] + engine["cache_misses"]
+        engine["hit_ratio"] = engine["cache_hits"] / lookups if lookups else 0.0
+    return ReplayReport(queries=done[0], points=done[1], seconds=seconds, failed=done[2],
+                        response=dict(response), engine=engine)
+
+
+def _ask(dataset: Any, q: Query, points: np.ndarray) -> bool:
+    """Sends one query, waiting and retrying while the engine is full; False if it failed."""
+    while True:
+        try:
+            dataset.query(q.field, points, time=q.time, method=q.method, operator=q.operator, temporal=q.temporal)
+            return True
+        except EngineBusyError as e:
+            time.sleep(e.retry_after or 0.1)
+        except TurbdbError:
+            return False
+
+
+def _counters(database: Any) -> dict[str, float]:
+    if getattr(database, "engine", None) is None:
+        return {}
+    stats = database.engine_stats()
+    return {k: float(stats[k]) for k in ENGINE_COUNTERS}

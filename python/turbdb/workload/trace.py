@@ -1,0 +1,169 @@
+"""A trace: jobs (an ordered sequence of queries) and the queries' arrival times, shaped
+like the JHTDB log the JAWS paper describes — bursty arrivals; most jobs (about 88 %) on a
+single time step, some over a few steps, a few per cent iterating over many steps
+(particle tracking); most queries small and spatially concentrated in regions of interest
+that several users share, some large uniform batches. A query carries how to draw its
+points (region, count, seed), not the points, so a trace stays small and replays exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import FormatError
+
+#: Shares of jobs by kind: one time step, a few consecutive steps, every step (tracking).
+SINGLE_STEP, FEW_STEPS = 0.88, 0.08
+#: Share of single-step queries that are large uniform batches, and their size range.
+LARGE_SHARE, LARGE_POINTS = 0.04, (8_000, 40_000)
+#: Small queries: log-normal point counts (median, sigma), at most this many.
+SMALL_MEDIAN, SMALL_SIGMA, SMALL_MAX = 150, 1.2, 1_000
+#: Spread (in grid spacings) of the points of a query around its region's centre.
+SPREAD_NODES = (2.0, 12.0)
+METHODS = (("lag4", "field"), ("lag6", "field"), ("lag8", "field"), ("lag6", "gradient"), ("fd4lag4", "laplacian"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """One query of a trace. ``arrival`` is seconds from the start (at speed-up 1); a job's
+    later queries are sent when its previous one is answered. Points: ``count`` of them,
+    drawn with ``seed`` around ``region`` (physical x, y, z) with standard deviation
+    ``spread``, or uniform over the box when ``region`` is None."""
+
+    arrival: float
+    job: int
+    index: int
+    dataset: str
+    field: str
+    time: float
+    method: str
+    operator: str
+    temporal: str
+    count: int
+    seed: int
+    region: tuple[float, float, float] | None
+    spread: float
+
+    @property
+    def size_class(self) -> str:
+        return "small" if self.count <= 1_000 else "medium" if self.count <= 100_000 else "large"
+
+
+def generate(
+    info: Any,
+    *,
+    dataset: str,
+    field: str = "velocity",
+    jobs: int = 400,
+    duration: float = 60.0,
+    regions: int = 6,
+    seed: int = 0,
+) -> list[Query]:
+    """A trace of ``jobs`` jobs arriving over ``duration`` seconds on the dataset whose
+    metadata is ``info``: jobs come in bursts, pick one of ``regions`` shared regions of
+    interest (or, one in five, a region of their own) and time steps with a skew towards
+    a few popular ones."""
+    rng = np.random.default_rng(seed)
+    lo = np.asarray(info.origin, dtype=float)
+    extent = np.asarray(info.spacing, dtype=float) * np.asarray(info.grid)
+    spacing = float(min(info.spacing))
+    times = np.asarray(info.times, dtype=float)
+    nt = len(times)
+    hot = lo + rng.uniform(0.1, 0.9, (regions, 3)) * extent
+    # Popular steps: Zipf-like weights over a random order of the steps.
+    popularity = 1.0 / np.arange(1, nt + 1) ** 1.1
+    step_weights = popularity[rng.permutation(nt)]
+    step_weights /= step_weights.sum()
+    arrivals = _bursty_arrivals(rng, jobs, duration)
+    out: list[Query] = []
+    for job, arrival in enumerate(arrivals):
+        kind = rng.uniform()
+        first = int(rng.choice(nt, p=step_weights))
+        if kind < SINGLE_STEP:
+            steps = [first] * int(rng.integers(1, 4))
+        elif kind < SINGLE_STEP + FEW_STEPS:
+            length = int(rng.integers(2, min(6, nt) + 1))
+            start = min(first, nt - length)
+            steps = list(range(start, start + length))
+        else:
+            steps = list(range(nt))
+        tracking = len(steps) == nt and nt > 1
+        region = hot[rng.integers(regions)] if rng.uniform() < 0.8 else lo + rng.uniform(0, 1, 3) * extent
+        spread = float(rng.uniform(*SPREAD_NODES)) * spacing
+        method, operator = METHODS[int(rng.integers(len(METHODS)))]
+        count = int(np.clip(rng.lognormal(np.log(SMALL_MEDIAN), SMALL_SIGMA), 1, SMALL_MAX))
+        large = kind < SINGLE_STEP and rng.uniform() < LARGE_SHARE
+        if large:
+            count = int(rng.integers(*LARGE_POINTS))
+        if tracking:
+            method, operator = "lag6", "field"
+        for index, step in enumerate(steps):
+            out.append(Query(
+                arrival=float(arrival), job=job, index=index, dataset=dataset, field=field,
+                time=float(times[step]), method=method, operator=operator,
+                temporal="none", count=count, seed=int(rng.integers(2**31)),
+                region=None if large else tuple(float(v) for v in region), spread=spread,
+            ))
+    return out
+
+
+def _bursty_arrivals(rng: np.random.Generator, jobs: int, duration: float) -> np.ndarray:
+    """Job arrival times: bursts at Poisson times, each of a geometric number of jobs
+    a fraction of a second apart."""
+    times: list[float] = []
+    while len(times) < jobs:
+        start = rng.uniform(0, duration)
+        size = int(rng.geometric(0.25))
+        times.extend(start + np.cumsum(rng.exponential(0.05, size)))
+    return np.sort(np.asarray(times[:jobs]))
+
+
+def draw_points(query: Query, info: Any) -> np.ndarray:
+    """The ``(count, 3)`` points of ``query``: the same every time it is drawn. Periodic
+    axes wrap into the box; bounded ones are clamped inside it."""
+    rng = np.random.default_rng(query.seed)
+    lo = np.asarray(info.origin, dtype=float)
+    extent = np.asarray(info.spacing, dtype=float) * (np.asarray(info.grid) - ~np.asarray(info.periodic, bool) * 1)
+    if query.region is None:
+        points = lo + rng.uniform(0, 1, (query.count, 3)) * extent
+    else:
+        points = np.asarray(query.region) + rng.normal(0, query.spread, (query.count, 3))
+    periodic = np.asarray(info.periodic, bool)
+    wrapped = lo + np.mod(points - lo, extent)
+    clamped = np.clip(points, lo, lo + extent)
+    return np.ascontiguousarray(np.where(periodic, wrapped, clamped))
+
+
+def write_trace(path: str | os.PathLike[str], queries: Iterable[Query]) -> int:
+    """Writes ``queries`` as JSON lines; returns how many."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for q in queries:
+            out.write(json.dumps(dataclasses.asdict(q)) + "\n")
+            count += 1
+    return count
+
+
+def read_trace(path: str | os.PathLike[str]) -> list[Query]:
+    """Reads a trace written by :func:`write_trace`, in arrival order."""
+    queries = []
+    names = {f.name for f in dataclasses.fields(Query)}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if set(record) != names:
+                raise ValueError(f"expected the keys {sorted(names)}")
+            if record["region"] is not None:
+                record["region"] = tuple(record["region"])
+            queries.append(Query(**record))
+        except (ValueError, TypeError) as e:
+            raise FormatError(f"{path}, line {number}: not a trace record ({e})") from None
+    return sorted(queries, key=lambda q: (q.arrival, q.job, q.index))

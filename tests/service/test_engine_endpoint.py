@@ -1,0 +1,66 @@
+"""A real server with a node engine (`turbdb serve --scheduler …`): under every scheduler,
+eight concurrent clients get the answers of the engine-less local dataset and replay a
+short trace with every query answered, and GET /v1/engine reports what the engine did."""
+
+import json
+import threading
+
+import httpx
+import numpy as np
+import pytest
+
+import turbdb
+from click.testing import CliRunner
+from servicekit import FULL, running_server
+from turbdb.cli import main
+from turbdb.workload import generate, write_trace
+
+SCHEDULERS = ("noshare", "liferaft", "jaws")
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_trace(
+        service_db, local, tokens_file, scheduler, tmp_path, monkeypatch):
+    name = local.datasets[0]
+    ds = local[name]
+    field = next(iter(ds.info.fields))
+    rng = np.random.default_rng(5)
+    lo, hi = np.asarray(ds.info.origin), np.asarray(ds.info.origin) + np.asarray(ds.info.spacing) * (
+        np.asarray(ds.info.grid) - 1)
+    asks = [dict(points=lo + rng.uniform(0.2, 0.4, (int(rng.integers(1, 300)), 3)) * (hi - lo),
+                 time=float(ds.info.times[0]), method=["lag4", "lag6", "fd4lag4"][i % 3],
+                 operator=["field", "gradient", "laplacian"][i % 3]) for i in range(24)]
+    with running_server(service_db, tmp_path / "server.log", "--tokens", str(tokens_file), "--scheduler", scheduler,
+                        "--cache-bytes",
+                        str(1 << 20), "--cache-policy", "urc", "--io", "direct") as server:
+        answers = {}
+
+        def client(k):
+            with turbdb.connect(server.url, FULL) as remote:
+                rds = remote[name]
+                for i in range(k, len(asks), 8):
+                    answers[i] = rds.query(field, dtype=np.float64, **asks[i])
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, ask in enumerate(asks):
+            np.testing.assert_allclose(answers[i], ds.query(field, dtype=np.float64, **ask), rtol=1e-6, atol=1e-6)
+        state = httpx.get(server.url + "/v1/engine", timeout=10).json()
+        assert state["enabled"] and state["scheduler"] == scheduler
+        assert state["completed"] >= len(asks) and state["pending"] == 0 and state["atoms_read"] > 0
+        # A short JHTDB-shaped trace replayed by 8 clients over HTTP: every query answered.
+        trace = tmp_path / "trace.jsonl"
+        write_trace(trace, generate(local["trig"].info, dataset="trig", jobs=12, duration=1.0, seed=4))
+        monkeypatch.setenv("TURBDB_TOKEN", FULL)
+        ran = CliRunner().invoke(main, ["workload", "replay", str(trace), server.url, "--clients", "8", "--json"])
+        assert ran.exit_code == 0, ran.output
+        report = json.loads(ran.output)
+        assert report["failed"] == 0 and report["queries"] == len(trace.read_text().splitlines())
+        assert report["server_engine"]["completed"] >= len(asks) + report["queries"]
+
+
+def test_without_engine_options_the_engine_endpoint_says_so(server):
+    assert httpx.get(server.url + "/v1/engine", timeout=10).json() == {"enabled": False}

@@ -1,0 +1,111 @@
+"""The node engine from Python: ``turbdb.open(path, scheduler=...)`` gives every thread one
+shared engine whose answers equal lone queries, whose co-scheduled queries share reads,
+and whose bad options are refused with a message."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import turbdb
+
+SCHEDULERS = ("noshare", "liferaft", "jaws")
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    """A 64³ random field (4 steps) with atoms of 8³ in shards of 32³."""
+    path = tmp_path_factory.mktemp("engine")
+    times = [0.0, 0.1, 0.2, 0.3]
+    ds = turbdb.create_dataset(path, "box", grid=(64, 64, 64), times=times, fields={"velocity": 3},
+                               atom=8, partition=32)
+    rng = np.random.default_rng(7)
+    for t in range(len(times)):
+        ds.write("velocity", t, rng.standard_normal((64, 64, 64, 3), dtype=np.float32))
+    return path
+
+
+def asks(count, seed):
+    """Queries of a shared region of interest: clustered points, mixed methods and times."""
+    rng = np.random.default_rng(seed)
+    kinds = [("lag4", "field", "none"), ("lag8", "gradient", "pchip"), ("fd4lag4", "laplacian", "none"),
+             ("m2q8", "hessian", "pchip"), ("none", "field", "none")]
+    out = []
+    for i in range(count):
+        method, operator, temporal = kinds[i % len(kinds)]
+        points = rng.uniform(1.0, 2.0, (int(rng.integers(1, 400)), 3))
+        out.append(dict(points=points, time=float(rng.uniform(0.0, 0.3)), method=method, operator=operator,
+                        temporal=temporal))
+    return out
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_threads_querying_through_one_engine_get_the_lone_answers(database, scheduler):
+    lone = turbdb.open(database)["box"]
+    shared = turbdb.open(database, scheduler=scheduler, cache_bytes=2 << 20, cache_policy="slru")
+    work = asks(24, seed=1)
+    answers: dict[int, np.ndarray] = {}
+
+    def client(indices):
+        ds = shared["box"]
+        for i in indices:
+            answers[i] = ds.query("velocity", dtype=np.float64, **work[i])
+
+    threads = [threading.Thread(target=client, args=(range(k, len(work), 6),)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, ask in enumerate(work):
+        expected = lone.query("velocity", dtype=np.float64, **ask)
+        np.testing.assert_allclose(answers[i], expected, rtol=1e-9, atol=1e-9)
+    stats = shared.engine_stats()
+    assert stats["completed"] == len(work) and stats["pending"] == 0
+    assert stats["scheduler"] == scheduler and stats["cache_bytes"] <= 2 << 20
+
+
+def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(database):
+    work = asks(16, seed=2)
+    read = {}
+    for scheduler in ("noshare", "jaws"):
+        ds = turbdb.open(database, scheduler=scheduler, cache_bytes=0, io="direct")["box"]
+        threads = [threading.Thread(target=ds.query, args=("velocity",), kwargs=ask) for ask in work]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        read[scheduler] = ds.engine.stats()["atoms_read"]
+    assert 2 * read["jaws"] <= read["noshare"], read
+
+
+def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
+    db = turbdb.open(database, cache_policy="lru")
+    ds = db["box"]
+    ask = asks(1, seed=3)[0]
+    first = ds.query("velocity", **ask)
+    read = db.engine_stats()["atoms_read"]
+    again = ds.query("velocity", **ask)
+    np.testing.assert_array_equal(first, again)
+    assert db.engine_stats()["atoms_read"] == read
+    assert ds.last_query_stats["cache_hits"] == ds.last_query_stats["atoms"] > 0
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(scheduler="fifo"), turbdb.UnknownNameError, "valid schedulers: noshare, liferaft, jaws"),
+        (dict(cache_policy="arc"), turbdb.UnknownNameError, "valid cache policy names: lru, lruk, slru, urc"),
+        (dict(io="mmap"), turbdb.UnknownNameError, "valid io modes: buffered, direct"),
+        (dict(cache_bytes=-1), turbdb.InvalidRequestError, "non-negative"),
+    ],
+)
+def test_bad_engine_options_are_refused_with_a_message(database, options, error, message):
+    with pytest.raises(error, match=message):
+        turbdb.open(database, **options)
+
+
+def test_without_engine_options_queries_run_alone(database):
+    db = turbdb.open(database)
+    assert db.engine is None
+    with pytest.raises(turbdb.InvalidRequestError, match="scheduler="):
+        db.engine_stats()

@@ -1,0 +1,70 @@
+"""Workload traces: shaped as the JHTDB log says (most jobs on one step, a few over every
+step, most queries small and concentrated), written and read back exactly, and replayed
+from the command line through a node engine with every query answered."""
+
+import json
+
+import numpy as np
+import pytest
+
+import turbdb
+from turbdb.cli import main
+from turbdb.workload import draw_points, generate, read_trace, write_trace
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("workload")
+    ds = turbdb.create_dataset(path, "box", grid=(32, 32, 32), times=[0.0, 0.1, 0.2, 0.3, 0.4],
+                               fields={"velocity": 3}, atom=8, partition=16)
+    rng = np.random.default_rng(0)
+    for t in range(5):
+        ds.write("velocity", t, rng.standard_normal((32, 32, 32, 3), dtype=np.float32))
+    return path
+
+
+def test_a_trace_has_the_shape_of_the_jhtdb_log(small_db):
+    info = turbdb.open(small_db)["box"].info
+    trace = generate(info, dataset="box", jobs=2000, duration=100.0, seed=3)
+    steps_per_job: dict[int, set] = {}
+    for q in trace:
+        steps_per_job.setdefault(q.job, set()).add(q.time)
+    single = np.mean([len(s) == 1 for s in steps_per_job.values()])
+    every = np.mean([len(s) == info.nt for s in steps_per_job.values()])
+    assert 0.85 <= single <= 0.91 and 0.02 <= every <= 0.07, (single, every)
+    assert np.mean([q.count <= 1000 for q in trace]) > 0.9
+    arrivals = np.array(sorted({q.arrival for q in trace if q.index == 0}))
+    gaps = np.diff(arrivals)
+    assert np.median(gaps) < 0.5 * np.mean(gaps), "arrivals come in bursts"
+    for q in trace[:50]:
+        points = draw_points(q, info)
+        assert points.shape == (q.count, 3) and np.array_equal(points, draw_points(q, info))
+        assert np.all(points >= 0) and np.all(points < 2 * np.pi)
+
+
+def test_a_written_trace_reads_back_the_same_and_a_bad_line_is_named(small_db, tmp_path):
+    info = turbdb.open(small_db)["box"].info
+    trace = generate(info, dataset="box", jobs=30, seed=1)
+    path = tmp_path / "t.jsonl"
+    write_trace(path, trace)
+    assert read_trace(path) == sorted(trace, key=lambda q: (q.arrival, q.job, q.index))
+    path.write_text(path.read_text() + '{"arrival": 1}\n')
+    with pytest.raises(turbdb.FormatError, match=f"line {len(trace) + 1}"):
+        read_trace(path)
+
+
+def test_the_cli_generates_and_replays_a_trace_through_an_engine(small_db, tmp_path):
+    from click.testing import CliRunner
+
+    trace = tmp_path / "trace.jsonl"
+    runner = CliRunner()
+    made = runner.invoke(main, ["workload", "generate", str(small_db), "box", "--out", str(trace), "--jobs", "40",
+                                "--duration", "2"])
+    assert made.exit_code == 0, made.output
+    count = len(trace.read_text().splitlines())
+    ran = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--clients", "8", "--scheduler",
+                               "jaws", "--cache-bytes", str(1 << 20), "--io", "direct", "--json"])
+    assert ran.exit_code == 0, ran.output
+    report = json.loads(ran.output)
+    assert report["queries"] == count and report["failed"] == 0
+    assert report["engine"]["atoms_read"] > 0 and 0 <= report["engine"]["hit_ratio"] <= 1
