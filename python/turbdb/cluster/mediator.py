@@ -30,7 +30,7 @@ from .dispatch import Dispatcher, Report
 from .health import cluster_status
 from .membership import Membership
 from .queue import POLICIES
-from .routing import Groups, Reach, Unit, split_cutout, split_query
+from .routing import Groups, Reach, Unit, split_cutout, split_query, unit_count
 from .transfer import copy_between, metadata_files, partition_files
 
 #: Arrays larger than this go straight to their worker (scatter) instead of riding in the
@@ -191,11 +191,18 @@ class DistributedField:
         n, width = len(points), info.fields[self.field].ncomp * SLOTS[operator]
         live = db.membership.live()
         whole = Groups.of(pmap, levels, catalogue.holders)
-        lone = _single_group(whole)
-        if lone is not None and sum(s in live for s in lone) < 2:
+        everywhere = _same_workers(whole)
+        lent: dict = {}
+        if everywhere is not None and sum(s in live for s in everywhere[0]) < 2:
             # Every partition of these steps on one worker: no routing, no adding.
-            units = [Unit(lone, None, points=None, cost=n)]
-            lent: dict = {}
+            units = [Unit(everywhere[0], None, points=None, cost=n)]
+        elif everywhere is not None:
+            # Every partition on each of these workers (as many workers as copies): each
+            # evaluates whole points, so contiguous runs of them are shared out without
+            # routing, each run queued under the groups in turn (for static placement).
+            bounds = np.linspace(0, n, unit_count(n) + 1).astype(int)
+            units = [Unit(everywhere[i % len(everywhere)], None, points=slice(a, b), cost=int(b - a))
+                     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
         else:
             reach = Reach.of(info, points, method=method, operator=operator, axes=axes)
             lent = db.balancer.lend(pmap, reach, levels, catalogue.holders, live) if db.balancer else {}
@@ -259,10 +266,12 @@ class DistributedField:
         return out
 
 
-def _single_group(groups: Groups) -> tuple[str, ...] | None:
-    """The one group holding every partition of a query's steps, if there is one."""
-    ids = {int(i) for table in groups.tables for i in np.unique(table)}
-    return groups.groups[ids.pop()] if len(ids) == 1 else None
+def _same_workers(groups: Groups) -> list[tuple[str, ...]] | None:
+    """The groups holding a query's partitions if they all are orderings of the same
+    workers (so any of those workers holds every partition), else None."""
+    ids = sorted({int(i) for table in groups.tables for i in np.unique(table)})
+    chosen = [groups.groups[i] for i in ids]
+    return chosen if len({frozenset(g) for g in chosen}) == 1 else None
 
 
 def _to_worker(client: Client, array: np.ndarray, address: str) -> Any:

@@ -142,6 +142,11 @@ class Groups:
         return cls(list(ids), tables, level_table)
 
 
+def unit_count(points: int) -> int:
+    """How many units a group's ``points`` are cut into, so that its workers share them."""
+    return max(1, min(points // MIN_UNIT_POINTS, max(UNITS_PER_GROUP, -(-points // UNIT_POINTS))))
+
+
 def split_query(pmap: PartitionMap, reach: Reach, levels: Sequence[tuple[int, float]], groups: Groups,
                 shareable: Callable[[tuple[str, ...]], bool]) -> list[Unit]:
     """The work units of a point query. A group for which ``shareable`` is false (one
@@ -172,10 +177,7 @@ def split_query(pmap: PartitionMap, reach: Reach, levels: Sequence[tuple[int, fl
         group = groups.groups[gid]
         partitions = [(int(t), pmap.position(s)) for (t, _), u in zip(levels, groups.level_table)
                       for s in np.flatnonzero(touched[u, gid])]
-        count = stop - start
-        pieces = 1
-        if shareable(group):
-            pieces = max(1, min(count // MIN_UNIT_POINTS, max(UNITS_PER_GROUP, -(-count // UNIT_POINTS))))
+        pieces = unit_count(stop - start) if shareable(group) else 1
         units.extend(Unit(group, partitions, points=piece, cost=len(piece))
                      for piece in np.array_split(rows[start:stop], pieces))
     return units
