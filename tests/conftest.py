@@ -2,6 +2,8 @@
 turbulence, for tracking and the R–Q teardrop) and a synthetic random-phase field of the
 same size (Gaussian: no teardrop)."""
 
+import dataclasses
+
 import pytest
 
 import turbdb
@@ -14,9 +16,12 @@ DNS_GRID, DNS_STEPS, DNS_SAVE_EVERY = 32, 12, 2
 @pytest.fixture(scope="session")
 def dns32(tmp_path_factory) -> turbdb.Dataset:
     """Forced isotropic turbulence on 32³ (Re_λ ≈ 25), velocity and pressure stored."""
-    snaps = list(run_dns(DNSConfig(n=DNS_GRID), n_saved=DNS_STEPS, save_every=DNS_SAVE_EVERY))
+    config = DNSConfig(n=DNS_GRID)
+    snaps = list(run_dns(config, n_saved=DNS_STEPS, save_every=DNS_SAVE_EVERY))
+    # The provenance turbdb simulate records: the spectrum and the demo read nu, n and kf from it.
+    provenance = {"generator": "tests/conftest.py", **{f"dns_{k}": v for k, v in dataclasses.asdict(config).items()}}
     ds = turbdb.create_dataset(tmp_path_factory.mktemp("dns32"), "dns32", grid=(DNS_GRID,) * 3,
-                               times=[s.time for s in snaps], provenance={"generator": "tests/conftest.py"})
+                               times=[s.time for s in snaps], provenance=provenance)
     for s in snaps:
         ds.write("velocity", s.step, s.velocity)
         ds.write("pressure", s.step, s.pressure)

@@ -84,3 +84,25 @@ def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
     assert "nothing to do" in again.stderr + again.stdout
     refused = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", check=False)
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
+
+
+def test_info_of_a_dataset_directory_describes_that_dataset(db):
+    out = run("info", db / "flow").stdout
+    assert out.startswith("dataset flow") and "2/2 steps written" in out
+    wrong = run("info", db / "flow" / "velocity", check=False)
+    assert wrong.returncode == 2 and f"open the database {db}" in wrong.stderr
+
+
+def test_token_prints_an_entry_the_server_accepts(tmp_path):
+    plain = run("token", "alice", "--max-points", "5000", "--datasets", "flow,other").stdout
+    hashed = run("token", "bob", "--hashed")
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(plain + hashed.stdout)
+    from turbdb.service.tokens import Tokens
+
+    loaded = Tokens.load(tokens)
+    secret = next(line.split('"')[1] for line in plain.splitlines() if line.startswith("token ="))
+    alice = loaded.identify(secret)
+    assert alice.name == "alice" and alice.max_points == 5000 and alice.datasets == ("flow", "other")
+    assert loaded.identify(hashed.stderr.strip().rsplit(" ", 1)[1]).name == "bob"
+    assert "sha256 =" in hashed.stdout and hashed.stderr.strip().rsplit(" ", 1)[1] not in hashed.stdout

@@ -122,3 +122,17 @@ def test_errors_are_turbdb_errors_and_builtin_errors():
         (turbdb.DatasetExistsError, FileExistsError),
     ]:
         assert issubclass(cls, turbdb.TurbdbError) and issubclass(cls, builtin)
+
+
+def test_a_dataset_directory_opens_as_a_database_of_that_dataset(tmp_path):
+    make(tmp_path)
+    turbdb.create_dataset(tmp_path / "db", "second", grid=(8, 8, 8), times=[0.0])
+    whole = turbdb.open(tmp_path / "db")
+    assert whole.datasets == ["flow", "second"]
+    one = turbdb.open(tmp_path / "db" / "flow")
+    assert one.datasets == ["flow"] and list(one) == ["flow"] and one.path == tmp_path / "db"
+    assert one["flow"].info.grid == (20, 18, 16)
+    with pytest.raises(turbdb.UnknownNameError, match="available: flow"):
+        one["second"]
+    with pytest.raises(turbdb.StorageError, match="array of field 'velocity' of dataset 'flow'"):
+        turbdb.open(tmp_path / "db" / "flow" / "velocity")

@@ -152,6 +152,59 @@ def test_physics_checks_reject_a_laminar_field() -> None:
     assert "FAIL" in D.format_checks(checks)
 
 
+def test_physics_checks_consume_a_generator_one_field_at_a_time() -> None:
+    made = []
+
+    def fields():
+        for _ in range(3):
+            made.append(taylor_green(16))
+            yield made[-1]
+
+    checks = D.physics_checks(fields(), nu=0.01, injection=0.0075)
+    assert checks["snapshots"] == 3 and len(made) == 3
+    assert checks["dissipation_ratio"] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_vorticity_of_taylor_green_is_exact() -> None:
+    n = 16
+    z, y, x = grid((n, n, n))
+    w = D.vorticity(taylor_green(n))
+    exact = stack(-np.cos(x) * np.sin(y) * np.sin(z), -np.sin(x) * np.cos(y) * np.sin(z),
+                  2 * np.sin(x) * np.sin(y) * np.cos(z), shape=(n, n, n))
+    np.testing.assert_allclose(w, exact, atol=1e-13)
+
+
+def test_compensated_plateau_finds_the_inertial_range_of_a_model_spectrum() -> None:
+    k = np.arange(1, 86, dtype=float)
+    # A Kolmogorov range between a box-scale roll-off and an exponential dissipation range.
+    e = 1.6 * k ** (-5 / 3) * np.exp(-((1.5 / k) ** 2)) * np.exp(-5.2 * k / 100)
+    comp = k ** (5 / 3) * e
+    lo, hi, level = D.compensated_plateau(k, comp, k_min=2.5)
+    run, longer = comp[int(lo) - 1 : int(hi)], comp[int(lo) - 1 : int(hi) + 1]
+    assert lo == 3 and run.max() <= D.PLATEAU_SPREAD * run.min()
+    assert longer.max() > D.PLATEAU_SPREAD * longer.min()  # one shell more would break ±14%
+    assert hi / lo >= D.PLATEAU_MIN_WIDTH and level == pytest.approx(np.exp(np.mean(np.log(run))))
+    # A spectrum without a -5/3 range (a steep k^-3 decay) has none, not even near its peak.
+    steep = k**-3.0 * np.exp(-((2 / k) ** 2))
+    assert D.compensated_plateau(k, k ** (5 / 3) * steep, k_min=2.5) is None
+    # The forced shells do not count.
+    assert D.compensated_plateau(k[:10], np.ones(10), k_min=2.5) == (3.0, 10.0, 1.0)
+    assert D.compensated_plateau(k[:10], np.ones(10), k_min=4.0) is None
+
+
+def test_lagrangian_integral_time_of_a_cosine_correlation() -> None:
+    # v_p(t) = a_p cos(w t): rho(tau) = cos(w tau), first zero at pi/(2w), integral 1/w.
+    w = 2.0
+    t = np.linspace(0.0, 3.0, 3001)
+    a = np.concatenate([np.linspace(-1, 1, 50)[:, None] * [1.0, 0.5, -2.0]])
+    v = np.cos(w * t)[:, None, None] * a[None]
+    rho, t_l = D.lagrangian_integral_time(t, v)
+    np.testing.assert_allclose(rho, np.cos(w * t), atol=1e-12)
+    assert t_l == pytest.approx(1 / w, rel=1e-6)
+    # A span shorter than the first zero crossing leaves T_L unknown.
+    assert D.lagrangian_integral_time(t[:500], v[:500])[1] is None
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -161,6 +214,9 @@ def test_physics_checks_reject_a_laminar_field() -> None:
         lambda: D.rq_quadrant_fractions(np.zeros(3), np.zeros(4)),
         lambda: D.physics_checks([], nu=0.1, injection=0.1),
         lambda: D.physics_checks(np.zeros((4, 4, 4, 3)), nu=0.1, injection=0.0),
+        lambda: D.physics_checks(iter([]), nu=0.1, injection=0.1),
+        lambda: D.compensated_plateau(np.arange(3.0), np.ones(4)),
+        lambda: D.lagrangian_integral_time(np.arange(3.0), np.zeros((3, 2, 2))),
     ],
 )
 def test_bad_arguments_raise_invalid_request(call) -> None:

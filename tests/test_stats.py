@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import turbdb
-from turbdb import diagnostics, stats
+from turbdb import diagnostics, plots, stats
 
 
 def run(*args):
@@ -72,6 +72,31 @@ def test_energy_spectrum_of_a_stored_step_sums_to_the_kinetic_energy(dns32, tmp_
     assert spectrum.time == pytest.approx(0.32)  # the nearest stored step
     png, npz, summary = spectrum.save(tmp_path / "spectrum")
     assert png.stat().st_size > 1000 and np.load(npz)["E"].shape == spectrum.e.shape
+
+
+def test_spectrum_of_a_dns_shows_resolved_shells_in_kolmogorov_units(dns32, tmp_path):
+    spectrum = stats.energy_spectrum(dns32, time=0.48)
+    nu = dns32.info.provenance["dns_nu"]
+    assert spectrum.nu == nu and spectrum.k_cutoff == pytest.approx(32 / 3) and spectrum.k_forcing == 2.5
+    k, e = spectrum.resolved()
+    assert k.max() == 11 and len(spectrum.k) == 28  # shell 11 holds |k| < 32/3 in part; 12 … 28 lie beyond
+    assert spectrum.e[spectrum.k > 11].max() < 1e-12 * spectrum.e.max()  # float32 round-off only
+    u = dns32.cutout("velocity", time=0.48).values.astype(np.float64)
+    assert spectrum.dissipation == pytest.approx(diagnostics.dissipation(u, nu), rel=1e-12)
+    assert spectrum.re_lambda == pytest.approx(diagnostics.taylor_reynolds(u, nu), rel=1e-9)
+    assert 15 < spectrum.re_lambda < 35 and spectrum.plateau is None  # no inertial range at this Re
+    assert spectrum.compensated() == pytest.approx(k ** (5 / 3) * e / spectrum.dissipation ** (2 / 3))
+    png, _, summary = spectrum.save(tmp_path / "spectrum")
+    assert json.loads(summary.read_text())["kmax_eta"] == pytest.approx(32 / 3 * spectrum.eta)
+    assert "no inertial range" in plots.spectrum_statement(spectrum)
+
+
+def test_spectrum_without_a_viscosity_says_the_kolmogorov_scales_are_unknown(synthetic32, tmp_path):
+    spectrum = stats.energy_spectrum(synthetic32, time=0.0)
+    assert spectrum.nu is None and spectrum.dissipation is None and spectrum.plateau is None
+    assert spectrum.k_cutoff == 16 and spectrum.resolved()[0].max() < 16  # the Nyquist shell, or the round-off floor
+    assert "unknown" in plots.spectrum_statement(spectrum)
+    assert spectrum.save(tmp_path / "s")[0].stat().st_size > 1000
 
 
 def test_bad_statistics_requests_are_refused(dns32, tmp_path):

@@ -3,6 +3,7 @@ written, shards hold their atoms in Morton order, and arrays written by other Za
 (zstd-compressed) pass turbdb's checks."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -47,6 +48,31 @@ def test_xarray_opens_the_dataset_with_coordinates(dataset):
         np.testing.assert_allclose(opened.x.values, np.arange(70) * 2 * np.pi / 70)
         np.testing.assert_allclose(opened.time.values, [0.0, 0.1, 0.2])
         assert opened.velocity.dims == ("time", "z", "y", "x", "velocity_component")
+
+
+def test_xarray_opens_a_dataset_without_warnings_and_sees_appended_times_and_fields(tmp_path):
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(16, 16, 16), times=[0.0, 0.1])
+    ds.write("velocity", 0, np.ones((16, 16, 16, 3)))
+
+    def opened_sizes():
+        # No "failed to open with consolidated metadata" RuntimeWarning, nothing else either.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with xr.open_zarr(ds.path) as opened:
+                return dict(opened.sizes), sorted(opened.data_vars), opened.time.values.tolist()
+
+    assert opened_sizes() == ({"time": 2, "z": 16, "y": 16, "x": 16, "pressure_component": 1,
+                               "velocity_component": 3}, ["pressure", "velocity"], [0.0, 0.1])
+    ds.append_times([0.2, 0.3])
+    ds.add_field("temperature", 1)
+    sizes, variables, times = opened_sizes()
+    assert sizes["time"] == 4 and variables == ["pressure", "temperature", "velocity"] and times == [0.0, 0.1, 0.2, 0.3]
+    # zarr-python trusts the consolidated copy: it must follow every change of the arrays.
+    group = json.loads((ds.path / "zarr.json").read_text())
+    consolidated = group["consolidated_metadata"]["metadata"]
+    for name in ("velocity", "pressure", "temperature", "time", "x"):
+        assert consolidated[name] == json.loads((ds.path / name / "zarr.json").read_text())
+    assert zarr.open_group(ds.path, mode="r")["velocity"].shape == (4, 16, 16, 16, 3)
 
 
 def test_every_shard_stores_its_atoms_in_morton_order(dataset):

@@ -70,3 +70,12 @@ def node_range(name: str, value: Any) -> tuple[int, int]:
     except (TypeError, ValueError):
         raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {value!r}") from None
     return start, stop
+
+
+def time_list(time: Any) -> list[float]:
+    """One time, or a sequence of times (a time series), as a list of finite floats."""
+    if np.ndim(time) == 0:
+        return [finite_number("time", time)]
+    if np.ndim(time) != 1 or len(time) == 0:
+        raise InvalidRequestError(f"time must be a number or a non-empty sequence of numbers, not {time!r}")
+    return [finite_number("time", t) for t in time]

@@ -18,14 +18,23 @@ from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .dataset import Dataset
 from .exceptions import DatasetExistsError, FormatError, InvalidRequestError, StorageError, UnknownNameError
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
-from .zarr_meta import ZARR_JSON, field_document, group_document, read_json, write_coordinate, write_json_atomic
+from .zarr_meta import (
+    ZARR_JSON,
+    consolidated_metadata,
+    field_document,
+    group_document,
+    read_json,
+    write_coordinate,
+    write_json_atomic,
+)
 
 
 class Database(Mapping[str, Dataset]):
-    """The datasets of one database directory, by name. With a node engine (any of
-    ``scheduler``, ``cache_bytes``, ``cache_policy``, ``io`` given to :func:`open`), every
-    dataset opened from it queries through that one engine, so queries from many threads
-    share their reads and a cache of decoded atoms."""
+    """The datasets of one database directory, by name. Given the directory of one dataset
+    (``data/isotropic64``) instead, it is the database holding that dataset alone. With a
+    node engine (any of ``scheduler``, ``cache_bytes``, ``cache_policy``, ``io`` given to
+    :func:`open`), every dataset opened from it queries through that one engine, so queries
+    from many threads share their reads and a cache of decoded atoms."""
 
     def __init__(
         self,
@@ -37,8 +46,16 @@ class Database(Mapping[str, Dataset]):
         io: str | None = None,
     ):
         self.path = Path(path)
+        #: The one dataset shown when opened at a dataset's directory.
+        self.only: str | None = None
         if not self.path.is_dir():
             raise StorageError(f"no database at {self.path}: the directory does not exist (create one with turbdb simulate or turbdb ingest)")
+        if _is_dataset_group(self.path):
+            self.path, self.only = self.path.parent, self.path.name
+        elif _is_field_array(self.path):
+            raise StorageError(f"{path} is the array of field {self.path.name!r} of dataset {self.path.parent.name!r}; "
+                               f"open the database {self.path.parent.parent} (or the dataset directory "
+                               f"{self.path.parent}) instead")
         self.engine: Any = None
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
             self.engine = _core.Engine(
@@ -56,11 +73,14 @@ class Database(Mapping[str, Dataset]):
         return self.engine.stats()
 
     def __repr__(self) -> str:
-        return f"<turbdb.Database {str(self.path)!r}: {', '.join(self.datasets) or 'empty'}>"
+        shown = f"{self.path / self.only}" if self.only else str(self.path)
+        return f"<turbdb.Database {shown!r}: {', '.join(self.datasets) or 'empty'}>"
 
     @property
     def datasets(self) -> list[str]:
         """Names of the datasets, sorted."""
+        if self.only is not None:
+            return [self.only]
         return sorted(
             entry.name
             for entry in os.scandir(self.path)
@@ -92,6 +112,22 @@ def _is_dataset(path: Path) -> bool:
         return False
 
 
+def _is_dataset_group(path: Path) -> bool:
+    """The group of a dataset itself (``data/isotropic64``), not a database."""
+    try:
+        return "turbdb" in read_json(path / ZARR_JSON).get("attributes", {})
+    except (OSError, FormatError):
+        return False
+
+
+def _is_field_array(path: Path) -> bool:
+    """A field array inside a dataset (``data/isotropic64/velocity``)."""
+    try:
+        return read_json(path / ZARR_JSON).get("node_type") == "array" and _is_dataset(path.parent)
+    except (OSError, FormatError):
+        return False
+
+
 def open(  # noqa: A001 - the public name is turbdb.open
     path: str | os.PathLike[str],
     *,
@@ -102,7 +138,8 @@ def open(  # noqa: A001 - the public name is turbdb.open
     cluster: Any = None,
     **cluster_options: Any,
 ) -> Database:
-    """Opens the database directory ``path``.
+    """Opens the database directory ``path``; the directory of one dataset
+    (``data/isotropic64``) opens as a database holding that dataset alone.
 
     Giving any engine option makes one node engine for the database, shared by every
     dataset and thread that queries it: ``scheduler`` noshare, liferaft or jaws (the
@@ -221,7 +258,7 @@ def create_dataset(
     for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
         write_coordinate(path, axis, o + d * np.arange(n))
     write_coordinate(path, "time", times_a)
-    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}))
+    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
 
 

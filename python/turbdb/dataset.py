@@ -15,8 +15,10 @@ import numpy as np
 from . import _core
 from .exceptions import FormatError, InvalidRequestError, UnknownNameError
 from .info import DatasetInfo, check_name, uniform_times
+from .times import format_time
 from .zarr_meta import (
     ZARR_JSON,
+    consolidated_metadata,
     field_document,
     parse_atom_codecs,
     read_json,
@@ -102,10 +104,13 @@ class Dataset:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def update_attrs(self, change: Callable[[dict[str, Any]], None]) -> None:
-        """Applies ``change`` to the stored ``turbdb`` attributes under the metadata lock."""
+        """Applies ``change`` to the stored ``turbdb`` attributes under the metadata lock.
+        The consolidated metadata is refreshed with them: ``change`` may resize or add
+        arrays, and zarr-python and xarray trust the consolidated copy."""
         with self._metadata_lock():
             document = read_json(self.path / ZARR_JSON)
             change(document["attributes"]["turbdb"])
+            document["consolidated_metadata"] = consolidated_metadata(self.path)
             write_json_atomic(self.path / ZARR_JSON, document)
 
     # -- writing ------------------------------------------------------------------------
@@ -172,7 +177,7 @@ class Dataset:
             old = np.asarray(attrs["times"], dtype=np.float64)
             if old.size and new.size and new[0] <= old[-1]:
                 raise InvalidRequestError(
-                    f"appended times must come after the last stored time {old[-1]:g}; got {new[0]:g}"
+                    f"appended times must come after the last stored time {format_time(old[-1])}; got {format_time(new[0])}"
                 )
             combined = np.concatenate([old, new])
             uniform_times(combined)
@@ -220,7 +225,7 @@ class Dataset:
         field: str,
         points: Any,
         *,
-        time: float,
+        time: Any,
         method: str = "lag6",
         operator: str = "field",
         temporal: str = "none",
@@ -235,21 +240,29 @@ class Dataset:
         ``[:, c, a] = ∂u_c/∂x_a``; hessian → ``(N, ncomp, 6)`` ordered xx, xy, xz, yy, yz,
         zz; laplacian → ``(N, ncomp)``. ``temporal``: none (nearest stored time) or pchip.
         Sums are accumulated in float64; the result has ``dtype``. ``strategy`` selects
-        the evaluation (streaming partial sums, or the sorted/direct baselines).
+        the evaluation (streaming partial sums, or the sorted/direct baselines). A sequence
+        of times (a time series, as JHTDB's ``timepoint_end``/``delta_t``) gives one answer
+        per time, stacked: ``(T, N, …)``.
         """
         from .query import query
 
         return query(self, field, points, time=time, method=method, operator=operator, temporal=temporal,
                      dtype=dtype, strategy=strategy)
 
-    def cutout(self, field: str, *, time: float, x: Any = None, y: Any = None, z: Any = None, stride: int = 1) -> Any:
+    def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
+               filter_width: int = 1) -> Any:
         """The stored values of ``field`` at the stored time nearest ``time`` on the nodes
         ``x = (start, stop)`` etc. (grid indices, half-open, wrapping on periodic axes; the
-        whole axis when omitted), every ``stride``-th node: an ``xarray.DataArray`` with
-        dims ``(z, y, x, component)`` and physical and index coordinates."""
-        from .query import cutout
+        whole axis when omitted), every ``stride``-th node (one stride, or three: x, y, z):
+        an ``xarray.DataArray`` with dims ``(z, y, x, component)`` and physical and index
+        coordinates. ``time`` may be a sequence of times (e.g. ``info.times[10:20:2]``): then
+        the DataArray has a leading ``time`` dim. ``filter_width`` > 1 averages each node's
+        box of ``filter_width³`` nodes first, as JHTDB's cutout service (see
+        :mod:`turbdb.cutout`). Save it with ``.to_netcdf(…)`` or :func:`turbdb.export.write`
+        (NetCDF, Zarr, HDF5 + XDMF for ParaView, .npy)."""
+        from .cutout import cutout
 
-        return cutout(self, field, time=time, x=x, y=y, z=z, stride=stride)
+        return cutout(self, field, time=time, x=x, y=y, z=z, stride=stride, filter_width=filter_width)
 
     def track(
         self,

@@ -13,17 +13,18 @@ import click
 import numpy as np
 import zarr
 
-from . import diagnostics, stats
+from . import diagnostics, plots, stats
 from .database import open as open_db
 from .exceptions import InvalidRequestError
+from .times import format_time
 from .track import step_times
 
 SAMPLED_STEPS = 10
-#: Tracking: particles, stored steps spanned (about one large-eddy time on isotropic64),
-#: and integration steps per stored step.
+#: Tracking: particles, integration steps per stored step, and the stored steps spanned by
+#: the return test (forward, then back to the start). Dispersion uses the whole window.
 PARTICLES = 4096
-TRACKED_STEPS = 20
 SUBSTEPS = 4
+RETURN_STEPS = 20
 RQ_POINTS = 100_000
 
 
@@ -41,26 +42,35 @@ def run_demo(db: Path, name: str, out: Path | None = None) -> dict:
 
     velocity = zarr.open_array(dataset.path / "velocity", mode="r")
     picked = steps[:: max(1, len(steps) // SAMPLED_STEPS)]
-    snapshots = [np.asarray(velocity[t], dtype=np.float64) for t in picked]
+    # float32 as stored, read one step at a time: a 256³ step is 200 MB.
+    snapshots = (np.asarray(velocity[t]) for t in picked)
     click.echo(f"\nphysics from {len(picked)} stored steps ({picked[0]} … {picked[-1]}):")
     nu, injection = info.provenance.get("dns_nu"), info.provenance.get("dns_epsilon")
     checks: dict = {}
     if nu and injection:
         checks = diagnostics.physics_checks(snapshots, nu=nu, injection=injection, box_length=box)
         click.echo(diagnostics.format_checks(checks))
-        click.echo(f"  Re_λ = {diagnostics.taylor_reynolds(snapshots[-1], nu, box):.1f}")
     else:
-        skew, flat = diagnostics.derivative_moments(snapshots, box_length=box)
+        skew, flat = diagnostics.derivative_moments(list(snapshots), box_length=box)
         click.echo(f"  skewness of du/dx {skew:+.3f}, flatness {flat:.3f} (no viscosity recorded: not a DNS)")
 
     out = out or Path(db) / f"{name}-demo"
     out.mkdir(parents=True, exist_ok=True)
-    written = _plots(snapshots[-1], box, out, name, info.times[picked[-1]])
-    checks["tracking"], plot = _tracking(dataset, steps, out)
+    last = np.asarray(velocity[picked[-1]])
+    time = float(info.times[picked[-1]])
+    written = [plots.plot_vorticity_slice(diagnostics.vorticity(last, box), box, name, time,
+                                          out / "vorticity_slice.png")]
+    spectrum = stats.spectrum_of(last, dataset=name, field="velocity", time=time, box_length=box,
+                                 provenance=info.provenance)
+    del last
+    _report_spectrum(spectrum)
+    checks["spectrum"] = {key: value for key, value in spectrum.summary().items() if key not in ("k", "E")}
+    written.append(spectrum.save(out / "energy_spectrum")[0])
+    checks["tracking"], plot = _tracking(dataset, steps, out, spectrum)
     written.append(plot)
-    rq = stats.rq_pdf(dataset, time=info.times[picked[-1]], points=RQ_POINTS, method="lag6")
+    rq = stats.rq_pdf(dataset, time=time, points=RQ_POINTS, method="lag6")
     checks["rq_points"] = rq.summary()
-    click.echo(f"\nR–Q joint PDF from lag6 velocity gradients at {RQ_POINTS} random points, t = {rq.time:.3g}:")
+    click.echo(f"\nR–Q joint PDF from lag6 velocity gradients at {RQ_POINTS} random points, t = {format_time(rq.time)}:")
     click.echo(f"  P(Q<0,R>0) = {rq.fractions['Q<0,R>0']:.3f}, P(Q<0,R<0) = {rq.fractions['Q<0,R<0']:.3f}: "
                f"ratio {rq.asymmetry:.2f} ({'the teardrop of turbulence' if rq.asymmetry > diagnostics.MIN_RQ_ASYMMETRY else 'no teardrop'})")
     written.append(rq.save(out / "rq_pdf")[0])
@@ -70,87 +80,52 @@ def run_demo(db: Path, name: str, out: Path | None = None) -> dict:
     return checks
 
 
-def _tracking(dataset: Any, steps: list[int], out: Path) -> tuple[dict, Path]:
-    """Tracks PARTICLES particles forward over TRACKED_STEPS stored steps and back again
-    (Perlman et al. §4.1), prints dispersion and return error, plots trajectories."""
+def _report_spectrum(spectrum: stats.Spectrum) -> None:
+    click.echo(f"\nenergy spectrum at t = {format_time(spectrum.time)}:")
+    if spectrum.nu is not None:
+        click.echo(f"  Re_λ = {spectrum.re_lambda:.1f}, ε = {spectrum.dissipation:.4g}, η = {spectrum.eta:.4g}, "
+                   f"k_max η = {spectrum.k_cutoff * spectrum.eta:.2f}")
+    click.echo(f"  {plots.spectrum_statement(spectrum)}")
+
+
+def _tracking(dataset: Any, steps: list[int], out: Path, spectrum: stats.Spectrum) -> tuple[dict, Path]:
+    """Tracks PARTICLES particles forward through the stored window (its interior: pchip
+    has centred slopes there) and back over RETURN_STEPS stored steps (Perlman et al.
+    §4.1); prints the dispersion, the Lagrangian integral time and the return error, and
+    plots trajectories and dispersion."""
     info = dataset.metadata
-    first = steps[0] + 1 if len(steps) > TRACKED_STEPS + 2 else steps[0]
-    last = min(steps[-1], first + TRACKED_STEPS)
+    first, last = (steps[1], steps[-2]) if len(steps) > 4 else (steps[0], steps[-1])
     start, end = float(info.times[first]), float(info.times[last])
     dt = (info.dt or (end - start)) / SUBSTEPS
     x0 = stats.random_points(info, PARTICLES, seed=1)
     began = perf_counter()
-    forward = dataset.track(x0, start=start, end=end, dt=dt, method="lag6")
-    backward = dataset.track(forward[-1], start=end, end=start, dt=dt, method="lag6")
+    forward, velocity = dataset.track(x0, start=start, end=end, dt=dt, method="lag6", return_velocity=True)
+    times = step_times(start, end, dt)
+    back_from = min(RETURN_STEPS * SUBSTEPS, len(times) - 1)
+    backward = dataset.track(forward[back_from], start=float(times[back_from]), end=start, dt=dt, method="lag6")
     seconds = perf_counter() - began
-    n_steps = len(forward) - 1
-    displacement = forward - forward[0]
-    msd = np.mean(np.sum(displacement**2, axis=-1), axis=1)
+    n_steps = len(forward) - 1 + len(backward) - 1
     error = np.linalg.norm(backward[-1] - x0, axis=1)
     dx = info.spacing[0]
+    u2 = float(np.mean(np.sum(velocity[0] ** 2, axis=1)))
+    rho, lagrangian_time = diagnostics.lagrangian_integral_time(times, velocity)
+    msd = float(np.mean(np.sum((forward[-1] - forward[0]) ** 2, axis=-1)))
     result = {"particles": PARTICLES, "start": start, "end": end, "dt": dt, "steps": n_steps,
-              "seconds": seconds, "particle_steps_per_s": 2 * n_steps * PARTICLES / seconds,
-              "rms_displacement": float(np.sqrt(msd[-1])), "return_error_mean": float(error.mean()),
+              "seconds": seconds, "particle_steps_per_s": n_steps * PARTICLES / seconds,
+              "rms_displacement": float(np.sqrt(msd)), "lagrangian_integral_time": lagrangian_time,
+              "return_from": float(times[back_from]), "return_error_mean": float(error.mean()),
               "return_error_median": float(np.median(error)), "return_error_p99": float(np.percentile(error, 99)),
               "return_error_max": float(error.max()), "dx": dx}
-    click.echo(f"\ntracking {PARTICLES} particles from t = {start:.3g} to {end:.3g} and back "
-               f"(lag6 + pchip, RK2, dt = {dt:.3g}, {n_steps} steps each way): {seconds:.1f} s, "
-               f"{result['particle_steps_per_s'] / 1e6:.2f} M particle-steps/s")
-    click.echo(f"  rms displacement {result['rms_displacement']:.3f} ({result['rms_displacement'] / dx:.1f} grid spacings)")
+    click.echo(f"\ntracking {PARTICLES} particles from t = {format_time(start)} to {format_time(end)} "
+               f"(lag6 + pchip, RK2, dt = {dt:.3g}), and back from t = {format_time(times[back_from])}: "
+               f"{seconds:.1f} s, {result['particle_steps_per_s'] / 1e6:.2f} M particle-steps/s")
+    t_l = f"{lagrangian_time:.2f}" if lagrangian_time is not None else "not reached within the window"
+    click.echo(f"  rms displacement {result['rms_displacement']:.3f} ({result['rms_displacement'] / dx:.1f} grid "
+               f"spacings); Lagrangian integral time T_L = {t_l}")
     click.echo(f"  back at the start within {result['return_error_mean'] / dx:.1e} dx on average (median "
                f"{result['return_error_median'] / dx:.1e} dx, 99% within {result['return_error_p99'] / dx:.1e} dx; "
                f"the worst, {result['return_error_max'] / dx:.2g} dx, shows how chaos amplifies the RK2 error)")
-    return result, _trajectory_plot(dataset, forward, msd, x0, step_times(start, end, dt), out)
-
-
-def _trajectory_plot(dataset: Any, forward: np.ndarray, msd: np.ndarray, x0: np.ndarray, times: np.ndarray,
-                     out: Path) -> Path:
-    """40 trajectories projected on x-y, and the mean square displacement against time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    info = dataset.metadata
-    start, end = times[0], times[-1]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.5))
-    (x0_, x1_), (y0_, y1_) = info.domain[0], info.domain[1]
-    ax.plot([x0_, x1_, x1_, x0_, x0_], [y0_, y0_, y1_, y1_, y0_], color="grey", lw=0.6, ls="--")
-    for i in range(min(40, forward.shape[1])):
-        ax.plot(forward[:, i, 0], forward[:, i, 1], lw=0.8)
-        ax.plot(*forward[0, i, :2], "k.", ms=3)
-    ax.set(xlabel="x", ylabel="y", aspect="equal",
-           title=f"{dataset.name}: {min(40, forward.shape[1])} of {forward.shape[1]} trajectories (unwrapped), t = {start:.3g} … {end:.3g}")
-    ax.title.set_fontsize(9)
-    ax2.loglog(times[1:] - start, msd[1:], label="<|x(t) − x(0)|²>")
-    u2 = np.mean(np.sum(dataset.query("velocity", x0, time=start, dtype=np.float64) ** 2, axis=1))
-    ax2.loglog(times[1:] - start, u2 * (times[1:] - start) ** 2, "k--", lw=1, label="ballistic <|u|²> t²")
-    ax2.set(xlabel="t − t0", ylabel="mean square displacement", title="single-particle dispersion")
-    ax2.legend()
-    path = out / "trajectories.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _plots(u: np.ndarray, box: float, out: Path, name: str, time: float) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    a = diagnostics.velocity_gradient(u, box_length=box)
-    vorticity = np.stack([a[..., 2, 1] - a[..., 1, 2], a[..., 0, 2] - a[..., 2, 0], a[..., 1, 0] - a[..., 0, 1]], -1)
-    paths = []
-
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    image = ax.imshow(np.linalg.norm(vorticity[0], axis=-1), origin="lower", extent=(0, box, 0, box), cmap="magma")
-    fig.colorbar(image, ax=ax, label="|ω|")
-    ax.set(xlabel="x", ylabel="y", title=f"{name}: vorticity magnitude, z = 0, t = {time:.3g}")
-    paths.append(out / "vorticity_slice.png")
-    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-    k, e = diagnostics.energy_spectrum(u, box_length=box)
-    paths.append(stats.Spectrum(dataset=name, field="velocity", time=float(time), k=k, e=e).save(out / "energy_spectrum")[0])
-    return paths
+    tau_eta = (spectrum.nu / spectrum.dissipation) ** 0.5 if spectrum.nu is not None else None
+    plot = plots.plot_dispersion(dataset.name, forward, times, info.domain, u2, lagrangian_time, tau_eta,
+                                 out / "trajectories.png")
+    return result, plot

@@ -25,6 +25,9 @@ __all__ = [
     "rq_invariants",
     "rq_quadrant_fractions",
     "energy_spectrum",
+    "compensated_plateau",
+    "vorticity",
+    "lagrangian_integral_time",
     "poisson_pressure",
     "integral_scale",
     "turbulence_scales",
@@ -35,6 +38,8 @@ __all__ = [
     "MIN_FLATNESS",
     "DISSIPATION_TOLERANCE",
     "MIN_RQ_ASYMMETRY",
+    "PLATEAU_SPREAD",
+    "PLATEAU_MIN_WIDTH",
 ]
 
 #: Acceptance window for the longitudinal derivative skewness (experiments and DNS at
@@ -48,6 +53,13 @@ DISSIPATION_TOLERANCE = 0.10
 #: up to sampling noise), turbulence's Vieillefosse tail gives about 1.5-2, so the margin
 #: keeps sampling noise of a Gaussian field from passing.
 MIN_RQ_ASYMMETRY = 1.2
+
+#: An inertial range in the compensated spectrum k^(5/3) E(k) / eps^(2/3): consecutive shells
+#: whose largest and smallest values differ by at most this factor (+-14% about the middle)…
+PLATEAU_SPREAD = 1.3
+#: …spanning at least this ratio k_hi / k_lo (half a decade). Any smooth spectrum is flat
+#: near the maximum of its compensated form over a factor ~2 in k; that is not a range.
+PLATEAU_MIN_WIDTH = 3.0
 
 _WORKERS = os.cpu_count() or 1
 
@@ -249,6 +261,66 @@ def energy_spectrum(u: np.ndarray, box_length: float = 2 * np.pi) -> tuple[np.nd
     return m * k0, e[1:] / k0
 
 
+def compensated_plateau(
+    k: np.ndarray, compensated: np.ndarray, *, k_min: float = 0.0
+) -> tuple[float, float, float] | None:
+    """The widest run of consecutive shells with k > k_min over which ``compensated``
+    (k^(5/3) E(k) / eps^(2/3)) stays within ``PLATEAU_SPREAD``, if it spans at least
+    ``PLATEAU_MIN_WIDTH`` in k: ``(k_lo, k_hi, level)`` with the geometric-mean level, else
+    ``None``. ``k_min`` excludes the forced shells, where the spectrum is set by the forcing."""
+    k = np.asarray(k, dtype=np.float64)
+    c = np.asarray(compensated, dtype=np.float64)
+    if k.shape != c.shape or k.ndim != 1:
+        raise InvalidRequestError("k and the compensated spectrum must be 1-D arrays of the same length")
+    keep = (k > k_min) & (c > 0)
+    best: tuple[float, float, float] | None = None
+    idx = np.flatnonzero(keep)
+    for a_pos, a in enumerate(idx):
+        lo = hi = c[a]
+        for b in idx[a_pos:]:
+            if b != a and not keep[b - 1]:
+                break  # runs are of consecutive shells
+            lo, hi = min(lo, c[b]), max(hi, c[b])
+            if hi > PLATEAU_SPREAD * lo:
+                break
+            width = k[b] / k[a]
+            if width >= PLATEAU_MIN_WIDTH and (best is None or width > best[1] / best[0]):
+                best = (float(k[a]), float(k[b]), float(np.exp(np.mean(np.log(c[a : b + 1])))))
+    return best
+
+
+def vorticity(u: np.ndarray, box_length: float = 2 * np.pi) -> np.ndarray:
+    """omega = curl u of a periodic velocity (nz, ny, nx, 3) -> (nz, ny, nx, 3), spectral."""
+    uc = _component_first(u)
+    shape = uc.shape[1:]
+    uh = _fft(uc)
+    kz, ky, kx = _wavenumbers(shape, box_length)
+    wh = np.stack([ky * uh[2] - kz * uh[1], kz * uh[0] - kx * uh[2], kx * uh[1] - ky * uh[0]]) * 1j
+    return np.ascontiguousarray(np.moveaxis(_ifft(wh, shape), 0, -1))
+
+
+def lagrangian_integral_time(times: np.ndarray, velocities: np.ndarray) -> tuple[np.ndarray, float | None]:
+    """Velocity autocorrelation rho(tau) = <u(t0) . u(t0 + tau)> / <|u(t0)|^2> along particle
+    paths ``velocities`` (n_times, n_particles, 3) sampled at ``times``, and the Lagrangian
+    integral time T_L = integral of rho up to its first zero crossing (trapezoid rule);
+    ``None`` when rho has not fallen to zero within the span (T_L is then unknown)."""
+    v = np.asarray(velocities, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    if v.ndim != 3 or v.shape[2] != 3 or t.shape != (v.shape[0],) or v.shape[0] < 2:
+        raise InvalidRequestError("velocities must be (n_times >= 2, n_particles, 3) and times (n_times,)")
+    v = v - v.mean(axis=1, keepdims=True)  # fluctuations about the ensemble mean
+    rho = np.einsum("tpc,pc->t", v, v[0]) / np.einsum("pc,pc->", v[0], v[0])
+    below = np.flatnonzero(rho <= 0)
+    if below.size == 0:
+        return rho, None
+    z = below[0]
+    # Integrate up to the interpolated zero crossing between samples z-1 and z.
+    t0 = t[z - 1] + (t[z] - t[z - 1]) * rho[z - 1] / (rho[z - 1] - rho[z])
+    tau = np.concatenate([t[:z] - t[0], [t0 - t[0]]])
+    r = np.concatenate([rho[:z], [0.0]])
+    return rho, float(np.sum(0.5 * (r[1:] + r[:-1]) * np.diff(tau)))
+
+
 def poisson_pressure(u: np.ndarray, box_length: float = 2 * np.pi) -> np.ndarray:
     """Pressure over density solving lap p = -d_i d_j (u_i u_j), zero mean, float64 (nz, ny, nx).
 
@@ -316,7 +388,8 @@ def physics_checks(
     injection: float,
     box_length: float = 2 * np.pi,
 ) -> dict[str, Any]:
-    """Measure the four acceptance checks of forced isotropic turbulence over snapshots.
+    """Measure the four acceptance checks of forced isotropic turbulence over snapshots
+    (one field, a stack, a list, or any iterable of fields such as a generator).
 
     Returns the measured values (skewness, flatness pooled over du/dx, dv/dy, dw/dz and all
     snapshots; mean dissipation and its ratio to ``injection``; R-Q quadrant fractions pooled
@@ -324,13 +397,17 @@ def physics_checks(
     """
     if not (injection > 0 and nu > 0):
         raise InvalidRequestError("nu and injection must be positive")
-    fields = _as_snapshot_list(velocities)
+    # A list or stack is taken as is; any other iterable is consumed one field at a time, so
+    # a generator reading stored steps never holds more than one of them.
+    fields = _as_snapshot_list(velocities) if isinstance(velocities, (np.ndarray, list, tuple)) else velocities
+    count = 0
     moments = np.zeros(3)
     eps = 0.0
     counts = dict.fromkeys(("Q>0,R>0", "Q>0,R<0", "Q<0,R>0", "Q<0,R<0"), 0)
     points = 0
     # One snapshot at a time so a long window never holds more than one gradient field.
     for f in fields:
+        count += 1
         g = _gradient_planes(f, box_length)
         diag = np.stack([g[0, 0], g[1, 1], g[2, 2]])
         d2 = diag * diag
@@ -345,8 +422,10 @@ def physics_checks(
         for key, c in _rq_quadrant_counts(r.ravel(), q.ravel()).items():
             counts[key] += c
         points += r.size
-    skew, flat = _skewness_flatness(moments / len(fields))
-    eps /= len(fields)
+    if count == 0:
+        raise InvalidRequestError("no velocity fields given")
+    skew, flat = _skewness_flatness(moments / count)
+    eps /= count
     fractions = {key: c / points for key, c in counts.items()}
     asym = fractions["Q<0,R>0"] / max(fractions["Q<0,R<0"], 1e-300)
     result: dict[str, Any] = {
@@ -357,7 +436,7 @@ def physics_checks(
         "dissipation_ratio": eps / injection,
         "rq_fractions": fractions,
         "rq_asymmetry": asym,
-        "snapshots": len(fields),
+        "snapshots": count,
         "skewness_ok": SKEWNESS_RANGE[0] <= skew <= SKEWNESS_RANGE[1],
         "flatness_ok": flat > MIN_FLATNESS,
         "dissipation_ok": abs(eps / injection - 1.0) <= DISSIPATION_TOLERANCE,

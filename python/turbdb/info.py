@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .exceptions import FormatError, InvalidRequestError
+from .times import format_time
 
 FORMAT_VERSION = 1
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
@@ -150,8 +151,8 @@ class DatasetInfo:
             f"  origin      {', '.join(f'{o:.6g}' for o in self.origin)}   periodic {', '.join('xyz'[i] for i, p in enumerate(self.periodic) if p) or 'none'}",
         ]
         if self.nt:
-            dt = f"dt {self.dt:.6g}" if self.dt is not None else "non-uniform"
-            lines.append(f"  times       {self.nt} steps, t = {self.times[0]:.6g} … {self.times[-1]:.6g} ({dt})")
+            dt = f"dt {format_time(self.dt)}" if self.dt is not None else "non-uniform"
+            lines.append(f"  times       {self.nt} steps, t = {format_time(self.times[0])} … {format_time(self.times[-1])} ({dt})")
         lines.append(f"  storage     atoms {self.atom}³, partitions {self.partition}³ (Zarr v3 shards)")
         for f in self.fields.values():
             present = f.steps_present

@@ -1,4 +1,4 @@
-"""Point queries and cutouts of a local dataset: arguments checked by :mod:`turbdb.arguments`,
+"""Point queries of a local dataset: arguments checked by :mod:`turbdb.arguments`,
 evaluation in the Rust engine (turbdb._core) with the GIL released."""
 
 from __future__ import annotations
@@ -8,14 +8,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import (
-    METHODS, OPERATORS, SLOTS, STRATEGIES, TEMPORALS, as_points, axes_of, choice, finite_number, node_range,
-    result_dtype,
+    METHODS, OPERATORS, SLOTS, STRATEGIES, TEMPORALS, as_points, axes_of, choice, finite_number, result_dtype,
+    time_list,
 )
-from .exceptions import InvalidRequestError, UnknownNameError
+from .exceptions import UnknownNameError
 
 if TYPE_CHECKING:
-    import xarray
-
     from .dataset import Dataset
 
 
@@ -24,7 +22,7 @@ def query(
     field: str,
     points: Any,
     *,
-    time: float,
+    time: Any,
     method: str = "lag6",
     operator: str = "field",
     temporal: str = "none",
@@ -32,6 +30,9 @@ def query(
     strategy: str = "streaming",
 ) -> np.ndarray:
     """See :meth:`turbdb.Dataset.query`."""
+    if np.ndim(time) != 0:  # a time series: one evaluation per time, stacked
+        return np.stack([query(dataset, field, points, time=t, method=method, operator=operator, temporal=temporal,
+                               dtype=dtype, strategy=strategy) for t in time_list(time)])
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
@@ -58,50 +59,3 @@ def query(
     shape = (len(xyz), ncomp) if SLOTS[operator] == 1 else (len(xyz), ncomp, SLOTS[operator])
     return values.reshape(shape).astype(dtype, copy=False)
 
-
-def cutout(
-    dataset: Dataset,
-    field: str,
-    *,
-    time: float,
-    x: tuple[int, int] | None = None,
-    y: tuple[int, int] | None = None,
-    z: tuple[int, int] | None = None,
-    stride: int = 1,
-) -> xarray.DataArray:
-    """See :meth:`turbdb.Dataset.cutout`."""
-    info = dataset.metadata
-    if field not in info.fields:
-        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-    if not isinstance(stride, (int, np.integer)) or stride < 1:
-        raise InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
-    ranges = []
-    for name, value, n in zip("xyz", (x, y, z), info.grid):
-        start, stop = (0, n) if value is None else node_range(name, value)
-        ranges.append((start, stop))
-    (t_index, _), = dataset.field_store(field).time_levels(info.times, float(time), "none")
-    data = dataset.field_store(field).cutout(t_index, axes_of(info), tuple(ranges), int(stride))
-    return cutout_array(dataset.name, info, field, data, ranges, int(stride), int(t_index))
-
-
-def cutout_array(dataset_name: str, info: Any, field: str, data: np.ndarray, ranges: Any, stride: int,
-                 t_index: int) -> xarray.DataArray:
-    """The cutout ``data`` ``(nz, ny, nx, ncomp)`` of nodes ``ranges`` (x, y, z) as the
-    DataArray :meth:`turbdb.Dataset.cutout` returns (also built by the remote client)."""
-    import xarray
-
-    coords = {}
-    for (start, stop), name, o, d, n, periodic in zip(ranges, "xyz", info.origin, info.spacing, info.grid, info.periodic):
-        index = np.arange(start, stop, stride)
-        coords[name] = (name, o + d * index)
-        coords[f"{name}_index"] = (name, np.mod(index, n) if periodic else index)
-    components = info.fields[field].components
-    coords["component"] = ("component", components)
-    return xarray.DataArray(
-        data,
-        dims=("z", "y", "x", "component"),
-        coords=coords,
-        name=field,
-        attrs={"dataset": dataset_name, "time": float(info.times[t_index]), "time_index": int(t_index),
-               "stride": int(stride)},
-    )

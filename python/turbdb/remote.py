@@ -1,7 +1,9 @@
 """A database on a turbdb server, used like a local one: ``turbdb.connect(url, token)``
 gives the interface of ``turbdb.open(path)`` (``datasets``, ``db[name].info``, ``query``,
 ``cutout``, ``track``) over HTTP with ``.npy`` bodies, retrying connection failures with
-backoff and raising the server's errors as the exceptions the local API raises."""
+backoff and raising the server's errors as the exceptions the local API raises. Work of any
+size is split into requests within the token's limits and sent concurrently under its rate
+limit (:mod:`turbdb.remote_batches`)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ import numpy as np
 
 from . import __version__
 from . import exceptions as exc
+from . import remote_batches as batches
+from .arguments import as_points, finite_number, result_dtype, time_list
+from .cutout import as_filter_width, as_strides, box_ranges, cutout_array, output_shape
 from .info import DatasetInfo, is_plain_name
-from .arguments import as_points, finite_number, node_range, result_dtype
-from .query import cutout_array
+from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
+from .track import step_times
 
 # Transport failures after which the same request is sent again: the server was not
 # reached, or dropped the connection (a restart, a stale keep-alive). Every request the
@@ -29,34 +34,57 @@ from .service.transport import NPY, encode_npy, load_npy_bytes
 # server is working, just slowly.
 _RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
             httpx.WriteError, httpx.PoolTimeout)
-# Waiting for a busy (503) or rate-limited (429) server: at most this long per retry.
-_MAX_RETRY_AFTER = 10.0
+# Waiting for a busy (503) or rate-limited (429) server: at most this long per retry, and
+# at most this many retries of one request.
+_MAX_RETRY_AFTER = 60.0
+_BUSY_RETRIES = 8
+# The client paces its requests this fraction below the server's rate and burst: it copies
+# the server's token bucket but not its clock.
+PACING_MARGIN = 0.02
 
 
 def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-            backoff: float = 0.25, transport: httpx.BaseTransport | None = None) -> RemoteDatabase:
+            backoff: float = 0.25, transport: httpx.BaseTransport | None = None,
+            concurrency: int = batches.CONCURRENCY, progress: bool | None = None) -> RemoteDatabase:
     """The database served at ``url`` (``turbdb serve``). ``token`` defaults to the
     environment variable ``TURBDB_TOKEN``; without one the server's anonymous limits apply.
-    Connection failures are retried ``retries`` times, waiting ``backoff``·2ᵏ seconds."""
-    return RemoteDatabase(url, token, timeout=timeout, retries=retries, backoff=backoff, transport=transport)
+    Queries, cutouts and tracks larger than the token's limits are split into batches sent
+    ``concurrency`` at a time under the token's rate limit, with a progress bar
+    (``progress``: None shows one on a terminal when there are several batches).
+    Connection failures are retried ``retries`` times, waiting ``backoff``·2ᵏ seconds; a
+    429 or 503 is retried after the ``Retry-After`` the server asks for."""
+    return RemoteDatabase(url, token, timeout=timeout, retries=retries, backoff=backoff, transport=transport,
+                          concurrency=concurrency, progress=progress)
 
 
 class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     """The datasets of a turbdb server, by name (the same interface as :class:`turbdb.Database`)."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-                 backoff: float = 0.25, transport: httpx.BaseTransport | None = None):
+                 backoff: float = 0.25, transport: httpx.BaseTransport | None = None,
+                 concurrency: int = batches.CONCURRENCY, progress: bool | None = None):
         if not url.startswith(("http://", "https://")):
             raise exc.InvalidRequestError(f"{url!r} is not an http:// or https:// address of a turbdb server")
         self.url = url.rstrip("/")
+        from_environment = token is None
         token = token if token is not None else os.environ.get("TURBDB_TOKEN")
         headers = {"User-Agent": f"turbdb/{__version__}"}
         if token:
+            problem = unsendable(token)
+            if problem:
+                where = "the token in $TURBDB_TOKEN" if from_environment else "the token"
+                raise exc.InvalidRequestError(f"{where} cannot be sent to {self.url}: {problem}")
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(base_url=self.url, headers=headers, transport=transport,
+        # Enough connections for the concurrent batches, kept alive between them.
+        pool = httpx.Limits(max_connections=max(10, concurrency), max_keepalive_connections=max(10, concurrency))
+        self._client = httpx.Client(base_url=self.url, headers=headers, transport=transport, limits=pool,
                                     timeout=httpx.Timeout(timeout, connect=10.0))
         self.retries = retries
         self.backoff = backoff
+        self.concurrency = concurrency
+        self.progress = progress
+        self._limits: batches.ServerLimits | None = None
+        self._pacer: batches.Pacer | None = None
 
     def __repr__(self) -> str:
         return f"<turbdb.RemoteDatabase {self.url!r}>"
@@ -87,30 +115,54 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     def __len__(self) -> int:
         return len(self.datasets)
 
+    @property
+    def limits(self) -> batches.ServerLimits:
+        """The token's limits as the server states them (``GET /v1/limits``, asked once)."""
+        if self._limits is None:
+            try:
+                self._limits = batches.ServerLimits.from_document(self.request("GET", "/v1/limits").json())
+            except exc.InvalidRequestError as e:  # a server older than /v1/limits answers 404
+                if "no such endpoint" not in str(e):
+                    raise
+                self._limits = batches.ServerLimits.unknown()
+            self._pacer = batches.Pacer(self._limits.requests_per_minute, self._limits.burst, margin=PACING_MARGIN)
+        return self._limits
+
+    def run_batches(self, tasks: list, sizes: list[int], unit: str, description: str,
+                    progress: bool | None = None) -> list:
+        """Runs one request per task, ``concurrency`` at a time (each paced by :meth:`request`)."""
+        return batches.run(tasks, concurrency=self.concurrency, progress=self.progress if progress is None else progress,
+                           sizes=sizes, unit=unit, description=description)
+
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Sends a request, retrying transport failures and busy answers; raises the
-        server's error as its turbdb exception."""
-        for attempt in range(self.retries + 1):
+        """Sends a request, retrying transport failures and busy answers (429, 503: after
+        the ``Retry-After`` they ask for); raises the server's error as its turbdb exception."""
+        failures = busy = 0
+        while True:
+            if path != "/v1/limits":  # asking for the limits is free; everything else is paced
+                self.limits  # noqa: B018 - asks for them once, and makes the pacer
+                self._pacer.wait()  # type: ignore[union-attr]
             try:
                 response = self._client.request(method, path, **kwargs)
             except _RETRIED as e:
-                if attempt == self.retries:
+                if failures == self.retries:
                     raise exc.ServiceError(f"cannot reach the turbdb server at {self.url} ({type(e).__name__}: {e}) "
                                            f"after {self.retries + 1} attempts; is `turbdb serve` running?") from None
-                _time.sleep(self.backoff * 2**attempt * (0.5 + random.random()))
+                _time.sleep(self.backoff * 2**failures * (0.5 + random.random()))
+                failures += 1
                 continue
             except httpx.TimeoutException as e:
                 raise exc.ServiceError(f"the turbdb server at {self.url} did not answer in time ({e}); "
                                        "send smaller batches or pass a larger timeout to turbdb.connect") from None
-            if response.status_code in (429, 503) and attempt < self.retries:
+            if response.status_code in (429, 503) and busy < _BUSY_RETRIES:
                 wait = _retry_after(response)
                 if wait is not None and wait <= _MAX_RETRY_AFTER:
                     _time.sleep(wait)
+                    busy += 1
                     continue
             if response.status_code >= 400:
                 raise _error(response)
             return response
-        raise AssertionError("unreachable")
 
 
 class RemoteDataset:
@@ -138,50 +190,106 @@ class RemoteDataset:
         """The metadata as last fetched (no request)."""
         return self._metadata
 
-    def query(self, field: str, points: Any, *, time: float, method: str = "lag6", operator: str = "field",
+    def query(self, field: str, points: Any, *, time: Any, method: str = "lag6", operator: str = "field",
               temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming") -> np.ndarray:
-        """See :meth:`turbdb.Dataset.query`; evaluated on the server."""
+        """See :meth:`turbdb.Dataset.query`; evaluated on the server, in batches within the
+        token's point limit."""
         xyz = as_points(points)
         dtype = result_dtype(dtype)
-        params = {"field": field, "time": _time_param("time", time)}
+        times = time_list(time)
+        base = {"field": field}
         # Only what differs from the server's defaults: every parameter costs on both sides.
         for key, value, default in (("method", method, "lag6"), ("operator", operator, "field"),
                                     ("temporal", temporal, "none"), ("dtype", dtype.name, "float32"),
                                     ("strategy", strategy, "streaming")):
             if value != default:
-                params[key] = value
-        response = self.database.request("POST", f"{self._path}/query", params=params, content=encode_npy(xyz),
-                                         headers={"Content-Type": NPY, "Accept": NPY})
-        return load_npy_bytes(response.content)
+                base[key] = value
+        pieces = batches.spans(len(xyz), self.database.limits.batch_points)
 
-    def cutout(self, field: str, *, time: float, x: Any = None, y: Any = None, z: Any = None, stride: int = 1) -> Any:
-        """See :meth:`turbdb.Dataset.cutout`; read on the server, sent as ``.npy``."""
-        if not isinstance(stride, (int, np.integer)) or stride < 1:
-            raise exc.InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
+        def ask(t: float, start: int, stop: int) -> Any:
+            return lambda: load_npy_bytes(self.database.request(
+                "POST", f"{self._path}/query", params={**base, "time": repr(t)}, content=encode_npy(xyz[start:stop]),
+                headers={"Content-Type": NPY, "Accept": NPY}).content)
+
+        tasks = [ask(t, a, b) for t in times for a, b in pieces]
+        answers = self.database.run_batches(tasks, [b - a for _ in times for a, b in pieces], "points",
+                                            f"{self.name} {operator} of {field}")
+        per_time = [np.concatenate(answers[k * len(pieces):(k + 1) * len(pieces)]) for k in range(len(times))]
+        return per_time[0] if np.ndim(time) == 0 else np.stack(per_time)
+
+    def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
+               filter_width: int = 1) -> Any:
+        """See :meth:`turbdb.Dataset.cutout`; read on the server in boxes within the token's
+        point limit, sent as ``.npy``."""
+        strides = as_strides(stride)
+        width = as_filter_width(filter_width)
+        times = time_list(time)
         info = self._metadata
-        ranges = [(0, n) if value is None else node_range(axis, value) for axis, value, n in zip("xyz", (x, y, z), info.grid)]
-        params = {"field": field, "time": _time_param("time", time), "stride": int(stride), "format": "npy",
-                  **{axis: f"{a},{b}" for axis, (a, b) in zip("xyz", ranges)}}
-        response = self.database.request("POST", f"{self._path}/cutout", params=params, headers={"Accept": NPY})
-        data = load_npy_bytes(response.content)
-        if field not in info.fields or int(response.headers["x-turbdb-time-index"]) >= info.nt:
+        ranges = box_ranges(info, x, y, z)
+        shape = output_shape(ranges, strides)
+        pieces = list(batches.boxes(shape, self.database.limits.batch_points))
+
+        def ask(t: float, box: Any) -> Any:
+            params = {"field": field, "time": repr(t), "stride": ",".join(map(str, strides)), "format": "npy"}
+            if width > 1:
+                params["filter_width"] = width
+            for axis, (k0, k1), (start, stop), s in zip("xyz", box[::-1], ranges, strides):
+                params[axis] = f"{start + k0 * s},{start + (k1 - 1) * s + 1}" if k1 > k0 else f"{start},{stop}"
+
+            def send() -> tuple[np.ndarray, int]:
+                response = self.database.request("POST", f"{self._path}/cutout", params=params, headers={"Accept": NPY})
+                return load_npy_bytes(response.content), int(response.headers["x-turbdb-time-index"])
+            return send
+
+        tasks = [ask(t, box) for t in times for box in pieces]
+        sizes = [(z1 - z0) * (y1 - y0) * (x1 - x0) for _ in times for (z0, z1), (y0, y1), (x0, x1) in pieces]
+        answers = self.database.run_batches(tasks, sizes, "nodes", f"{self.name} cutout of {field}")
+        data, t_indices = None, []
+        for k in range(len(times)):
+            for i, box in enumerate(pieces):
+                values, t_index = answers[k * len(pieces) + i]
+                if data is None:
+                    data = np.empty((len(times),) + shape + (values.shape[-1],), dtype=values.dtype)
+                (z0, z1), (y0, y1), (x0, x1) = box
+                data[k, z0:z1, y0:y1, x0:x1] = values
+            t_indices.append(t_index)
+        if field not in info.fields or max(t_indices) >= info.nt:
             info = self.info  # the dataset grew since it was opened
-        return cutout_array(self.name, info, field, data, ranges, int(stride),
-                            int(response.headers["x-turbdb-time-index"]))
+        many = np.ndim(time) != 0
+        return cutout_array(self.name, info, field, data if many else data[0], ranges, strides,
+                            t_indices if many else t_indices[0], width)
 
     def track(self, points: Any, *, start: float, end: float, dt: float, method: str = "lag6",
-              field: str = "velocity", integrator: str = "rk2", return_velocity: bool = False) -> Any:
-        """See :meth:`turbdb.Dataset.track`; integrated on the server."""
+              field: str = "velocity", integrator: str = "rk2", return_velocity: bool = False,
+              progress: bool | None = None) -> Any:
+        """See :meth:`turbdb.Dataset.track`; integrated on the server, the particles split
+        into batches within the token's limits (points per request, and positions kept:
+        particles × (steps + 1))."""
+        xyz = as_points(points)
         params = {"start": _time_param("start", start), "end": _time_param("end", end), "dt": _time_param("dt", dt),
                   "method": method, "field": field, "integrator": integrator,
                   "return_velocity": "true" if return_velocity else "false"}
-        response = self.database.request("POST", f"{self._path}/track", params=params,
-                                         content=encode_npy(as_points(points)),
-                                         headers={"Content-Type": NPY, "Accept": NPY})
+        limits = self.database.limits
+        steps = len(step_times(start, end, dt)) - 1
+        per_request = min(limits.batch_points, max(1, limits.max_track_rows // (steps + 1)))
+
+        def ask(a: int, b: int) -> Any:
+            def send() -> Any:
+                response = self.database.request("POST", f"{self._path}/track", params=params,
+                                                 content=encode_npy(xyz[a:b]),
+                                                 headers={"Content-Type": NPY, "Accept": NPY})
+                if not return_velocity:
+                    return load_npy_bytes(response.content)
+                with np.load(io.BytesIO(response.content), allow_pickle=False) as arrays:
+                    return arrays["positions"], arrays["velocities"]
+            return send
+
+        pieces = batches.spans(len(xyz), per_request)
+        answers = self.database.run_batches([ask(a, b) for a, b in pieces], [b - a for a, b in pieces], "particles",
+                                            f"{self.name} tracking", progress=progress)
         if not return_velocity:
-            return load_npy_bytes(response.content)
-        with np.load(io.BytesIO(response.content), allow_pickle=False) as arrays:
-            return arrays["positions"], arrays["velocities"]
+            return np.concatenate(answers, axis=1)
+        return (np.concatenate([p for p, _ in answers], axis=1), np.concatenate([u for _, u in answers], axis=1))
 
 
 def _quote(name: str) -> str:

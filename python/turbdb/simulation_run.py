@@ -15,6 +15,7 @@ from .database import open as open_db
 from .dataset import Dataset
 from .exceptions import DatasetExistsError
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
+from .times import time_grid
 
 SYNTHETIC_DT = 0.01
 
@@ -55,25 +56,31 @@ def run_simulation(
         every, stored_dt = 1, SYNTHETIC_DT
         provenance = {"generator": "turbdb simulate --kind synthetic", "seed": seed}
     dataset = create_dataset(
-        db, name, grid=(grid, grid, grid), times=np.arange(steps) * stored_dt,
+        db, name, grid=(grid, grid, grid), times=time_grid(0.0, stored_dt, steps),
         fields={"velocity": {"ncomp": 3, "units": "box units"}, "pressure": {"ncomp": 1, "units": "box units"}},
         units={"length": "box units (domain 2π)", "time": "box units"},
         provenance=provenance, overwrite=overwrite,
     )
-    say(f"writing {steps} steps of {grid}³ ({kind}) into {dataset.path}")
+    size = steps * grid**3 * 4 * 4  # float32 velocity (3) and pressure (1)
+    say(f"writing {steps} steps of {grid}³ ({kind}, {size / 1e9:.2g} GB) into {dataset.path}")
 
-    bar = tqdm(total=1, unit="step", disable=quiet, dynamic_ncols=True, desc="spin-up" if kind == "dns" else "generate")
+    if kind == "dns":
+        # The DNS reports its work in steps of the final grid (spin-up on coarser grids counts
+        # less), as a float: show a percentage and the time left, not the counts.
+        bar = tqdm(total=1.0, disable=quiet, dynamic_ncols=True, desc="spin-up",
+                   bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+    else:
+        bar = tqdm(total=steps, unit="step", disable=quiet, dynamic_ncols=True, desc="generate")
+    window: list[dict[str, float]] = []
 
-    def progress(done: int, total: int, phase: str) -> None:
+    def progress(done: float, total: float, phase: str) -> None:
         bar.total = total
-        bar.set_description("spin-up" if phase == "spinup" else "simulate")
-        bar.n = done
-        bar.refresh()
+        bar.set_description("spin-up" if phase == "spinup" else "simulate", refresh=False)
+        bar.update(done - bar.n)  # update, not refresh: tqdm throttles the redraws
 
     if kind == "dns":
         snapshots = run_dns(config, n_saved=steps, save_every=every, progress=progress, log=say)
     else:
-        bar.total = steps
         snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-writer") as writer:
@@ -82,13 +89,31 @@ def run_simulation(
             if pending is not None:
                 pending.result()  # at most one step in flight: bounded memory, errors surface
             pending = writer.submit(_store, dataset, snapshot.step, snapshot.velocity, snapshot.pressure)
+            window.append(snapshot.stats)
             if kind != "dns":
                 bar.update(1)
         if pending is not None:
             pending.result()
     bar.close()
+    if kind == "dns":
+        _record_window(dataset, window)
     say(f"done: {dataset.path} holds {len(dataset.info.steps_present())} time steps")
     return dataset
+
+
+#: Live diagnostics of the run averaged over the stored window, kept in the provenance.
+WINDOW_STATS = ("Re_lambda", "kmax_eta", "skewness", "flatness", "dissipation", "u_rms", "eta", "tau_eta",
+                "integral_scale", "large_eddy_time")
+
+
+def _record_window(dataset: Dataset, window: list[dict[str, float]]) -> None:
+    """Stores the window means (4 significant digits) as ``dns_window_*`` provenance."""
+    means = {f"dns_window_{key}": float(f"{np.mean([st[key] for st in window]):.4g}") for key in WINDOW_STATS}
+
+    def change(attrs: dict) -> None:
+        attrs["provenance"].update(means)
+
+    dataset.update_attrs(change)
 
 
 def _store(dataset: Dataset, step: int, velocity: np.ndarray, pressure: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """Velocity-gradient statistics of a stored time step (Perlman et al. §4.2): the joint PDF of
 the invariants R and Q from gradients at random points, and the energy spectrum from a
-cutout. Each result can be drawn as a PNG and saved as data."""
+cutout. Each result can be drawn as a PNG (``plots.py``) and saved as data."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import diagnostics
-from .exceptions import InvalidRequestError
 from .arguments import as_points
+from .exceptions import InvalidRequestError
+from .times import format_time
 
 if TYPE_CHECKING:
     from .dataset import Dataset
 
-__all__ = ["RQPdf", "Spectrum", "rq_pdf", "energy_spectrum", "plot_rq", "plot_spectrum", "random_points"]
+__all__ = ["RQPdf", "Spectrum", "rq_pdf", "energy_spectrum", "random_points"]
 
 #: Plot and histogram window in the normalised variables R/<Q_w>^(3/2), Q/<Q_w>.
 R_RANGE = (-3.0, 3.0)
@@ -73,6 +74,8 @@ class RQPdf:
         np.savez_compressed(npz, pdf=self.pdf, r_edges=self.r_edges, q_edges=self.q_edges, r=self.r, q=self.q,
                             qw_mean=self.qw_mean)
         summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
+        from .plots import plot_rq
+
         return [plot_rq(self, png), npz, summary]
 
 
@@ -105,7 +108,7 @@ def rq_pdf(
     vorticity = np.stack([grad[:, 2, 1] - grad[:, 1, 2], grad[:, 0, 2] - grad[:, 2, 0], grad[:, 1, 0] - grad[:, 0, 1]], 1)
     qw_mean = float(np.mean(np.sum(vorticity**2, axis=1)) / 4)
     if not qw_mean > 0:
-        raise InvalidRequestError(f"the flow has no vorticity at time {time:g}: R and Q cannot be normalised")
+        raise InvalidRequestError(f"the flow has no vorticity at time {format_time(time)}: R and Q cannot be normalised")
     counts, r_edges, q_edges = np.histogram2d(r / qw_mean**1.5, q / qw_mean, bins=bins, range=[R_RANGE, Q_RANGE])
     area = np.diff(r_edges)[:, None] * np.diff(q_edges)[None, :]
     stored = info.times[int(np.argmin(np.abs(info.times - time)))] if len(info.times) else time
@@ -114,49 +117,90 @@ def rq_pdf(
                  fractions=diagnostics.rq_quadrant_fractions(r, q))
 
 
-def plot_rq(result: RQPdf, path: str | Path) -> Path:
-    """Draws log10 of the R–Q PDF with the Vieillefosse line; returns ``path``."""
-    from scipy.ndimage import gaussian_filter
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    levels = np.arange(-3.0, 0.5, 0.5)
-    # A one-bin Gaussian blur for the contours only: sampling noise would fray the outer
-    # levels into islands (the saved data are not smoothed).
-    smooth = gaussian_filter(result.pdf, 1.0, mode="constant")
-    ax.contour(result.r_centres, result.q_centres, np.log10(smooth.T + 1e-6), levels=levels, cmap="viridis")
-    rr = np.linspace(*R_RANGE, 200)
-    ax.plot(rr, -(27 / 4 * rr**2) ** (1 / 3), "k:", lw=1, label="Vieillefosse line")
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.axvline(0, color="grey", lw=0.5)
-    ax.set(xlabel="R / <Q_w>^(3/2)", ylabel="Q / <Q_w>",
-           title=f"{result.dataset}: joint PDF of R and Q (log10)\n"
-                 f"t = {result.time:.3g}, {result.r.size} points, {result.method}, "
-                 f"P(Q<0,R>0)/P(Q<0,R<0) = {result.asymmetry:.2f}")
-    ax.title.set_fontsize(9)
-    ax.legend(loc="upper right")
-    path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
 @dataclasses.dataclass
 class Spectrum:
-    """The shell-summed energy spectrum E(k) of one stored time step."""
+    """The shell-summed energy spectrum E(k) of one stored time step: shell m holds the
+    modes with m − ½ ≤ |k|/k0 < m + ½ (k0 = 2π/L), and sum(E)·k0 is the kinetic energy.
+
+    ``nu`` (the kinematic viscosity, known for a turbdb DNS) gives the Kolmogorov scale η
+    and Re_λ with the dissipation ``epsilon`` = 2ν⟨s_ij s_ij⟩ of the field (when not
+    given, 2ν Σ k² E(k) dk over the shells, which takes each mode at its shell's centre);
+    ``k_cutoff`` is the largest resolved wavenumber (a DNS's dealiasing cutoff n/3, else
+    the Nyquist n/2: shells beyond hold round-off or the corners of the cube);
+    ``k_forcing`` the radius of the forced shells."""
 
     dataset: str
     field: str
     time: float
     k: np.ndarray
     e: np.ndarray
+    nu: float | None = None
+    k_cutoff: float | None = None
+    k_forcing: float | None = None
+    epsilon: float | None = None
+
+    def resolved(self) -> tuple[np.ndarray, np.ndarray]:
+        """(k, E) of the resolved shells, those holding a mode inside the cutoff (the last
+        is partly filled), above float32 round-off."""
+        keep = self.e > 1e-10 * self.e.max(initial=0.0)
+        if self.k_cutoff is not None:
+            keep &= self.k < self.k_cutoff + 0.5 * self.k[0]
+        return self.k[keep], self.e[keep]
+
+    @property
+    def energy(self) -> float:
+        return float(np.sum(self.e) * self.k[0])
+
+    @property
+    def dissipation(self) -> float | None:
+        """ε: ``epsilon`` if given, else 2ν Σ k² E(k) dk; ``None`` when ν is unknown."""
+        if self.nu is None:
+            return None
+        if self.epsilon is not None:
+            return self.epsilon
+        k, e = self.resolved()
+        return float(2 * self.nu * np.sum(k**2 * e) * self.k[0])
+
+    @property
+    def eta(self) -> float | None:
+        eps = self.dissipation
+        return (self.nu**3 / eps) ** 0.25 if eps else None
+
+    @property
+    def re_lambda(self) -> float | None:
+        eps = self.dissipation
+        return diagnostics.turbulence_scales(self.energy, eps, self.nu)["re_lambda"] if eps else None
+
+    def compensated(self, k: np.ndarray | None = None, e: np.ndarray | None = None) -> np.ndarray:
+        """k^(5/3) E(k) / ε^(2/3) (just k^(5/3) E(k) when ν, hence ε, is unknown)."""
+        if k is None or e is None:
+            k, e = self.resolved()
+        eps = self.dissipation
+        return k ** (5 / 3) * e / (eps ** (2 / 3) if eps else 1.0)
+
+    @property
+    def plateau(self) -> tuple[float, float, float] | None:
+        """(k_lo, k_hi, level) of the inertial range in the compensated spectrum, beyond
+        the forced shells (``diagnostics.compensated_plateau``); ``None`` if there is none."""
+        if self.nu is None:
+            return None
+        k, e = self.resolved()
+        return diagnostics.compensated_plateau(k, self.compensated(k, e), k_min=self.k_forcing or 0.0)
 
     def summary(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "field": self.field, "time": self.time,
-                "energy": float(np.sum(self.e) * self.k[0]), "k": self.k.tolist(), "E": self.e.tolist()}
+        plateau = self.plateau
+        eta = self.eta
+        return {"dataset": self.dataset, "field": self.field, "time": self.time, "energy": self.energy,
+                "nu": self.nu, "dissipation": self.dissipation, "eta": eta, "re_lambda": self.re_lambda,
+                "k_cutoff": self.k_cutoff, "k_forcing": self.k_forcing,
+                "kmax_eta": self.k_cutoff * eta if eta and self.k_cutoff else None,
+                "plateau": None if plateau is None else {"k_lo": plateau[0], "k_hi": plateau[1], "level": plateau[2]},
+                "k": self.k.tolist(), "E": self.e.tolist()}
 
     def save(self, stem: str | Path) -> list[Path]:
         """Writes ``stem.png``, ``stem.npz`` (k, E) and ``stem.json``; returns the paths."""
+        from .plots import plot_spectrum
+
         stem = Path(stem)
         stem.parent.mkdir(parents=True, exist_ok=True)
         npz, summary, png = (stem.with_name(stem.name + ext) for ext in (".npz", ".json", ".png"))
@@ -165,38 +209,35 @@ class Spectrum:
         return [plot_spectrum(self, png), npz, summary]
 
 
+def spectrum_of(u: np.ndarray, *, dataset: str, field: str, time: float, box_length: float,
+                provenance: dict[str, Any]) -> Spectrum:
+    """The ``Spectrum`` of a periodic cube of velocity (nz, ny, nx, 3); a turbdb DNS's
+    provenance gives ν (and so ε, exactly from the field's spectral strain), its dealiasing
+    cutoff and its forcing radius."""
+    k, e = diagnostics.energy_spectrum(u, box_length=box_length)
+    k0 = 2 * np.pi / box_length
+    n = u.shape[0]
+    dns_n = provenance.get("dns_n")
+    nu = float(provenance["dns_nu"]) if provenance.get("dns_nu") else None
+    return Spectrum(dataset=dataset, field=field, time=float(time), k=k, e=e, nu=nu,
+                    epsilon=diagnostics.dissipation(u, nu, box_length) if nu else None,
+                    k_cutoff=(dns_n / 3 if dns_n == n else n / 2) * k0,
+                    k_forcing=float(provenance["dns_kf"]) * k0 if "dns_kf" in provenance else None)
+
+
 def energy_spectrum(dataset: Dataset, *, time: float, field: str = "velocity") -> Spectrum:
     """E(k) of ``field`` at the stored time nearest ``time``, from a cutout of the whole
     box (a periodic cube is needed for the Fourier transform)."""
     info = dataset.metadata
     lengths = [n * d for n, d in zip(info.grid, info.spacing)]
-    if not all(info.periodic) or not np.allclose(lengths, lengths[0], rtol=1e-9):
-        raise InvalidRequestError(f"the energy spectrum needs a periodic box of equal sides; {dataset.name!r} has "
-                                  f"sides {', '.join(f'{v:.6g}' for v in lengths)} and periodic {info.periodic}")
+    if not all(info.periodic) or not np.allclose(lengths, lengths[0], rtol=1e-9) or len(set(info.grid)) != 1:
+        raise InvalidRequestError(f"the energy spectrum needs a periodic box of equal sides and grid; {dataset.name!r} has grid "
+                                  f"{info.grid}, sides {', '.join(f'{v:.6g}' for v in lengths)} and periodic {info.periodic}")
     cut = dataset.cutout(field, time=time)
     if cut.shape[-1] != 3:
         raise InvalidRequestError(f"the energy spectrum needs a 3-component field; {field!r} has {cut.shape[-1]}")
-    k, e = diagnostics.energy_spectrum(cut.values, box_length=lengths[0])
-    return Spectrum(dataset=dataset.name, field=field, time=float(cut.attrs["time"]), k=k, e=e)
-
-
-def plot_spectrum(spectrum: Spectrum, path: str | Path) -> Path:
-    """Draws E(k) on log axes with a k^(-5/3) guide; returns ``path``."""
-    plt = _pyplot()
-    k, e = spectrum.k, spectrum.e
-    # Shells beyond the dealiasing cutoff hold only float32 round-off: not drawn.
-    keep = (k > 0) & (e > 1e-10 * e.max(initial=0.0))
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.loglog(k[keep], e[keep], label="E(k)")
-    if keep.sum() >= 3:
-        k_ref = k[keep][1 : max(3, keep.sum() // 3)]
-        ax.loglog(k_ref, 1.6 * e[keep][1] * (k_ref / k_ref[0]) ** (-5 / 3), "k--", label="k^(-5/3)")
-    ax.set(xlabel="k", ylabel="E(k)", title=f"{spectrum.dataset}: energy spectrum, t = {spectrum.time:.3g}")
-    ax.legend()
-    path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return spectrum_of(cut.values, dataset=dataset.name, field=field, time=float(cut.attrs["time"]),
+                       box_length=lengths[0], provenance=info.provenance)
 
 
 def random_points(info: Any, count: int, seed: int = 0) -> np.ndarray:
@@ -211,13 +252,3 @@ def random_points(info: Any, count: int, seed: int = 0) -> np.ndarray:
 
 def _is_count(points: Any) -> bool:
     return isinstance(points, (int, np.integer)) and not isinstance(points, bool)
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-

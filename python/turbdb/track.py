@@ -13,6 +13,7 @@ import numpy as np
 
 from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
 from .arguments import METHODS, as_points, axes_of, choice, finite_number
+from .times import format_time
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -140,7 +141,7 @@ class _Evaluator:
                 temporal="pchip", strategy="streaming",
             )
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
-            raise OutOfDomainError(f"a particle left the domain at time {t:.6g} ({e})") from None
+            raise OutOfDomainError(f"a particle left the domain at time {format_time(t)} ({e})") from None
         stats = self.stats
         stats["engine_seconds"] += _time.perf_counter() - began
         stats["queries"] += 1
@@ -161,7 +162,7 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     for name, t in (("start", times[0]), ("end", times[-1])):
         if not first - tolerance <= t <= last + tolerance:
             raise InvalidRequestError(
-                f"{name} = {t:g} is outside the stored times [{first:g}, {last:g}] of dataset {dataset.name!r}"
+                f"{name} = {format_time(t)} is outside the stored times [{format_time(first)}, {format_time(last)}] of dataset {dataset.name!r}"
             )
     # Exactly the steps the engine will read: the pchip levels of every step time (the
     # predictor is evaluated at step times too).
@@ -171,7 +172,7 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     missing = [i for i in needed if i not in written]
     if missing:
         raise InvalidRequestError(
-            f"tracking from {times[0]:g} to {times[-1]:g} needs time steps {needed[0]}-{needed[-1]} of {field}; "
+            f"tracking from {format_time(times[0])} to {format_time(times[-1])} needs time steps {needed[0]}-{needed[-1]} of {field}; "
             f"step{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:5]))}"
             f"{' …' if len(missing) > 5 else ''} {'are' if len(missing) > 1 else 'is'} not stored"
         )

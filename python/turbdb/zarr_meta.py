@@ -44,9 +44,25 @@ def read_json(path: Path) -> dict[str, Any]:
         raise FormatError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
 
 
-def group_document(attributes: dict[str, Any]) -> dict[str, Any]:
-    """A Zarr v3 group."""
-    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+def group_document(attributes: dict[str, Any], consolidated: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Zarr v3 group, with the consolidated metadata of its children when given."""
+    document: dict[str, Any] = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+    if consolidated is not None:
+        document["consolidated_metadata"] = consolidated
+    return document
+
+
+def consolidated_metadata(group: Path) -> dict[str, Any]:
+    """The ``consolidated_metadata`` entry of a group's ``zarr.json`` as zarr-python 3 writes
+    it: every child array's document, inline. xarray opens a consolidated group with one
+    read and without its "failed to open with consolidated metadata" warning. Not part of
+    the Zarr v3 specification; readers that ignore it read the children instead."""
+    children = {}
+    for child in sorted(p for p in group.iterdir() if (p / ZARR_JSON).is_file()):
+        document = read_json(child / ZARR_JSON)
+        if document.get("node_type") == "array":
+            children[child.name] = document
+    return {"kind": "inline", "must_understand": False, "metadata": children}
 
 
 def field_document(

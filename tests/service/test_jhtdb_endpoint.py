@@ -126,7 +126,77 @@ def test_bad_requests_answer_4xx_with_a_description(server, change, status, word
     assert server.alive()
 
 
-def test_only_getvariable_is_offered(server):
-    response = server.post("/turbulence-svc/values", params={"dataset": "trig", "var": "velocity", "t": 0,
-                                                             "function": "GetPressure"}, content="1\t2\t3")
-    assert response.status_code == 400 and "GetVariable" in response.json()["description"]
+@pytest.mark.parametrize("function, sop, fields, operator, width", [
+    ("GetVelocity", "field", ["velocity"], "field", 3),
+    ("GetPressureGradient", "field", ["pressure"], "gradient", 3),
+    ("getVelocityHessian", "field", ["velocity"], "hessian", 18),
+    ("GetVelocityLaplacian", "laplacian", ["velocity"], "laplacian", 3),
+    ("GetVelocityAndPressure", "field", ["velocity", "pressure"], "field", 4),
+])
+def test_the_older_function_names_carry_the_variable_and_operator(server, local, function, sop, fields, operator,
+                                                                   width):
+    pts = random_points(20, seed=11)
+    body = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
+    response = server.post("/turbulence-svc/values", params={"dataset": "trig", "function": function, "t": 0.5,
+                                                             "sint": "Lag6" if operator == "field" else "FD4Lag4",
+                                                             "sop": sop, "tint": "None"}, content=body)
+    assert response.status_code == 200, response.text
+    rows = np.array(response.json(), dtype=np.float32)
+    method = "lag6" if operator == "field" else "fd4lag4"
+    expected = np.hstack([local["trig"].query(f, sent(pts), time=0.5, method=method, operator=operator)
+                          .reshape(20, -1) for f in fields])
+    assert rows.shape == (20, width)
+    np.testing.assert_allclose(rows, expected, rtol=2e-6, atol=2e-6)
+
+
+def test_pyjhtdbs_numeric_interpolation_codes_are_understood(server, local):
+    pts = random_points(10, seed=12)
+    body = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
+    for sint, tint, method, temporal in (("208", "1", "m2q8", "pchip"), ("40", "0", "fd4noint", "none")):
+        sop = "field" if method == "m2q8" else "gradient"
+        response = server.post("/turbulence-svc/values", params={"dataset": "trig", "function": "GetVariable",
+                                                                 "var": "velocity", "t": 0.7, "sint": sint, "sop": sop,
+                                                                 "tint": tint}, content=body)
+        expected = local["trig"].query("velocity", sent(pts), time=0.7, method=method, operator=sop, temporal=temporal)
+        np.testing.assert_allclose(np.array(response.json()), expected.reshape(10, -1), rtol=2e-6, atol=2e-6)
+
+
+def test_getposition_is_var_position(server, local):
+    pts = random_points(5, seed=13)
+    body = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
+    response = server.post("/turbulence-svc/values", params={"dataset": "trig", "function": "GetPosition", "t": 0.0,
+                                                             "sint": "lag6", "timepoint_end": 1.0, "delta_t": 0.25},
+                           content=body)
+    expected = local["trig"].track(sent(pts), start=0.0, end=1.0, dt=0.25, method="lag6")[-1]
+    np.testing.assert_allclose(np.array(response.json()), expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"function": "GetPressure", "var": "velocity"}, "asks for pressure, but var='velocity'"),
+    ({"function": "GetVorticityMagnitude?"}, "not offered"),
+    ({"function": "GetVariable"}, "needs var="),
+    ({"function": "GetVelocityGradient", "sop": "hessian"}, "computes the gradient, but sop='hessian'"),
+    ({"function": "GetVorticity"}, "'vorticity' is not a variable of dataset 'trig'"),
+])
+def test_function_names_that_do_not_fit_are_refused_with_a_reason(server, params, words):
+    response = server.post("/turbulence-svc/values", params={"dataset": "trig", "t": 0, **params}, content="1\t2\t3")
+    assert response.status_code == 400 and words in response.json()["description"]
+
+
+def test_jhtdbs_cutout_endpoint_answers_givernylocals_layout(server, local):
+    params = {"token": TESTING_TOKEN, "function": "velocity", "dataset": "trig", "xs": 31, "xe": 34, "ys": 1,
+              "ye": 5, "zs": 2, "ze": 2, "ts": 2, "te": 4, "stridet": 2, "stridex": 1, "stridey": 2, "stridez": 1,
+              "filter_width": 3}
+    answer = server.get("/turbulence-svc/cutout/api/local", params=params).json()
+    assert list(answer["data_vars"]) == ["velocity_0002", "velocity_0004"]
+    assert answer["data_vars"]["velocity_0002"]["dims"] == ["zcoor", "ycoor", "xcoor", "values"]
+    expected = local["trig"].cutout("velocity", time=[0.5, 1.5], x=(30, 34), y=(0, 5), z=(1, 2), stride=(1, 2, 1),
+                                    filter_width=3)
+    for k, name in enumerate(answer["data_vars"]):
+        np.testing.assert_array_equal(np.array(answer["data_vars"][name]["data"], dtype=np.float32), expected.values[k])
+    np.testing.assert_allclose(answer["coords"]["xcoor"]["data"], np.arange(30, 34) * 2 * np.pi / 32, rtol=1e-6)
+    too_big = {**params, "xs": 1, "xe": 32, "ys": 1, "ye": 32, "zs": 1, "ze": 5, "stridey": 1, "filter_width": 1}
+    refused = server.get("/turbulence-svc/cutout/api/local", params=too_big)
+    assert refused.status_code == 413 and "10,240 nodes × times" in refused.json()["description"]
+    bad_time = server.get("/turbulence-svc/cutout/api/local", params={**params, "ts": 4, "te": 5})
+    assert bad_time.status_code == 400 and "outside the stored steps 1 … 4" in bad_time.json()["description"]

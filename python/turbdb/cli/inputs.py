@@ -13,12 +13,12 @@ def is_url(db: str) -> bool:
     return db.startswith(("http://", "https://"))
 
 
-def database(db: str) -> Any:
-    """A local database directory, or a turbdb server (token from TURBDB_TOKEN)."""
+def database(db: str, token: str | None = None, progress: bool | None = None) -> Any:
+    """A local database directory, or a turbdb server (``token``, else $TURBDB_TOKEN)."""
     if is_url(db):
         from ..remote import connect
 
-        return connect(db)
+        return connect(db, token, progress=progress)
     from ..database import open as open_db
 
     return open_db(Path(db))

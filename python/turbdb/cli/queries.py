@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .group import main
+from ..times import format_time
 from .inputs import database, is_url, read_points
 
 
@@ -56,7 +57,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
                    fmt="%.9g")
     else:
         np.save(out, values)
-    click.echo(f"{name}: {operator} of {field} at {len(points)} points, t = {time_:g}, {method}: wrote {out} "
+    click.echo(f"{name}: {operator} of {field} at {len(points)} points, t = {format_time(time_)}, {method}: wrote {out} "
                f"{values.shape} {values.dtype}")
 
 
@@ -112,7 +113,7 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
         np.save(written[-1], velocities)
     steps = len(positions) - 1
     rate = steps * len(points) / seconds if seconds > 0 else float("inf")
-    click.echo(f"tracked {len(points)} particles from t = {start:g} to {end:g} in {steps} steps: {seconds:.2f} s, "
+    click.echo(f"tracked {len(points)} particles from t = {format_time(start)} to {format_time(end)} in {steps} steps: {seconds:.2f} s, "
                f"{rate / 1e6:.3f} M particle-steps/s")
     if len(points):
         displacement = np.linalg.norm(positions[-1] - positions[0], axis=1)
@@ -143,9 +144,9 @@ def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: 
 
     result = st.rq_pdf(database(db)[name], time=time_, points=points, method=method, field=field, seed=seed)
     out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
-    paths = result.save(out / f"rq_t{result.time:g}_{method}")
+    paths = result.save(out / f"rq_t{format_time(result.time)}_{method}")
     f = result.fractions
-    click.echo(f"{name}: R–Q at t = {result.time:g}, {points} points, {method}; <Q_w> = {result.qw_mean:.4g}")
+    click.echo(f"{name}: R–Q at t = {format_time(result.time)}, {points} points, {method}; <Q_w> = {result.qw_mean:.4g}")
     click.echo(f"  P(Q<0,R>0) = {f['Q<0,R>0']:.3f}  P(Q<0,R<0) = {f['Q<0,R<0']:.3f}  ratio {result.asymmetry:.2f}"
                f"  P(Q>0,R>0) = {f['Q>0,R>0']:.3f}  P(Q>0,R<0) = {f['Q>0,R<0']:.3f}")
     click.echo("wrote " + ", ".join(str(p) for p in paths))
@@ -160,13 +161,18 @@ def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: 
               help="Directory for the PNG, .npz and .json (default DB/NAME-stats).")
 def stats_spectrum(db: Path, name: str, time_: float, field: str, out: Path | None) -> None:
     """Shell-summed energy spectrum E(k) of NAME at --time, from a cutout of the whole
-    (periodic) box: a plot and the data."""
+    (periodic) box: a plot and the data. For a turbdb DNS (its viscosity is in the
+    provenance) the plot is in Kolmogorov units over the resolved shells, with the
+    compensated spectrum k^(5/3)E(k)/ε^(2/3) against kη and its inertial range, if any."""
     from .. import stats as st
     from ..database import open as open_db
 
     result = st.energy_spectrum(open_db(db)[name], time=time_, field=field)
     out = out or db / f"{name}-stats"
-    paths = result.save(out / f"spectrum_t{result.time:g}")
-    click.echo(f"{name}: energy spectrum at t = {result.time:g}, {len(result.k)} shells, "
-               f"energy {result.summary()['energy']:.4g}")
+    paths = result.save(out / f"spectrum_t{format_time(result.time)}")
+    from ..plots import spectrum_statement
+
+    click.echo(f"{name}: energy spectrum at t = {format_time(result.time)}, {len(result.resolved()[0])} resolved "
+               f"shells, energy {result.energy:.4g}")
+    click.echo(f"  {spectrum_statement(result)}")
     click.echo("wrote " + ", ".join(str(p) for p in paths))

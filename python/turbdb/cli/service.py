@@ -14,8 +14,8 @@ from .group import main
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free one; the address is printed).")
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="TOML file of tokens and their limits (see docs/service.md). Without it only anonymous use, "
-                   "with JHTDB's limit of 4096 points per request.")
+              help="TOML file of tokens and their limits (see docs/service.md; turbdb token makes entries). "
+                   "Without it only anonymous use, with JHTDB's limit of 4096 points per request.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Engine calls run at once, in threads of this one process (each call also uses every core). "
                    "Default: the number of cores.")
@@ -45,10 +45,13 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
     requests in progress finish).
 
     The API is /v1/datasets (metadata), /v1/datasets/NAME/query, /cutout and /track (JSON or
-    .npy), the JHTDB-compatible /turbulence-svc/values, /healthz, /metrics, /v1/engine
-    (the node engine's counters, with --scheduler etc.) and, with --cluster, /v1/cluster; its
-    interactive documentation is at /docs. Use it from Python with turbdb.connect(URL, token)
-    or from the shell with turbdb query URL NAME ….
+    .npy), /v1/limits (what a token may do), JHTDB's /turbulence-svc/values,
+    /turbulence-svc/cutout/api/local and /turbulence-svc/metadata (givernylocal runs
+    against them), /healthz, /metrics, /v1/engine (the node engine's counters, with
+    --scheduler etc.) and, with --cluster, /v1/cluster; / says what it is, and the interactive documentation at /docs works
+    offline. Use it from Python with turbdb.connect(URL, token) (which splits work into
+    batches within the token's limits) or from the shell with turbdb query URL NAME ….
+    Make tokens with turbdb token.
     """
     from ..service import serve as run_server
 

@@ -17,6 +17,7 @@ from ..database import open as open_db
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
+from ..times import time_grid
 from .source import Source, StepRef, open_sources
 
 JOURNAL_KEY = "ingest"
@@ -137,7 +138,7 @@ def _ensure_time(dataset: Dataset, t: int, dt: float | None, t0: float) -> None:
     step = dt if dt is not None else (info.dt or 1.0)
     last = info.times[-1] if info.nt else t0 - step
     count = t - info.nt + 1
-    dataset.append_times(last + step * np.arange(1, count + 1))
+    dataset.append_times(time_grid(last, step, count, first=1))
 
 
 def _remove_stale_temporaries(field_dir: Path) -> None:

@@ -1,7 +1,9 @@
 """The web service: a FastAPI app over one database. ``create_app(db_path, tokens)`` builds
-it; ``turbdb serve`` runs it on uvicorn. Endpoints: ``/v1/datasets…`` (JSON or ``.npy``),
-the JHTDB-compatible ``/turbulence-svc/values``, ``/healthz``, ``/metrics``, and the
-OpenAPI description at ``/openapi.json`` with interactive docs at ``/docs``."""
+it; ``turbdb serve`` runs it on uvicorn. Endpoints: ``/`` (what this is), ``/v1/datasets…``
+(JSON or ``.npy``), ``/v1/limits``, the JHTDB-compatible ``/turbulence-svc/values``,
+``/turbulence-svc/cutout/api/local`` and ``/turbulence-svc/metadata``, ``/healthz``,
+``/metrics``, and the OpenAPI description at ``/openapi.json`` with interactive docs at
+``/docs`` (Swagger UI served from the package, so it works offline)."""
 
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import FastAPI, Query, Request
+from fastapi_offline import FastAPIOffline
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..exceptions import TurbdbError
 from ..track import step_times
+from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
-from . import errors, jhtdb
+from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .tokens import Tokens
@@ -63,7 +67,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     backend = Backend(db_path, tokens, metrics, workers=workers or os.cpu_count() or 2,
                       max_points_in_flight=max_points_in_flight, cutout_chunk_bytes=cutout_chunk_bytes,
                       queue_timeout=queue_timeout, engine=engine, cluster=cluster)
-    app = FastAPI(
+    app = FastAPIOffline(
         title="turbdb",
         version=__version__,
         summary="A turbulence database: point queries, cutouts and particle tracking where the data lives.",
@@ -76,7 +80,11 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.state.backend = backend
     errors.install(app)
     app.add_middleware(_Instrument, metrics=metrics)
+    app.include_router(home.router(backend))
+    app.include_router(limits_api.router(backend))
     app.include_router(jhtdb.router(backend))
+    app.include_router(jhtdb_cutout.router(backend))
+    app.include_router(jhtdb_metadata.router(backend))
     app.include_router(cluster_routes.router(backend))
 
     @app.get("/healthz", tags=["operations"], summary="liveness")
@@ -149,7 +157,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                                                 "default the whole axis"),
         y: str | None = Query(None, description="as x"),
         z: str | None = Query(None, description="as x"),
-        stride: int = Query(1, ge=1, description="every stride-th node"),
+        stride: str = Query("1", description="every stride-th node: one stride, or three (x,y,z) such as 1,2,2"),
+        filter_width: int = Query(1, description="JHTDB's box filter: average each node's box of filter_width³ "
+                                                 "nodes first (1: none)"),
         format: Literal["npy", "netcdf"] | None = Query(None, description="default: from Accept, else npy"),  # noqa: A002
     ) -> Response:
         limits = backend.authorize(request)
@@ -157,7 +167,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits.check_dataset(name)
         fmt = format or ("netcdf" if NETCDF in request.headers.get("accept", "") else "npy")
         ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
-        plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, stride=stride,
+        strides, width = parse_strides(stride), as_filter_width(filter_width)
+        plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, strides=strides, filter_width=width,
                                                       chunk_bytes=backend.cutout_chunk_bytes, **ranges))
         limits.check_points(plan.nodes, "nodes")
         backend.metrics.points.labels("cutout").inc(plan.nodes)

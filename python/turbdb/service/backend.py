@@ -60,7 +60,7 @@ class Backend:
         # every request's point queries; with a cluster, its workers serve them.
         self.database = (Database(db_path, **(engine or {})) if cluster is None
                          else open_database(db_path, cluster=cluster))
-        self.path = Path(db_path)
+        self.path = self.database.path  # the database's, also when db_path is one of its datasets
         self.tokens = tokens
         self.metrics = metrics
         self.workers = workers
@@ -120,27 +120,36 @@ class Backend:
 
     # -- bodies -----------------------------------------------------------------------------
 
-    async def body(self, request: Request, max_bytes: int) -> bytes:
-        """The request body, refused (413) as soon as it is known to exceed ``max_bytes``."""
+    async def body(self, request: Request, limits: Limits, bytes_per_point: int, encoding: str) -> bytes:
+        """The request body, refused (413) as soon as it is known to hold more points than
+        ``limits`` allow: more than ``max_points`` points of ``bytes_per_point`` bytes each
+        (at most) in ``encoding``. The message counts points, not bytes."""
+        max_bytes = limits.max_points * bytes_per_point + BODY_SLACK
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise LimitExceededError(f"the request body has {int(declared):,} bytes; this request may send at most "
-                                     f"{max_bytes:,} (the token's point limit): send fewer points per request")
+            raise self._too_many_points(limits, int(declared), bytes_per_point, encoding)
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_bytes:
-                raise LimitExceededError(f"the request body exceeds {max_bytes:,} bytes (the token's point limit): "
-                                         "send fewer points per request")
+                raise self._too_many_points(limits, size, bytes_per_point, encoding)
             chunks.append(chunk)
         return b"".join(chunks)
+
+    @staticmethod
+    def _too_many_points(limits: Limits, size: int, bytes_per_point: int, encoding: str) -> LimitExceededError:
+        at_least = (size - BODY_SLACK) // bytes_per_point
+        return LimitExceededError(
+            f"this request sends more than {at_least:,} points ({size:,} bytes of {encoding}); {limits.name_phrase} "
+            f"may send at most {limits.max_points:,} points per request: split them into batches of at most "
+            f"{limits.max_points:,} (turbdb.connect does this by itself; GET /v1/limits tells the limits)")
 
     async def points(self, request: Request, limits: Limits) -> np.ndarray:
         """The points of a request, as ``.npy`` (``Content-Type: application/x-npy``) or JSON
         ``{"points": [[x, y, z], …]}``, within the token's point limit."""
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if kind == NPY:
-            body = await self.body(request, limits.max_points * NPY_BYTES_PER_POINT + BODY_SLACK)
+            body = await self.body(request, limits, NPY_BYTES_PER_POINT, ".npy")
             points = as_points(decode_npy(body))
             limits.check_points(len(points))
             return points
@@ -149,7 +158,7 @@ class Backend:
             raise with_status(InvalidRequestError(
                 f"cannot read a body of type {kind!r}: send JSON {{\"points\": [[x, y, z], …]}} "
                 f"or an .npy file with Content-Type: {NPY}"), 415)
-        body = await self.body(request, limits.max_points * JSON_BYTES_PER_POINT + BODY_SLACK)
+        body = await self.body(request, limits, JSON_BYTES_PER_POINT, "JSON")
         if len(body) > INLINE_JSON_BYTES:
             points = await anyio.to_thread.run_sync(parse_json_points, body)
         else:

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import numpy as np
 from starlette.responses import StreamingResponse
 
+from ..cutout import check_box, output_shape, read_box, time_index
 from ..dataset import Dataset
-from ..exceptions import InvalidRequestError, UnknownNameError
-from ..arguments import axes_of
+from ..exceptions import UnknownNameError
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
 
@@ -25,7 +25,8 @@ class CutoutPlan:
     t_index: int
     time: float
     ranges: tuple[tuple[int, int], tuple[int, int], tuple[int, int]]  # x, y, z
-    stride: int
+    strides: tuple[int, int, int]  # x, y, z
+    filter_width: int
     shape: tuple[int, int, int, int]  # nz, ny, nx, ncomp
     planes_per_slab: int
 
@@ -36,34 +37,31 @@ class CutoutPlan:
 
     def slabs(self) -> list[tuple[int, int]]:
         """z ranges of the slabs, each ``planes_per_slab`` output planes."""
-        (z0, z1), step = self.ranges[2], self.planes_per_slab * self.stride
+        (z0, z1), sz = self.ranges[2], self.strides[2]
+        step = self.planes_per_slab * sz
         return [(start, min(z1, start + step)) for start in range(z0, z1, step)]
 
     def read(self, z: tuple[int, int]) -> np.ndarray:
-        """Blocking: the engine reads one slab, float32 ``(nz_slab, ny, nx, ncomp)``."""
-        info = self.dataset.metadata
+        """Blocking: the engine reads one slab, float32 ``(nz_slab, ny, nx, ncomp)`` (filtered
+        and strided as asked)."""
         x, y, _ = self.ranges
-        return self.dataset.field_store(self.field).cutout(self.t_index, axes_of(info), (x, y, z), self.stride)
+        return read_box(self.dataset, self.field, self.t_index, (x, y, z), self.strides, self.filter_width)
 
 
-def plan(dataset: Dataset, field: str, *, time: float, x, y, z, stride: int, chunk_bytes: int) -> CutoutPlan:
+def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[int, int, int], filter_width: int,
+         chunk_bytes: int) -> CutoutPlan:
     """Checks the request as ``Dataset.cutout`` would (blocking: it asks the engine) and
     sizes the slabs."""
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-    if stride < 1:
-        raise InvalidRequestError(f"stride must be a positive integer, not {stride!r}")
     ranges = tuple((0, n) if r is None else r for r, n in zip((x, y, z), info.grid))
-    store = dataset.field_store(field)
-    (t_index, _), = store.time_levels(info.times, float(time), "none")
-    # Let the engine check the ranges (empty, outside a bounded axis) with its own messages,
-    # reading a single node: a stride longer than every range keeps only each first node.
-    store.cutout(t_index, axes_of(info), ranges, max(1, *(b - a for a, b in ranges)))
-    nx, ny, nz = (len(range(a, b, stride)) for a, b in ranges)
+    t_index = time_index(dataset, field, time)
+    check_box(dataset, field, t_index, ranges)
+    nz, ny, nx = output_shape(ranges, strides)
     ncomp = info.fields[field].ncomp
     plane = max(1, nx * ny * ncomp * 4)
-    return CutoutPlan(dataset, field, int(t_index), float(info.times[t_index]), ranges, stride,
+    return CutoutPlan(dataset, field, t_index, float(info.times[t_index]), ranges, strides, filter_width,
                       (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)))
 
 
@@ -80,17 +78,18 @@ def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
     variables["component"] = (("component", "strlen"), "S1", {"_Encoding": "utf-8"})
     variables[plan.field] = (("z", "y", "x", "component"), "f4",
                              {"coordinates": "x_index y_index z_index", "units": info.fields[plan.field].units})
-    attrs = {"dataset": plan.dataset.name, "time": plan.time, "time_index": plan.t_index, "stride": plan.stride,
-             "Conventions": "CF-1.8", "source": "turbdb cutout"}
+    strides = plan.strides[0] if len(set(plan.strides)) == 1 else ",".join(map(str, plan.strides))
+    attrs = {"dataset": plan.dataset.name, "time": plan.time, "time_index": plan.t_index, "stride": strides,
+             "filter_width": plan.filter_width, "Conventions": "CF-1.8", "source": "turbdb cutout"}
     return NetCDFStream({"z": nz, "y": ny, "x": nx, "component": ncomp, "strlen": width}, variables, attrs)
 
 
 def _coordinate_bytes(plan: CutoutPlan, stream: NetCDFStream) -> bytes:
     info = plan.dataset.metadata
     chunks = []
-    for (start, stop), axis, o, d, n, periodic in zip(plan.ranges, "xyz", info.origin, info.spacing, info.grid,
-                                                       info.periodic):
-        index = np.arange(start, stop, plan.stride)
+    for (start, stop), stride, axis, o, d, n, periodic in zip(plan.ranges, plan.strides, "xyz", info.origin,
+                                                               info.spacing, info.grid, info.periodic):
+        index = np.arange(start, stop, stride)
         chunks.append(stream.small_data(axis, o + d * index))
         chunks.append(stream.small_data(f"{axis}_index", np.mod(index, n) if periodic else index))
     chunks.append(stream.small_data("component", info.fields[plan.field].components))
@@ -130,6 +129,6 @@ async def respond(backend: Backend, plan: CutoutPlan, fmt: str) -> StreamingResp
 
 
 async def _read(backend: Backend, plan: CutoutPlan, z: tuple[int, int]) -> np.ndarray:
-    nodes = len(range(z[0], z[1], plan.stride)) * plan.shape[1] * plan.shape[2]
+    nodes = len(range(z[0], z[1], plan.strides[2])) * plan.shape[1] * plan.shape[2]
     async with backend.limiter.admit(nodes):
         return await backend.run(plan.read, z)

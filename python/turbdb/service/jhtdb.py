@@ -3,7 +3,8 @@ JHTDB's own Python client (givernylocal ``getData``) makes, so existing scripts 
 against turbdb with only the address changed.
 
 Request: query parameters ``authToken, dataset, function=GetVariable, var, t, sint, sop,
-tint, timepoint_end, delta_t`` and one point per line of the body, ``x<TAB>y<TAB>z``.
+tint, timepoint_end, delta_t`` (or the older function names, GetVelocity, …:
+:mod:`.jhtdb_functions`) and one point per line of the body, ``x<TAB>y<TAB>z``.
 Answer: a JSON array with one row per point per time (time-major) and JHTDB's columns
 (:func:`columns`). Errors: 4xx with ``{"description": …}``. The names are mapped in
 :data:`JHTDB_NAMES`; the evidence for each layout is in docs/methods.md §7."""
@@ -20,14 +21,15 @@ from starlette.responses import Response
 
 from ..exceptions import InvalidRequestError, UnknownNameError
 from ..track import step_times
-from .backend import BODY_SLACK, INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
+from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
+from .jhtdb_functions import resolve as resolve_function
 
 # The one table from JHTDB's names to turbdb's. Keys are lower case; the service compares
 # case-insensitively, so "Lag6", "LAG6" and "lag6" all work.
-#   sint: giverny's REST names (none, lag4, …, fd4noint, m2q8) and the SOAP/turblib enum
-#         names (NoSInt, None_Fd4, Fd4Lag4, M1Q4, …)
+#   sint: giverny's REST names (none, lag4, …, fd4noint, m2q8), the SOAP/turblib enum
+#         names (NoSInt, None_Fd4, Fd4Lag4, M1Q4, …) and pyJHTDB's numeric codes (4, 40, 208, …)
 #   sop:  giverny's operators; older giverny and the SOAP names say "function" for field
-#   tint: giverny's none/pchip and the enum names NoTInt/PCHIPInt
+#   tint: giverny's none/pchip, the enum names NoTInt/PCHIPInt and pyJHTDB's 0/1
 JHTDB_NAMES: dict[str, dict[str, str]] = {
     "sint": {
         "none": "none", "nosint": "none",
@@ -36,10 +38,15 @@ JHTDB_NAMES: dict[str, dict[str, str]] = {
         "none_fd4": "fd4noint", "none_fd6": "fd6noint", "none_fd8": "fd8noint",
         "fd4lag4": "fd4lag4",
         "m1q4": "m1q4", "m2q8": "m2q8",
+        # pyJHTDB's names and numeric codes (dbinfo.interpolation_code)
+        "nospatialinterpolation": "none", "lagrangian4thorder": "lag4", "lagrangian6thorder": "lag6",
+        "lagrangian8thorder": "lag8",
+        "0": "none", "4": "lag4", "6": "lag6", "8": "lag8", "40": "fd4noint", "60": "fd6noint", "80": "fd8noint",
+        "44": "fd4lag4", "104": "m1q4", "208": "m2q8",
     },
     "sop": {"field": "field", "function": "field", "gradient": "gradient", "hessian": "hessian",
             "laplacian": "laplacian"},
-    "tint": {"none": "none", "notint": "none", "pchip": "pchip", "pchipint": "pchip"},
+    "tint": {"none": "none", "notint": "none", "pchip": "pchip", "pchipint": "pchip", "0": "none", "1": "pchip"},
 }
 # JHTDB's symbol of each variable in column names (duxdx, dpdx, d2bxdxdy, …).
 SYMBOLS = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a", "force": "f", "pressure": "p",
@@ -126,43 +133,48 @@ def router(backend: Backend) -> APIRouter:
     async def values(
         request: Request,
         dataset: str = Query(..., description="dataset name on this server"),
-        var: str = Query(..., description="field: velocity, pressure, …, or position (particle tracking)"),
+        var: str | None = Query(None, description="field: velocity, pressure, …, or position (particle tracking); "
+                                                   "needed with function=GetVariable"),
         t: float = Query(..., description="time (the start time for position)"),
         sint: str = Query("none", description="spatial method: none, lag4/6/8, fd4noint…, fd4lag4, m1q4, m2q8"),
         sop: str = Query("field", description="operator: field, gradient, hessian, laplacian"),
         tint: str = Query("none", description="temporal method: none or pchip"),
         timepoint_end: float = Query(PLACEHOLDER, description="end of a time series (or of tracking for position)"),
         delta_t: float = Query(PLACEHOLDER, description="time step of a series (or of tracking)"),
-        function: str = Query("GetVariable", description="only GetVariable"),
+        function: str = Query("GetVariable", description="GetVariable (with var), or a JHTDB function name: "
+                                                         "GetVelocity, GetPressureGradient, GetVelocityHessian, "
+                                                         "GetVelocityAndPressure, GetPosition, …"),
         authToken: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),  # noqa: N803
     ) -> Response:
         limits = backend.authorize(request, authToken or "")
         ds = backend.dataset(dataset)
         limits.check_dataset(dataset)
-        if function.lower() != "getvariable":
-            raise InvalidRequestError(f"function {function!r} is not offered; this server answers GetVariable")
+        fields, named_operator = resolve_function(function, var, sop)
         for name, value in (("t", t), ("timepoint_end", timepoint_end), ("delta_t", delta_t)):
             if not math.isfinite(value):
                 raise InvalidRequestError(f"{name} must be a finite number, not {value}")
-        method, operator, temporal = jhtdb_name("sint", sint), jhtdb_name("sop", sop), jhtdb_name("tint", tint)
-        body = await backend.body(request, limits.max_points * JSON_BYTES_PER_POINT + BODY_SLACK)
+        method, temporal = jhtdb_name("sint", sint), jhtdb_name("tint", tint)
+        operator = named_operator or jhtdb_name("sop", sop)
+        body = await backend.body(request, limits, JSON_BYTES_PER_POINT, "text")
         points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
             else parse_points(body)
-        if var == "position":
+        if fields == ["position"]:
             return await _position(backend, ds, points, limits, t, timepoint_end, delta_t, method)
         times = series_times(t, timepoint_end, delta_t)
         limits.check_points(len(points) * len(times), "point-times (points × times)")
-        field = var
-        if field not in ds.metadata.fields:
-            raise UnknownNameError(f"{var!r} is not a variable of dataset {dataset!r}; it has "
-                                   f"{', '.join(ds.metadata.fields)}, position")
+        for field in fields:
+            if field not in ds.metadata.fields:
+                raise UnknownNameError(f"{field!r} is not a variable of dataset {dataset!r}; it has "
+                                       f"{', '.join(ds.metadata.fields)}, position")
 
         def evaluate() -> bytes:
             rows = []
             for ti in times:
-                rows.append(ds.query(field, points, time=float(ti), method=method, operator=operator,
-                                     temporal=temporal).reshape(len(points), -1))
-                backend.record_reads(ds, field)
+                # Several fields (GetVelocityAndPressure) side by side, in the order named.
+                rows.append(np.hstack([ds.query(field, points, time=float(ti), method=method, operator=operator,
+                                                temporal=temporal).reshape(len(points), -1) for field in fields]))
+                for field in fields:
+                    backend.record_reads(ds, field)
             return json.dumps(np.concatenate(rows).tolist()).encode()
 
         async with backend.limiter.admit(len(points) * len(times)):

@@ -15,6 +15,7 @@ import uvicorn
 
 from ..exceptions import ServiceError
 from .app import create_app
+from .tokens import Tokens
 
 # How long shutdown waits for requests in progress before closing their connections.
 GRACEFUL_SHUTDOWN_SECONDS = 30
@@ -46,13 +47,10 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     url = f"http://{shown}:{bound}"
     backend = app.state.backend
     count = len(backend.names())
-    anonymous = backend.tokens.anonymous
-    access = (f"tokens from {tokens}" if tokens else
-              f"no tokens file: anonymous use only, {anonymous.max_points} points per request, "
-              f"{anonymous.requests_per_minute:g} requests per minute")
     behind = f" on the cluster at {cluster}" if cluster else ""
     print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
-          f"turbdb: API docs at {url}/docs; {backend.workers} engine threads; {access}; Ctrl-C stops", flush=True)
+          f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
+          + access_summary(backend.tokens, tokens), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False)
@@ -65,6 +63,27 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     if not server.started:
         sys.exit(1)
     print("turbdb: stopped", flush=True)
+
+
+def access_summary(tokens: Tokens, path: str | None) -> str:
+    """The limits in force, and how to get more: printed when the server starts."""
+    anonymous = tokens.anonymous
+    lines = []
+    if tokens.anonymous_allowed:
+        lines.append(f"turbdb: anonymous use: {anonymous.max_points:,} points per request, "
+                     f"{anonymous.requests_per_minute:g} requests per minute per address "
+                     "(turbdb.connect splits larger work into batches by itself)")
+    else:
+        lines.append("turbdb: anonymous use is off: every request needs a token")
+    if path:
+        for name, limits in tokens.named():
+            lines.append(f"turbdb: token {name!r} ({path}): {limits.max_points:,} points per request, "
+                         f"{limits.requests_per_minute:g} requests per minute, datasets {', '.join(limits.datasets)}")
+    else:
+        lines.append("turbdb: for more, make a token: `turbdb token alice >> tokens.toml`, then serve with "
+                     "--tokens tokens.toml (make serve TOKENS=tokens.toml); clients pass it as "
+                     "turbdb.connect(url, token=…)")
+    return "\n".join(lines)
 
 
 class _GracefulServer(uvicorn.Server):

@@ -10,7 +10,7 @@ A tokens file::
     datasets = ["*"]             # dataset names, or "*" for all
 
     [[token]]
-    token = "alice-7f3a9c…"      # the secret a client sends (or sha256 = "<hex digest>")
+    token = "alice-7f3a9c2e51d8"  # the secret a client sends (or sha256 = "<hex digest>")
     name = "alice"               # shown in logs and metrics, never the secret itself
     max_points = 10_000_000
     requests_per_minute = 1200
@@ -67,7 +67,8 @@ class Limits:
                     if self.name == "anonymous" else "ask the server's operator for a larger limit")
             raise LimitExceededError(
                 f"this request asks for {points:,} {what}; the limit of {self.name_phrase} is "
-                f"{self.max_points:,} per request: split it into batches of at most {self.max_points:,}, or {hint}"
+                f"{self.max_points:,} per request: split it into batches of at most {self.max_points:,} "
+                f"(turbdb.connect does this by itself), or {hint}"
             )
 
     @property
@@ -119,10 +120,21 @@ class Tokens:
             digest = entry.get("sha256")
             if (secret is None) == (digest is None) or not isinstance(secret or digest, str) or not (secret or digest):
                 raise FormatError(f"{origin}: token entry {i + 1} needs exactly one of token = \"…\" or sha256 = \"…\"")
+            problem = unsendable(secret) if secret is not None else None
+            if problem:
+                raise FormatError(f"{origin}: the secret of token entry {i + 1} could never be sent: {problem}")
             name = entry.get("name", f"token{i + 1}")
             limits = _limits(entry, str(name), origin, 1_000_000, 600, extra={"token", "sha256", "name"})
             entries.append((secret if secret is not None else f"sha256:{digest.lower()}", limits))
         return cls(entries, anonymous, bool(anon.get("allowed", True)))
+
+    def named(self) -> list[tuple[str, Limits]]:
+        """Each token's name and limits (never the secret), in the file's order."""
+        return [(limits.name, limits) for limits in self._by_digest.values()]
+
+    def largest_max_points(self) -> int:
+        """The largest point limit of any token (or anonymous use)."""
+        return max([self.anonymous.max_points, *(limits.max_points for limits in self._by_digest.values())])
 
     def identify(self, token: str | None) -> Limits:
         """The limits of ``token`` (``None`` or empty: anonymous), or AccessDeniedError."""
@@ -178,6 +190,19 @@ class _Bucket:
             self.level -= 1.0
             return 0.0
         return (1.0 - self.level) / self.rate if self.rate > 0 else math.inf
+
+
+def unsendable(token: str) -> str | None:
+    """Why ``token`` cannot travel in an HTTP header (``Authorization: Bearer …``, which
+    carries visible ASCII only), or ``None`` if it can."""
+    for position, char in enumerate(token):
+        if not ("!" <= char <= "~"):
+            hint = (" ('…' in the documentation's examples stands for the rest of a token: use the whole of yours)"
+                    if char == "\u2026" else "")
+            return (f"its character {position + 1}, {char!r} (U+{ord(char):04X}), is not a visible ASCII character, "
+                    f"and HTTP headers carry nothing else{hint}; tokens are letters, digits and punctuation, e.g. "
+                    "made by python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+    return None
 
 
 def _digest(secret: str) -> str:

@@ -1,55 +1,50 @@
 """Pseudo-spectral DNS of forced isotropic turbulence in the periodic box [0, 2 pi)^3, the
-built-in source of physically faithful data for turbdb.
+built-in source of physically faithful data for turbdb: the configuration, the spin-up
+(on coarser grids first, then refined spectrally) and the stored window. The numerics are
+in ``navier_stokes.py``; docs/simulate.md justifies the parameters.
 
-Numerics (float64 throughout):
-
-* Velocity held as real-to-complex Fourier coefficients (scipy.fft, norm="forward").
-* Nonlinear term in rotational form u x omega, computed on the grid and projected onto
-  divergence-free fields; dealiased by a sharp spherical cutoff |k| < n/3 (the 2/3 rule
-  applied isotropically, so k_max = n/3 and every product's aliases fall outside it).
-* Viscosity by the exact integrating factor exp(-nu k^2 dt); time stepping by classical
-  RK4 (default) or Heun's RK2 on the remaining terms, with a fixed dt, so stored times are
-  exactly uniform. At equal cost per unit time (RK4 at dt = 0.04 vs RK2 at 0.02) RK4 was
-  25x more accurate and has the wider stability margin, hence the default.
-* Constant-power forcing f_hat = eps_in / (2 E_f) u_hat on 0 < |k| <= k_f, where E_f is
-  the energy in those modes: it injects exactly eps_in at every stage.
-* Stored pressure: the physical static pressure over density, p = P - |u|^2/2, where P is
-  the total pressure solving lap P = div(u x omega) (the forcing is solenoidal and drops
-  out); |u|^2/2 is dealiased at the same cutoff, which makes p identical to the solution
-  of lap p = -d_i d_j (u_i u_j) truncated at k_max. Zero mean.
-
-The defaults (``DNSConfig``, ``DEFAULT_SAVE_EVERY``) at n = 64 give Re_lambda ~ 41,
-k_max eta ~ 1.2, tau_eta = 0.32, a large-eddy time L/u' ~ 2.4 and a stored dt of 0.12
-(tau_eta / 2.6). 100 stored steps then span 11.9 time units (~5 L/u'), over which the mean
-dissipation stays within a few percent of eps_in; shorter windows are not enough, since
-the dissipation swings by +-10-20% over a few L/u'.
+The defaults at n = 64 give Re_lambda ~ 41, k_max eta ~ 1.2, tau_eta = 0.32, a large-eddy
+time L/u' ~ 2.4 and a stored dt of 0.12 (tau_eta / 2.6); 100 stored steps span ~5 L/u'.
+At n = 256 the same rules give Re_lambda ~ 117 (measured: 114-120 over the stored window)
+at k_max eta ~ 1.2 and a stored dt of 0.03.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time as _time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.fft as sfft
 
-from turbdb import diagnostics
 from turbdb.exceptions import InvalidRequestError
+from turbdb.simulate.navier_stokes import SpectralSolver
 from turbdb.simulate.snapshot import Snapshot
-from turbdb.simulate.synthetic import model_spectrum
+from turbdb.times import time_grid
 
-__all__ = ["DNSConfig", "run_dns", "DEFAULT_SAVE_EVERY"]
+__all__ = ["DNSConfig", "SpinupLevel", "run_dns", "DEFAULT_SAVE_EVERY"]
 
-#: Stored time spacing the default ``save_every`` aims for (tau_eta / 2.6 at the defaults).
-_STORED_DT = 0.12
-#: Solver steps between stored snapshots for the default n = 64 configuration
-#: (``DNSConfig.default_save_every`` gives it for any grid).
+#: Solver steps between stored snapshots. The solver dt scales as 1/n (fixed CFL), so the
+#: stored dt does too: 0.12 at 64^3, 0.03 at 256^3. That keeps the stored dt at the same
+#: fraction of the sweeping time 1/(k_max u') of the smallest scales, which is what limits
+#: the accuracy of pchip in time at a fixed point.
 DEFAULT_SAVE_EVERY = 3
+#: The grid of the initial spin-up (runs on finer grids start there and are refined).
+SPINUP_GRID = 64
 
 _SCHEMES = ("rk2", "rk4")
+_PRECISIONS = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class SpinupLevel:
+    """One grid of the spin-up ladder: its size, viscosity, time step and step count."""
+
+    n: int
+    nu: float
+    dt: float
+    steps: int
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ class DNSConfig:
 
     n: grid points per side of the 2 pi box (even, >= 16).
     nu: kinematic viscosity; by default 0.01 (64/n)^(4/3), which keeps k_max eta ~ 1.2 at
-        any n (Re_lambda ~ 41 at n = 64, growing as n^(2/3)).
+        any n (Re_lambda ~ 41 at n = 64, ~ 117 at n = 256).
     epsilon: energy injection rate eps_in (the forcing's constant power per unit mass).
     kf: forcing radius; modes with 0 < |k| <= kf are forced.
     dt: fixed solver time step; by default 0.04 (64/n), a CFL number
@@ -66,13 +61,28 @@ class DNSConfig:
     scheme: "rk4" (classical) or "rk2" (Heun), both with the viscous integrating factor.
         RK2 needs about half the RK4 dt.
     seed: seed of the random initial field.
-    spinup_time: physical time integrated before the first stored snapshot. The initial
-        field already carries the stationary energy and dissipation, so the spin-up only
-        has to build the cascade: derivative skewness and flatness settle within ~1 time
-        unit; the default 8 (~3 L/u', 25 tau_eta) also forgets the Gaussian large scales.
+    spinup_time: physical time integrated on the spin-up grid before anything else. The
+        initial field already carries the stationary energy and dissipation, so the
+        spin-up only has to build the cascade: derivative skewness and flatness settle
+        within ~1 time unit; the default 8 (~3 L/u', 25 tau_eta) also forgets the
+        Gaussian large scales.
+    spinup_grid: grid of that first spin-up; by default min(n, 64). A finer run then
+        doubles the grid by spectral refinement (the Fourier coefficients are copied, the
+        new ones start at zero) until it reaches n. Every grid below n runs at half the
+        final k_max eta, with the viscosity of the grid twice as fine (never below nu):
+        slightly under-resolved, but the viscosity only drops where the grid is cheap, and
+        the last refinement to n changes nothing but the resolution, so the flow arrives
+        on n with its final Reynolds number and dissipation. dt scales as 1/n_level.
+    refine_time: physical time on each intermediate grid, after its viscosity drop
+        (default 4: the dissipation dips by the viscosity ratio and takes ~2 to recover).
+    settle_time: physical time on the final grid after the last refinement (default 1,
+        ~9 tau_eta at 256^3: the new dissipation-range shells fill within ~0.3).
+    precision: "float32" (default) or "float64" for the state and the transforms. float32
+        round-off (~1e-7 of u') is far below the energy of the smallest resolved shells and
+        halves the cost; sums (energy, dissipation, moments) are float64 either way.
 
-    ``replace(config, n=...)`` keeps the resolved nu and dt; build a new DNSConfig to get
-    the defaults for another grid.
+    ``replace(config, n=...)`` keeps the resolved nu, dt and spinup_grid; build a new
+    DNSConfig to get the defaults for another grid.
     """
 
     n: int = 64
@@ -83,6 +93,10 @@ class DNSConfig:
     scheme: str = "rk4"
     seed: int = 0
     spinup_time: float = 8.0
+    spinup_grid: int | None = None
+    refine_time: float = 4.0
+    settle_time: float = 1.0
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         if not _is_int(self.n) or self.n < 16 or self.n % 2:
@@ -91,19 +105,27 @@ class DNSConfig:
             object.__setattr__(self, "nu", 0.01 * (64 / self.n) ** (4 / 3))
         if self.dt is None:
             object.__setattr__(self, "dt", 0.04 * 64 / self.n)
+        if self.spinup_grid is None:
+            object.__setattr__(self, "spinup_grid", min(self.n, SPINUP_GRID))
         for name in ("nu", "epsilon", "dt"):
             value = getattr(self, name)
             if not _is_real(value) or not value > 0 or not math.isfinite(value):
                 raise InvalidRequestError(f"{name} must be positive and finite, got {value!r}")
-        if not _is_real(self.kf) or not 1.0 <= self.kf < self.n / 3.0:
-            raise InvalidRequestError(f"kf must be in [1, n/3), got {self.kf!r}")
+        g = self.spinup_grid
+        if not _is_int(g) or g < 16 or g % 2 or g > self.n:
+            raise InvalidRequestError(f"spinup_grid must be an even integer in [16, n], got {g!r}")
+        if not _is_real(self.kf) or not 1.0 <= self.kf < g / 3.0:
+            raise InvalidRequestError(f"kf must be in [1, spinup_grid/3), got {self.kf!r}")
         if self.scheme not in _SCHEMES:
             raise InvalidRequestError(f"scheme must be one of {_SCHEMES}, got {self.scheme!r}")
+        if self.precision not in _PRECISIONS:
+            raise InvalidRequestError(f"precision must be one of {_PRECISIONS}, got {self.precision!r}")
         if not _is_int(self.seed) or self.seed < 0:
             raise InvalidRequestError(f"seed must be a non-negative integer, got {self.seed!r}")
-        st = self.spinup_time
-        if not _is_real(st) or not st >= 0 or not math.isfinite(st):
-            raise InvalidRequestError(f"spinup_time must be >= 0 and finite, got {st!r}")
+        for name in ("spinup_time", "refine_time", "settle_time"):
+            value = getattr(self, name)
+            if not _is_real(value) or not value >= 0 or not math.isfinite(value):
+                raise InvalidRequestError(f"{name} must be >= 0 and finite, got {value!r}")
 
     @property
     def k_max(self) -> float:
@@ -112,12 +134,23 @@ class DNSConfig:
 
     @property
     def default_save_every(self) -> int:
-        """Solver steps per stored step giving a stored dt near 0.12 (3 at the defaults).
+        """Solver steps per stored step (``DEFAULT_SAVE_EVERY``)."""
+        return DEFAULT_SAVE_EVERY
 
-        With 100 stored steps that spans ~12 time units, long enough for the mean
-        dissipation to settle within a few percent of eps_in.
-        """
-        return max(1, round(_STORED_DT / self.dt))
+    @property
+    def spinup_levels(self) -> list[SpinupLevel]:
+        """The spin-up ladder: ``spinup_grid``, doubled until n; the last level is n."""
+        grids = [self.spinup_grid]
+        while grids[-1] < self.n:
+            grids.append(min(2 * grids[-1], self.n))
+        levels = []
+        for i, g in enumerate(grids):
+            final = g == self.n
+            nu = self.nu if final else self.nu * max(1.0, self.n / (2 * g)) ** (4 / 3)
+            time = self.spinup_time if i == 0 else self.settle_time if final else self.refine_time
+            dt = self.dt * self.n / g
+            levels.append(SpinupLevel(n=g, nu=nu, dt=dt, steps=round(time / dt)))
+        return levels
 
 
 def _is_int(x: object) -> bool:
@@ -126,263 +159,6 @@ def _is_int(x: object) -> bool:
 
 def _is_real(x: object) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-
-
-class _Solver:
-    """State and precomputed operators of one run.
-
-    Only the modes inside the cube |k_i| <= m (m the largest integer below k_max) can be
-    non-zero, so the spectral state ``uh`` is held compactly as (3, 2m+1, 2m+1, m+1)
-    (a third of the rfft half-spectrum at n = 64): every spectral operation runs on that,
-    and only the transforms see the full (n, n, n//2+1) layout.
-    """
-
-    def __init__(self, cfg: DNSConfig) -> None:
-        self.cfg = cfg
-        n = cfg.n
-        self.shape = (n, n, n)
-        self.workers = os.cpu_count() or 1
-        m = math.ceil(cfg.k_max) - 1
-        self.m = m
-        # Compact axis order: wavenumbers 0..m, then -m..-1, as in the full fft layout.
-        self._pairs = ((slice(0, m + 1), slice(0, m + 1)), (slice(m + 1, 2 * m + 1), slice(n - m, n)))
-        k = np.concatenate([np.arange(0, m + 1), np.arange(-m, 0)]).astype(np.float64)
-        self.kz = k[:, None, None]
-        self.ky = k[None, :, None]
-        self.kx = np.arange(0, m + 1, dtype=np.float64)[None, None, :]
-        k2 = self.kx**2 + self.ky**2 + self.kz**2
-        self.k2 = k2
-        self.mask = (k2 < cfg.k_max**2).astype(np.float64)
-        self.mask[0, 0, 0] = 0.0  # no mean flow
-        # Projection divides by k^2; folding the dealiasing mask in saves a pass per stage.
-        self.inv_k2_masked = self.mask / np.where(k2 > 0, k2, 1.0)
-        # Parseval multiplicity of each stored mode (the rfft half keeps kx >= 0 only).
-        w = np.full(self.kx.shape, 2.0)
-        w[..., 0] = 1.0
-        self.weights = w
-        self.visc_full = np.exp(-cfg.nu * k2 * cfg.dt)
-        self.visc_half = np.exp(-cfg.nu * k2 * cfg.dt / 2)
-        self.visc_half2 = 2.0 * self.visc_half
-        self.forced = np.nonzero((k2 > 0) & (k2 <= cfg.kf**2))
-        self.forced_weights = np.broadcast_to(w, k2.shape)[self.forced]
-        shell = np.rint(np.sqrt(k2)).astype(np.intp)
-        self.shell = shell.ravel()
-        self.n_shells = int(shell.max()) + 1
-        self.weighted_k2 = w * k2
-        # Scratch reused every stage. The padded spectra of the pruned inverse transform are
-        # written only inside the compact box, so they stay zero outside it.
-        self._spec6 = np.empty((6, *k2.shape), dtype=np.complex128)
-        self._pad_z = np.zeros((6, n, 2 * m + 1, m + 1), dtype=np.complex128)
-        self._pad_y = np.zeros((6, n, n, m + 1), dtype=np.complex128)
-        self._pad_x = np.zeros((6, n, n, n // 2 + 1), dtype=np.complex128)
-        self._cross = np.empty((3, *self.shape))
-        self._tmp = np.empty(self.shape)
-        self.uh = self._initial_field()
-
-    def _gather(self, full: np.ndarray) -> np.ndarray:
-        """The compact box of a full rfft half-spectrum (..., n, n, n//2+1)."""
-        out = np.empty((*full.shape[:-3], *self.k2.shape), dtype=full.dtype)
-        m1 = self.m + 1
-        for cz, fz in self._pairs:
-            for cy, fy in self._pairs:
-                out[..., cz, cy, :] = full[..., fz, fy, :m1]
-        return out
-
-    # -- initial condition -------------------------------------------------------------
-
-    def _initial_field(self) -> np.ndarray:
-        """Gaussian, solenoidal, zero-mean field near the stationary state's energy budget.
-
-        Shell energies follow ``model_spectrum`` peaking at the box scale (where the
-        constant-power forcing piles the energy up), with total energy the Kolmogorov
-        estimate E0 = integral_1^inf 1.5 eps^(2/3) k^(-5/3) dk = 2.25 eps^(2/3), and a
-        dissipation cutoff placed so that the initial dissipation is exactly eps_in. The
-        spin-up then only has to build the cascade's phase correlations.
-        """
-        cfg = self.cfg
-        rng = np.random.default_rng(cfg.seed)
-        uh = self._fft(rng.standard_normal((3, *self.shape)))
-        self._project(uh)
-        have = self._shell_energy(uh)
-        ok = have > 0
-        # Mean k^2 of each shell's modes, weighted by their energy.
-        e_modes = 0.5 * self.weights * np.sum(uh.real**2 + uh.imag**2, axis=0)
-        k2_shell = np.bincount(self.shell, weights=(self.k2 * e_modes).ravel(), minlength=self.n_shells)
-        k2_shell = np.divide(k2_shell, have, out=np.zeros_like(have), where=ok)
-        kshell = np.arange(self.n_shells, dtype=np.float64)
-        energy0 = 2.25 * cfg.epsilon ** (2.0 / 3.0)
-
-        def shells(k_d: float) -> np.ndarray:
-            e = np.where(ok, model_spectrum(kshell, k_peak=1.0, k_dissipation=k_d), 0.0)
-            return e * (energy0 / e.sum())
-
-        lo, hi = 1.0, 10.0 * cfg.k_max
-        for _ in range(60):  # bisection on log k_d: dissipation grows with k_d
-            mid = math.sqrt(lo * hi)
-            if 2.0 * cfg.nu * float(np.sum(shells(mid) * k2_shell)) > cfg.epsilon:
-                hi = mid
-            else:
-                lo = mid
-        scale = np.sqrt(np.divide(shells(lo), have, out=np.zeros_like(have), where=ok))
-        uh *= scale[self.shell].reshape(self.k2.shape)
-        return uh
-
-    # -- transforms and operators ------------------------------------------------------
-
-    def _fft(self, x: np.ndarray) -> np.ndarray:
-        """Compact spectrum of grid values (..., n, n, n)."""
-        full = sfft.rfftn(x, axes=(-3, -2, -1), norm="forward", workers=self.workers)
-        return self._gather(full)
-
-    def _ifft(self, compact: np.ndarray) -> np.ndarray:
-        """Grid values of a compact spectrum (c, ...) with c <= 6 components.
-
-        A pruned transform, one axis at a time: the z pass runs only on the box's (ky, kx)
-        columns and the y pass only on its kx columns, a quarter less work than a full
-        irfftn of the zero-padded spectrum.
-        """
-        c = compact.shape[0]
-        (lo, _), (hi, fhi) = self._pairs
-        m1, w = self.m + 1, self.workers
-        pz, py, px = self._pad_z[:c], self._pad_y[:c], self._pad_x[:c]
-        pz[:, lo] = compact[:, lo]
-        pz[:, fhi] = compact[:, hi]
-        a = sfft.ifft(pz, axis=1, norm="forward", workers=w)
-        py[:, :, lo] = a[:, :, lo]
-        py[:, :, fhi] = a[:, :, hi]
-        px[..., :m1] = sfft.ifft(py, axis=2, norm="forward", workers=w)
-        return sfft.irfft(px, n=self.cfg.n, axis=3, norm="forward", workers=w)
-
-    def _project(self, vh: np.ndarray) -> None:
-        """In place: remove the longitudinal part and everything outside the cutoff."""
-        kdot = (self.kx * vh[0] + self.ky * vh[1] + self.kz * vh[2]) * self.inv_k2_masked
-        for c, kc in enumerate((self.kx, self.ky, self.kz)):
-            vh[c] *= self.mask
-            vh[c] -= kc * kdot
-
-    def _u_and_vorticity(self, uh: np.ndarray) -> np.ndarray:
-        """Grid values (6, n, n, n) of u and omega = curl u."""
-        s = self._spec6
-        s[:3] = uh
-        w = s[3:]
-        kx, ky, kz = self.kx, self.ky, self.kz
-        np.multiply(ky, uh[2], out=w[0])
-        w[0] -= kz * uh[1]
-        np.multiply(kz, uh[0], out=w[1])
-        w[1] -= kx * uh[2]
-        np.multiply(kx, uh[1], out=w[2])
-        w[2] -= ky * uh[0]
-        w *= 1j
-        return self._ifft(s)
-
-    def _cross_hat(self, phys: np.ndarray) -> np.ndarray:
-        """Unprojected, unmasked spectrum of u x omega from the grid values of u and omega."""
-        u, w = phys[:3], phys[3:]
-        out, tmp = self._cross, self._tmp
-        for c, (a, b) in enumerate(((1, 2), (2, 0), (0, 1))):
-            np.multiply(u[a], w[b], out=out[c])
-            np.multiply(u[b], w[a], out=tmp)
-            out[c] -= tmp
-        return self._fft(out)
-
-    def _rhs(self, uh: np.ndarray) -> np.ndarray:
-        """Nonlinear term plus forcing: P[u x omega] + eps_in / (2 E_f) u on forced modes."""
-        nh = self._cross_hat(self._u_and_vorticity(uh))
-        self._project(nh)
-        iz, iy, ix = self.forced
-        uf = uh[:, iz, iy, ix]
-        e_f = 0.5 * float(np.sum(self.forced_weights * (uf.real**2 + uf.imag**2)))
-        if e_f > 0:
-            nh[:, iz, iy, ix] += (self.cfg.epsilon / (2.0 * e_f)) * uf
-        return nh
-
-    # -- time stepping -------------------------------------------------------------------
-
-    def step(self) -> None:
-        # A run that blows up overflows here; _check_finite reports it right after the step.
-        with np.errstate(over="ignore", invalid="ignore"):
-            self._step()
-
-    def _step(self) -> None:
-        dt = self.cfg.dt
-        u = self.uh
-        ef, eh = self.visc_full, self.visc_half
-        if self.cfg.scheme == "rk2":
-            k1 = self._rhs(u)
-            k2 = self._rhs(ef * (u + dt * k1))
-            u += (0.5 * dt) * k1
-            u *= ef
-            u += (0.5 * dt) * k2
-            return
-        a = self._rhs(u)
-        b = self._rhs(eh * (u + (0.5 * dt) * a))
-        c = self._rhs(eh * u + (0.5 * dt) * b)
-        d = self._rhs(ef * u + dt * (eh * c))
-        b += c
-        b *= self.visc_half2
-        b += ef * a
-        b += d
-        u *= ef
-        u += (dt / 6.0) * b
-
-    # -- diagnostics of the spectral state ------------------------------------------------
-
-    def _shell_energy(self, uh: np.ndarray) -> np.ndarray:
-        e = 0.5 * self.weights * np.sum(uh.real**2 + uh.imag**2, axis=0)
-        return np.bincount(self.shell, weights=e.ravel(), minlength=self.n_shells)
-
-    def _dissipation(self, uh: np.ndarray) -> float:
-        return self.cfg.nu * float(np.sum(self.weighted_k2 * (uh.real**2 + uh.imag**2)))
-
-    def energy(self) -> float:
-        uh = self.uh
-        return 0.5 * float(np.sum(self.weights * (uh.real**2 + uh.imag**2)))
-
-    def dissipation(self) -> float:
-        return self._dissipation(self.uh)
-
-    def velocity(self) -> np.ndarray:
-        """Grid velocity (3, n, n, n) float64."""
-        return self._ifft(self.uh)
-
-    def pressure(self) -> np.ndarray:
-        """Static pressure p = P - |u|^2/2 on the grid (see the module docstring)."""
-        phys = self._u_and_vorticity(self.uh)
-        nh = self._cross_hat(phys)
-        kin = 0.5 * np.sum(phys[:3] ** 2, axis=0)
-        kin_h = self._fft(kin)
-        div = self.kx * nh[0] + self.ky * nh[1] + self.kz * nh[2]
-        p_h = (-1j * div) * self.inv_k2_masked - kin_h * self.mask
-        return self._ifft(p_h[None])[0]
-
-    def stats(self, u: np.ndarray) -> dict[str, float]:
-        """Live diagnostics of the current state; ``u`` is its grid velocity (3, n, n, n)."""
-        cfg = self.cfg
-        energy = self.energy()
-        eps = self.dissipation()
-        scales = diagnostics.turbulence_scales(energy, eps, cfg.nu)
-        shell_e = self._shell_energy(self.uh)
-        length = diagnostics.integral_scale(np.arange(1, self.n_shells), shell_e[1:])
-        skew, flat = diagnostics.derivative_moments(np.moveaxis(u, 0, -1))
-        dx = 2 * np.pi / cfg.n
-        cfl = cfg.dt * float(np.max(np.abs(u[0]) + np.abs(u[1]) + np.abs(u[2]))) / dx
-        u_rms = scales["u_rms"]
-        return {
-            "Re_lambda": scales["re_lambda"],
-            "dissipation": eps,
-            "injection": cfg.epsilon,  # exact: constant-power forcing at every stage
-            "energy": energy,
-            "skewness": skew,
-            "flatness": flat,
-            "u_rms": u_rms,
-            "taylor_microscale": scales["taylor_microscale"],
-            "eta": scales["eta"],
-            "tau_eta": scales["tau_eta"],
-            "kmax_eta": cfg.k_max * scales["eta"],
-            "integral_scale": length,
-            "large_eddy_time": length / u_rms if u_rms > 0 else float("nan"),
-            "cfl": cfl,  # dt max(|u|+|v|+|w|) / dx
-        }
 
 
 def run_dns(
@@ -396,15 +172,16 @@ def run_dns(
     """Spin up, then yield ``n_saved`` snapshots ``save_every`` solver steps apart
     (default ``config.default_save_every``).
 
-    Snapshot ``i`` has ``step == i`` and ``time == i * (save_every * dt)`` exactly: time is
-    measured from the start of the stored window (the spin-up is not stored). Its ``stats``
+    Snapshot ``i`` has ``step == i`` and ``time`` the decimal value of ``i * save_every * dt``
+    (``turbdb.times.time_grid``): time is measured from the start of the stored window (the
+    spin-up is not stored). Its ``stats``
     hold the live diagnostics of that step (Re_lambda, dissipation, injection, energy,
     skewness and flatness of the longitudinal derivatives, Kolmogorov and large-eddy
     scales, CFL number) plus ``time_absolute`` and ``solver_step`` counted from the start.
 
-    ``progress(done_steps, total_steps, phase)`` is called after every solver step, with
-    steps counted over the whole run (spin-up and stored window) and phase "spinup" or
-    "run". ``log(line)`` receives a handful of summary lines.
+    ``progress(done, total, phase)`` is called after every solver step, with the work
+    counted over the whole run (spin-up ladder and stored window) in steps of the final
+    grid (a step on a grid half as fine counts 1/8), and phase "spinup" or "run". ``log(line)`` receives a handful of summary lines.
     """
     cfg = DNSConfig() if config is None else config
     if not isinstance(cfg, DNSConfig):
@@ -427,65 +204,79 @@ def _run(
 ) -> Iterator[Snapshot]:
     if n_saved == 0:
         return
-    solver = _Solver(cfg)
-    spinup_steps = round(cfg.spinup_time / cfg.dt)
+    levels = cfg.spinup_levels
     run_steps = (n_saved - 1) * save_every
-    total = spinup_steps + run_steps
+    # Progress in steps of the final grid: a step on a grid half as fine costs about 1/8.
+    cost = [(lv.n / cfg.n) ** 3 for lv in levels]
+    total = sum(c * lv.steps for c, lv in zip(cost, levels)) + run_steps
     stored_dt = save_every * cfg.dt
+    times = time_grid(0.0, stored_dt, n_saved)
     started = _time.perf_counter()
+    work = 0.0
+    clock = 0.0  # physical time since the start of the spin-up
 
-    def say(phase: str, done: int, st: dict[str, float]) -> None:
+    def say(phase: str, solver: SpectralSolver, st: dict[str, float]) -> None:
         if log is not None:
             log(
-                f"[{phase} {done}/{total} steps, t={done * cfg.dt:.2f}, {_time.perf_counter() - started:.0f}s] "
+                f"[{phase} {solver.n}^3, t={clock:.2f}, {_time.perf_counter() - started:.0f}s] "
                 f"Re_lambda={st['Re_lambda']:.1f} eps/eps_in={st['dissipation'] / cfg.epsilon:.3f} "
                 f"S={st['skewness']:+.3f} F={st['flatness']:.2f} kmax*eta={st['kmax_eta']:.2f} "
-                f"CFL={st['cfl']:.2f}"
+                f"E={st['energy']:.4f} L/u'={st['large_eddy_time']:.2f} CFL={st['cfl']:.2f}"
             )
 
     if log is not None:
+        ladder = ", then ".join(f"{lv.n}^3 for {lv.steps} steps (nu={lv.nu:.4g}, dt={lv.dt:g})" for lv in levels)
         log(
-            f"DNS {cfg.n}^3 nu={cfg.nu:g} eps_in={cfg.epsilon:g} kf={cfg.kf:g} dt={cfg.dt:g} "
-            f"{cfg.scheme}: {spinup_steps} spin-up steps, then {n_saved} snapshots every "
-            f"{save_every} steps (stored dt={stored_dt:g})"
+            f"DNS {cfg.n}^3 eps_in={cfg.epsilon:g} kf={cfg.kf:g} {cfg.scheme} {cfg.precision}: spin-up on "
+            f"{ladder}; then {n_saved} snapshots every {save_every} steps (stored dt={stored_dt:g})"
         )
-    log_every = max(spinup_steps // 4, 1)
-    for s in range(1, spinup_steps + 1):
-        solver.step()
-        _check_finite(solver, s)
-        if progress is not None:
-            progress(s, total, "spinup")
-        if log is not None and (s % log_every == 0 or s == spinup_steps):
-            say("spinup", s, solver.stats(solver.velocity()))
+    solver: SpectralSolver | None = None
+    for level, c in zip(levels, cost):
+        solver = SpectralSolver(level.n, nu=level.nu, dt=level.dt, epsilon=cfg.epsilon, kf=cfg.kf,
+                                scheme=cfg.scheme, precision=cfg.precision, seed=cfg.seed,
+                                uh=None if solver is None else solver.uh)
+        log_every = max(level.steps // 4, 1)
+        for s in range(1, level.steps + 1):
+            solver.step()
+            _check_finite(solver, s)
+            work += c
+            clock += level.dt
+            if progress is not None:
+                progress(work, total, "spinup")
+            if log is not None and (s % log_every == 0 or s == level.steps):
+                say("spinup", solver, solver.stats(solver.velocity()))
+    assert solver is not None
 
     log_saves = max(n_saved // 5, 1)
-    done = spinup_steps
+    done = levels[-1].steps
     for i in range(n_saved):
         if i > 0:
             for _ in range(save_every):
                 solver.step()
                 done += 1
+                work += 1
+                clock += cfg.dt
                 _check_finite(solver, done)
                 if progress is not None:
-                    progress(done, total, "run")
-        u = solver.velocity()
+                    progress(work, total, "run")
+        u, p = solver.fields()
         st = solver.stats(u)
-        st["time_absolute"] = done * cfg.dt
+        st["time_absolute"] = clock
         st["solver_step"] = float(done)
         if log is not None and (i % log_saves == 0 or i == n_saved - 1):
-            say("run", done, st)
+            say("run", solver, st)
         velocity = np.empty((*solver.shape, 3), dtype=np.float32)
-        for c in range(3):
-            velocity[..., c] = u[c]
-        pressure = solver.pressure().astype(np.float32)
-        yield Snapshot(time=i * stored_dt, step=i, velocity=velocity, pressure=pressure, stats=st)
+        for comp in range(3):
+            velocity[..., comp] = u[comp]
+        pressure = p.astype(np.float32)
+        yield Snapshot(time=float(times[i]), step=i, velocity=velocity, pressure=pressure, stats=st)
 
 
-def _check_finite(solver: _Solver, step: int) -> None:
+def _check_finite(solver: SpectralSolver, step: int) -> None:
     """Stop a run that blew up (too large a dt for its velocities) instead of storing NaN."""
     with np.errstate(over="ignore", invalid="ignore"):
         energy = solver.energy()
     if not math.isfinite(energy):
         raise InvalidRequestError(
-            f"the DNS diverged by solver step {step}: reduce dt (now {solver.cfg.dt:g}) or raise nu"
+            f"the DNS diverged by solver step {step} on {solver.n}^3: reduce dt (now {solver.dt:g}) or raise nu"
         )

@@ -14,6 +14,7 @@ import scipy.fft as sfft
 
 from turbdb.exceptions import InvalidRequestError
 from turbdb.simulate.snapshot import Snapshot
+from turbdb.times import time_grid
 
 __all__ = ["model_spectrum", "synthetic_snapshots"]
 
@@ -109,8 +110,7 @@ def _generate(n: int, n_steps: int, dt: float, seed: int, box: float) -> Iterato
     del sign, k2, kmag, keep
     kk = (kx, ky, kz)
 
-    for i in range(n_steps):
-        t = i * dt
+    for i, t in enumerate(time_grid(0.0, dt, n_steps)):
         theta = omega * np.float32(t)
         phase = np.empty(theta.shape, dtype=np.complex64)
         phase.real = np.cos(theta)
@@ -128,4 +128,4 @@ def _generate(n: int, n_steps: int, dt: float, seed: int, box: float) -> Iterato
                 p_hat -= (kk[a] * kk[b] * (1.0 if a == b else 2.0)) * prod
         p_hat *= inv_k2
         pressure = sfft.irfftn(p_hat, s=shape, norm="forward", workers=_WORKERS).astype(np.float32, copy=False)
-        yield Snapshot(time=t, step=i, velocity=velocity, pressure=pressure, stats={})
+        yield Snapshot(time=float(t), step=i, velocity=velocity, pressure=pressure, stats={})

@@ -1,0 +1,209 @@
+"""Cutouts: the stored values on a box of grid nodes, at one or several stored times, with a
+stride per axis and JHTDB's box filter (``filter_width``), as an ``xarray.DataArray``.
+
+The filter averages the ``w³`` nodes around each output node (``w = filter_width``): nodes
+``i − h … i − h + w − 1`` per axis with ``h = (w − 1) // 2`` (centred for odd ``w``),
+wrapping on periodic axes and truncated at the walls of non-periodic ones (the mean of the
+nodes inside). It is applied before the stride: every ``stride``-th filtered node is kept,
+as JHTDB's cutout service does. Sums are taken in float64, axis by axis (the box is
+separable), node by node in a fixed order, so any sub-box gives the same bits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .arguments import axes_of, node_range, time_list
+from .exceptions import InvalidRequestError, UnknownNameError
+
+if TYPE_CHECKING:
+    import xarray
+
+    from .dataset import Dataset
+    from .info import DatasetInfo
+
+Ranges = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+Strides = tuple[int, int, int]
+# A local cutout is read in z-slabs of about this many bytes of float64 work space, so a
+# filtered cutout of a large box never holds the whole expanded box in float64.
+SLAB_BYTES = 64 * 2**20
+
+
+def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None,
+           stride: Any = 1, filter_width: int = 1) -> xarray.DataArray:
+    """See :meth:`turbdb.Dataset.cutout`."""
+    info = dataset.metadata
+    check_field(dataset.name, info, field)
+    strides = as_strides(stride)
+    width = as_filter_width(filter_width)
+    ranges = box_ranges(info, x, y, z)
+    t_indices = [time_index(dataset, field, t) for t in time_list(time)]
+    for t_index in sorted(set(t_indices)):
+        check_box(dataset, field, t_index, ranges)
+    shape = output_shape(ranges, strides) + (info.fields[field].ncomp,)
+    data = np.empty((len(t_indices),) + shape, dtype=np.float32)
+    for k, t_index in enumerate(t_indices):
+        for (z0, z1), (k0, k1) in z_slabs(ranges, strides, width, info.fields[field].ncomp):
+            data[k, k0:k1] = read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width)
+    return cutout_array(dataset.name, info, field, data if np.ndim(time) else data[0], ranges, strides,
+                        t_indices if np.ndim(time) else t_indices[0], width)
+
+
+def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> None:
+    """Lets the engine check a box with its own messages (empty range, outside a
+    non-periodic axis, step not written) by reading a single node: a stride longer than
+    every range keeps only each first node."""
+    dataset.field_store(field).cutout(t_index, axes_of(dataset.metadata), ranges, max(1, *(b - a for a, b in ranges)))
+
+
+def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides: Strides,
+             filter_width: int = 1) -> np.ndarray:
+    """Blocking: the (filtered, strided) values on the nodes ``ranges`` (x, y, z; half-open,
+    unwrapped) at time index ``t_index``, float32 ``(nz, ny, nx, ncomp)``. The caller has
+    checked the box (:func:`check_box`): the filter clips its reads to the domain."""
+    info = dataset.metadata
+    store = dataset.field_store(field)
+    axes = axes_of(info)
+    if filter_width == 1:
+        step = math.gcd(*strides)
+        data = store.cutout(t_index, axes, ranges, step)
+        if strides == (step, step, step):
+            return data
+        sx, sy, sz = (s // step for s in strides)
+        return np.ascontiguousarray(data[::sz, ::sy, ::sx])
+    windows = [_windows(a, b, s, filter_width, n, periodic)
+               for (a, b), s, n, periodic in zip(ranges, strides, info.grid, info.periodic)]
+    read = tuple((w.lo, w.hi) for w in windows)
+    values = store.cutout(t_index, axes, read, 1).astype(np.float64)
+    for axis, window in zip((2, 1, 0), windows):  # x, y, z are array axes 2, 1, 0
+        values = window.mean(values, axis)
+    return values.astype(np.float32)
+
+
+class _windows:
+    """The box windows of one axis: output nodes ``start, start+stride, … < stop`` each
+    averaging ``[i − h, i − h + w)``, clipped to ``[0, n)`` on a non-periodic axis. ``lo`` and
+    ``hi`` bound the nodes to read (unwrapped)."""
+
+    def __init__(self, start: int, stop: int, stride: int, width: int, n: int, periodic: bool):
+        half = (width - 1) // 2
+        centres = np.arange(start, stop, stride)
+        first, last = centres - half, centres - half + width
+        if not periodic:
+            first, last = np.maximum(first, 0), np.minimum(last, n)
+        self.lo, self.hi = int(first.min()), int(last.max())
+        self.first, self.last = first - self.lo, last - self.lo
+        self.width = width
+
+    def mean(self, values: np.ndarray, axis: int) -> np.ndarray:
+        """The window means along ``axis``, each summed node by node from its first node, so
+        that a node's value does not depend on the box around it: a cutout split into
+        boxes (as a server's batches) equals the whole to the last bit."""
+        shape = [1] * values.ndim
+        shape[axis] = len(self.first)
+        total = np.zeros(values.shape[:axis] + (len(self.first),) + values.shape[axis + 1:])
+        for offset in range(self.width):
+            index = self.first + offset
+            inside = index < self.last
+            part = np.take(values, np.minimum(index, values.shape[axis] - 1), axis=axis)
+            total += part if inside.all() else np.where(inside.reshape(shape), part, 0.0)
+        return total / (self.last - self.first).astype(np.float64).reshape(shape)
+
+
+def z_slabs(ranges: Ranges, strides: Strides, filter_width: int, ncomp: int) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """The z sub-ranges a box is read in, each with the output planes it fills, so that the
+    float64 work space of one read stays near :data:`SLAB_BYTES`."""
+    (x0, x1), (y0, y1), (z0, z1) = ranges
+    sx, sy, sz = strides
+    nz = len(range(z0, z1, sz))
+    if filter_width == 1 and sx == sy == sz:
+        planes = nz  # read straight into the answer: no work space
+    else:
+        plane_bytes = (x1 - x0 + filter_width) * (y1 - y0 + filter_width) * ncomp * 8 * sz
+        planes = max(1, SLAB_BYTES // plane_bytes)
+    for k0 in range(0, nz, planes):
+        k1 = min(nz, k0 + planes)
+        yield (z0 + k0 * sz, z0 + (k1 - 1) * sz + 1), (k0, k1)
+
+
+def cutout_array(dataset_name: str, info: DatasetInfo, field: str, data: np.ndarray, ranges: Sequence[tuple[int, int]],
+                 strides: Any, t_index: int | Sequence[int], filter_width: int = 1) -> xarray.DataArray:
+    """The cutout ``data`` as the DataArray :meth:`turbdb.Dataset.cutout` returns (also built
+    by the remote client): dims ``(z, y, x, component)``, with a leading ``time`` dim when
+    ``t_index`` is a sequence; physical and index coordinates."""
+    import xarray
+
+    strides = as_strides(strides)
+    coords: dict[str, Any] = {}
+    many = not np.isscalar(t_index) and np.ndim(t_index) == 1
+    if many:
+        indices = np.asarray(t_index, dtype=np.int64)
+        coords["time"] = ("time", info.times[indices])
+        coords["time_index"] = ("time", indices)
+    for (start, stop), s, name, o, d, n, periodic in zip(ranges, strides, "xyz", info.origin, info.spacing,
+                                                         info.grid, info.periodic):
+        index = np.arange(start, stop, s)
+        coords[name] = (name, o + d * index)
+        coords[f"{name}_index"] = (name, np.mod(index, n) if periodic else index)
+    coords["component"] = ("component", info.fields[field].components)
+    attrs: dict[str, Any] = {"dataset": dataset_name}
+    if not many:
+        attrs.update(time=float(info.times[int(t_index)]), time_index=int(t_index))
+    attrs["stride"] = strides[0] if len(set(strides)) == 1 else list(strides)
+    attrs["filter_width"] = int(filter_width)
+    dims = (("time",) if many else ()) + ("z", "y", "x", "component")
+    return xarray.DataArray(data, dims=dims, coords=coords, name=field, attrs=attrs)
+
+
+# -- arguments ---------------------------------------------------------------------------------
+
+
+def check_field(dataset_name: str, info: DatasetInfo, field: str) -> None:
+    if field not in info.fields:
+        raise UnknownNameError(f"dataset {dataset_name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+
+
+def as_strides(stride: Any) -> Strides:
+    """A stride for every axis from one positive integer or three (x, y, z)."""
+    values = (stride,) * 3 if isinstance(stride, (int, np.integer)) else tuple(stride) \
+        if isinstance(stride, (tuple, list, np.ndarray)) else None
+    if values is None or len(values) != 3 or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in values):
+        raise InvalidRequestError(f"stride must be a positive integer, or three (x, y, z), not {stride!r}")
+    return tuple(int(s) for s in values)  # type: ignore[return-value]
+
+
+def parse_strides(text: str) -> Strides:
+    """``"2"`` or ``"1,2,2"`` (an HTTP or command-line parameter) as three strides."""
+    try:
+        values = [int(v) for v in text.replace(":", ",").split(",")]
+    except ValueError:
+        raise InvalidRequestError(f"stride must be a positive integer or three (x,y,z), e.g. 2 or 1,2,2; not {text!r}") from None
+    return as_strides(values[0] if len(values) == 1 else values)
+
+
+def as_filter_width(width: Any) -> int:
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+        raise InvalidRequestError(f"filter_width must be a positive integer (1: no filter), not {width!r}")
+    return int(width)
+
+
+def box_ranges(info: DatasetInfo, x: Any, y: Any, z: Any) -> Ranges:
+    """Half-open node ranges per axis; ``None`` is the whole axis."""
+    return tuple((0, n) if value is None else node_range(name, value)
+                 for name, value, n in zip("xyz", (x, y, z), info.grid))  # type: ignore[return-value]
+
+
+def output_shape(ranges: Ranges, strides: Strides) -> tuple[int, int, int]:
+    """``(nz, ny, nx)`` of a box."""
+    nx, ny, nz = (len(range(a, b, s)) for (a, b), s in zip(ranges, strides))
+    return nz, ny, nx
+
+
+def time_index(dataset: Dataset, field: str, time: float) -> int:
+    """The stored step nearest ``time`` (the engine refuses times outside the stored range)."""
+    (t_index, _), = dataset.field_store(field).time_levels(dataset.metadata.times, float(time), "none")
+    return int(t_index)

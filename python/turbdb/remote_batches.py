@@ -1,0 +1,140 @@
+"""How ``turbdb.connect`` fits any query, cutout or track into requests a server accepts: it
+reads the token's limits once (``GET /v1/limits``), splits the work into batches within
+them, sends the batches concurrently while pacing them under the server's rate limit (a
+client-side copy of the server's token bucket, so a long job does not run into 429s), and
+shows a progress bar when there is more than one batch. JHTDB's own clients chunk for their
+users the same way."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import threading
+import time as _time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from .exceptions import ServiceError
+
+T = TypeVar("T")
+# No batch is larger than this, whatever the token allows: a progress bar with steps, and
+# requests that take a fraction of a second to a few seconds each.
+BATCH_CAP = 1_000_000
+# Requests in flight at once by default.
+CONCURRENCY = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """What the server lets this client do (``GET /v1/limits``)."""
+
+    max_points: int
+    requests_per_minute: float
+    burst: float
+    max_track_rows: int
+
+    @classmethod
+    def unknown(cls) -> ServerLimits:
+        """A server without ``/v1/limits`` (older turbdb): send everything at once, unpaced."""
+        return cls(max_points=2**62, requests_per_minute=math.inf, burst=math.inf, max_track_rows=2**62)
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> ServerLimits:
+        try:
+            return cls(max_points=int(document["max_points"]), requests_per_minute=float(document["requests_per_minute"]),
+                       burst=float(document.get("burst", document["requests_per_minute"])),
+                       max_track_rows=int(document.get("max_track_rows", 2**62)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ServiceError(f"the server's /v1/limits answer is not understood ({type(e).__name__}: {e})") from None
+
+    @property
+    def batch_points(self) -> int:
+        return max(1, min(self.max_points, BATCH_CAP))
+
+
+class Pacer:
+    """A token bucket like the server's: ``per_minute`` requests a minute, ``burst`` at once.
+    :meth:`wait` blocks until the next request may go; threads share one pacer. ``margin``
+    keeps a little below the server's figures, whose clock and bucket this one only copies."""
+
+    def __init__(self, per_minute: float, burst: float, clock: Callable[[], float] = _time.monotonic,
+                 sleep: Callable[[float], None] = _time.sleep, margin: float = 0.0):
+        self.rate = per_minute / 60.0 * (1.0 - margin)
+        self.capacity = max(1.0, burst * (1.0 - margin))
+        self.level = self.capacity
+        self.clock, self.sleep = clock, sleep
+        self.stamp = clock()
+        self._lock = threading.Lock()
+
+    def wait(self) -> float:
+        """Takes one request's worth, waiting if the bucket is empty; returns the wait."""
+        if math.isinf(self.rate):
+            return 0.0
+        with self._lock:
+            now = self.clock()
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+            self.stamp = now
+            self.level -= 1.0  # reserved now; a negative level is the queue of waiting requests
+            delay = 0.0 if self.level >= 0 else -self.level / self.rate
+        if delay > 0:
+            self.sleep(delay)
+        return delay
+
+
+def spans(total: int, size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` pieces of ``range(total)`` of at most ``size`` each."""
+    return [(start, min(total, start + size)) for start in range(0, total, max(1, size))] or [(0, 0)]
+
+
+def boxes(shape: tuple[int, int, int], limit: int) -> Iterator[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
+    """Sub-boxes of an output box ``(nz, ny, nx)``, as ``(z, y, x)`` output-index spans of at
+    most ``limit`` nodes each: whole planes when a plane fits, else whole rows, else pieces
+    of rows."""
+    nz, ny, nx = shape
+    if nz * ny * nx == 0:  # an empty box: one request, for the server to say what is wrong
+        yield (0, nz), (0, ny), (0, nx)
+    elif nx * ny <= limit:
+        for z in spans(nz, limit // (nx * ny)):
+            yield z, (0, ny), (0, nx)
+    elif nx <= limit:
+        for z in range(nz):
+            for y in spans(ny, limit // nx):
+                yield (z, z + 1), y, (0, nx)
+    else:
+        for z in range(nz):
+            for y in range(ny):
+                for x in spans(nx, limit):
+                    yield (z, z + 1), (y, y + 1), x
+
+
+def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | None, sizes: Sequence[int],
+        unit: str, description: str) -> list[T]:
+    """Runs ``tasks`` (each one paced request) at most ``concurrency`` at a time; results in
+    order. The first error cancels what has not started and is raised. ``progress``: True,
+    False, or None (a bar on a terminal, for more than one task)."""
+    if len(tasks) == 1:
+        return [tasks[0]()]
+    from tqdm.auto import tqdm
+
+    stop = threading.Event()
+    with tqdm(total=sum(sizes), unit=unit, unit_scale=True, desc=description, leave=False,
+              disable=None if progress is None else not progress) as bar:
+
+        def paced(task: Callable[[], T], size: int) -> T:
+            if stop.is_set():  # another batch failed before this one's turn
+                raise concurrent.futures.CancelledError()
+            result = task()
+            bar.update(size)
+            return result
+
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turbdb")
+        futures = [pool.submit(paced, task, size) for task, size in zip(tasks, sizes)]
+        try:
+            results = [future.result() for future in futures]
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return results

@@ -1,0 +1,58 @@
+"""``GET /``: what this server is and where its documentation lives — a short page for a
+browser, JSON for a program."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from .. import __version__
+from .backend import Backend
+
+LINKS = {
+    "docs": ("/docs", "interactive API documentation (Swagger UI, served from this server: works offline)"),
+    "redoc": ("/redoc", "the same documentation as one page (ReDoc)"),
+    "openapi": ("/openapi.json", "the OpenAPI description"),
+    "datasets": ("/v1/datasets", "the datasets and their metadata"),
+    "limits": ("/v1/limits", "what your token may do: points per request, requests per minute"),
+    "jhtdb_metadata": ("/turbulence-svc/metadata", "the datasets described for JHTDB's givernylocal"),
+    "health": ("/healthz", "liveness"),
+    "metrics": ("/metrics", "Prometheus metrics"),
+}
+
+
+def summary(backend: Backend) -> dict[str, Any]:
+    names = backend.names()
+    return {
+        "service": "turbdb",
+        "description": "a turbulence database: point queries (values, gradients, Hessians, Laplacians), cutouts "
+                       "and particle tracking evaluated where the data lives",
+        "version": __version__,
+        "datasets": names,
+        "links": {key: path for key, (path, _) in LINKS.items()},
+        "clients": "Python: turbdb.connect(url, token=…); JHTDB scripts: see /docs and docs/service.md",
+    }
+
+
+def router(backend: Backend) -> APIRouter:
+    api = APIRouter(tags=["operations"])
+
+    @api.get("/", summary="what this server is, with links to its documentation")
+    async def home(request: Request) -> Response:
+        about = summary(backend)
+        if "text/html" not in request.headers.get("accept", ""):
+            return JSONResponse(about)
+        items = "\n".join(f'<li><a href="{path}">{html.escape(path)}</a>: {html.escape(text)}</li>'
+                          for path, text in LINKS.values())
+        datasets = ", ".join(html.escape(n) for n in about["datasets"]) or "none yet"
+        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>turbdb {__version__}</title></head><body>"
+                f"<h1>turbdb {__version__}</h1><p>{html.escape(about['description'])}.</p>"
+                f"<p>Datasets: {datasets}.</p><ul>{items}</ul>"
+                f"<p>From Python: <code>turbdb.connect(\"{html.escape(str(request.base_url).rstrip('/'))}\")</code>.</p>"
+                "</body></html>")
+        return HTMLResponse(page)
+
+    return api

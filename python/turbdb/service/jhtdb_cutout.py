@@ -1,0 +1,62 @@
+"""JHTDB's cutout endpoint, ``GET /turbulence-svc/cutout/api/local``: the request JHTDB's
+Python client (givernylocal ``getCutout``) sends, answered in the layout it parses — an
+``xarray.Dataset`` as JSON (``to_dict``): one variable ``<var>_<step:04d>`` per time step,
+dims ``(zcoor, ycoor, xcoor, values)``, coordinates ``xcoor, ycoor, zcoor``.
+
+Ranges are JHTDB's: ``xs…xe`` 1-based and inclusive (wrapping on periodic axes), ``ts…te``
+the stored steps numbered 1…n, every ``stridet``-th; ``filter_width`` box-filters first
+(:mod:`turbdb.cutout`). The nodes × times count against the token's point limit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from ..cutout import as_filter_width
+from ..jhtdb.cutout import attributes, check_request, giverny_cutout
+from .backend import Backend
+
+
+def router(backend: Backend) -> APIRouter:
+    api = APIRouter(tags=["JHTDB-compatible"])
+
+    @api.get("/turbulence-svc/cutout/api/local", summary="JHTDB getCutout (givernylocal)",
+             responses={200: {"description": "an xarray.Dataset as JSON (to_dict)", "content": {"application/json": {}}}})
+    async def cutout(
+        request: Request,
+        dataset: str = Query(..., description="dataset name on this server"),
+        function: str = Query(..., description="the variable: velocity, pressure, …"),
+        xs: int = Query(..., description="first x node, 1-based"), xe: int = Query(..., description="last x node"),
+        ys: int = Query(..., description="first y node, 1-based"), ye: int = Query(..., description="last y node"),
+        zs: int = Query(..., description="first z node, 1-based"), ze: int = Query(..., description="last z node"),
+        ts: int = Query(1, description="first stored step, 1-based"), te: int = Query(1, description="last stored step"),
+        stridex: int = Query(1, ge=1), stridey: int = Query(1, ge=1), stridez: int = Query(1, ge=1),
+        stridet: int = Query(1, ge=1),
+        filter_width: int = Query(1, ge=1, description="box filter width in nodes (1: none)"),
+        token: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),
+    ) -> Response:
+        limits = backend.authorize(request, token or None)
+        ds = backend.dataset(dataset)
+        limits.check_dataset(dataset)
+        space, time_range, strides = check_request(
+            np.array([[xs, xe], [ys, ye], [zs, ze], [ts, te]], dtype=np.int64),
+            np.array([stridex, stridey, stridez, stridet], dtype=np.int64))
+        width = as_filter_width(filter_width)
+        nodes = int(np.prod([len(range(a - 1, b, s)) for (a, b), s in zip(space, strides[:3])]))
+        steps = len(range(int(time_range[0]), int(time_range[1]) + 1, int(strides[3])))
+        limits.check_points(nodes * steps, "nodes × times")
+
+        def answer() -> bytes:
+            result = giverny_cutout(ds, function, space, time_range, strides, width)
+            result.attrs.update(attributes(dataset, space, time_range, strides, width))
+            return json.dumps(result.to_dict(data="list"), default=int).encode()
+
+        async with backend.limiter.admit(nodes * steps):
+            body = await backend.run(answer)
+        backend.metrics.points.labels("jhtdb_cutout").inc(nodes * steps)
+        return Response(body, media_type="application/json")
+
+    return api

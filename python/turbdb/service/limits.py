@@ -1,0 +1,39 @@
+"""``GET /v1/limits``: what the caller's token may do, so that a client splits its work into
+requests the server accepts and paces them under the rate limit (``turbdb.connect`` reads
+it once per connection). Asking is free: it is not counted against the rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from .backend import MAX_TRACK_ROWS, Backend
+from .tokens import Limits
+
+
+def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
+    """The limits document: what counts against ``max_points``, the rate and its burst."""
+    anonymous = limits is backend.tokens.anonymous
+    return {
+        "token": None if anonymous else limits.name,
+        "anonymous": anonymous,
+        "max_points": limits.max_points,
+        "counts": "query points (× times for a JHTDB time series), cutout nodes (× times), tracked particles",
+        "requests_per_minute": limits.requests_per_minute,
+        # The token bucket holds a minute's worth: that many requests may come at once.
+        "burst": max(1.0, limits.requests_per_minute),
+        "rate_per": "address" if anonymous else "token",
+        "max_track_rows": MAX_TRACK_ROWS,
+        "datasets": list(limits.datasets),
+    }
+
+
+def router(backend: Backend) -> APIRouter:
+    api = APIRouter(tags=["datasets"])
+
+    @api.get("/v1/limits", summary="the limits of the caller's token (points per request, requests per minute)")
+    async def limits(request: Request) -> dict[str, Any]:
+        return describe(backend.tokens.identify(backend.bearer(request)), backend)
+
+    return api

@@ -1,0 +1,23 @@
+"""Stored times: uniform time grids computed in decimal, so that step 90 of a run saved
+every 0.12 is stored as 10.8 and not 10.799999999999999, and the one way times are printed."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+
+__all__ = ["time_grid", "format_time"]
+
+
+def time_grid(t0: float, dt: float, count: int, first: int = 0) -> np.ndarray:
+    """Times ``t0 + i·dt`` for ``i = first … first + count − 1``, each the float nearest the
+    exact decimal value of the shortest representations of ``t0`` and ``dt``."""
+    start, step = Decimal(repr(float(t0))), Decimal(repr(float(dt)))
+    return np.array([float(start + i * step) for i in range(first, first + count)], dtype=np.float64)
+
+
+def format_time(t: float) -> str:
+    """A time as people write it: ``10.8``, ``0``, ``1.5e-05`` (15 significant digits at
+    most, so float noise of an old dataset's ``10.799999999999999`` does not show)."""
+    return f"{float(t):.15g}"

@@ -1,0 +1,38 @@
+"""What a person opening the server in a browser gets: GET / says what it is and links the
+documentation, and /docs loads Swagger UI from the server itself (nothing from a CDN), so it
+works offline; `turbdb serve` prints the limits in force and how to make a token."""
+
+import re
+
+from turbdb.service.server import access_summary
+from turbdb.service.tokens import Tokens
+
+
+def test_the_root_says_what_the_server_is_and_links_the_docs(server):
+    about = server.get("/").json()
+    assert about["service"] == "turbdb" and about["datasets"] == ["other", "trig"]
+    assert about["links"]["docs"] == "/docs" and about["links"]["limits"] == "/v1/limits"
+    page = server.get("/", headers={"Accept": "text/html"})
+    assert page.headers["content-type"].startswith("text/html")
+    assert '<a href="/docs">' in page.text and "turbdb.connect(" in page.text
+
+
+def test_the_docs_load_every_asset_from_the_server_itself(server):
+    for path in ("/docs", "/redoc"):
+        page = server.get(path)
+        assert page.status_code == 200
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assert assets and all(a.startswith("/") for a in assets), assets  # no http(s):// anywhere
+        for asset in assets:
+            fetched = server.get(asset)
+            assert fetched.status_code == 200 and len(fetched.content) > 1000, asset
+    assert server.get("/openapi.json").json()["info"]["title"] == "turbdb"
+
+
+def test_the_startup_banner_states_the_limits_and_how_to_get_more(tokens_file):
+    default = access_summary(Tokens.load(None), None)
+    assert "anonymous use: 4,096 points per request, 60 requests per minute" in default
+    assert "turbdb token alice >> tokens.toml" in default and "--tokens tokens.toml" in default
+    with_file = access_summary(Tokens.load(tokens_file), str(tokens_file))
+    assert "token 'full'" in with_file and "2,000,000 points per request" in with_file
+    assert "full-secret" not in with_file

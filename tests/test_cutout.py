@@ -1,0 +1,221 @@
+"""Cutouts with a stride per axis, several times, and JHTDB's box filter (checked against
+scipy's uniform filter and a brute-force mean), saved by turbdb.export and by `turbdb cutout`
+as NetCDF, Zarr, HDF5 + XDMF and .npy and read back; the XDMF is checked element by element
+against what the XDMF model requires, and its HDF5 references are read with h5py."""
+
+import xml.etree.ElementTree as ET
+
+import h5py
+import numpy as np
+import pytest
+import scipy.ndimage
+import xarray
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turbdb
+from turbdb import export
+from turbdb.cli import main
+
+NX, NY, NZ = 16, 12, 10
+TIMES = [0.0, 0.5, 1.0, 1.5]
+
+
+@pytest.fixture(scope="module")
+def fields(tmp_path_factory):
+    """Random fields on a periodic box and on a box with walls (x, z periodic; y not)."""
+    rng = np.random.default_rng(3)
+    stored = {t: rng.standard_normal((NZ, NY, NX, 3)).astype(np.float32) for t in range(len(TIMES))}
+    db = tmp_path_factory.mktemp("cutout") / "db"
+    for name, periodic in (("box", (True, True, True)), ("walls", (True, False, True))):
+        ds = turbdb.create_dataset(db, name, grid=(NX, NY, NZ), periodic=periodic, times=TIMES,
+                                   fields={"velocity": {"ncomp": 3, "units": "m/s"}, "pressure": 1})
+        for t, values in stored.items():
+            ds.write("velocity", t, values)
+            ds.write("pressure", t, values[..., 0] * 2)
+    return turbdb.open(db), stored
+
+
+def brute_force_box_mean(values, width, periodic):
+    """The mean over each node's clipped box, computed one node at a time."""
+    half = (width - 1) // 2
+    out = np.empty(values.shape)
+    nz, ny, nx = values.shape[:3]
+    for k in range(nz):
+        for j in range(ny):
+            for i in range(nx):
+                box = []
+                for centre, n, wraps in ((k, nz, periodic[2]), (j, ny, periodic[1]), (i, nx, periodic[0])):
+                    nodes = np.arange(centre - half, centre - half + width)
+                    box.append(np.mod(nodes, n) if wraps else nodes[(nodes >= 0) & (nodes < n)])
+                out[k, j, i] = values[np.ix_(*box)].astype(np.float64).mean(axis=(0, 1, 2))
+    return out
+
+
+def test_the_box_filter_of_a_periodic_field_is_scipys_uniform_filter(fields):
+    db, stored = fields
+    for width in (2, 3, 5):
+        cut = db["box"].cutout("velocity", time=1.0, filter_width=width)
+        # scipy centres an even box one node lower; turbdb (as h = (w-1)//2) one node higher.
+        origin = -1 if width % 2 == 0 else 0
+        expected = scipy.ndimage.uniform_filter(stored[2].astype(np.float64), size=(width, width, width, 1),
+                                                mode="wrap", origin=(origin, origin, origin, 0))
+        np.testing.assert_allclose(cut.values, expected, rtol=0, atol=2e-6)
+        assert cut.attrs["filter_width"] == width
+
+
+def test_the_box_filter_is_truncated_at_walls(fields):
+    db, stored = fields
+    cut = db["walls"].cutout("pressure", time=0.5, filter_width=4)
+    expected = brute_force_box_mean(stored[1][..., :1] * 2, 4, (True, False, True))
+    np.testing.assert_allclose(cut.values, expected, rtol=0, atol=2e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(x=st.tuples(st.integers(-20, 20), st.integers(1, 30)), z=st.tuples(st.integers(-12, 12), st.integers(1, 20)),
+       y0=st.integers(0, NY - 1), strides=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+       width=st.integers(1, 5))
+def test_a_filtered_strided_box_is_the_whole_filtered_field_sampled(fields, x, z, y0, strides, width):
+    db, _ = fields
+    whole = db["walls"].cutout("velocity", time=1.5, filter_width=width).values
+    ranges = ((x[0], x[0] + x[1]), (y0, NY), (z[0], z[0] + z[1]))
+    part = db["walls"].cutout("velocity", time=1.5, x=ranges[0], y=ranges[1], z=ranges[2], stride=strides,
+                              filter_width=width)
+    xi, yi, zi = (np.arange(a, b, s) % n for (a, b), s, n in zip(ranges, strides, (NX, NY, NZ)))
+    np.testing.assert_array_equal(part.values, whole[np.ix_(zi, yi, xi)])
+    np.testing.assert_array_equal(part.x_index.values, xi)
+
+
+def test_several_times_add_a_leading_time_dim(fields):
+    db, stored = fields
+    cut = db["box"].cutout("velocity", time=[0.0, 1.0, 1.4], stride=(2, 3, 1))
+    assert cut.dims == ("time", "z", "y", "x", "component") and cut.shape == (3, NZ, NY // 3, NX // 2, 3)
+    np.testing.assert_array_equal(cut.time_index.values, [0, 2, 3])
+    np.testing.assert_array_equal(cut.time.values, [0.0, 1.0, 1.5])
+    np.testing.assert_array_equal(cut.values[2], stored[3][:, ::3, ::2])
+    assert cut.attrs["stride"] == [2, 3, 1] and "time" not in cut.attrs
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"filter_width": 0}, "filter_width must be a positive integer"),
+    ({"stride": (1, 2)}, "three"),
+    ({"stride": 0}, "stride"),
+    ({"time": []}, "non-empty sequence"),
+    ({"time": [0.0, float("nan")]}, "finite"),
+])
+def test_bad_cutout_arguments_are_named(fields, kwargs, words):
+    db, _ = fields
+    with pytest.raises(turbdb.InvalidRequestError, match=words):
+        db["box"].cutout("velocity", **{"time": 0.0, **kwargs})
+
+
+def check_xdmf(xmf_path, cut):
+    """The elements and attributes the XDMF model requires, each HDF reference resolved."""
+    root = ET.parse(xmf_path).getroot()
+    assert root.tag == "Xdmf" and root.get("Version") in ("2.0", "3.0")
+    (domain,) = root.findall("Domain")
+    (collection,) = domain.findall("Grid")
+    assert collection.get("GridType") == "Collection" and collection.get("CollectionType") == "Temporal"
+    steps = collection.findall("Grid")
+    times = np.atleast_1d(cut.time.values if "time" in cut.dims else cut.attrs["time"])
+    assert len(steps) == len(times)
+    nz, ny, nx = (cut.sizes[a] for a in "zyx")
+    ncomp = cut.sizes["component"]
+    for grid, time in zip(steps, times):
+        assert grid.get("GridType") == "Uniform" and grid.get("Name")
+        assert float(grid.find("Time").get("Value")) == float(time)
+        topology = grid.find("Topology")
+        assert topology.get("TopologyType") == "3DRectMesh" and topology.get("Dimensions") == f"{nz} {ny} {nx}"
+        geometry = grid.find("Geometry")
+        assert geometry.get("GeometryType") == "VXVYVZ"
+        items = geometry.findall("DataItem")
+        assert [int(i.get("Dimensions")) for i in items] == [nx, ny, nz]
+        (attribute,) = grid.findall("Attribute")
+        assert attribute.get("Name") == cut.name and attribute.get("Center") == "Node"
+        assert attribute.get("AttributeType") == {1: "Scalar", 3: "Vector"}[ncomp]
+        (values,) = attribute.findall("DataItem")
+        for item in [*items, values]:
+            assert item.get("Format") == "HDF" and item.get("NumberType") == "Float"
+            assert item.get("Precision") in ("4", "8")
+            file_name, dataset = item.text.strip().split(":")
+            with h5py.File(xmf_path.parent / file_name) as h5:
+                data = h5[dataset]
+                assert data.shape == tuple(int(n) for n in item.get("Dimensions").split())
+                assert data.dtype.itemsize == int(item.get("Precision"))
+        yield values.text.strip().split(":")[1]
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr", ".h5", ".xmf", ".npy"])
+def test_turbdb_export_writes_each_format_and_reads_back(fields, tmp_path, suffix):
+    db, _ = fields
+    cut = db["walls"].cutout("velocity", time=[0.5, 1.5], x=(-4, 9), stride=(1, 2, 2), filter_width=3)
+    written = export.write(cut, tmp_path / f"box{suffix}")
+    assert all(p.exists() for p in written)
+    if suffix == ".nc":
+        xarray.testing.assert_identical(xarray.open_dataarray(written[0]).load(), cut)
+    elif suffix == ".zarr":
+        xarray.testing.assert_identical(xarray.open_zarr(written[0])["velocity"].load(), cut)
+    elif suffix == ".npy":
+        np.testing.assert_array_equal(np.load(written[0]), cut.values)
+    else:
+        h5, xmf = written
+        assert (h5.suffix, xmf.suffix) == (".h5", ".xmf")
+        names = list(check_xdmf(xmf, cut))
+        with h5py.File(h5) as f:
+            for k, name in enumerate(names):
+                np.testing.assert_array_equal(f[name][...], cut.values[k])
+            np.testing.assert_array_equal(f["xcoor"][...], cut.x.values)
+
+
+def test_a_scalar_at_one_time_gives_a_scalar_xdmf(fields, tmp_path):
+    db, _ = fields
+    cut = db["box"].cutout("pressure", time=1.0)
+    h5, xmf = export.xdmf(cut, tmp_path / "p.xmf")
+    (name,) = check_xdmf(xmf, cut)
+    with h5py.File(h5) as f:
+        np.testing.assert_array_equal(f[name][...], cut.values[..., 0])
+
+
+def test_unknown_endings_are_refused_before_anything_is_written(fields, tmp_path):
+    db, _ = fields
+    with pytest.raises(turbdb.InvalidRequestError, match=r"'\.h6'.*\.nc.*\.zarr.*\.h5.*\.xmf.*\.npy"):
+        export.write(db["box"].cutout("pressure", time=0.0), tmp_path / "x.h6")
+    result = CliRunner().invoke(main, ["cutout", str(db.path), "box", "--field", "pressure", "--time", "0",
+                                       "--out", str(tmp_path / "y.h6")])
+    assert result.exit_code == 2 and "cannot tell the format" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr", ".h5", ".xdmf", ".npy"])
+def test_the_cutout_command_writes_each_format(fields, tmp_path, suffix):
+    db, _ = fields
+    out = tmp_path / f"cut{suffix}"
+    result = CliRunner().invoke(main, ["cutout", str(db.path / "walls"), "walls", "--field", "velocity", "--ts", "0.4",
+                                       "--te", "1.5", "--stridet", "2", "--x", "-2,10", "--stride", "2,1,3",
+                                       "--filter-width", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    expected = db["walls"].cutout("velocity", time=[0.5, 1.5], x=(-2, 10), stride=(2, 1, 3), filter_width=3)
+    assert "2 times, t = 0.5 … 1.5" in result.output and str(out) in result.output
+    if suffix == ".nc":
+        xarray.testing.assert_identical(xarray.open_dataarray(out).load(), expected)
+    elif suffix == ".zarr":
+        xarray.testing.assert_identical(xarray.open_zarr(out)["velocity"].load(), expected)
+    elif suffix == ".npy":
+        np.testing.assert_array_equal(np.load(out), expected.values)
+    else:
+        assert len(list(check_xdmf(out.with_suffix(".xmf") if suffix == ".h5" else out, expected))) == 2
+
+
+def test_the_cutout_command_says_what_times_it_needs(fields, tmp_path):
+    db, _ = fields
+    run = CliRunner().invoke
+    missing = run(main, ["cutout", str(db.path), "box", "--field", "velocity", "--out", str(tmp_path / "a.nc")])
+    assert missing.exit_code == 2 and "--time T" in missing.output
+    empty = run(main, ["cutout", str(db.path), "box", "--field", "velocity", "--ts", "0.1", "--te", "0.2",
+                       "--out", str(tmp_path / "a.nc")])
+    assert empty.exit_code == 2 and "no stored time lies in [0.1, 0.2]" in empty.output
+    one = run(main, ["cutout", str(db.path), "box", "--field", "pressure", "--time", "0.9", "--z", "0,1",
+                     "--out", str(tmp_path / "one.npy")])
+    assert one.exit_code == 0 and "t = 1" in one.output
+    assert np.load(tmp_path / "one.npy").shape == (1, NY, NX, 1)
