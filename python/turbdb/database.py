@@ -139,6 +139,8 @@ def open(  # noqa: A001 - the public name is turbdb.open
     cache_bytes: int | None = None,
     cache_policy: str | None = None,
     io: str | None = None,
+    cluster: Any = None,
+    **cluster_options: Any,
 ) -> Database:
     """Opens the database directory ``path``; the directory of one dataset
     (``data/isotropic64``) opens as a database holding that dataset alone.
@@ -148,8 +150,24 @@ def open(  # noqa: A001 - the public name is turbdb.open
     default); ``cache_bytes`` of decoded atoms (default a quarter of RAM, at most 4 GiB);
     ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
     or direct (reads bypass the OS page cache). Without them each query runs alone.
+
+    With ``cluster`` (a Dask scheduler address ``tcp://HOST:PORT`` or a
+    ``dask.distributed.Client``) queries run on the cluster serving the database
+    (``turbdb cluster up``); ``cluster_options`` are those of
+    :class:`turbdb.cluster.ClusterDatabase` (``declustering``, ``balance``).
     """
-    return Database(path, scheduler=scheduler, cache_bytes=cache_bytes, cache_policy=cache_policy, io=io)
+    engine = {"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io}
+    if cluster is not None:
+        given = [k for k, v in engine.items() if v is not None]
+        if given:
+            raise InvalidRequestError(f"{', '.join(given)} configure a local node engine; a cluster's workers "
+                                      "run their own (turbdb cluster up)")
+        from .cluster import ClusterDatabase
+
+        return ClusterDatabase(path, cluster, **cluster_options)
+    if cluster_options:
+        raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
+    return Database(path, **engine)
 
 
 def _cache_bytes(value: int | None) -> int | None:

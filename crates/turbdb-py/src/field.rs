@@ -11,8 +11,8 @@ use pyo3::types::PyDict;
 use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
-    evaluate, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
-    QuerySpec, Strategy, StreamStats, Temporal,
+    evaluate_within, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
+    Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
 };
 
 use crate::error::{invalid, to_py, without_gil, Result};
@@ -162,8 +162,9 @@ impl FieldStore {
 
     /// Evaluates a batch query. `points` is `(N, 3)` float64 physical x, y, z; `axes` is
     /// `((n, origin, spacing, periodic),)*3` for x, y, z; `times` the stored times. Returns
-    /// the flat float64 values (`N × ncomp × slots`) and a dict of counters.
-    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy))]
+    /// the flat float64 values (`N × ncomp × slots`) and a dict of counters. `partitions`,
+    /// a list of `(t, (sx, sy, sz))`, restricts the sums to the atoms of those partitions.
+    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -176,6 +177,7 @@ impl FieldStore {
         operator: &str,
         temporal: &str,
         strategy: &str,
+        partitions: Option<Vec<(usize, [usize; 3])>>,
     ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
         let spec = QuerySpec {
             method: Method::parse(method)?,
@@ -193,8 +195,17 @@ impl FieldStore {
         let times = times.as_slice()?;
         let stats = StreamStats::default();
         let axes = axes_from(axes);
+        let within = partitions.map(Partitions::new);
         let values = without_gil(py, || {
-            evaluate(&self.reader, axes, times, points3, &spec, &stats)
+            evaluate_within(
+                &self.reader,
+                axes,
+                times,
+                points3,
+                &spec,
+                within.as_ref(),
+                &stats,
+            )
         })?;
         let (atoms, calls, contributions) = stats.snapshot();
         let counters = PyDict::new(py);

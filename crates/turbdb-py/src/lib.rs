@@ -15,6 +15,7 @@ mod field;
 mod kernel;
 mod limits;
 mod morton;
+mod reach;
 
 /// Checks a field layout as the store will: `grid` is `(nx, ny, nz)`.
 #[pyfunction]
@@ -49,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::kernel_path, m)?)?;
     m.add_function(wrap_pyfunction!(check_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;
     m.add_function(wrap_pyfunction!(limits::get_max_result_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(limits::set_max_result_bytes, m)?)?;
     Ok(add_names(m)?)

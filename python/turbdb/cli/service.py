@@ -35,17 +35,20 @@ from .group import main
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="Server log level.")
 @click.option("--access-log", is_flag=True, help="Log one line per request.")
+@click.option("--cluster", "cluster_address", default=None,
+              help="Run the queries on the Dask cluster at tcp://HOST:PORT serving DB (turbdb cluster up); "
+                   "GET /v1/cluster reports its health.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
           cutout_chunk_bytes: int | None, scheduler: str | None, cache_bytes: int | None, cache_policy: str | None,
-          io: str | None, log_level: str, access_log: bool) -> None:
+          io: str | None, log_level: str, access_log: bool, cluster_address: str | None) -> None:
     """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
     requests in progress finish).
 
     The API is /v1/datasets (metadata), /v1/datasets/NAME/query, /cutout and /track (JSON or
     .npy), /v1/limits (what a token may do), JHTDB's /turbulence-svc/values,
     /turbulence-svc/cutout/api/local and /turbulence-svc/metadata (givernylocal runs
-    against them), /healthz, /metrics and /v1/engine (the node engine's counters, with
-    --scheduler etc.); / says what it is, and the interactive documentation at /docs works
+    against them), /healthz, /metrics, /v1/engine (the node engine's counters, with
+    --scheduler etc.) and, with --cluster, /v1/cluster; / says what it is, and the interactive documentation at /docs works
     offline. Use it from Python with turbdb.connect(URL, token) (which splits work into
     batches within the token's limits) or from the shell with turbdb query URL NAME ….
     Make tokens with turbdb token.
@@ -54,7 +57,7 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
 
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
-               access_log=access_log,
+               access_log=access_log, cluster=cluster_address,
                engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io})
 
 

@@ -26,6 +26,7 @@ from ..exceptions import TurbdbError
 from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
+from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -50,7 +51,7 @@ _ARRAY_ANSWER = {200: {"description": "JSON {shape, dtype, values}, or .npy with
 def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
                workers: int | None = None, max_points_in_flight: int = DEFAULT_MAX_POINTS_IN_FLIGHT,
                cutout_chunk_bytes: int = DEFAULT_CUTOUT_CHUNK_BYTES, queue_timeout: float = 60.0,
-               engine: dict[str, Any] | None = None) -> FastAPI:
+               engine: dict[str, Any] | None = None, cluster: Any = None) -> FastAPI:
     """The app serving the database at ``db_path``. ``tokens``: a :class:`Tokens`, the path
     of a tokens file, or ``None`` (anonymous use only, with JHTDB's small limits).
     ``workers``: engine calls run at once (threads; default: the number of cores).
@@ -58,13 +59,15 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     up to ``queue_timeout`` seconds, then get 503. ``cutout_chunk_bytes``: size of the
     slabs a cutout is streamed in. ``engine``: options of the node engine that every point
     query then goes through (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see
-    :func:`turbdb.open`); without them each query runs alone."""
+    :func:`turbdb.open`); without them each query runs alone.
+    ``cluster``: a Dask scheduler address (or client) whose workers serve the database
+    (``turbdb cluster up``)."""
     if not isinstance(tokens, Tokens):
         tokens = Tokens.load(tokens)
     metrics = Metrics()
     backend = Backend(db_path, tokens, metrics, workers=workers or os.cpu_count() or 2,
                       max_points_in_flight=max_points_in_flight, cutout_chunk_bytes=cutout_chunk_bytes,
-                      queue_timeout=queue_timeout, engine=engine)
+                      queue_timeout=queue_timeout, engine=engine, cluster=cluster)
     app = FastAPIOffline(
         title="turbdb",
         version=__version__,
@@ -83,6 +86,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.include_router(jhtdb.router(backend))
     app.include_router(jhtdb_cutout.router(backend))
     app.include_router(jhtdb_metadata.router(backend))
+    app.include_router(cluster_routes.router(backend))
 
     @app.get("/healthz", tags=["operations"], summary="liveness")
     async def healthz() -> dict[str, Any]:

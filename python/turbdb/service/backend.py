@@ -17,6 +17,7 @@ import numpy as np
 from starlette.requests import Request
 
 from ..database import Database
+from ..database import open as open_database
 from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
 from ..info import is_plain_name
@@ -54,10 +55,11 @@ class Backend:
 
     def __init__(self, db_path: str | os.PathLike[str], tokens: Tokens, metrics: Metrics, *,
                  workers: int, max_points_in_flight: int, cutout_chunk_bytes: int, queue_timeout: float,
-                 engine: dict[str, Any] | None = None):
+                 engine: dict[str, Any] | None = None, cluster: Any = None):
         # Raises if the directory is missing; with engine options, one node engine serves
-        # every request's point queries.
-        self.database = Database(db_path, **(engine or {}))
+        # every request's point queries; with a cluster, its workers serve them.
+        self.database = (Database(db_path, **(engine or {})) if cluster is None
+                         else open_database(db_path, cluster=cluster))
         self.path = self.database.path  # the database's, also when db_path is one of its datasets
         self.tokens = tokens
         self.metrics = metrics
@@ -89,8 +91,14 @@ class Backend:
                 # Only the names the caller may read: a 404 must not reveal the others.
                 available = ", ".join(n for n in self.names() if limits is None or limits.allows(n)) or "none"
                 raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
-            opened = self._datasets.setdefault(name, Dataset(self.path / name, engine=self.database.engine))
+            opened = self._datasets.setdefault(name, self.database[name])
         return copy.copy(opened)
+
+    def close(self) -> None:
+        """Lets go of the cluster, if there is one."""
+        close = getattr(self.database, "close", None)
+        if close is not None:
+            close()
 
     # -- tokens -----------------------------------------------------------------------------
 

@@ -27,11 +27,13 @@ MAX_CONNECTIONS = 512
 
 def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
           workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
-          log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None) -> None:
+          log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None,
+          cluster: str | None = None) -> None:
     """Serves the database at ``db`` until interrupted. ``engine``: the node engine's options
-    (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`)."""
+    (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`).
+    ``cluster``: a Dask scheduler address; the queries then run on that cluster."""
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
-                                 ("cutout_chunk_bytes", cutout_chunk_bytes)) if v is not None}
+                                 ("cutout_chunk_bytes", cutout_chunk_bytes), ("cluster", cluster)) if v is not None}
     app = create_app(db, tokens, workers=workers, engine=engine, **options)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -47,7 +49,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     url = f"http://{shown}:{bound}"
     backend = app.state.backend
     count = len(backend.names())
-    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}) at {url}\n"
+    behind = f" on the cluster at {cluster}" if cluster else ""
+    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
           f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
           + access_summary(backend.tokens, tokens), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
@@ -59,6 +62,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
         server.run(sockets=[sock])
     finally:
         sock.close()
+        backend.close()
     if not server.started:
         sys.exit(1)
     print("turbdb: stopped", flush=True)

@@ -11,6 +11,9 @@
 //! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
 //! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel, and hands
 //! results back through a [`ticket`]; [`telemetry`] says what it did.
+//!
+//! For a cluster, [`partitions`] restricts a batch to the partial sums of some partitions
+//! and [`reach`] tells which partitions a point's stencil touches.
 
 pub mod accumulate;
 pub mod alpha;
@@ -26,8 +29,10 @@ pub mod io_pool;
 pub mod jobs;
 pub mod metric;
 pub mod node;
+pub mod partitions;
 pub mod plan;
 pub mod query;
+pub mod reach;
 pub mod scheduler;
 pub mod simd;
 pub mod stream;

@@ -4,8 +4,9 @@
 use std::time::Instant;
 
 use crate::engine::direct::execute_direct;
+use crate::engine::partitions::Partitions;
 use crate::engine::plan::Plan;
-use crate::engine::stream::{execute, Order, PhaseTimes, StreamStats, TimeLevel};
+use crate::engine::stream::{execute, execute_within, Order, PhaseTimes, StreamStats, TimeLevel};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -67,6 +68,25 @@ pub fn evaluate(
     spec: &QuerySpec,
     stats: &StreamStats,
 ) -> Result<Vec<f64>> {
+    evaluate_within(reader, axes, times, points, spec, None, stats)
+}
+
+/// Like [`evaluate`], adding only the atoms of the partitions `within` (all when `None`):
+/// the partial sums a node of a cluster contributes. Needs the streaming strategy.
+pub fn evaluate_within(
+    reader: &FieldReader,
+    axes: [Axis; 3],
+    times: &[f64],
+    points: &[[f64; 3]],
+    spec: &QuerySpec,
+    within: Option<&Partitions>,
+    stats: &StreamStats,
+) -> Result<Vec<f64>> {
+    if within.is_some() && spec.strategy != Strategy::Streaming {
+        return Err(Error::InvalidArgument(
+            "partial sums of some partitions need the streaming strategy".into(),
+        ));
+    }
     let levels: Vec<TimeLevel> = time_weights(times, spec.time, spec.temporal)?
         .into_iter()
         .map(|(t, weight)| TimeLevel { t, weight })
@@ -81,7 +101,17 @@ pub fn evaluate(
         levels.len(),
     )?;
     PhaseTimes::add(&stats.phases.plan, planning.elapsed());
-    run(&plan, reader, &levels, spec.strategy, stats)
+    match within {
+        Some(partitions) => execute_within(
+            &plan,
+            reader,
+            &levels,
+            Some(partitions),
+            Order::Storage,
+            stats,
+        ),
+        None => run(&plan, reader, &levels, spec.strategy, stats),
+    }
 }
 
 /// Runs a prepared plan with a strategy.

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDING};
 use crate::engine::buffers::Buffer;
+use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::error::Result;
@@ -118,6 +119,20 @@ pub fn execute(
     order: Order,
     stats: &StreamStats,
 ) -> Result<Vec<f64>> {
+    execute_within(plan, source, levels, None, order, stats)
+}
+
+/// Like [`execute`], adding only the atoms of the partitions `within` (every atom when
+/// `None`): the partial sums those partitions contribute. Cells outside are skipped.
+pub fn execute_within(
+    plan: &Plan,
+    source: &dyn AtomSource,
+    levels: &[TimeLevel],
+    within: Option<&Partitions>,
+    order: Order,
+    stats: &StreamStats,
+) -> Result<Vec<f64>> {
+    let kept = |cell: &Cell| within.map(|p| p.levels_in(cell.shard, levels));
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
     let out_len = plan.geometry.ncomp * terms.slots();
     stats.ran_on(plan.kernel_path());
@@ -130,10 +145,16 @@ pub fn execute(
         Order::Storage => {
             for colour in &plan.colours {
                 colour.par_iter().try_for_each(|&c| {
+                    let cell = &plan.cells[c];
+                    let kept = kept(cell);
+                    let levels = kept.as_deref().unwrap_or(levels);
+                    if levels.is_empty() {
+                        return Ok(());
+                    }
                     SCRATCH.with_borrow_mut(|scratch| {
                         run_cell(
                             plan,
-                            &plan.cells[c],
+                            cell,
                             source,
                             levels,
                             &terms,
@@ -152,6 +173,11 @@ pub fn execute(
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
+                let kept = kept(cell);
+                let levels = kept.as_deref().unwrap_or(levels);
+                if levels.is_empty() {
+                    continue;
+                }
                 run_cell(
                     plan,
                     cell,

@@ -1,0 +1,306 @@
+"""The mediator: ``turbdb.open(DB, cluster=ADDRESS)`` gives the usual ``Database``, whose
+datasets answer queries, cutouts and particle tracking with the cluster's workers. A query
+is split by the partitions its stencils touch (:mod:`~turbdb.cluster.routing`), each unit
+runs on a worker holding its partitions (:mod:`~turbdb.cluster.dispatch`), and the float64
+partial sums that come back are added here. Metadata is read from the database directory,
+which the mediator sees; the shards may live only on the workers."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from distributed import Client
+
+from .. import _core
+from ..arguments import SLOTS, axes_of
+from ..database import Database
+from ..dataset import Dataset
+from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError
+from ..info import is_plain_name
+from . import plugin
+from .balance import Balancer
+from .catalogue import Catalogue
+from .dispatch import Dispatcher, Report
+from .health import cluster_status
+from .membership import Membership
+from .queue import POLICIES
+from .routing import Groups, Reach, Unit, split_cutout, split_query, unit_count
+from .transfer import copy_between, metadata_files, partition_files
+
+#: Arrays larger than this go straight to their worker (scatter) instead of riding in the
+#: task through the scheduler.
+SCATTER_BYTES = 1 << 20
+#: How long connecting to the scheduler may take.
+CONNECT_SECONDS = 10
+
+
+def connect_client(cluster: str | Client) -> Client:
+    """A client of the Dask cluster at ``cluster`` (an address), or ``cluster`` itself."""
+    if isinstance(cluster, Client):
+        return cluster
+    if not isinstance(cluster, str):
+        raise InvalidRequestError(f"cluster must be a scheduler address (tcp://HOST:PORT) or a dask.distributed."
+                                  f"Client, not {type(cluster).__name__}")
+    try:
+        return Client(cluster, timeout=CONNECT_SECONDS, direct_to_workers=True, set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise ServiceError(f"cannot reach the Dask scheduler at {cluster} ({type(e).__name__}: {e}); is "
+                           "`turbdb cluster up` running, and is this its address?") from None
+
+
+class ClusterDatabase(Database):
+    """The datasets of a database served by a Dask cluster. ``declustering``: ``graduated``
+    (both copies of a partition pull its work; the default) or ``static`` (each unit to the
+    primary of its partitions); ``balance``: lend the densest partitions of overloaded
+    workers to idle ones for a batch (Perlman et al. §3.4)."""
+
+    def __init__(self, path: str | os.PathLike[str], cluster: str | Client, *, declustering: str = "graduated",
+                 balance: bool = True):
+        super().__init__(path)
+        if declustering not in POLICIES:
+            raise InvalidRequestError(f"unknown declustering {declustering!r}; valid: {', '.join(POLICIES)}")
+        self._catalogue = Catalogue.load(self.path)
+        self._catalogue_stamp = _stamp(Catalogue.path_of(self.path))
+        self._owns_client = not isinstance(cluster, Client)
+        self.client = connect_client(cluster)
+        self.address = self.client.scheduler.address
+        self.membership = Membership(self.client)
+        self.dispatcher = Dispatcher(self.membership)
+        self.declustering = declustering
+        self.balancer = Balancer() if balance else None
+        self._borrowed: set[tuple[str, str, int, int]] = set()
+        #: What the last query or cutout did, failures and retries included (diagnostics).
+        self.last_report: Report | None = None
+        self._lock = threading.Lock()
+        plugin.install(self.client, self._catalogue, replace=False)
+
+    def __repr__(self) -> str:
+        return f"<turbdb.ClusterDatabase {str(self.path)!r} on {self.address}: {', '.join(self.datasets) or 'empty'}>"
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The catalogue, read again when a repair has rewritten it."""
+        with self._lock:
+            stamp = _stamp(Catalogue.path_of(self.path))
+            if stamp != self._catalogue_stamp:
+                self._catalogue, self._catalogue_stamp = Catalogue.load(self.path), stamp
+            return self._catalogue
+
+    def __getitem__(self, name: str) -> ClusterDataset:
+        if not is_plain_name(name) or name not in self.datasets:
+            raise UnknownNameError(
+                f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}")
+        return ClusterDataset(self.path / name, self)
+
+    def status(self) -> dict[str, Any]:
+        """Health: each slot's worker, and the partitions with fewer copies than asked for."""
+        return cluster_status(self, self.catalogue, self.membership.live(refresh=True), scheduler=self.address,
+                              dashboard=self.client.dashboard_link)
+
+    def lend_copies(self, dataset: Dataset, pmap: Any, lent: dict[tuple[int, int], tuple[str, ...]],
+                    live: dict[str, str]) -> None:
+        """Copies lent partitions to their borrowers' node-local disks (once: the borrower
+        keeps them, as Perlman et al. suggest, for the batches that follow)."""
+        info = dataset.metadata
+        by_pair: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for (t, shard), group in lent.items():
+            borrower, source = group[-1], next((s for s in group[:-1] if s in live), None)
+            key = (borrower, dataset.name, t, shard)
+            if source is None or key in self._borrowed:
+                continue
+            by_pair.setdefault((source, borrower), []).append((t, shard))
+            self._borrowed.add(key)
+        for (source, borrower), partitions in by_pair.items():
+            files = metadata_files(self.path, dataset.name, info.fields)
+            files += partition_files(info, dataset.name, pmap, partitions)
+            copy_between(self.client, self.catalogue, live[source], live[borrower], files,
+                         info.partition**3 * 4 * max(f.ncomp for f in info.fields.values()))
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> ClusterDatabase:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+class ClusterDataset(Dataset):
+    """A dataset whose queries run on the cluster (the same interface as :class:`Dataset`)."""
+
+    def __init__(self, path: str | os.PathLike[str], database: ClusterDatabase):
+        super().__init__(path)
+        self.database = database
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("<turbdb.Dataset", "<turbdb.ClusterDataset", 1)
+
+    def field_store(self, field: str) -> DistributedField:
+        if field not in self._stores:
+            info = self.metadata
+            if field not in info.fields:
+                raise UnknownNameError(f"dataset {self.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+            self._stores[field] = (DistributedField(self, field), info.fields[field].ncomp)
+        return self._stores[field][0]
+
+    def write(self, *args: Any, **kwargs: Any) -> int:
+        raise InvalidRequestError("a cluster's datasets are read-only through the mediator: write with "
+                                  "turbdb.open(path) on the database, then lay it out again with turbdb cluster place")
+
+    append_times = add_field = write  # type: ignore[assignment]
+
+    def verify(self) -> dict[str, Any]:
+        raise InvalidRequestError("verify the shards where they are stored: `turbdb verify DB` on shared storage, "
+                                  "or `turbdb verify DATA_ROOT/<slot>` on each node of a local layout")
+
+
+class DistributedField:
+    """The cluster's view of one field, with the methods of the engine's field store that
+    queries, cutouts and tracking call."""
+
+    time_levels = staticmethod(_core.FieldStore.time_levels)
+
+    def __init__(self, dataset: ClusterDataset, field: str):
+        self.dataset = dataset
+        self.field = field
+
+    @property
+    def _db(self) -> ClusterDatabase:
+        return self.dataset.database
+
+    def query(self, points: np.ndarray, *, axes: Any, times: np.ndarray, time: float, method: str, operator: str,
+              temporal: str, strategy: str) -> tuple[np.ndarray, dict[str, Any]]:
+        """Evaluates a query on the workers: flat float64 values and counters, as the
+        engine's ``FieldStore.query`` returns them."""
+        if strategy != "streaming":
+            raise InvalidRequestError(f"a cluster evaluates by streaming partial sums; strategy {strategy!r} runs "
+                                      "only on a local database (turbdb.open(path))")
+        began = _clock()
+        db, info = self._db, self.dataset.metadata
+        catalogue = db.catalogue
+        levels = self.time_levels(np.ascontiguousarray(times, dtype=np.float64), float(time), temporal)
+        pmap = catalogue.partition_map(info)
+        n, width = len(points), info.fields[self.field].ncomp * SLOTS[operator]
+        live = db.membership.live()
+        whole = Groups.of(pmap, levels, catalogue.holders)
+        everywhere = _same_workers(whole)
+        lent: dict = {}
+        if everywhere is not None and sum(s in live for s in everywhere[0]) < 2:
+            # Every partition of these steps on one worker: no routing, no adding.
+            units = [Unit(everywhere[0], None, points=None, cost=n)]
+        elif everywhere is not None:
+            # Every partition on each of these workers (as many workers as copies): each
+            # evaluates whole points, so contiguous runs of them are shared out without
+            # routing, each run queued under the groups in turn (for static placement).
+            bounds = np.linspace(0, n, unit_count(n) + 1).astype(int)
+            units = [Unit(everywhere[i % len(everywhere)], None, points=slice(a, b), cost=int(b - a))
+                     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        else:
+            reach = Reach.of(info, points, method=method, operator=operator, axes=axes)
+            lent = db.balancer.lend(pmap, reach, levels, catalogue.holders, live) if db.balancer else {}
+            if lent and catalogue.layout == "local":
+                db.lend_copies(self.dataset, pmap, lent, live)
+            groups = Groups.of(pmap, levels, catalogue.holders, lent) if lent else whole
+            units = split_query(pmap, reach, levels, groups, lambda g: sum(s in live for s in g) > 1)
+        routed = _clock()
+        result = None if units[0].points is None else np.zeros((n, width))
+        answers: list[np.ndarray] = []
+        spec = {"time": float(time), "method": method, "operator": operator, "temporal": temporal}
+        plugin_name, name = catalogue.plugin_name, self.dataset.name
+
+        def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
+            part = points if unit.points is None else points[unit.points]
+            data = _to_worker(db.client, part, address)
+            future = db.client.submit(plugin.partial_sums, plugin_name, name, self.field, data, spec, unit.partitions,
+                                      key=f"turbdb-query-{uuid.uuid4().hex}", workers=[address],
+                                      allow_other_workers=False, pure=False)
+            return future, [data]
+
+        def merge(unit: Unit, values: np.ndarray) -> None:
+            if result is None:
+                answers.append(values)
+            else:
+                result[unit.points] += values.reshape(-1, width)
+
+        report = db.dispatcher.run(units, start, merge, policy=db.declustering)
+        db.last_report = report
+        values = answers[0] if result is None else result.ravel()
+        return values, _counters(report, units, lent, route=routed - began, total=_clock() - began)
+
+    def cutout(self, t_index: int, axes: Any, ranges: Any, stride: int) -> np.ndarray:
+        """Reads a box of nodes at time index ``t_index``, each partition's piece on a
+        worker holding it: float32 ``(nz, ny, nx, ncomp)``."""
+        db, info = self._db, self.dataset.metadata
+        catalogue = db.catalogue
+        pmap = catalogue.partition_map(info)
+        boxes = split_cutout(info, pmap, ranges, stride)
+        shape = tuple(max(b.out[a][1] for b in boxes) for a in (2, 1, 0)) + (info.fields[self.field].ncomp,)
+        out = np.empty(shape, dtype=np.float32)
+        virtual = pmap.virtual_of(int(t_index), np.array([b.shard for b in boxes]))
+        units = [Unit(tuple(catalogue.holders[v]), [(int(t_index), pmap.position(b.shard))], box=b,
+                      cost=int(np.prod([hi - lo for lo, hi in b.out])))
+                 for b, v in zip(boxes, virtual)]
+        plugin_name, name = catalogue.plugin_name, self.dataset.name
+
+        def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
+            future = db.client.submit(plugin.cutout, plugin_name, name, self.field, int(t_index), unit.box.ranges,
+                                      int(stride), key=f"turbdb-cutout-{uuid.uuid4().hex}", workers=[address],
+                                      allow_other_workers=False, pure=False)
+            return future, []
+
+        def merge(unit: Unit, values: np.ndarray) -> None:
+            (x0, x1), (y0, y1), (z0, z1) = unit.box.out
+            out[z0:z1, y0:y1, x0:x1] = values
+
+        report = db.dispatcher.run(units, start, merge, policy=db.declustering)
+        db.last_report = report
+        self.dataset.last_query_stats = _counters(report, units, {})
+        return out
+
+
+def _same_workers(groups: Groups) -> list[tuple[str, ...]] | None:
+    """The groups holding a query's partitions if they all are orderings of the same
+    workers (so any of those workers holds every partition), else None."""
+    ids = sorted({int(i) for table in groups.tables for i in np.unique(table)})
+    chosen = [groups.groups[i] for i in ids]
+    return chosen if len({frozenset(g) for g in chosen}) == 1 else None
+
+
+def _to_worker(client: Client, array: np.ndarray, address: str) -> Any:
+    """A large array goes to its worker directly; a small one rides in the task."""
+    if array.nbytes <= SCATTER_BYTES:
+        return array
+    return client.scatter(array, workers=[address], direct=True, hash=False)
+
+
+def _counters(report: Report, units: list[Unit], lent: dict, **seconds: float) -> dict[str, float]:
+    """The counters of a query, all numbers (tracking adds them up over its steps): units,
+    retries, backups, failures, lent partitions, and per worker slot ``worker.SLOT.points``
+    and ``worker.SLOT.units``."""
+    counters: dict[str, float] = {"units": len(units), "retried": report.retried, "backups": report.backups,
+                                  "failures": len(report.failures), "lent_partitions": len(lent),
+                                  **{f"{k}_seconds": v for k, v in seconds.items()}}
+    for slot, work in report.work.items():
+        counters[f"worker.{slot}.points"] = work["points"]
+        counters[f"worker.{slot}.units"] = work["units"]
+    return counters
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _clock() -> float:
+    return time.perf_counter()

@@ -1,0 +1,185 @@
+"""A real Dask ``LocalCluster`` of 3 worker processes serving a small database: answers of
+the mediator equal the single-node engine's for every operator, for cutouts and for
+tracking; a worker killed with SIGKILL in the middle of a query costs a retry on its
+mirror, not a wrong answer; a worker stopped half of the time does less of the work; a
+worker lost for good leaves the cluster degraded, naming its partitions, until a repair."""
+
+import math
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import turbdb
+from turbdb.cli import main
+from turbdb.cluster.launch import start_local
+from turbdb.cluster.repair import repair
+
+TWO_PI = 2 * math.pi
+TIMES = (0.0, 0.5, 1.0)
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    """A periodic 32³ trigonometric field, 8³-node partitions (64 a step), 3 steps."""
+    db = tmp_path_factory.mktemp("cluster")
+    axis = np.arange(32) * TWO_PI / 32
+    z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
+    ds = turbdb.create_dataset(db, "trig", grid=(32, 32, 32), times=TIMES, atom=4, partition=8,
+                               fields={"velocity": 3})
+    for t, when in enumerate(TIMES):
+        ds.write("velocity", t, np.stack([np.sin(x) * np.cos(2 * y) * (1 + when), np.cos(z) * np.sin(x + y),
+                                          np.sin(3 * z) + np.cos(x) * when], -1))
+    return db
+
+
+@pytest.fixture(scope="module")
+def running(database):
+    """Three single-threaded worker processes on shared storage."""
+    run = start_local(database, 3, threads=1, dashboard_address=":0")
+    yield run
+    run.close()
+
+
+@pytest.fixture()
+def cluster_db(database, running):
+    with turbdb.open(database, cluster=running.client) as db:
+        yield db
+
+
+def _points(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, TWO_PI, (n, 3))
+
+
+@pytest.mark.parametrize(("operator", "method"), [("field", "lag6"), ("field", "m2q8"), ("gradient", "fd4noint"),
+                                                  ("gradient", "fd4lag4"), ("hessian", "fd6noint"),
+                                                  ("laplacian", "fd4noint")])
+@pytest.mark.parametrize("temporal", ["none", "pchip"])
+def test_distributed_answers_equal_single_node_answers(database, cluster_db, operator, method, temporal):
+    points = _points(3000)
+    local = turbdb.open(database)["trig"].query("velocity", points, time=0.7, method=method, operator=operator,
+                                                  temporal=temporal)
+    remote = cluster_db["trig"].query("velocity", points, time=0.7, method=method, operator=operator,
+                                      temporal=temporal)
+    np.testing.assert_allclose(remote, local, rtol=1e-6, atol=1e-6)
+    assert len(cluster_db.last_report.work) == 3  # every worker took part
+
+
+def test_distributed_cutout_and_track_equal_single_node(database, cluster_db):
+    local = turbdb.open(database)["trig"]
+    box = {"time": 0.5, "x": (6, 27), "y": (0, 32), "z": (30, 40), "stride": 2}  # crosses partitions, wraps z
+    np.testing.assert_array_equal(cluster_db["trig"].cutout("velocity", **box).values,
+                                  local.cutout("velocity", **box).values)
+    start = _points(200, seed=3)
+    a = cluster_db["trig"].track(start, start=0.0, end=0.8, dt=0.2, method="lag4")
+    b = local.track(start, start=0.0, end=0.8, dt=0.2, method="lag4")
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def _worker_pids(client) -> dict[str, int]:
+    """``{slot: pid}`` of the worker processes."""
+    by_address = client.run(os.getpid)
+    names = {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+    return {names[a]: pid for a, pid in by_address.items()}
+
+
+def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, running):
+    points = _points(300_000, seed=1)
+    expected = turbdb.open(database)["trig"].query("velocity", points, time=1.0, method="lag8")
+    victim = _worker_pids(running.client)["1"]
+    killed = threading.Event()
+
+    def kill_when_busy() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            busy = running.client.processing()
+            if any(busy.values()):
+                os.kill(victim, signal.SIGKILL)
+                killed.set()
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    got = cluster_db["trig"].query("velocity", points, time=1.0, method="lag8")
+    killer.join()
+    assert killed.is_set()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    report = cluster_db.last_report
+    assert report.retried >= 1 and any(f.startswith("1:") for f in report.failures)
+    running.client.wait_for_workers(3, timeout=30)  # the nanny brings it back, same name, same slot
+
+
+def test_slowed_worker_gets_less_work_with_graduated_declustering(database, cluster_db, running):
+    points = _points(400_000, seed=2)
+    slow = _worker_pids(running.client)["0"]
+    stop = threading.Event()
+
+    def duty_cycle() -> None:  # stopped 9/10 of every 100 ms, from outside, like a throttled CPU
+        while not stop.is_set():
+            os.kill(slow, signal.SIGSTOP)
+            time.sleep(0.09)
+            os.kill(slow, signal.SIGCONT)
+            time.sleep(0.01)
+
+    throttle = threading.Thread(target=duty_cycle)
+    throttle.start()
+    try:
+        got = cluster_db["trig"].query("velocity", points, time=0.5, method="lag4")
+    finally:
+        stop.set()
+        throttle.join()
+        os.kill(slow, signal.SIGCONT)
+    expected = turbdb.open(database)["trig"].query("velocity", points, time=0.5, method="lag4")
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    work = {slot: w["points"] for slot, w in cluster_db.last_report.work.items()}
+    others = (work.get("1", 0) + work.get("2", 0)) / 2
+    # Under static placement it would do a full third; the margin allows for a loaded machine.
+    assert work.get("0", 0) < 0.7 * others, work
+
+
+def test_cluster_status_cli_reports_healthy_workers(database, running):
+    result = CliRunner().invoke(main, ["cluster", "status", str(database), "--scheduler", running.address, "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"state": "healthy"' in result.output
+
+
+def test_lost_worker_leaves_cluster_degraded_until_repair(tmp_path, database):
+    run = start_local(database, 3, threads=1, dashboard_address=":0")
+    try:
+        db = turbdb.open(database, cluster=run.client)
+        run.local.scale(2)  # worker "2" leaves for good
+        run.client.wait_for_workers(2)
+        deadline = time.monotonic() + 20
+        while len(run.client.scheduler_info()["workers"]) > 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        report = db.status()
+        assert report["state"] == "degraded"
+        assert report["degraded"]["datasets"]["trig"]["partitions"] > 0
+        points = _points(5000, seed=4)
+        np.testing.assert_allclose(db["trig"].query("velocity", points, time=0.0),
+                                   turbdb.open(database)["trig"].query("velocity", points, time=0.0),
+                                   rtol=1e-6, atol=1e-6)
+        repair(run.client, db.catalogue)
+        assert db.status()["state"] == "healthy"
+        db.close()
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("declustering", ["graduated", "static"])
+def test_two_workers_holding_everything_share_points_without_routing(tmp_path, database, declustering):
+    run = start_local(database, 2, threads=1, dashboard_address=":0")
+    try:
+        with turbdb.open(database, cluster=run.client, declustering=declustering) as db:
+            points = _points(200_000, seed=5)  # 8 units: enough for both workers
+            got = db["trig"].query("velocity", points, time=0.5, method="lag4")
+            expected = turbdb.open(database)["trig"].query("velocity", points, time=0.5, method="lag4")
+            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+            assert set(db.last_report.work) == {"0", "1"}
+    finally:
+        run.close()
