@@ -105,8 +105,10 @@ proptest! {
 fn a_node_reads_only_the_partitions_it_was_given() {
     let full = tempfile::tempdir().unwrap();
     write_dataset(full.path());
-    // The node's directory holds the shards of x-column 0 at time 1 only.
-    let node = tempfile::tempdir().unwrap();
+    // The node's directory holds the shards of x-column 0 at time 1 only. It keeps the field's
+    // directory name: every shard's header binds it to its field, time step and partition.
+    let node_dir = tempfile::tempdir().unwrap();
+    let node = node_dir.path().join(full.path().file_name().unwrap());
     let g = geometry();
     let mine: Vec<_> = g
         .shard_positions()
@@ -116,8 +118,8 @@ fn a_node_reads_only_the_partitions_it_was_given() {
         .collect();
     for &(t, shard) in &mine {
         let key = g.shard_key(t, shard);
-        std::fs::create_dir_all(node.path().join(&key).parent().unwrap()).unwrap();
-        std::fs::copy(full.path().join(&key), node.path().join(&key)).unwrap();
+        std::fs::create_dir_all(node.join(&key).parent().unwrap()).unwrap();
+        std::fs::copy(full.path().join(&key), node.join(&key)).unwrap();
     }
     let spec = QuerySpec {
         method: Method::Lagrange(6),
@@ -147,7 +149,7 @@ fn a_node_reads_only_the_partitions_it_was_given() {
             .filter(|s| s[0] != 0)
             .map(|s| (1, s)),
     );
-    let local = evaluate(node.path(), Some(&here)).unwrap();
+    let local = evaluate(&node, Some(&here)).unwrap();
     let rest = evaluate(full.path(), Some(&elsewhere)).unwrap();
     let whole = evaluate(full.path(), None).unwrap();
     for ((a, b), w) in local.iter().zip(&rest).zip(&whole) {
@@ -155,7 +157,7 @@ fn a_node_reads_only_the_partitions_it_was_given() {
     }
     assert!(local.iter().any(|v| *v != 0.0) && rest.iter().any(|v| *v != 0.0));
     // Asking the node for everything fails: it does not hold the other shards.
-    assert!(evaluate(node.path(), None).is_err());
+    assert!(evaluate(&node, None).is_err());
 }
 
 #[test]
