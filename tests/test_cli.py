@@ -76,6 +76,15 @@ def test_errors_are_one_line_without_traceback(tmp_path, db):
     assert result.returncode == 2 and "not valid JSON" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_an_operating_system_error_is_one_line_that_says_what_to_do(tmp_path, db):
+    (tmp_path / "afile").write_text("in the way")
+    result = run("cutout", db, "flow", "--field", "pressure", "--time", 0, "--out", tmp_path / "afile" / "box.npy",
+                 check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "afile" in result.stderr and "choose another path" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
 def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
     run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", "--quiet")
     info = turbdb.open(tmp_path)["syn"].info

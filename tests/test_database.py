@@ -41,6 +41,16 @@ def test_database_lists_datasets_and_names_the_valid_ones_on_a_miss(tmp_path):
         db["../flow"]
 
 
+def test_a_local_database_is_a_context_manager_like_a_remote_or_cluster_one(tmp_path):
+    ds = make(tmp_path)
+    ds.write("pressure", 0, np.ones((16, 18, 20)))
+    with turbdb.open(tmp_path / "db", scheduler="jaws", cache_bytes=1 << 20) as db:
+        values = db["flow"].query("pressure", [[0.5, 0.5, 0.5]], time=0.0, method="lag4")
+        assert db.engine is not None
+    assert values == pytest.approx(1.0)
+    assert db.engine is None, "leaving the block lets go of the node engine"
+
+
 def test_opening_a_missing_database_says_how_to_create_one(tmp_path):
     with pytest.raises(turbdb.StorageError, match="turbdb simulate"):
         turbdb.open(tmp_path / "nowhere")

@@ -75,6 +75,18 @@ class Database(Mapping[str, Dataset]):
             raise InvalidRequestError("this database has no node engine: open it with turbdb.open(path, scheduler=...)")
         return self.engine.stats()
 
+    def close(self) -> None:
+        """Lets go of the node engine (its cache and I/O threads go once the datasets
+        opened from it are gone too); a database read without an engine holds nothing."""
+        self.engine = None
+
+    def __enter__(self) -> Database:
+        # `with turbdb.open(...) as db:` reads the same whether db is local, remote or a cluster.
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         shown = f"{self.path / self.only}" if self.only else str(self.path)
         return f"<turbdb.Database {shown!r}: {', '.join(self.datasets) or 'empty'}>"

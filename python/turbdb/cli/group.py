@@ -3,6 +3,7 @@ line saying what to do, never a traceback."""
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -10,14 +11,39 @@ import click
 from ..exceptions import TurbdbError
 
 
+#: What to do about the operating-system errors a user can fix.
+_OS_ADVICE = {
+    errno.ENOSPC: "free space on that disk or write somewhere else",
+    errno.EDQUOT: "free space within your quota or write somewhere else",
+    errno.EACCES: "check the permissions of that path, or use one you can write",
+    errno.EPERM: "check the permissions of that path, or use one you can write",
+    errno.EROFS: "that file system is read-only; write somewhere else",
+    errno.ENOENT: "check the path",
+    errno.EEXIST: "a file is in the way of a directory that path needs; choose another path",
+    errno.ENOTDIR: "a part of that path is a file, not a directory; check the path",
+    errno.EMFILE: "too many open files; raise the limit (ulimit -n)",
+}
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an OSError the library did not turn into a turbdb error: what failed,
+    on which path, and what to do."""
+    where = f" ({e.filename})" if e.filename else ""
+    advice = _OS_ADVICE.get(e.errno or 0)
+    return f"{e.strerror or e}{where}" + (f": {advice}" if advice else "")
+
+
 class _Group(click.Group):
-    """Turns turbdb errors into a one-line message and exit code 2."""
+    """Turns turbdb errors, and the operating system's, into a one-line message and exit code 2."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except TurbdbError as e:
             click.secho(f"error: {e}", fg="red", err=True)
+            sys.exit(2)
+        except OSError as e:
+            click.secho(f"error: {os_error_message(e)}", fg="red", err=True)
             sys.exit(2)
 
 

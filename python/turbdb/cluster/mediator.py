@@ -126,12 +126,6 @@ class ClusterDatabase(Database):
         if self._owns_client:
             self.client.close()
 
-    def __enter__(self) -> ClusterDatabase:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
-
 
 class ClusterDataset(Dataset):
     """A dataset whose queries run on the cluster (the same interface as :class:`Dataset`)."""
