@@ -87,17 +87,24 @@ def _worker_pids(client) -> dict[str, int]:
     return {names[a]: pid for a, pid in by_address.items()}
 
 
+def _worker_addresses(client) -> dict[str, str]:
+    """Worker slot name → its current address."""
+    return {str(w["name"]): a for a, w in client.scheduler_info()["workers"].items()}
+
+
 def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, running):
     points = _points(300_000, seed=1)
     expected = turbdb.open(database)["trig"].query("velocity", points, time=1.0, method="lag8")
     victim = _worker_pids(running.client)["1"]
+    victim_address = _worker_addresses(running.client)["1"]
     killed = threading.Event()
 
     def kill_when_busy() -> None:
+        # Only once the victim itself holds units of this query: killed any earlier, it
+        # would just be left out of the run, and nothing would test the retry.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            busy = running.client.processing()
-            if any(busy.values()):
+            if running.client.processing().get(victim_address):
                 os.kill(victim, signal.SIGKILL)
                 killed.set()
                 return
@@ -110,7 +117,9 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
     assert killed.is_set()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     report = cluster_db.last_report
-    assert report.retried >= 1 and any(f.startswith("1:") for f in report.failures)
+    # The victim's units in flight were done again elsewhere: requeued once its death was
+    # seen, or backed up on a mirror first because they ran late (whichever came first).
+    assert report.retried + report.backups >= 1, report
     running.client.wait_for_workers(3, timeout=30)  # the nanny brings it back, same name, same slot
 
 
