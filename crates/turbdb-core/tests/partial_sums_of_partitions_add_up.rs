@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use turbdb_core::{
     evaluate_within, execute, execute_within, stencil_reach, write_step, Axis, ChunkCodec,
     FieldGeometry, FieldReader, IndexLocation, Method, Operator, Order, Partitions, Plan,
-    QuerySpec, StreamStats, Strategy, Temporal, TimeLevel,
+    QuerySpec, Strategy, StreamStats, Temporal, TimeLevel,
 };
 
 const GRID: [usize; 3] = [20, 16, 12];
@@ -165,14 +165,22 @@ fn reach_covers_every_node_a_stencil_uses() {
     // Restricted to the shards outside its reach, a point gets nothing.
     let dir = tempfile::tempdir().unwrap();
     write_dataset(dir.path());
-    let reader = FieldReader::new(dir.path(), geometry(), ChunkCodec::TURBDB, IndexLocation::End);
+    let reader = FieldReader::new(
+        dir.path(),
+        geometry(),
+        ChunkCodec::TURBDB,
+        IndexLocation::End,
+    );
     let pts = points(11, 50);
     let levels = [TimeLevel { t: 2, weight: 1.0 }];
     for periodic in [true, false] {
-        let (first, width) = stencil_reach(&pts, Method::Lagrange(8), Operator::Field, &axes(periodic)).unwrap();
+        let (first, width) =
+            stencil_reach(&pts, Method::Lagrange(8), Operator::Field, &axes(periodic)).unwrap();
         for (p, f) in pts.iter().zip(&first) {
             let shards_on = |a: usize| -> Vec<usize> {
-                (0..width).map(|k| (f[a] as usize + k) % GRID[a] / 8).collect()
+                (0..width)
+                    .map(|k| (f[a] as usize + k) % GRID[a] / 8)
+                    .collect()
             };
             let (xs, ys, zs) = (shards_on(0), shards_on(1), shards_on(2));
             let outside: Vec<_> = geometry()
@@ -181,10 +189,28 @@ fn reach_covers_every_node_a_stencil_uses() {
                 .filter(|s| !(xs.contains(&s[0]) && ys.contains(&s[1]) && zs.contains(&s[2])))
                 .map(|s| (2, s))
                 .collect();
-            let plan = Plan::new(&[*p], Method::Lagrange(8), Operator::Field, axes(periodic), geometry(), 1).unwrap();
-            let none = execute_within(&plan, &reader, &levels, Some(&Partitions::new(outside)),
-                                      Order::Storage, &StreamStats::default()).unwrap();
-            assert!(none.iter().all(|v| *v == 0.0), "point {p:?} reaches beyond {f:?}+{width}");
+            let plan = Plan::new(
+                &[*p],
+                Method::Lagrange(8),
+                Operator::Field,
+                axes(periodic),
+                geometry(),
+                1,
+            )
+            .unwrap();
+            let none = execute_within(
+                &plan,
+                &reader,
+                &levels,
+                Some(&Partitions::new(outside)),
+                Order::Storage,
+                &StreamStats::default(),
+            )
+            .unwrap();
+            assert!(
+                none.iter().all(|v| *v == 0.0),
+                "point {p:?} reaches beyond {f:?}+{width}"
+            );
         }
     }
 }

@@ -153,15 +153,7 @@ pub fn execute_within(
                     }
                     SCRATCH.with_borrow_mut(|scratch| {
                         run_cell(
-                            plan,
-                            cell,
-                            source,
-                            levels,
-                            &terms,
-                            None,
-                            stats,
-                            scratch,
-                            target,
+                            plan, cell, source, levels, &terms, None, stats, scratch, target,
                         )
                     })
                 })?;

@@ -78,8 +78,9 @@ pub fn read_atoms(
 ) {
     let geometry = reader.geometry();
     let n = geometry.atom_values();
-    let index = match reader.index(t, shard) {
-        Ok(index) => index,
+    // The shard's index and header, checked against this place (field, step, partition).
+    let opened = match reader.shard(t, shard) {
+        Ok(opened) => opened,
         Err(e) => {
             for i in 0..locals.len() {
                 put(i, Err(e.duplicate()));
@@ -87,22 +88,24 @@ pub fn read_atoms(
             return;
         }
     };
-    let mut stored: Vec<(u64, u64, usize)> = Vec::with_capacity(locals.len());
+    // (offset, length, position in `locals`, index slot) of each stored atom.
+    let mut stored: Vec<(u64, u64, usize, usize)> = Vec::with_capacity(locals.len());
     for (i, &local) in locals.iter().enumerate() {
-        match index.range(geometry.index_slot(local)) {
-            Some((offset, nbytes)) => stored.push((offset, nbytes, i)),
+        let slot = geometry.index_slot(local);
+        match opened.index.range(slot) {
+            Some((offset, nbytes)) => stored.push((offset, nbytes, i, slot)),
             None => put(i, Ok(vec![f32::NAN; n])),
         }
     }
     if stored.is_empty() {
         return;
     }
-    stored.sort_unstable_by_key(|&(offset, _, _)| offset);
+    stored.sort_unstable_by_key(|&(offset, ..)| offset);
     let path = reader.shard_path(t, shard);
     let file = match ShardFile::open(&path, t, mode) {
         Ok(file) => file,
         Err(e) => {
-            for &(_, _, i) in &stored {
+            for &(_, _, i, _) in &stored {
                 put(i, Err(e.duplicate()));
             }
             return;
@@ -121,17 +124,20 @@ pub fn read_atoms(
         let last = stored[end - 1].0 + stored[end - 1].1;
         match file.read(first, last, &mut buffer, counts) {
             Ok(bytes) => {
-                for &(offset, nbytes, i) in &stored[start..end] {
+                for &(offset, nbytes, i, slot) in &stored[start..end] {
                     let at = (offset - first) as usize;
+                    let atom = &bytes[at..at + nbytes as usize];
                     let mut values = vec![0f32; n];
+                    // A swapped or copied atom is refused, as on the buffered path.
                     let decoded = reader
-                        .decode_atom(&bytes[at..at + nbytes as usize], &path, &mut values)
+                        .check_atom_place(&opened, slot, atom, &path)
+                        .and_then(|()| reader.decode_atom(atom, &path, &mut values))
                         .map(|()| values);
                     put(i, decoded);
                 }
             }
             Err(e) => {
-                for &(_, _, i) in &stored[start..end] {
+                for &(_, _, i, _) in &stored[start..end] {
                     put(i, Err(e.duplicate()));
                 }
             }
@@ -357,6 +363,40 @@ mod tests {
         );
         results.sort();
         assert_eq!(results, vec![(0, false), (1, true)]);
+    }
+
+    #[test]
+    fn a_swapped_atom_is_refused_in_both_io_modes() {
+        let (dir, reader, _) = field();
+        let path = dir.path().join("c/0/0/0/0/0");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let first = crate::storage::binding::ShardHeader::announced_len(&bytes).unwrap();
+        let size = reader.geometry().stored_atom_bytes();
+        let atom_a = bytes[first..first + size].to_vec();
+        bytes.copy_within(first + size..first + 2 * size, first);
+        bytes[first + size..first + 2 * size].copy_from_slice(&atom_a);
+        std::fs::write(&path, bytes).unwrap();
+        let fresh = FieldReader::new(
+            dir.path(),
+            reader.geometry().clone(),
+            ChunkCodec::TURBDB,
+            IndexLocation::End,
+        );
+        for mode in [IoMode::Direct, IoMode::Buffered] {
+            let mut errors = Vec::new();
+            let mut counts = ReadCounts::default();
+            let all: Vec<[usize; 3]> = reader.geometry().local_atom_order();
+            read_atoms(&fresh, 0, [0, 0, 0], &all, mode, &mut counts, |_, r| {
+                if let Err(e) = r {
+                    errors.push(e.to_string());
+                }
+            });
+            assert_eq!(errors.len(), 2, "{mode:?}: {errors:?}");
+            assert!(
+                errors.iter().all(|e| e.contains("swapped or copied atom")),
+                "{errors:?}"
+            );
+        }
     }
 
     #[test]
