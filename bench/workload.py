@@ -80,7 +80,11 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
 
 def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
     """A 1 000-point lag8 query asked again and again: alone (no engine; its atoms come from
-    the OS page cache) against through an engine whose cache holds them."""
+    the OS page cache) against through an engine whose cache holds them. Also where each
+    one's time goes: the standalone path's phases (plan, read, weights, accumulate; thread
+    time) and, through the engine, the batches' compute (``busy_seconds``) against the
+    response inside the engine and the whole call (the rest is cutting the query into
+    sub-queries, the hand-over to the engine's thread, and the Python↔Rust crossing)."""
     lone = turbdb.open(data)[name]
     rng = np.random.default_rng(seed)
     info = lone.info
@@ -97,10 +101,20 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
         return float(np.median(times))
 
     alone = best(lone)
+    alone_phases = {k: v for k, v in lone.last_query_stats.items() if k.endswith("_seconds")}
     engine_db = turbdb.open(data, scheduler="jaws", cache_policy="lru", cache_bytes=256 << 20, io="direct")
+    before = engine_db.engine_stats()
     warm = best(engine_db[name])
+    after = engine_db.engine_stats()
+    last = engine_db[name].last_query_stats
+    asked = repeats + 1
+    phases = {"compute_seconds": (after["busy_seconds"] - before["busy_seconds"]) / asked,
+              "response_in_engine_seconds": last["response_seconds"], "call_seconds": warm,
+              "atoms": last["atoms"], "cache_hits": last["cache_hits"], "atoms_read": last["atoms_read"],
+              "batches": last["batches"], "contributions": last["contributions"]}
     return {"points": 1_000, "method": "lag8", "alone_seconds": alone, "warm_engine_seconds": warm,
-            "ratio": alone / warm, "target": TARGET_WARM_RATIO}
+            "ratio": alone / warm, "target": TARGET_WARM_RATIO, "alone_phases": alone_phases,
+            "warm_engine_phases": phases}
 
 
 def machine_info() -> dict:
@@ -149,6 +163,10 @@ def main() -> None:
     warm = warm_repeat(args.data, name, args.seed)
     print(f"  warm repeat (1 000 pts lag8): alone {warm['alone_seconds'] * 1e3:.2f} ms, "
           f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}×", flush=True)
+    wp = warm["warm_engine_phases"]
+    print(f"    engine: compute {wp['compute_seconds'] * 1e3:.2f} ms of {wp['response_in_engine_seconds'] * 1e3:.2f} ms "
+          f"in the engine, {wp['contributions']} point–atom sums over {wp['atoms']} cached atoms; alone: "
+          + ", ".join(f"{k[:-8]} {v * 1e3:.2f} ms" for k, v in warm["alone_phases"].items()), flush=True)
     ratios = compute_ratios(saturating, s["policies"])
     load_end = os.getloadavg()
     for line in ratios["lines"]:

@@ -38,6 +38,15 @@ impl Work {
         }
     }
 
+    /// The sub-query of the atom with Morton code `code`, if the query needs it (its atoms
+    /// are in storage order, so this is a binary search).
+    pub fn index_of(&self, code: u64) -> Option<usize> {
+        match self {
+            Work::Points(w) => w.atoms.binary_search_by_key(&code, |a| a.code).ok(),
+            Work::Cutout(w) => w.atoms.binary_search_by_key(&code, |a| a.code).ok(),
+        }
+    }
+
     /// The grid position (in atoms) of sub-query `i`'s atom.
     pub fn coords(&self, i: usize) -> [u32; 3] {
         match self {

@@ -22,7 +22,7 @@ use crate::engine::io_pool::{IoPool, Loading, ShardRead};
 use crate::engine::jobs::gating::{JobGraph, JobId, Region};
 use crate::engine::metric::CostModel;
 use crate::engine::scheduler::{
-    Pick, QueryBook, Scheduler, SchedulerKind, Serve, FAIR_FACTOR, FAIR_FLOOR_MS, SMALL_POINTS,
+    Pick, QueryBook, Scheduler, SchedulerKind, Serve, SMALL_POINTS,
 };
 use crate::engine::stream::TimeLevel;
 use crate::engine::subquery::{CutoutWork, PointWork};
@@ -735,12 +735,7 @@ impl Core {
                 }
             }
             let small = matches!(live.work, Work::Points(_)) && live.work.size() <= SMALL_POINTS;
-            let deadline = small.then(|| {
-                let reads = (live.work.atoms() * live.levels.len()) as u64;
-                let sums = live.work.contributions() * live.levels.len() as u64;
-                now + FAIR_FLOOR_MS + FAIR_FACTOR * self.cost.solo_ms(reads, sums)
-            });
-            self.scheduler.queued(live.id, deadline);
+            self.scheduler.queued(live.id, small);
         }
         self.queries.insert(live.id, live);
     }
@@ -772,11 +767,10 @@ impl Core {
     /// Chooses the next batch, takes its sub-queries from the queues and starts reading
     /// the atoms not cached.
     fn prepare(&mut self) -> Option<Prepared> {
-        let now = self.now();
         loop {
             let Pick { step, codes, serve } =
                 self.scheduler
-                    .next(&mut self.workload, &mut Book(&mut self.queries), now)?;
+                    .next(&mut self.workload, &mut Book(&mut self.queries))?;
             let mut entries: Vec<(u32, Entry)> = Vec::new();
             for (slot, &code) in codes.iter().enumerate() {
                 let slot = slot as u32;
@@ -796,8 +790,7 @@ impl Core {
                     }
                     Serve::Direct(q) => {
                         if let Some(live) = self.queries.get(&q) {
-                            let atoms = live.work.atoms();
-                            let atom = (0..atoms).find(|&i| live.work.code(i) == code);
+                            let atom = live.work.index_of(code);
                             if let (Some(atom), Some(level)) = (atom, live.level_of(step)) {
                                 let entry = Entry {
                                     query: q,

@@ -8,27 +8,27 @@
 //!   up to `k` of its atoms above that mean, in storage order; α adapts (see
 //!   [`crate::engine::alpha`]) and ordered jobs are gated ([`crate::engine::jobs`]).
 //!
-//! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) get a deadline
-//! proportional to what they would cost alone; a small query past its deadline is served
-//! next, whole, sharing its atoms' reads with every other query waiting on them, every
-//! other batch at most. So a stream of busy atoms cannot starve a small query, and the
-//! lane cannot starve the rest.
+//! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) have their own lane:
+//! the paper's batching is for throughput, while a small query is usually someone waiting
+//! at a prompt. Small queries are served in arrival order, each whole, as soon as they
+//! are queued, ahead of the metric batches — sharing their atoms' reads with every other
+//! query waiting on them. So a small query waits only for the small queries before it and
+//! for at most one metric batch per [`LANE_BURST`] of them, never for a deadline or a batch
+//! to fill; and the metric batches (the medium and large queries) get at least one batch
+//! in [`LANE_BURST`]` + 1`, so the lane cannot starve them either.
 //!
 //! A query that finds the engine idle is served at once, without queueing (any scheduler):
 //! there is nothing to share it with, and a batch must not wait to fill.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::engine::workload::{StepKey, Workload};
 use crate::error::{Error, Result};
 
 /// Largest query (points) that the small-query lane protects: the "small".
 pub const SMALL_POINTS: usize = 1000;
-/// A small query's deadline: its arrival plus this many milliseconds …
-pub const FAIR_FLOOR_MS: f64 = 50.0;
-/// … plus this many times what it would cost alone on a cold cache.
-pub const FAIR_FACTOR: f64 = 4.0;
+/// Small queries served in a row while metric batches wait, before one metric batch.
+pub const LANE_BURST: usize = 4;
 /// Atoms served at a time for one query alone (noshare, the small-query lane, an idle
 /// engine): bounds the memory of a batch (4096 velocity atoms are 25 MB).
 pub const CHUNK_ATOMS: usize = 4096;
@@ -107,25 +107,10 @@ pub struct Scheduler {
     fifo: VecDeque<u64>,
     /// Queries served directly, without queueing.
     direct: VecDeque<u64>,
-    /// Small queries by deadline.
-    deadlines: BinaryHeap<Reverse<(Deadline, u64)>>,
-    /// Whether the last batch was the small-query lane's.
-    last_was_fair: bool,
-}
-
-/// A deadline in ms, ordered.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Deadline(f64);
-impl Eq for Deadline {}
-impl PartialOrd for Deadline {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Deadline {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
+    /// Small queries in arrival order (jaws's small-query lane).
+    lane: VecDeque<u64>,
+    /// Lane batches served since the last metric batch.
+    lane_streak: usize,
 }
 
 impl Scheduler {
@@ -136,8 +121,8 @@ impl Scheduler {
             k: k.max(1),
             fifo: VecDeque::new(),
             direct: VecDeque::new(),
-            deadlines: BinaryHeap::new(),
-            last_was_fair: false,
+            lane: VecDeque::new(),
+            lane_streak: 0,
         }
     }
 
@@ -151,16 +136,12 @@ impl Scheduler {
         self.k
     }
 
-    /// A query was queued; `deadline` (ms) if it is small enough for the fair lane.
-    pub fn queued(&mut self, q: u64, deadline: Option<f64>) {
+    /// A query was queued; `small` if it has at most [`SMALL_POINTS`] points.
+    pub fn queued(&mut self, q: u64, small: bool) {
         match self.kind {
             SchedulerKind::Noshare => self.fifo.push_back(q),
-            SchedulerKind::Jaws => {
-                if let Some(d) = deadline {
-                    self.deadlines.push(Reverse((Deadline(d), q)));
-                }
-            }
-            SchedulerKind::Liferaft => {}
+            SchedulerKind::Jaws if small => self.lane.push_back(q),
+            SchedulerKind::Jaws | SchedulerKind::Liferaft => {}
         }
     }
 
@@ -174,7 +155,6 @@ impl Scheduler {
         &mut self,
         workload: &mut Workload,
         queries: &mut dyn QueryBook,
-        now: f64,
     ) -> Option<Pick> {
         while let Some(&q) = self.direct.front() {
             if let Some((step, codes)) = queries.remaining(q, CHUNK_ATOMS) {
@@ -209,17 +189,16 @@ impl Scheduler {
                 })
             }
             SchedulerKind::Jaws => {
-                if !self.last_was_fair {
-                    if let Some(pick) = self.overdue(queries, now) {
-                        self.last_was_fair = true;
+                if self.lane_streak < LANE_BURST {
+                    if let Some(pick) = self.lane_head(queries) {
+                        self.lane_streak += 1;
                         return Some(pick);
                     }
                 }
-                self.last_was_fair = false;
-                let step = workload.best_step();
-                let Some(step) = step else {
-                    // Nothing queued by metric; the lane may still hold work.
-                    return self.overdue(queries, f64::INFINITY);
+                self.lane_streak = 0;
+                let Some(step) = workload.best_step() else {
+                    // No metric work: the lane may still hold some.
+                    return self.lane_head(queries);
                 };
                 let mut codes = workload.top_atoms(step, self.k);
                 codes.sort_unstable();
@@ -232,22 +211,22 @@ impl Scheduler {
         }
     }
 
-    /// The small query with the earliest deadline at or before `now`, as a batch.
-    fn overdue(&mut self, queries: &mut dyn QueryBook, now: f64) -> Option<Pick> {
-        while let Some(&Reverse((deadline, q))) = self.deadlines.peek() {
-            if deadline.0 > now {
-                return None;
-            }
+    /// The oldest small query with sub-queries left, whole (up to [`CHUNK_ATOMS`] atoms of
+    /// its first time level with any left), served to every query waiting on its atoms.
+    fn lane_head(&mut self, queries: &mut dyn QueryBook) -> Option<Pick> {
+        while let Some(&q) = self.lane.front() {
             if queries.alive(q) {
                 if let Some((step, codes)) = queries.remaining(q, CHUNK_ATOMS) {
-                    return Some(Pick {
-                        step,
-                        codes,
-                        serve: Serve::All,
-                    });
+                    if !codes.is_empty() {
+                        return Some(Pick {
+                            step,
+                            codes,
+                            serve: Serve::All,
+                        });
+                    }
                 }
             }
-            self.deadlines.pop();
+            self.lane.pop_front();
         }
         None
     }
@@ -320,13 +299,13 @@ mod tests {
         let mut s = Scheduler::new(SchedulerKind::Noshare, 15);
         push(&mut w, &mut book, 1, 0, &[5, 3], 1, 0.0);
         push(&mut w, &mut book, 2, 1, &[3], 900, 1.0);
-        s.queued(1, None);
-        s.queued(2, None);
-        let first = s.next(&mut w, &mut book, 2.0).unwrap();
+        s.queued(1, false);
+        s.queued(2, false);
+        let first = s.next(&mut w, &mut book).unwrap();
         assert_eq!((first.step, first.serve), (step(0), Serve::Only(1)));
-        let second = s.next(&mut w, &mut book, 2.0).unwrap();
+        let second = s.next(&mut w, &mut book).unwrap();
         assert_eq!(second.serve, Serve::Only(2));
-        assert!(s.next(&mut w, &mut book, 2.0).is_none());
+        assert!(s.next(&mut w, &mut book).is_none());
     }
 
     #[test]
@@ -337,34 +316,120 @@ mod tests {
         push(&mut w, &mut book, 2, 0, &[2, 3], 50, 0.0);
         push(&mut w, &mut book, 3, 4, &[9], 60, 0.0);
         let mut liferaft = Scheduler::new(SchedulerKind::Liferaft, 15);
-        let pick = liferaft.next(&mut w, &mut book, 0.0).unwrap();
+        let pick = liferaft.next(&mut w, &mut book).unwrap();
         assert_eq!((pick.step, pick.codes.len()), (step(0), 1));
         assert!(pick.codes[0] == 2 || pick.codes[0] == 3);
         let mut jaws = Scheduler::new(SchedulerKind::Jaws, 15);
-        let pick = jaws.next(&mut w, &mut book, 0.0).unwrap();
+        let pick = jaws.next(&mut w, &mut book).unwrap();
         // Step 0 (mean of 100, 100, 50 points) beats step 4 (60); atoms 2 and 3 are above
         // the mean, in storage order.
         assert_eq!((pick.step, pick.codes), (step(0), vec![2, 3]));
     }
 
+    /// The next pick, its sub-queries taken from the queues as the engine takes them.
+    fn serve(s: &mut Scheduler, w: &mut Workload, book: &mut Book) -> Option<Pick> {
+        let pick = s.next(w, book)?;
+        for &code in &pick.codes {
+            if let Some(queue) = w.take_atom(pick.step, code) {
+                for e in queue.entries {
+                    if let Some(left) = book.0.get_mut(&e.query) {
+                        left.retain(|&(st, c)| !(st == pick.step && c == code));
+                    }
+                }
+            }
+        }
+        book.0.retain(|_, left| !left.is_empty());
+        Some(pick)
+    }
+
     #[test]
-    fn an_overdue_small_query_is_served_next_but_not_twice_in_a_row() {
+    fn small_queries_are_served_at_once_whole_and_in_arrival_order() {
         let mut w = Workload::new(0.0, CostModel::default());
         let mut book = Book::default();
         let mut s = Scheduler::new(SchedulerKind::Jaws, 15);
-        push(&mut w, &mut book, 1, 0, &[1, 2], 500, 0.0); // busy
-        push(&mut w, &mut book, 2, 7, &[40], 1, 0.0); // small and quiet
-        push(&mut w, &mut book, 3, 8, &[50], 1, 0.0); // small and quiet
-        s.queued(1, None);
-        s.queued(2, Some(10.0));
-        s.queued(3, Some(20.0));
-        // Before its deadline the small query waits behind the busy step.
-        assert_eq!(s.next(&mut w, &mut book, 5.0).unwrap().step, step(0));
-        // Past both deadlines: the earliest goes first, then a metric batch, then the other.
-        assert_eq!(s.next(&mut w, &mut book, 30.0).unwrap().step, step(7));
-        let metric = s.next(&mut w, &mut book, 30.0).unwrap();
-        assert_eq!(metric.serve, Serve::All);
-        assert_eq!(s.next(&mut w, &mut book, 30.0).unwrap().step, step(8));
+        push(&mut w, &mut book, 1, 0, &[1, 2, 3], 50_000, 0.0); // large and busy
+        push(&mut w, &mut book, 2, 7, &[40, 41], 1, 1.0); // small
+        push(&mut w, &mut book, 3, 8, &[50], 1, 2.0); // small
+        s.queued(1, false);
+        s.queued(2, true);
+        s.queued(3, true);
+        // No deadline to wait for: the small queries go first, whole, oldest first.
+        let first = serve(&mut s, &mut w, &mut book).unwrap();
+        assert_eq!((first.step, first.codes, first.serve), (step(7), vec![40, 41], Serve::All));
+        assert_eq!(serve(&mut s, &mut w, &mut book).unwrap().step, step(8));
+        let metric = serve(&mut s, &mut w, &mut book).unwrap();
+        assert_eq!((metric.step, metric.codes), (step(0), vec![1, 2, 3]));
+        assert!(serve(&mut s, &mut w, &mut book).is_none());
+    }
+
+    #[test]
+    fn a_small_query_shares_its_reads_with_every_query_waiting_on_its_atoms() {
+        let mut w = Workload::new(0.0, CostModel::default());
+        let mut book = Book::default();
+        let mut s = Scheduler::new(SchedulerKind::Jaws, 15);
+        push(&mut w, &mut book, 1, 0, &[1, 2, 9], 5_000, 0.0);
+        push(&mut w, &mut book, 2, 0, &[2], 3, 1.0);
+        s.queued(1, false);
+        s.queued(2, true);
+        let pick = serve(&mut s, &mut w, &mut book).unwrap();
+        assert_eq!((pick.codes, pick.serve), (vec![2], Serve::All));
+        // Query 1's sub-query on atom 2 was served by the same read.
+        assert_eq!(book.0[&1], vec![(step(0), 1), (step(0), 9)]);
+    }
+
+    proptest::proptest! {
+        /// Whatever the mix, at most LANE_BURST lane batches run between metric batches
+        /// while metric work waits, every query completes, and the small query of rank r
+        /// (in arrival order among the small ones) is done within r + 1 batches plus one
+        /// metric batch per LANE_BURST of them, however much large work is queued — under
+        /// noshare it would wait for every query that arrived before it.
+        #[test]
+        fn the_small_query_lane_is_bounded_and_starves_no_one(
+            mix in proptest::collection::vec((proptest::bool::ANY, 0u32..4, 1usize..6), 1..40)
+        ) {
+            let mut w = Workload::new(0.5, CostModel::default());
+            let mut book = Book::default();
+            let mut s = Scheduler::new(SchedulerKind::Jaws, 4);
+            let mut smalls = Vec::new();
+            for (i, &(small, t, atoms)) in mix.iter().enumerate() {
+                let q = i as u64 + 1;
+                let codes: Vec<u64> = (0..atoms as u64).map(|a| a * 3 + q % 5).collect();
+                let points = if small { 10 } else { 20_000 };
+                push(&mut w, &mut book, q, t, &codes, points, i as f64);
+                s.queued(q, small);
+                if small {
+                    smalls.push(q);
+                }
+            }
+            let mut done: Vec<u64> = Vec::new();
+            let (mut batches, mut streak) = (0usize, 0usize);
+            let mut finished_at: FxHashMap<u64, usize> = FxHashMap::default();
+            while serve(&mut s, &mut w, &mut book).is_some() {
+                batches += 1;
+                proptest::prop_assert!(batches <= 10_000, "the scheduler loops");
+                if s.lane_streak > 0 {
+                    streak += 1;
+                    proptest::prop_assert!(streak <= LANE_BURST);
+                } else {
+                    streak = 0;
+                }
+                for q in 1..=mix.len() as u64 {
+                    if !book.0.contains_key(&q) && !done.contains(&q) {
+                        done.push(q);
+                        finished_at.insert(q, batches);
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(done.len(), mix.len(), "every query completes");
+            for (rank, q) in smalls.iter().enumerate() {
+                let bound = rank + 1 + rank / LANE_BURST;
+                proptest::prop_assert!(
+                    finished_at[q] <= bound,
+                    "small query {} (#{} small) done after {} batches, bound {}",
+                    q, rank, finished_at[q], bound
+                );
+            }
+        }
     }
 
     #[test]
@@ -375,13 +440,13 @@ mod tests {
             .insert(9, vec![(step(2), 4), (step(2), 6), (step(3), 4)]);
         let mut s = Scheduler::new(SchedulerKind::Jaws, 15);
         s.direct(9);
-        let pick = s.next(&mut w, &mut book, 0.0).unwrap();
+        let pick = s.next(&mut w, &mut book).unwrap();
         assert_eq!(
             (pick.step, pick.codes, pick.serve),
             (step(2), vec![4, 6], Serve::Direct(9))
         );
-        let pick = s.next(&mut w, &mut book, 0.0).unwrap();
+        let pick = s.next(&mut w, &mut book).unwrap();
         assert_eq!((pick.step, pick.serve), (step(3), Serve::Direct(9)));
-        assert!(s.next(&mut w, &mut book, 0.0).is_none());
+        assert!(s.next(&mut w, &mut book).is_none());
     }
 }
