@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 /// Largest query (points) that the small-query lane protects: the "small".
 pub const SMALL_POINTS: usize = 1000;
 /// Small queries served in a row while metric batches wait, before one metric batch.
-pub const LANE_BURST: usize = 4;
+pub const LANE_BURST: usize = 16;
 /// Atoms served at a time for one query alone (noshare, the small-query lane, an idle
 /// engine): bounds the memory of a batch (4096 velocity atoms are 25 MB).
 pub const CHUNK_ATOMS: usize = 4096;
