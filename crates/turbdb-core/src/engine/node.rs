@@ -21,9 +21,7 @@ use crate::engine::cache::{AtomCache, AtomData, PolicyKind};
 use crate::engine::io_pool::{IoPool, Loading, ShardRead};
 use crate::engine::jobs::gating::{JobGraph, JobId, Region};
 use crate::engine::metric::CostModel;
-use crate::engine::scheduler::{
-    Pick, QueryBook, Scheduler, SchedulerKind, Serve, SMALL_POINTS,
-};
+use crate::engine::scheduler::{Pick, QueryBook, Scheduler, SchedulerKind, Serve, SMALL_POINTS};
 use crate::engine::stream::TimeLevel;
 use crate::engine::subquery::{CutoutWork, PointWork};
 use crate::engine::telemetry::{size_class, EngineStats, BATCH_BOUNDS, RESPONSE_BOUNDS};
@@ -768,9 +766,9 @@ impl Core {
     /// the atoms not cached.
     fn prepare(&mut self) -> Option<Prepared> {
         loop {
-            let Pick { step, codes, serve } =
-                self.scheduler
-                    .next(&mut self.workload, &mut Book(&mut self.queries))?;
+            let Pick { step, codes, serve } = self
+                .scheduler
+                .next(&mut self.workload, &mut Book(&mut self.queries))?;
             let mut entries: Vec<(u32, Entry)> = Vec::new();
             for (slot, &code) in codes.iter().enumerate() {
                 let slot = slot as u32;

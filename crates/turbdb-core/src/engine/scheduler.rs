@@ -151,11 +151,7 @@ impl Scheduler {
     }
 
     /// The next batch, or `None` if nothing is pending.
-    pub fn next(
-        &mut self,
-        workload: &mut Workload,
-        queries: &mut dyn QueryBook,
-    ) -> Option<Pick> {
+    pub fn next(&mut self, workload: &mut Workload, queries: &mut dyn QueryBook) -> Option<Pick> {
         while let Some(&q) = self.direct.front() {
             if let Some((step, codes)) = queries.remaining(q, CHUNK_ATOMS) {
                 return Some(Pick {
@@ -355,7 +351,10 @@ mod tests {
         s.queued(3, true);
         // No deadline to wait for: the small queries go first, whole, oldest first.
         let first = serve(&mut s, &mut w, &mut book).unwrap();
-        assert_eq!((first.step, first.codes, first.serve), (step(7), vec![40, 41], Serve::All));
+        assert_eq!(
+            (first.step, first.codes, first.serve),
+            (step(7), vec![40, 41], Serve::All)
+        );
         assert_eq!(serve(&mut s, &mut w, &mut book).unwrap().step, step(8));
         let metric = serve(&mut s, &mut w, &mut book).unwrap();
         assert_eq!((metric.step, metric.codes), (step(0), vec![1, 2, 3]));
