@@ -103,10 +103,11 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
     alone = best(lone)
     alone_phases = {k: v for k, v in lone.last_query_stats.items() if k.endswith("_seconds")}
     engine_db = turbdb.open(data, scheduler="jaws", cache_policy="lru", cache_bytes=256 << 20, io="direct")
+    engine_ds = engine_db[name]
     before = engine_db.engine_stats()
-    warm = best(engine_db[name])
+    warm = best(engine_ds)
     after = engine_db.engine_stats()
-    last = engine_db[name].last_query_stats
+    last = engine_ds.last_query_stats
     asked = repeats + 1
     phases = {"compute_seconds": (after["busy_seconds"] - before["busy_seconds"]) / asked,
               "response_in_engine_seconds": last["response_seconds"], "call_seconds": warm,
