@@ -40,11 +40,12 @@ def _check_unambiguous(found: list[Format]) -> None:
         for claim in (f.name, *f.aliases, *f.extensions):
             if claims.setdefault(claim, f.name) != f.name:
                 raise TypeError(f"formats {claims[claim]} and {f.name} both claim {claim!r}")
-    options: dict[str, Option] = {}
+    options: dict[str, tuple[Option, str]] = {}
     for f in found:
         for option in f.options:
-            if options.setdefault(option.name, option) != option:
-                raise TypeError(f"format {f.name} declares option {option.name!r} unlike another format")
+            first, by = options.setdefault(option.name, (option, f.name))
+            if first != option:
+                raise TypeError(f"formats {by} and {f.name} declare option {option.name!r} differently")
 
 
 def names() -> tuple[str, ...]:
