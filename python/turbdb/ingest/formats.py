@@ -69,7 +69,7 @@ def detect_format(path: Path) -> str:
     (raw) if neither tells."""
     formats = registered()
     if path.is_dir():
-        return next(f.name for f in formats if f.directory)
+        return _only(path, [f for f in formats if f.directory], "a directory")
     suffix = path.suffix.lower()
     by_extension = next((f.name for f in formats if suffix in f.extensions), None)
     if by_extension is not None:
@@ -84,7 +84,13 @@ def detect_format(path: Path) -> str:
             f"{path} is a zip archive (.npz or zipped store), which turbdb does not read; "
             "extract the arrays first (e.g. np.save each member of an .npz)"
         )
-    return next(f.name for f in formats if f.fallback)
+    return _only(path, [f for f in formats if f.fallback], "an unrecognised file")
+
+
+def _only(path: Path, candidates: list[Format], what: str) -> str:
+    if len(candidates) != 1:
+        raise FormatError(f"{path} is {what}, which no single input format claims; pass format=")
+    return candidates[0].name
 
 
 @dataclass(frozen=True)
