@@ -51,7 +51,7 @@ def ensure_data(data: Path, grid: int, steps: int, seed: int) -> turbdb.Dataset:
     name = f"{NAME}{grid}x{steps}"
     db = turbdb.open(data) if data.is_dir() else None
     if db is not None and name in db and db[name].info.nt == steps \
-            and all(db[name].verify()[FIELD]["complete_steps"] == steps for _ in [0]):
+            and list(db[name].verify()[FIELD]["complete_steps"]) == list(range(steps)):
         return db[name]
     print(f"  making {name} in {data} …", flush=True)
     ds = turbdb.create_dataset(data, name, grid=(grid,) * 3, times=[0.01 * i for i in range(steps)],
