@@ -16,7 +16,9 @@ from click.testing import CliRunner
 
 import turbdb
 from turbdb.cli import main
+from turbdb.cluster.dispatch import Dispatcher, _Flight
 from turbdb.cluster.launch import start_local
+from turbdb.cluster.membership import Membership
 from turbdb.cluster.repair import repair
 
 TWO_PI = 2 * math.pi
@@ -121,6 +123,24 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
     # seen, or backed up on a mirror first because they ran late (whichever came first).
     assert report.retried + report.backups >= 1, report
     running.client.wait_for_workers(3, timeout=30)  # the nanny brings it back, same name, same slot
+
+
+def test_an_answer_lost_with_its_worker_before_it_was_fetched_fails_fast(running):
+    """Dask would wait to recompute a unit bound to a dead worker: the dispatcher must see
+    the worker gone and retry elsewhere, not wait out its fetch timeout."""
+    address = _worker_addresses(running.client)["2"]
+    future = running.client.submit(np.ones, 1_000, workers=[address], allow_other_workers=False, pure=False)
+    future_done = time.monotonic() + 30
+    while future.status != "finished" and time.monotonic() < future_done:
+        time.sleep(0.01)
+    assert future.status == "finished"
+    os.kill(_worker_pids(running.client)["2"], signal.SIGKILL)
+    dispatcher = Dispatcher(Membership(running.client))
+    began = time.monotonic()
+    with pytest.raises(turbdb.ServiceError, match="left the cluster"):
+        dispatcher._fetch(future, _Flight(0, "2", address, began, []))
+    assert time.monotonic() - began < 10
+    running.client.wait_for_workers(3, timeout=30)
 
 
 def test_slowed_worker_gets_less_work_with_graduated_declustering(database, cluster_db, running):

@@ -12,9 +12,10 @@ import xarray as xr
 
 from turbdb.exceptions import FormatError, InvalidRequestError, StorageError, UnknownNameError
 from turbdb.ingest import Source, StepRef, open_source, open_sources
-from turbdb.ingest import npy_source
-from turbdb.ingest import source as source_module
-from turbdb.ingest.source import axis_letter, detect_format
+from turbdb.ingest import formats
+from turbdb.ingest.axes import axis_letter
+from turbdb.ingest.formats import detect_format
+from turbdb.ingest.readers import npy
 
 
 def field(nt=1, nz=3, ny=4, nx=5, nc=3, dtype="float64"):
@@ -80,7 +81,7 @@ def test_explicit_format_overrides_detection_and_accepts_aliases(tmp_path):
 
 def test_unknown_format_name_lists_the_known_ones(tmp_path):
     np.save(tmp_path / "a.npy", field()[0])
-    with pytest.raises(UnknownNameError, match="npy, raw, hdf5, netcdf, zarr"):
+    with pytest.raises(UnknownNameError, match="hdf5, netcdf, npy, raw, zarr"):
         open_source(tmp_path / "a.npy", format="grib")
 
 
@@ -264,11 +265,11 @@ def test_os_errors_become_storage_errors_naming_the_input(tmp_path, monkeypatch)
     def unreadable(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(source_module, "detect_format", unreadable)
+    monkeypatch.setattr(formats, "detect_format", unreadable)
     with pytest.raises(StorageError, match=r"could not read input .*a\.npy.*Permission denied"):
         open_source(tmp_path / "a.npy")
     monkeypatch.undo()
     src = open_source(tmp_path / "a.npy")
-    monkeypatch.setattr(npy_source.NpySource, "_read_blocks", unreadable)
+    monkeypatch.setattr(npy.NpySource, "_read_blocks", unreadable)
     with pytest.raises(StorageError, match=r"could not read step 0 of .*a\.npy"):
         src.read(src.refs()[0])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..exceptions import TurbdbError
 from .group import main
-from .inputs import int_list, periodic_axes, xyz_floats
+from .format_options import format_options
+from .inputs import periodic_axes, xyz_floats
 
 
 @main.command()
@@ -47,14 +49,8 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--name", required=True, help="Dataset to append to (created if missing).")
 @click.option("--field", required=True, help="Field the inputs hold, e.g. velocity or pressure.")
-@click.option("--format", "fmt", type=click.Choice(["npy", "raw", "hdf5", "netcdf", "zarr"]), default=None,
-              help="Input format (default: from the file name).")
-@click.option("--dtype", default=None, help="Raw binary: value type, e.g. float32, <f8, >f4 (big-endian Fortran).")
-@click.option("--shape", default=None, help="Raw binary: array shape as declared by the writer, e.g. 64,64,64,3.")
-@click.option("--order", type=click.Choice(["C", "F"]), default="C", show_default=True, help="Raw binary: C (row-major) or F (Fortran, column-major).")
+@format_options
 @click.option("--axes", default=None, help="Axis letters of the input array as read (t z y x c), e.g. czyx; default zyxc (C) or xyzc (F).")
-@click.option("--dataset-path", default=None, help="HDF5: path of the dataset inside the file.")
-@click.option("--variables", default=None, help="NetCDF/Zarr/HDF5: variable(s), comma-separated ones stacked as components (u,v,w).")
 @click.option("--dt", type=float, default=None, help="Time between appended steps (default: the dataset's, or 1).")
 @click.option("--t0", type=float, default=0.0, show_default=True, help="Time of the first step of a new dataset.")
 @click.option("--spacing", default=None, help="New dataset: grid spacing dx,dy,dz (default 2π/n: the box [0, 2π)³).")
@@ -62,23 +58,22 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 @click.option("--periodic", default="xyz", show_default=True, help="New dataset: periodic axes, e.g. xyz, xz or none.")
 @click.option("--units", default="", help="Units of the field, e.g. m/s.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str | None, dtype: str | None,
-           shape: str | None, order: str, axes: str | None, dataset_path: str | None, variables: str | None,
-           dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str, quiet: bool) -> None:
+def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str | None, axes: str | None,
+           dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str, quiet: bool,
+           **input_options: Any) -> None:
     """Append the time steps in INPUTS (in the order given) to field FIELD of dataset NAME.
 
-    Inputs may be .npy, raw binary (--dtype, --shape, --order), HDF5 (--dataset-path),
-    NetCDF, or an existing Zarr/xarray store (--variables). Each input holds one time step,
-    or several along a t axis. An interrupted ingest is resumed by running the same command
-    again: steps already stored are skipped, the step in progress is rewritten.
+    Inputs are files of the formats --format lists (detected from the name, else the first
+    bytes; a directory is a Zarr/xarray store), each holding one time step or several along a
+    t axis; an option whose help starts with format names applies to those formats only. An
+    interrupted ingest is resumed by running the same command again: steps already stored are
+    skipped, the step in progress is rewritten.
     """
     from ..ingest.pipeline import ingest_inputs
 
     ingest_inputs(
         db, name, field, list(inputs),
-        source_options={"format": fmt, "dtype": dtype, "shape": int_list(shape, "--shape"), "order": order,
-                        "axes": axes, "dataset_path": dataset_path,
-                        "variables": variables.split(",") if variables else None},
+        source_options={"format": fmt, "axes": axes, **input_options},
         dt=dt, t0=t0, spacing=xyz_floats(spacing, "--spacing"), origin=xyz_floats(origin, "--origin"),
         periodic=periodic_axes(periodic), units=units, quiet=quiet,
     )

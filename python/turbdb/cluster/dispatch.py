@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from distributed import TimeoutError as DaskTimeoutError
+
 from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError
 from .membership import Membership
 from .queue import WorkQueue
@@ -33,7 +35,7 @@ LIVENESS_SECONDS = 1.0
 BACKUP_FACTOR = 3.0
 #: … and at least this long.
 BACKUP_SECONDS = 0.5
-#: How long fetching a finished unit's answer may take before it counts as lost.
+#: How long fetching a finished unit's answer from a live worker may take before it counts as lost.
 FETCH_SECONDS = 30.0
 #: A run gives up when its units failed this many times each, on average.
 MAX_FAILURES = 4
@@ -148,9 +150,9 @@ class Dispatcher:
             unit = ids[flight.unit_id]
             try:
                 if future.status != "finished":
-                    future.result(timeout=FETCH_SECONDS)  # raises the task's error
+                    self._fetch(future, flight)  # raises the task's error
                     raise ServiceError(f"unit ended as {future.status}")
-                answer = future.result(timeout=FETCH_SECONDS)
+                answer = self._fetch(future, flight)
             except REQUEST_ERRORS:
                 raise
             except Exception as e:
@@ -176,6 +178,20 @@ class Dispatcher:
                     flights.pop(other)
                     other.cancel()
         return report
+
+    def _fetch(self, future: Any, flight: _Flight) -> Any:
+        """A finished unit's answer. It lives on the worker that computed it: if that worker
+        dies before the answer is fetched, Dask would wait to recompute the unit there (it
+        is bound to that worker), so give up as soon as the worker has left the cluster."""
+        deadline = time.monotonic() + FETCH_SECONDS
+        while True:
+            try:
+                return future.result(timeout=POLL_SECONDS)
+            except DaskTimeoutError:
+                if flight.address not in self.membership.live(refresh=True).values():
+                    raise ServiceError(f"worker {flight.address} left the cluster before its answer was fetched")
+                if time.monotonic() > deadline:
+                    raise
 
     def _backup_for(self, slot: str, flights: dict[Any, _Flight], ids: dict[int, Unit], done: set[int],
                     rates: list[float]) -> Unit | None:

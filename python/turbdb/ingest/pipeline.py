@@ -18,7 +18,8 @@ from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
 from ..times import time_grid
-from .source import Source, StepRef, open_sources
+from .opening import open_sources
+from .source import Source, StepRef
 
 JOURNAL_KEY = "ingest"
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import zarr
 
 from turbdb.exceptions import FormatError
-from turbdb.ingest.source import ArraySource, Layout, choose_arrays, float_dtype, resolve_axes
+from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.format_spec import Format
+from turbdb.ingest.source import ArraySource, float_dtype
+from turbdb.ingest.variables import VARIABLES, choose_arrays
 
-__all__ = ["ZarrSource"]
+if TYPE_CHECKING:
+    import zarr
+
+__all__ = ["FORMAT", "ZarrSource"]
 
 # CF packing attributes that xarray would apply on reading; this reader does not.
 _PACKING = ("scale_factor", "add_offset")
@@ -37,6 +43,8 @@ class ZarrSource(ArraySource):
     def __init__(
         self, path: Path, *, variables: list[str] | None = None, axes: str | None = None
     ) -> None:
+        import zarr
+
         # zarr-python rather than xarray: xarray refuses a whole store if one of its arrays
         # lacks dimension names, which stores not written by xarray usually do.
         try:
@@ -96,6 +104,8 @@ class ZarrSource(ArraySource):
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
+        import zarr
+
         blocks = []
         for n in self.names:
             array = zarr.open_array(store=str(self.path), path=n, mode="r")
@@ -113,3 +123,13 @@ def _cf_axis(group: zarr.Group, parent: str, dim: str | None) -> str | None:
         return None
     axis = coordinate.attrs.get("axis")
     return axis if isinstance(axis, str) else None
+
+
+FORMAT = Format(
+    name="zarr",
+    label="Zarr",
+    open=ZarrSource,
+    options=(VARIABLES,),
+    extensions=(".zarr",),
+    directory=True,
+)

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
 import numpy as np
 
 from turbdb.exceptions import FormatError, UnknownNameError
-from turbdb.ingest.source import ArraySource, Layout, choose_arrays, float_dtype, resolve_axes
+from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.format_spec import Format, Option
+from turbdb.ingest.source import ArraySource, float_dtype
+from turbdb.ingest.variables import VARIABLES, choose_arrays
 
-__all__ = ["Hdf5Source"]
+if TYPE_CHECKING:
+    import h5py
+
+__all__ = ["FORMAT", "HDF5_SIGNATURE", "Hdf5Source"]
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def _text(value: object) -> str | None:
@@ -49,6 +57,8 @@ class Hdf5Source(ArraySource):
         variables: list[str] | None = None,
         axes: str | None = None,
     ) -> None:
+        import h5py
+
         try:
             f = h5py.File(path, "r")
         except OSError as e:
@@ -82,6 +92,8 @@ class Hdf5Source(ArraySource):
         )
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
+        import h5py
+
         # Opened per step: an ingest of many files must not hold them all open.
         with h5py.File(self.path, "r") as f:
             return [np.asarray(f[n][key]) for n in self.names]
@@ -90,6 +102,8 @@ class Hdf5Source(ArraySource):
     def _choose(
         f: h5py.File, path: Path, dataset_path: str | None, variables: list[str] | None
     ) -> list[str]:
+        import h5py
+
         group: h5py.Group = f
         if dataset_path is not None:
             node = f.get(dataset_path)
@@ -116,6 +130,8 @@ class Hdf5Source(ArraySource):
 
 def _datasets(group: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
     """Every dataset below ``group``, by path relative to it."""
+    import h5py
+
     found: list[tuple[str, h5py.Dataset]] = []
 
     def visit(name: str, node: object) -> None:
@@ -128,3 +144,14 @@ def _datasets(group: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
 
 def _all_datasets(f: h5py.File) -> list[str]:
     return [f"/{n} {ds.shape}" for n, ds in _datasets(f)][:20]
+
+
+FORMAT = Format(
+    name="hdf5",
+    label="HDF5",
+    open=Hdf5Source,
+    options=(Option("dataset_path", "path of the dataset inside the file."), VARIABLES),
+    aliases=("h5", "hdf"),
+    extensions=(".h5", ".hdf5", ".hdf", ".he5"),
+    signature=lambda head: head.startswith(HDF5_SIGNATURE),
+)

@@ -9,9 +9,11 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from turbdb.exceptions import FormatError
-from turbdb.ingest.source import Layout, MemmapSource, float_dtype, resolve_axes
+from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.format_spec import Format
+from turbdb.ingest.source import MemmapSource, float_dtype
 
-__all__ = ["NpySource"]
+__all__ = ["FORMAT", "NpySource"]
 
 
 def read_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
@@ -63,3 +65,12 @@ class NpySource(MemmapSource):
         self._file_dtype = dtype
         self._offset = offset
         self._order = "F" if fortran else "C"
+
+
+FORMAT = Format(
+    name="npy",
+    label="npy",
+    open=NpySource,
+    extensions=(".npy",),
+    signature=lambda head: head.startswith(b"\x93NUMPY"),
+)

@@ -4,15 +4,18 @@ unformatted sequential files, whose records are framed by length markers."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from turbdb.exceptions import FormatError
-from turbdb.ingest.source import Layout, MemmapSource, float_dtype, resolve_axes
+from turbdb.exceptions import FormatError, InvalidRequestError
+from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.format_spec import Format, Option
+from turbdb.ingest.source import MemmapSource, Source, float_dtype
 
-__all__ = ["RawSource", "fortran_records"]
+__all__ = ["FORMAT", "RawSource", "fortran_records"]
 
 # Walking more records than this is not worth it: no simulation writes that many.
 _MAX_RECORDS = 1_000_000
@@ -169,3 +172,70 @@ def _size_message(
     if not hints:
         return f"{msg}; check --shape/--dtype"
     return f"{msg}; {'; or '.join(hints)}"
+
+
+def _parse_dtype(dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError as e:
+        raise InvalidRequestError(
+            f"dtype {dtype!r} is not a numpy dtype; use e.g. float32, <f8 or >f4 (big-endian)"
+        ) from e
+
+
+def _parse_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, str):
+        parts = [p for p in re.split(r"[,x×\s]+", shape.strip("()[] ")) if p]
+    else:
+        try:
+            parts = list(shape)
+        except TypeError:
+            parts = [shape]
+    try:
+        dims = tuple(int(p) for p in parts)
+        exact = all(int(p) == float(p) for p in parts)
+    except (TypeError, ValueError):
+        dims, exact = (), False
+    if not dims or not exact or min(dims) < 1:
+        raise InvalidRequestError(
+            f"shape {shape!r} is not a list of positive integers; give e.g. (nz, ny, nx, 3) "
+            "or '64,64,64,3'"
+        )
+    return dims
+
+
+def _parse_order(order: Any) -> str:
+    norm = order.upper() if isinstance(order, str) else order
+    if norm not in ("C", "F"):
+        raise InvalidRequestError(f"order must be 'C' or 'F' (Fortran); got {order!r}")
+    return norm
+
+
+def _open(
+    path: Path, *, dtype: np.dtype | None, shape: tuple[int, ...] | None, order: str, axes: str | None
+) -> Source:
+    # A file is often read as raw because nothing recognised it: say what is missing.
+    if dtype is None or shape is None:
+        lacking = " and ".join(k for k, v in (("dtype", dtype), ("shape", shape)) if v is None)
+        raise InvalidRequestError(
+            f"{path} is read as raw binary, which needs {lacking} (e.g. dtype='float32', "
+            "shape=(nz, ny, nx, 3)); pass them, or pass format= if it is another format"
+        )
+    return RawSource(path, dtype=dtype, shape=shape, order=order, axes=axes)
+
+
+FORMAT = Format(
+    name="raw",
+    label="raw binary",
+    open=_open,
+    options=(
+        Option("dtype", "value type, e.g. float32, <f8, >f4 (big-endian Fortran).", _parse_dtype),
+        Option("shape", "array shape as declared by the writer, e.g. 64,64,64,3.", _parse_shape),
+        Option(
+            "order", "C (row-major) or F (Fortran, column-major).", _parse_order,
+            default="C", choices=("C", "F"),
+        ),
+    ),
+    aliases=("bin", "binary"),
+    fallback=True,
+)

@@ -4,22 +4,27 @@ variable or one per component; only one time step is read at a time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from turbdb.exceptions import FormatError
-from turbdb.ingest.source import ArraySource, Layout, choose_arrays, float_dtype, resolve_axes
+from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.format_spec import Format
+from turbdb.ingest.readers.hdf5 import HDF5_SIGNATURE
+from turbdb.ingest.source import ArraySource, float_dtype
+from turbdb.ingest.variables import VARIABLES, choose_arrays
 
-__all__ = ["NetcdfSource"]
+if TYPE_CHECKING:
+    import xarray as xr
 
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+__all__ = ["FORMAT", "NetcdfSource"]
 
 
 def _engine(path: Path) -> str | None:
     """h5netcdf for netCDF-4 (a turbdb dependency); for netCDF-3 whichever xarray finds."""
     with path.open("rb") as f:
-        return "h5netcdf" if f.read(8) == _HDF5_SIGNATURE else None
+        return "h5netcdf" if f.read(8) == HDF5_SIGNATURE else None
 
 
 class NetcdfSource(ArraySource):
@@ -65,6 +70,8 @@ class NetcdfSource(ArraySource):
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
 
     def _open(self, path: Path) -> xr.Dataset:
+        import xarray as xr
+
         try:
             # Times are not needed and decoding them can fail on exotic calendars.
             return xr.open_dataset(
@@ -80,3 +87,15 @@ class NetcdfSource(ArraySource):
         # Opened per step: an ingest of many files must not hold them all open.
         with self._open(self.path) as ds:
             return [np.asarray(ds.variables[n][key]) for n in self.names]
+
+
+FORMAT = Format(
+    name="netcdf",
+    label="netCDF",
+    open=NetcdfSource,
+    options=(VARIABLES,),
+    aliases=("nc", "nc4", "netcdf4"),
+    # NetCDF-4 is HDF5 inside: the extension is the only thing that tells them apart.
+    extensions=(".nc", ".nc4", ".netcdf", ".cdf"),
+    signature=lambda head: head[:3] == b"CDF" and head[3:4] in (b"\x01", b"\x02", b"\x05"),
+)
