@@ -10,6 +10,7 @@
 
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::method::Term;
+use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
 /// Nodes of one point's stencil that lie in one atom, along one axis: runs of
@@ -33,6 +34,23 @@ impl Runs {
         atom: usize,
     ) -> Self {
         let mut runs = Runs::default();
+        runs.set(wrapped_base, width, n, atom_start, atom);
+        runs
+    }
+
+    /// [`Runs::new`] written in place: the kernel's per-point loop builds three of these
+    /// per contribution, and a copy of one built on the stack (narrow stores read back as
+    /// wide loads) stalls on store-to-load forwarding.
+    #[inline(always)]
+    pub fn set(
+        &mut self,
+        wrapped_base: usize,
+        width: usize,
+        n: usize,
+        atom_start: usize,
+        atom: usize,
+    ) {
+        self.count = 0;
         let atom_end = (atom_start + atom).min(n);
         let before_wrap = width.min(n - wrapped_base);
         for (k_start, node_start, len) in [
@@ -42,11 +60,10 @@ impl Runs {
             let lo = node_start.max(atom_start);
             let hi = (node_start + len).min(atom_end);
             if lo < hi {
-                runs.runs[runs.count] = (k_start + lo - node_start, lo - atom_start, hi - lo);
-                runs.count += 1;
+                self.runs[self.count] = (k_start + lo - node_start, lo - atom_start, hi - lo);
+                self.count += 1;
             }
         }
-        runs
     }
 
     /// The runs `(first stencil node, first atom-local index, length)`.
@@ -273,10 +290,13 @@ impl<T: Lane> Contribution<'_, T> {
             if let [(oy, _)] = terms.pairs[..] {
                 acc[0] = rows.sum_one::<S, V>(simd, &w[1].w[oy], &w[2].w[terms.z_orders[0]]);
             } else {
-                match terms.z_orders.len() {
-                    1 => rows.sum_by_z::<S, V, 1>(simd, w, terms, &mut acc),
-                    2 => rows.sum_by_z::<S, V, 2>(simd, w, terms, &mut acc),
-                    _ => rows.sum_by_z::<S, V, 3>(simd, w, terms, &mut acc),
+                // The gradient and the Laplacian (two z orders, three pairs) a fitted size,
+                // two vectors of a row at a time; anything else (the Hessian) padded to
+                // three z orders and six pairs, one vector at a time: every sum stays in a
+                // register.
+                match (terms.z_orders.len(), terms.pairs.len()) {
+                    (2, 3) => rows.sum_by_z::<S, V, 2, 3, 2>(simd, w, terms, &mut acc),
+                    _ => rows.sum_by_z::<S, V, 3, MAX_PAIRS, 1>(simd, w, terms, &mut acc),
                 }
             }
             for &(ox, pair, slot) in &terms.terms {
@@ -434,41 +454,83 @@ impl<T: Lane> Rows<'_, T> {
     }
 
     /// The sums of every (y order, z order) pair of `terms` into `acc`: each row column is
-    /// first summed along z once per z order (`Z` of them), then added into the pairs with
-    /// their y weights — two or three multiply-adds a value instead of one per pair.
+    /// first summed along z once per z order (`Z` of them), then added into the pairs (`P`
+    /// of them) with their y weights — two or three multiply-adds a value instead of one
+    /// per pair. `terms` may have fewer z orders and pairs than `Z` and `P`: the first
+    /// stands in for the missing ones, whose sums are not used.
+    ///
+    /// The rows go `W` vectors at a time (all rows for the first `W` vectors of a row,
+    /// then the next `W`), so the `Z · W` column sums and `P · W` pair sums stay in
+    /// registers.
     #[inline(always)]
-    fn sum_by_z<S: Simd, const V: usize, const Z: usize>(
+    fn sum_by_z<S: Simd, const V: usize, const Z: usize, const P: usize, const W: usize>(
         &self,
         simd: S,
         w: &[AxisWeights; 3],
         terms: &TermSet,
         acc: &mut [[S::V; V]; MAX_PAIRS],
     ) {
-        let wz: [&[f64]; Z] = std::array::from_fn(|i| &w[2].w[terms.z_orders[i]][..]);
+        let z_orders: [usize; Z] =
+            std::array::from_fn(|i| *terms.z_orders.get(i).unwrap_or(&terms.z_orders[0]));
+        let pairs: [(usize, usize); P] =
+            std::array::from_fn(|p| *terms.pairs.get(p).unwrap_or(&terms.pairs[0]));
+        let wz: [&[f64; MAX_WIDTH]; Z] = std::array::from_fn(|i| &w[2].w[z_orders[i]]);
+        let wy: [&[f64; MAX_WIDTH]; P] = std::array::from_fn(|p| &w[1].w[pairs[p].0]);
+        let mut v0 = 0;
+        while v0 + W <= V {
+            let sums = self.sum_part::<S, Z, P, W>(simd, v0, &wz, &wy, &pairs);
+            for p in 0..P {
+                acc[p][v0..v0 + W].copy_from_slice(&sums[p]);
+            }
+            v0 += W;
+        }
+        while v0 < V {
+            let sums = self.sum_part::<S, Z, P, 1>(simd, v0, &wz, &wy, &pairs);
+            for p in 0..P {
+                acc[p][v0] = sums[p][0];
+            }
+            v0 += 1;
+        }
+    }
+
+    /// Vectors `v0 .. v0 + W` of every row, summed as [`Self::sum_by_z`] says.
+    #[inline(always)]
+    fn sum_part<S: Simd, const Z: usize, const P: usize, const W: usize>(
+        &self,
+        simd: S,
+        v0: usize,
+        wz: &[&[f64; MAX_WIDTH]; Z],
+        wy: &[&[f64; MAX_WIDTH]; P],
+        pairs: &[(usize, usize); P],
+    ) -> [[S::V; W]; P] {
+        let mut sums = [[simd.splat(0.0); W]; P];
         for &(ky0, ly0, ny) in self.y.runs() {
             for dy in 0..ny {
                 let (ky, ly) = (ky0 + dy, ly0 + dy);
-                let mut column = [[simd.splat(0.0); V]; Z];
+                let mut column = [[simd.splat(0.0); W]; Z];
                 for &(kz0, lz0, nz) in self.z.runs() {
                     for dz in 0..nz {
                         let f: [S::V; Z] = std::array::from_fn(|i| simd.splat(wz[i][kz0 + dz]));
-                        // SAFETY: rows inside the runs are in bounds (checked by the caller).
-                        let row = unsafe { self.load::<S, V>(simd, ly, lz0 + dz) };
-                        for v in 0..V {
+                        let start = self.start(ly, lz0 + dz) + v0 * S::LANES;
+                        for v in 0..W {
+                            // SAFETY: rows inside the runs are in bounds (checked by the
+                            // caller), and `v0 + W` is at most their vector count.
+                            let x = unsafe { self.lane::<S>(simd, start, v) };
                             for i in 0..Z {
-                                column[i][v] = simd.mul_add(row[v], f[i], column[i][v]);
+                                column[i][v] = simd.mul_add(x, f[i], column[i][v]);
                             }
                         }
                     }
                 }
-                for (p, &(oy, z)) in terms.pairs.iter().enumerate() {
-                    let f = simd.splat(w[1].w[oy][ky]);
-                    for v in 0..V {
-                        acc[p][v] = simd.mul_add(column[z][v], f, acc[p][v]);
+                for p in 0..P {
+                    let f = simd.splat(wy[p][ky]);
+                    for v in 0..W {
+                        sums[p][v] = simd.mul_add(column[pairs[p].1][v], f, sums[p][v]);
                     }
                 }
             }
         }
+        sums
     }
 }
 

@@ -430,8 +430,13 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
                 for axis in 0..3 {
                     let w = &mut stencil.w[axis];
                     plan.kernel.weights(position[axis], &plan.axes[axis], w);
-                    stencil.runs[axis] =
-                        Runs::new(w.wrapped, width, plan.axes[axis].n, start[axis], dims[axis]);
+                    stencil.runs[axis].set(
+                        w.wrapped,
+                        width,
+                        plan.axes[axis].n,
+                        start[axis],
+                        dims[axis],
+                    );
                 }
             }
             let weighed = Instant::now();

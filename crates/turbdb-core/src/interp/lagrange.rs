@@ -1,7 +1,8 @@
 //! Lagrange basis polynomials through the integer nodes 0, 1, …, n−1 and their first and
 //! second derivatives at any position, in O(n) per evaluation: the barycentric weights
-//! (the denominators) are computed once per node count, and the node nearest the position
-//! is kept out of every reciprocal so a position on (or next to) a node is exact.
+//! (the denominators) are computed once per node count, and the products over the other
+//! nodes come from prefix and suffix products, so there is no division and a position on
+//! (or next to) a node is exact.
 
 /// Most nodes a basis may have (fd8noint needs 9).
 pub const MAX_NODES: usize = 10;
@@ -52,47 +53,88 @@ impl LagrangeBasis {
             }
             return;
         }
-        // m: the node nearest x, whose distance may be zero; r_k = 1/(x − k) for the others.
-        let m = (x.round().max(0.0) as usize).min(n - 1);
-        let dm = x - m as f64;
-        let mut r = [0.0; MAX_NODES];
-        let mut lm = 1.0; // ∏_{k≠m} (x − k)
-        let (mut sum_r, mut sum_r2) = (0.0, 0.0);
-        for k in (0..n).filter(|&k| k != m) {
-            let d = x - k as f64;
-            lm *= d;
-            r[k] = 1.0 / d;
-            sum_r += r[k];
-            sum_r2 += r[k] * r[k];
+        // The common widths with a fixed trip count, which the compiler unrolls.
+        match n {
+            4 => self.jets::<4>(x, value, first, second),
+            6 => self.jets::<6>(x, value, first, second),
+            8 => self.jets::<8>(x, value, first, second),
+            _ => self.jets_any(n, x, value, first, second),
+        }
+    }
+}
+
+/// A value and its first two derivatives: a truncated Taylor series in x.
+#[derive(Clone, Copy)]
+struct Jet(f64, f64, f64);
+
+impl Jet {
+    const ONE: Jet = Jet(1.0, 0.0, 0.0);
+
+    /// This times the factor `(x − k)`, whose derivative is 1, with `d = x − k`.
+    #[inline(always)]
+    fn times_factor(self, d: f64) -> Jet {
+        Jet(self.0 * d, self.1 * d + self.0, self.2 * d + 2.0 * self.1)
+    }
+
+    /// The product of two jets (Leibniz's rule).
+    #[inline(always)]
+    fn times(self, o: Jet) -> Jet {
+        Jet(
+            self.0 * o.0,
+            self.1 * o.0 + self.0 * o.1,
+            self.2 * o.0 + 2.0 * self.1 * o.1 + self.0 * o.2,
+        )
+    }
+}
+
+impl LagrangeBasis {
+    /// Values and derivatives: `L_j = w_j ∏_{k≠j} (x − k)` and its derivatives from prefix
+    /// and suffix products of jets (value, first, second derivative), without a division
+    /// and exact on the nodes.
+    #[inline(always)]
+    fn jets_any(
+        &self,
+        n: usize,
+        x: f64,
+        value: &mut [f64],
+        first: Option<&mut [f64]>,
+        second: Option<&mut [f64]>,
+    ) {
+        let mut prefix = [Jet::ONE; MAX_NODES];
+        for j in 1..n {
+            prefix[j] = prefix[j - 1].times_factor(x - (j - 1) as f64);
+        }
+        let mut l = [Jet::ONE; MAX_NODES];
+        let mut suffix = Jet::ONE;
+        for j in (0..n).rev() {
+            l[j] = prefix[j].times(suffix);
+            suffix = suffix.times_factor(x - j as f64);
         }
         for j in 0..n {
-            value[j] = if j == m {
-                self.weights[m] * lm
-            } else {
-                self.weights[j] * lm * dm * r[j]
-            };
+            value[j] = self.weights[j] * l[j].0;
         }
         if let Some(first) = first {
             for j in 0..n {
-                first[j] = if j == m {
-                    value[m] * sum_r
-                } else {
-                    // L_j·Σ_{k≠j} r_k with the r_m term multiplied out: L_j·r_m = w_j ℓ_m r_j.
-                    value[j] * (sum_r - r[j]) + self.weights[j] * lm * r[j]
-                };
+                first[j] = self.weights[j] * l[j].1;
             }
         }
         if let Some(second) = second {
             for j in 0..n {
-                second[j] = if j == m {
-                    value[m] * (sum_r * sum_r - sum_r2)
-                } else {
-                    let s = sum_r - r[j];
-                    let q = sum_r2 - r[j] * r[j];
-                    value[j] * (s * s - q) + 2.0 * self.weights[j] * lm * r[j] * s
-                };
+                second[j] = self.weights[j] * l[j].2;
             }
         }
+    }
+
+    /// [`Self::jets_any`] for `N` nodes.
+    #[inline(always)]
+    fn jets<const N: usize>(
+        &self,
+        x: f64,
+        value: &mut [f64],
+        first: Option<&mut [f64]>,
+        second: Option<&mut [f64]>,
+    ) {
+        self.jets_any(N, x, &mut value[..N], first, second);
     }
 }
 
