@@ -21,6 +21,7 @@ import os
 os.environ["RAYON_NUM_THREADS"] = "1"
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import signal  # noqa: E402
@@ -35,6 +36,7 @@ import numpy as np  # noqa: E402
 import turbdb  # noqa: E402
 from turbdb.cluster.launch import start_local  # noqa: E402
 from turbdb.simulate import synthetic_snapshots  # noqa: E402
+from turbdb.workload.replay import replay  # noqa: E402
 from turbdb.workload.trace import draw_points, generate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -129,68 +131,34 @@ def kill_replay(data: Path, seconds: float, seed: int, clients: int = 8) -> dict
     pace for ``seconds`` by ``clients`` threads against a LocalCluster of 3 workers; worker
     "1" is killed with SIGKILL a third of the way in (its nanny restarts it). Every answer
     is checked against the single-node engine's, computed beforehand."""
-    local_db = turbdb.open(data)
-    local = local_db[NAME]
+    local = turbdb.open(data)[NAME]
     trace = generate(local.info, dataset=NAME, field=FIELD, jobs=max(8, int(8 * seconds)), duration=seconds,
                      seed=seed)
-    drawn = {(q.job, q.index): draw_points(q, local.info) for q in trace}
-    answers = {k: local.query(FIELD, drawn[k], time=q.time, method=q.method, operator=q.operator)
-               for q in trace for k in [(q.job, q.index)]}
-    jobs: dict[int, list] = {}
-    for q in trace:
-        jobs.setdefault(q.job, []).append(q)
-    pending = iter(sorted((sorted(qs, key=lambda q: q.index) for qs in jobs.values()), key=lambda qs: qs[0].arrival))
+    answers = {(q.job, q.index): local.query(FIELD, draw_points(q, local.info), time=q.time, method=q.method,
+                                             operator=q.operator) for q in trace}
+
+    def check(q, _points, got) -> bool:
+        want = answers[(q.job, q.index)]
+        return bool(np.allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(want).max()))))
+
     run = start_local(data, 3, threads=1, dashboard_address=":0")
-    log: list[dict] = []
-    lock = threading.Lock()
     try:
-        db = turbdb.open(data, cluster=run.client)
-        ds = db[NAME]
-        ds.query(FIELD, drawn[(trace[0].job, 0)], time=trace[0].time, method=METHOD)
-        victim = worker_pids(run.client)["1"]
-        began = time.perf_counter()
-
-        def client() -> None:
-            while True:
-                with lock:
-                    job = next(pending, None)
-                if job is None:
-                    return
-                time.sleep(max(0.0, began + job[0].arrival - time.perf_counter()))
-                for q in job:
-                    key = (q.job, q.index)
-                    t0 = time.perf_counter()
-                    try:
-                        got = ds.query(FIELD, drawn[key], time=q.time, method=q.method, operator=q.operator)
-                        want = answers[key]
-                        ok = bool(np.allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(want).max()))))
-                        error = None
-                    except Exception as e:  # a lost query is a result, not a crash of the benchmark
-                        ok, error = False, f"{type(e).__name__}: {e}"
-                    with lock:
-                        log.append({"t": t0 - began, "seconds": time.perf_counter() - t0, "points": len(drawn[key]),
-                                    "correct": ok, "error": error})
-
-        threads = [threading.Thread(target=client) for _ in range(clients)]
-        for th in threads:
-            th.start()
-        time.sleep(seconds / 3)
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.perf_counter() - began
-        for th in threads:
-            th.join()
-        took = time.perf_counter() - began
-        db.close()
+        with turbdb.open(data, cluster=run.client) as db:
+            killer = threading.Timer(seconds / 3, os.kill, (worker_pids(run.client)["1"], signal.SIGKILL))
+            killer.start()
+            report = replay(db, trace, speedup=1.0, clients=clients, check=check)
+            killer.join()
     finally:
         run.close()
-    small = [q["seconds"] for q in log if q["points"] <= 1_000]
-    return {"seconds": seconds, "workload": f"turbdb workload generate: {len(jobs)} jobs, {len(trace)} queries "
-                                            f"over {seconds:.0f} s, {clients} clients",
-            "took_seconds": took, "killed_at": killed_at, "queries": len(log), "trace_queries": len(trace),
-            "wrong_or_lost": sum(not q["correct"] for q in log) + len(trace) - len(log),
-            "errors": sorted({q["error"] for q in log if q["error"]})[:5],
-            "max_query_seconds": max(q["seconds"] for q in log),
-            "median_query_seconds": statistics.median(q["seconds"] for q in log),
+    log = [dataclasses.asdict(a) for a in report.log]
+    small = report.response.get("small", [])
+    return {"seconds": seconds, "workload": f"turbdb workload generate: {len({q.job for q in trace})} jobs, "
+                                            f"{len(trace)} queries over {seconds:.0f} s, {clients} clients",
+            "took_seconds": report.seconds, "killed_at": seconds / 3, "queries": len(log),
+            "trace_queries": len(trace), "wrong_or_lost": len(trace) - report.queries,
+            "errors": sorted({a["error"] for a in log if a["error"]})[:5],
+            "max_query_seconds": max(a["seconds"] for a in log),
+            "median_query_seconds": statistics.median(a["seconds"] for a in log),
             "small_p99_seconds": float(np.percentile(small, 99)) if small else None, "log": log}
 
 
@@ -223,8 +191,8 @@ def plot(out: dict, path: Path) -> None:
     a.set_ylabel("Mpoints/s")
     a.set_title(f"{out['points']:.0e} points, {METHOD}, 1 engine thread per process")
     log = out["kill_replay"]["log"]
-    colors = ["C0" if q["correct"] else "C3" for q in log]
-    b.scatter([q["t"] for q in log], [q["seconds"] for q in log], c=colors, s=8)
+    colors = ["C0" if q["error"] is None and q["correct"] else "C3" for q in log]
+    b.scatter([q["sent"] for q in log], [q["seconds"] for q in log], c=colors, s=8)
     b.set_yscale("log")
     b.axvline(out["kill_replay"]["killed_at"], color="k", linestyle="--", label="SIGKILL worker 1")
     b.set_xlabel("time (s)")

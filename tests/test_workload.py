@@ -68,3 +68,25 @@ def test_the_cli_generates_and_replays_a_trace_through_an_engine(small_db, tmp_p
     report = json.loads(ran.output)
     assert report["queries"] == count and report["failed"] == 0
     assert report["engine"]["atoms_read"] > 0 and 0 <= report["engine"]["hit_ratio"] <= 1
+
+
+def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):
+    from turbdb.workload.replay import replay
+
+    db = turbdb.open(small_db)
+    trace = generate(db["box"].info, dataset="box", jobs=30, duration=1.0, seed=3)
+    local = db["box"]
+
+    def right(q, points, values):
+        return np.array_equal(values, local.query(q.field, points, time=q.time, method=q.method,
+                                                   operator=q.operator))
+
+    checked = replay(db, trace, clients=4, check=right)
+    assert checked.queries == len(trace) and checked.failed == 0
+    assert all(a.correct for a in checked.log)
+
+    multi = next(q.job for q in trace if q.index == 1)
+    wrong = replay(db, trace, clients=4, check=lambda q, *_: q.job != multi)
+    assert wrong.failed == 1, "the job's first answer is wrong, and its later queries are not sent"
+    assert len(wrong.log) == len(trace) - sum(q.job == multi for q in trace) + 1
+    assert sum(len(v) for v in wrong.response.values()) == wrong.queries

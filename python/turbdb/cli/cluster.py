@@ -61,14 +61,17 @@ def cluster() -> None:
     """
 
 
+#: The same for starting a cluster and for placing a database on one.
+_replicas = click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
+                         help="Copies of every partition, on distinct workers.")
+
 @cluster.command()
 @click.argument("db", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="Start a Dask LocalCluster of this many worker processes on this machine.")
 @click.option("--scheduler", default=None, help="Attach to the running Dask cluster at tcp://HOST:PORT instead "
                                                 "(SLURM via dask-jobqueue, Kubernetes, dask scheduler/worker).")
-@click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
-              help="Copies of every partition, on distinct workers.")
+@_replicas
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Node-local disks: copy each worker's partitions into DATA_ROOT/<worker>. Default: the workers "
                    "read DB itself (shared storage).")
@@ -132,8 +135,7 @@ def up(db: Path, workers: int | None, scheduler: str | None, replicas: int, data
               help="Place for this many workers named 0 … N-1 (copies made by this process).")
 @click.option("--scheduler", default=None, help="Place for the workers of the running Dask cluster at this address "
                                                 "(each worker copies its own partitions from DB).")
-@click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
-              help="Copies of every partition, on distinct workers.")
+@_replicas
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Node-local disks: copy each worker's partitions into DATA_ROOT/<worker>. Default: shared storage "
                    "(only the catalogue is written).")

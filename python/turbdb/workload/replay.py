@@ -21,18 +21,55 @@ from .trace import Query, draw_points
 SIZE_CLASSES = ("small", "medium", "large")
 
 
+@dataclasses.dataclass(frozen=True)
+class Answered:
+    """One query as its client saw it: sent ``sent`` seconds after the start, answered
+    ``seconds`` later, or failed with ``error``; ``correct`` is the check's verdict (None
+    when the replay checks nothing)."""
+
+    sent: float
+    seconds: float
+    points: int
+    size_class: str
+    error: str | None = None
+    correct: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.correct is not False
+
+
 @dataclasses.dataclass
 class ReplayReport:
-    """What a replay measured. ``response`` holds the response times (s, from sending to
-    the answer) by size class; ``engine`` the change in the engine's counters (atoms and
-    bytes read, cache hits and misses), empty without an engine."""
+    """What a replay measured: every query sent (``log``), the wall time, and ``engine``,
+    the change in the engine's counters (atoms and bytes read, cache hits and misses),
+    empty without an engine. Queries of a job after one that failed are not sent."""
 
-    queries: int
-    points: int
+    log: list[Answered]
     seconds: float
-    failed: int
-    response: dict[str, list[float]]
     engine: dict[str, float]
+
+    @property
+    def queries(self) -> int:
+        """Queries answered (correctly, where checked)."""
+        return sum(a.ok for a in self.log)
+
+    @property
+    def points(self) -> int:
+        return sum(a.points for a in self.log if a.ok)
+
+    @property
+    def failed(self) -> int:
+        return len(self.log) - self.queries
+
+    @property
+    def response(self) -> dict[str, list[float]]:
+        """Response times (s, from sending to the answer) of the answered queries by size class."""
+        by_class: dict[str, list[float]] = defaultdict(list)
+        for a in self.log:
+            if a.ok:
+                by_class[a.size_class].append(a.seconds)
+        return dict(by_class)
 
     @property
     def queries_per_second(self) -> float:
@@ -48,13 +85,14 @@ class ReplayReport:
 
     def summary(self) -> dict[str, Any]:
         """The figures as plain numbers (for JSON)."""
+        response = self.response
         return {
             "queries": self.queries, "points": self.points, "seconds": self.seconds, "failed": self.failed,
             "queries_per_second": self.queries_per_second, "points_per_second": self.points_per_second,
             "response": {
-                c: {"count": len(self.response.get(c, [])), "p50": self.percentile(c, 50),
+                c: {"count": len(response[c]), "p50": self.percentile(c, 50),
                     "p95": self.percentile(c, 95), "p99": self.percentile(c, 99)}
-                for c in SIZE_CLASSES if self.response.get(c)
+                for c in SIZE_CLASSES if response.get(c)
             },
             "engine": self.engine,
         }
@@ -62,6 +100,9 @@ class ReplayReport:
 
 ENGINE_COUNTERS = ("atoms_read", "bytes_read", "read_requests", "cache_hits", "cache_misses", "batches",
                    "contributions")
+
+#: ``check(query, points, values)``: whether an answer is right.
+Check = Callable[[Query, np.ndarray, np.ndarray], bool]
 
 
 def replay(
@@ -71,11 +112,13 @@ def replay(
     speedup: float = math.inf,
     clients: int = 8,
     progress: Callable[[int, int], None] | None = None,
+    check: Check | None = None,
 ) -> ReplayReport:
     """Replays ``trace`` against ``database`` (a :class:`turbdb.Database`, best opened with a
-    node engine) from ``clients`` threads at ``speedup`` times the trace's pace
-    (``math.inf``: every job is ready at once, the saturating case). ``progress`` is called
-    with (queries done, total) as queries complete."""
+    node engine, or a cluster) from ``clients`` threads at ``speedup`` times the trace's
+    pace (``math.inf``: every job is ready at once, the saturating case). ``progress`` is
+    called with (queries done, total) as queries complete; ``check``, if given, judges
+    every answer (a wrong one counts as failed)."""
     if not (speedup > 0):
         raise ValueError(f"speedup must be positive, not {speedup!r}")
     if clients < 1:
@@ -89,8 +132,7 @@ def replay(
     before = _counters(database)
     lock = threading.Lock()
     next_job = iter(jobs)
-    response: dict[str, list[float]] = defaultdict(list)
-    done = [0, 0, 0]  # queries, points, failed
+    log: list[Answered] = []
     origin = time.perf_counter()
 
     def client() -> None:
@@ -106,18 +148,15 @@ def replay(
             for q in job:
                 points = drawn[(q.job, q.index)]
                 sent = time.perf_counter()
-                ok = _ask(datasets[q.dataset], q, points)
+                values, error = _ask(datasets[q.dataset], q, points)
                 took = time.perf_counter() - sent
+                correct = None if check is None or values is None else bool(check(q, points, values))
+                answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
                 with lock:
-                    if ok:
-                        response[q.size_class].append(took)
-                        done[0] += 1
-                        done[1] += len(points)
-                    else:
-                        done[2] += 1
+                    log.append(answered)
                     if progress is not None:
-                        progress(done[0] + done[2], len(trace))
-                if not ok:
+                        progress(len(log), len(trace))
+                if not answered.ok:
                     break
 
     threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
@@ -131,20 +170,20 @@ def replay(
     if engine:
         lookups = engine["cache_hits"] + engine["cache_misses"]
         engine["hit_ratio"] = engine["cache_hits"] / lookups if lookups else 0.0
-    return ReplayReport(queries=done[0], points=done[1], seconds=seconds, failed=done[2],
-                        response=dict(response), engine=engine)
+    return ReplayReport(log=log, seconds=seconds, engine=engine)
 
 
-def _ask(dataset: Any, q: Query, points: np.ndarray) -> bool:
-    """Sends one query, waiting and retrying while the engine is full; False if it failed."""
+def _ask(dataset: Any, q: Query, points: np.ndarray) -> tuple[np.ndarray | None, str | None]:
+    """Sends one query, waiting and retrying while the engine is full: its values, or the
+    error that failed it."""
     while True:
         try:
-            dataset.query(q.field, points, time=q.time, method=q.method, operator=q.operator, temporal=q.temporal)
-            return True
+            return dataset.query(q.field, points, time=q.time, method=q.method, operator=q.operator,
+                                 temporal=q.temporal), None
         except EngineBusyError as e:
             time.sleep(e.retry_after or 0.1)
-        except TurbdbError:
-            return False
+        except TurbdbError as e:
+            return None, f"{type(e).__name__}: {e}"
 
 
 def _counters(database: Any) -> dict[str, float]:
