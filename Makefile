@@ -16,10 +16,10 @@ endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload fuzz bench-cluster clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload fuzz bench-cluster check-aarch64 wheel-aarch64 clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
 # Each step runs only when its inputs changed: the venv once, the Python dependencies when
 # pyproject.toml changes, the Rust extension when a Rust source does. Cargo's progress is shown.
@@ -47,6 +47,12 @@ build: $(VENV)/.built ## release build of the Rust extension into .venv (skipped
 
 wheel: setup ## abi3 manylinux wheel into dist/ (WHEEL_DIR=); pip install it anywhere, no Rust needed
 	$(VENV)/bin/maturin build --release --out $(WHEEL_DIR)
+
+wheel-aarch64: setup ## the same wheel for aarch64 Linux, cross-built (needs the rustup target and gcc-aarch64-linux-gnu)
+	CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc $(VENV)/bin/maturin build --release --target aarch64-unknown-linux-gnu --out $(WHEEL_DIR)
+
+check-aarch64: setup ## the NEON build under qemu: cargo test for aarch64, then the aarch64 wheel's smoke test (slow; scripts/check_aarch64.sh)
+	scripts/check_aarch64.sh all
 
 # The two built-in DNS datasets (docs/simulate.md): isotropic64, the quick default (Re_λ ≈ 40,
 # 100 steps, a few minutes), and isotropic256 (Re_λ ≈ 117, a short inertial range, 41 steps,

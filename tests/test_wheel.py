@@ -13,27 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-SMOKE = r"""
-import shutil, sys
-import numpy as np
-import turbdb
-
-assert shutil.which("cargo") is None and shutil.which("rustc") is None, "a Rust toolchain is on PATH"
-assert turbdb.__file__.startswith(sys.prefix), turbdb.__file__
-n = 32
-ds = turbdb.create_dataset("db", "wave", grid=(n, n, n), times=[0.0], fields={"velocity": 3})
-axis = np.arange(n) * 2 * np.pi / n
-z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
-ds.write("velocity", 0, np.stack([np.sin(x), np.cos(y), np.sin(z + x)], -1))
-pts = np.random.default_rng(0).uniform(0, 2 * np.pi, (10_000, 3))
-wave = turbdb.open("db")["wave"]
-got = wave.query("velocity", pts, time=0.0, method="lag8", dtype=np.float64)
-expected = np.stack([np.sin(pts[:, 0]), np.cos(pts[:, 1]), np.sin(pts[:, 2] + pts[:, 0])], -1)
-error = float(np.abs(got - expected).max())
-assert error < 1e-5, error
-print("kernel", wave.last_query_stats["kernel"])
-print("error", error)
-"""
+SMOKE = Path(__file__).with_name("wheel_smoke.py")
 
 
 @pytest.mark.slow
@@ -51,7 +31,8 @@ def test_wheel_installs_and_queries_in_a_fresh_venv_without_rust(tmp_path):
     # A user's shell: the new venv and the system, no cargo/rustc, nothing of this repository.
     env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
            "LANG": "C.UTF-8"}
-    run = subprocess.run([str(python), "-c", SMOKE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    run = subprocess.run([str(python), str(SMOKE)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+    assert run.stdout.split("module ")[1].split()[0].startswith(str(env_dir)), run.stdout
     kernel = run.stdout.split("kernel ")[1].split()[0]
     assert kernel in {"avx512", "avx2", "neon", "portable"}, run.stdout
