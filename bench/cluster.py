@@ -551,14 +551,14 @@ def plot(out: dict, path: Path) -> None:
     bars = [("in-process", out["in_process"]["points_per_second"], "grey")]
     bars += [(f"{n} worker{'s' * (n > 1)}", {k: out["points"] / v for k, v in out["model"]["check_composition"][str(n)]
                                               ["measured_spread"].items() if k != "n"}, "C0") for n in (1, 2, 3)]
-    for cond, label in (("unperturbed", "2 workers"), ("one_half_speed", "2 workers,\none ½ speed")):
+    for cond, label in (("unperturbed", "2 workers"), ("one_half_speed", "2 workers,\n1 at ½ speed")):
         for p, c in (("graduated", "C1"), ("static", "C2")):
             bars.append((f"{label}\n{p}", pol[cond][p]["points_per_second"], c))
     med = [x["median"] / 1e6 for _, x, _ in bars]
     lo = [x["median"] / 1e6 - min(x["min"], x["max"]) / 1e6 for _, x, _ in bars]
     hi = [max(x["min"], x["max"]) / 1e6 - x["median"] / 1e6 for _, x, _ in bars]
     a.bar(range(len(bars)), med, yerr=[lo, hi], capsize=3, color=[c for *_, c in bars])
-    a.set_xticks(range(len(bars)), [lbl for lbl, *_ in bars], fontsize=7)
+    a.set_xticks(range(len(bars)), [lbl for lbl, *_ in bars], fontsize=6.5)
     a.set_ylabel("Mpoints/s (median, whiskers min–max)")
     a.set_title(f"{out['points']:.0e} points, {METHOD}, 1 engine thread per process, {REPEATS} runs each", fontsize=9)
     mod = out["model"]
