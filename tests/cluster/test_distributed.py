@@ -71,6 +71,19 @@ def test_distributed_answers_equal_single_node_answers(database, cluster_db, ope
     assert len(cluster_db.last_report.work) == 3  # every worker took part
 
 
+def test_query_counters_account_for_the_mediators_time_and_every_point_sent(cluster_db):
+    ds = cluster_db["trig"]
+    ds.query("velocity", _points(3000), time=0.5, method="lag6")
+    stats = ds.last_query_stats
+    work = cluster_db.last_report.work
+    assert stats["entries"] == sum(w["points"] for w in work.values()) >= 3000  # halo points go to several groups
+    assert stats["units"] == sum(w["units"] for w in work.values())
+    for phase in ("route", "dispatch", "submit", "merge"):
+        assert 0 < stats[f"{phase}_seconds"] <= stats["total_seconds"], phase
+    assert stats["route_seconds"] + stats["dispatch_seconds"] <= stats["total_seconds"]
+    assert stats["submit_seconds"] + stats["merge_seconds"] <= stats["dispatch_seconds"]
+
+
 def test_distributed_cutout_and_track_equal_single_node(database, cluster_db):
     local = turbdb.open(database)["trig"]
     box = {"time": 0.5, "x": (6, 27), "y": (0, 32), "z": (30, 40), "stride": 2}  # crosses partitions, wraps z

@@ -210,24 +210,33 @@ class DistributedField:
         spec = {"time": float(time), "method": method, "operator": operator, "temporal": temporal}
         plugin_name, name = catalogue.plugin_name, self.dataset.name
 
+        # The mediator's own serial work, timed for the cluster model (bench/cluster.py).
+        spent = {"submit": 0.0, "merge": 0.0}
+
         def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
+            t0 = _clock()
             part = points if unit.points is None else points[unit.points]
             data = _to_worker(db.client, part, address)
             future = db.client.submit(plugin.partial_sums, plugin_name, name, self.field, data, spec, unit.partitions,
                                       key=f"turbdb-query-{uuid.uuid4().hex}", workers=[address],
                                       allow_other_workers=False, pure=False)
+            spent["submit"] += _clock() - t0
             return future, [data]
 
         def merge(unit: Unit, values: np.ndarray) -> None:
+            t0 = _clock()
             if result is None:
                 answers.append(values)
             else:
                 result[unit.points] += values.reshape(-1, width)
+            spent["merge"] += _clock() - t0
 
         report = db.dispatcher.run(units, start, merge, policy=db.declustering)
+        dispatched = _clock()
         db.last_report = report
         values = answers[0] if result is None else result.ravel()
-        return values, _counters(report, units, lent, route=routed - began, total=_clock() - began)
+        return values, _counters(report, units, lent, route=routed - began, dispatch=dispatched - routed, **spent,
+                                 total=_clock() - began)
 
     def cutout(self, t_index: int, axes: Any, ranges: Any, stride: int) -> np.ndarray:
         """Reads a box of nodes at time index ``t_index``, each partition's piece on a
@@ -277,9 +286,12 @@ def _to_worker(client: Client, array: np.ndarray, address: str) -> Any:
 
 def _counters(report: Report, units: list[Unit], lent: dict, **seconds: float) -> dict[str, float]:
     """The counters of a query, all numbers (tracking adds them up over its steps): units,
-    retries, backups, failures, lent partitions, and per worker slot ``worker.SLOT.points``
-    and ``worker.SLOT.units``."""
-    counters: dict[str, float] = {"units": len(units), "retried": report.retried, "backups": report.backups,
+    the points sent (``entries``: a point counts once per unit it is in), retries, backups,
+    failures, lent partitions, the mediator's seconds by phase (``route``, ``dispatch`` and
+    within it ``submit`` and ``merge``, ``total``), and per worker slot
+    ``worker.SLOT.points`` and ``worker.SLOT.units``."""
+    counters: dict[str, float] = {"units": len(units), "entries": sum(u.cost for u in units),
+                                  "retried": report.retried, "backups": report.backups,
                                   "failures": len(report.failures), "lent_partitions": len(lent),
                                   **{f"{k}_seconds": v for k, v in seconds.items()}}
     for slot, work in report.work.items():
