@@ -271,6 +271,8 @@ class Dataset:
         temporal: str = "none",
         dtype: Any = np.float32,
         strategy: str = "streaming",
+        job: Any = None,
+        cancel: Any = None,
     ) -> np.ndarray:
         """Evaluates ``operator`` of ``field`` at ``points`` (``(N, 3)`` physical x, y, z)
         at physical ``time``.
@@ -283,11 +285,18 @@ class Dataset:
         the evaluation (streaming partial sums, or the sorted/direct baselines). A sequence
         of times (a time series, as JHTDB's ``timepoint_end``/``delta_t``) gives one answer
         per time, stacked: ``(T, N, …)``.
+
+        With a node engine (:func:`turbdb.open` with ``scheduler=…``): ``job`` is the
+        :class:`turbdb.jobs.Job` (from :meth:`turbdb.Database.job`) this query is the next
+        query of, and ``cancel`` a ``threading.Event`` that, once set (from another thread),
+        abandons the query — the engine drops its pending work — with
+        :class:`QueryCancelledError`. Without an engine, ``job`` changes nothing and
+        ``cancel`` is looked at only before the query starts.
         """
         from .query import query
 
         return query(self, field, points, time=time, method=method, operator=operator, temporal=temporal,
-                     dtype=dtype, strategy=strategy)
+                     dtype=dtype, strategy=strategy, job=job, cancel=cancel)
 
     def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
                filter_width: int = 1) -> Any:
