@@ -118,9 +118,9 @@ def test_a_track_that_fails_midway_closes_its_job(database):
     db = turbdb.open(database, scheduler="jaws")
     with pytest.raises(turbdb.OutOfDomainError, match="left the domain"):
         db["wall"].track([[6.0, 8.0, 8.0]], start=0.0, end=0.5, dt=0.05, method="lag4")
-    stats = db.engine_stats()
-    assert stats["completed"] >= 2  # it had made steps before the particle left
-    assert stats["jobs"] == 0 and stats["pending"] == 0
+    assert db.engine_stats()["completed"] >= 2  # it had made steps before the particle left
+    assert wait_for(lambda: db.engine_stats()["jobs"] == 0)  # closed (the engine takes it in a moment later)
+    assert db.engine_stats()["pending"] == 0
 
 
 def test_job_plans_are_checked(database):
@@ -212,3 +212,19 @@ def test_a_pending_query_handle_waits_answers_once_and_cancels(database):
         pending.result()
     with pytest.raises(InvalidRequestError, match="timeout"):
         pending.wait(-1)
+
+
+def test_a_cancelled_track_stops_and_closes_its_job(database):
+    db = turbdb.open(database, scheduler="jaws")
+    cancel = threading.Event()
+
+    def after_a_step(done, total):
+        if done == 3:
+            cancel.set()
+
+    with pytest.raises(QueryCancelledError, match="track was cancelled"):
+        db["box"].track(points(5, 20), start=0.0, end=0.5, dt=0.01, method="lag4", progress=after_a_step,
+                        cancel=cancel)
+    assert db.engine_stats()["completed"] == 6  # three rk2 steps, then nothing more
+    assert wait_for(lambda: db.engine_stats()["jobs"] == 0)  # closed (the engine takes it in a moment later)
+    assert db.engine_stats()["pending"] == 0

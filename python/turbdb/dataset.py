@@ -325,6 +325,7 @@ class Dataset:
         integrator: str = "rk2",
         return_velocity: bool = False,
         progress: Any = None,
+        cancel: Any = None,
     ) -> Any:
         """Advects fluid particles from ``points`` (``(N, 3)`` physical x, y, z at time
         ``start``) to time ``end`` through the stored velocity ``field``, interpolated with
@@ -343,11 +344,14 @@ class Dataset:
         ``(positions, velocities)``, the velocity at each position and time. A particle
         leaving a non-periodic axis raises ``OutOfDomainError`` naming it and the time.
         ``progress``: True for a tqdm bar, or a callback ``(steps_done, n_steps)``.
+        ``cancel``: a ``threading.Event`` that, once set, abandons the track with
+        :class:`QueryCancelledError` (the evaluation under way is dropped from the node
+        engine; without one, the track stops after the evaluation under way).
         """
         from .track import track
 
         return track(self, points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
-                     return_velocity=return_velocity, progress=progress)
+                     return_velocity=return_velocity, progress=progress, cancel=cancel)
 
     # -- checking -----------------------------------------------------------------------
 

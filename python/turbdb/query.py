@@ -60,7 +60,7 @@ def query(
             store, xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
             temporal=temporal, job=job,
         )
-        values, counters = _unless_cancelled(pending, cancel)
+        values, counters = unless_cancelled(pending, cancel)
     elif dataset.engine is not None and strategy == "streaming":
         values, counters = dataset.engine.query(
             store, xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
@@ -76,7 +76,7 @@ def query(
     return values.reshape(shape).astype(dtype, copy=False)
 
 
-def _unless_cancelled(pending: Any, cancel: threading.Event) -> tuple[np.ndarray, dict[str, Any]]:
+def unless_cancelled(pending: Any, cancel: threading.Event) -> tuple[np.ndarray, dict[str, Any]]:
     """The answer of a query handed to the engine, or QueryCancelledError as soon as
     ``cancel`` is set (the engine then drops the query's pending sub-queries)."""
     while not pending.wait(CANCEL_POLL):

@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import METHOD_ALIASES, METHODS, as_points, axes_of, choice, finite_number
-from .exceptions import InvalidRequestError, LimitExceededError, OutOfDomainError, UnknownNameError
+from .exceptions import (
+    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, UnknownNameError,
+)
 from .jobs import MAX_JOB_QUERIES, declare
+from .query import unless_cancelled
 from .size_limit import check_result_bytes
 from .times import format_time
 
@@ -48,6 +51,7 @@ def track(
     integrator: str = "rk2",
     return_velocity: bool = False,
     progress: bool | Progress | None = None,
+    cancel: Any = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """See :meth:`turbdb.Dataset.track`."""
     info = dataset.metadata
@@ -74,7 +78,7 @@ def track(
     positions[0] = x0
     velocities = np.empty((n_steps + 1, len(x0), 3)) if return_velocity else None
     report = _progress(progress, n_steps)
-    evaluate = _Evaluator(dataset, field, info, method, evaluation_times(times, integrator, return_velocity))
+    evaluate = _Evaluator(dataset, field, info, method, evaluation_times(times, integrator, return_velocity), cancel)
     try:
         x = positions[0]
         for k in range(n_steps):
@@ -174,9 +178,11 @@ class _Evaluator:
     job (its first :data:`~turbdb.jobs.MAX_JOB_QUERIES`; later ones run ungated); the
     caller closes ``job`` at the end."""
 
-    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str, planned: Iterable[float]):
+    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str, planned: Iterable[float],
+                 cancel: Any = None):
         self.store = dataset.field_store(field)
         self.engine = dataset.engine
+        self.cancel = cancel
         self.axes = axes_of(info)
         self.times = np.ascontiguousarray(info.times, dtype=np.float64)
         self.method = method
@@ -193,8 +199,16 @@ class _Evaluator:
 
     def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
         began = _time.perf_counter()
+        if self.cancel is not None and self.cancel.is_set():
+            raise QueryCancelledError(f"the track was cancelled at time {format_time(t)}")
         try:
-            if self.engine is not None:
+            if self.engine is not None and self.cancel is not None:
+                pending = self.engine.submit(
+                    self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
+                    operator="field", temporal="pchip", job=self.job.id,
+                )
+                values, counters = unless_cancelled(pending, self.cancel)
+            elif self.engine is not None:
                 values, counters = self.engine.query(
                     self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
                     operator="field", temporal="pchip", job=self.job.id,

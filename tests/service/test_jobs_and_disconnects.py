@@ -172,3 +172,21 @@ def test_a_replayed_trace_declares_its_jobs_of_several_queries(engine_server, lo
     assert engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs", status="200") - declared == several
     assert engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs/{job}", status="200") - closed == several
     assert report["server_engine"]["jobs"] == 0
+
+
+def test_a_client_that_disconnects_from_a_track_stops_it(engine_server):
+    url = engine_server.url
+    body = encode_npy(points(9, 2000))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/datasets/trig/track", params={"start": 0.0, "end": 1.5, "dt": 0.0005, "method": "lag4"},
+                   content=body, headers={**AUTH, "Content-Type": "application/x-npy"},
+                   timeout=httpx.Timeout(30, read=0.5))
+    # 3000 rk2 steps would take minutes; the server stops within a few evaluations.
+    def settled():
+        first = engine_state(engine_server)["completed"]
+        time.sleep(0.3)
+        state = engine_state(engine_server)
+        return state["completed"] == first and state["jobs"] == 0 and state["pending"] == 0
+
+    assert wait_for(settled, 10)
+    assert engine_server.alive()

@@ -206,10 +206,11 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         check_track_size(len(points), steps)
         binary = NPY in request.headers.get("accept", "") or NPZ in request.headers.get("accept", "")
         encode = _encoder(request)
+        gone = backend.disconnection(request)  # with a node engine: a client gone stops its track
 
         def evaluate() -> Response:
             result = ds.track(points, start=start, end=end, dt=dt, method=method, field=field,
-                              integrator=integrator, return_velocity=return_velocity)
+                              integrator=integrator, return_velocity=return_velocity, cancel=gone)
             if not return_velocity:
                 return encode(result)
             positions, velocities = result
