@@ -42,6 +42,24 @@ def test_a_trace_has_the_shape_of_the_jhtdb_log(small_db):
         assert np.all(points >= 0) and np.all(points < 2 * np.pi)
 
 
+def test_on_a_long_dataset_a_few_per_cent_of_jobs_track_particles_over_100_steps_or_more():
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(origin=(0.0, 0.0, 0.0), spacing=(0.1, 0.1, 0.1), grid=(64, 64, 64),
+                           periodic=(True, True, True), times=np.arange(300) * 0.01)
+    trace = generate(info, dataset="long", jobs=1000, duration=100.0, seed=5)
+    steps: dict[int, list[float]] = {}
+    for q in trace:
+        steps.setdefault(q.job, []).append(q.time)
+    long = [s for s in steps.values() if len(s) >= 100]
+    assert 0.02 <= len(long) / len(steps) <= 0.07, len(long)
+    for s in long:  # consecutive stored steps, one query each, at most 200
+        indices = np.rint(np.asarray(s) / 0.01).astype(int)
+        assert len(s) <= 200 and np.array_equal(np.diff(indices), np.ones(len(s) - 1, int))
+    tracking = [q for q in trace if len(steps[q.job]) >= 100]
+    assert {(q.method, q.operator) for q in tracking} == {("lag6", "field")}
+
+
 def test_a_written_trace_reads_back_the_same_and_a_bad_line_is_named(small_db, tmp_path):
     info = turbdb.open(small_db)["box"].info
     trace = generate(info, dataset="box", jobs=30, seed=1)

@@ -22,6 +22,7 @@ from .exceptions import (
     InvalidRequestError,
     LimitExceededError,
     OutOfDomainError,
+    QueryCancelledError,
     ServiceError,
     StorageError,
     TurbdbError,
@@ -58,6 +59,7 @@ __all__ = [
     "AccessDeniedError",
     "EngineBusyError",
     "LimitExceededError",
+    "QueryCancelledError",
     "ServiceError",
 ]
 

@@ -31,6 +31,8 @@ Strides = tuple[int, int, int]
 # A local cutout is read in z-slabs of about this many bytes of float64 work space, so a
 # filtered cutout of a large box never holds the whole expanded box in float64.
 SLAB_BYTES = 64 * 2**20
+# Nodes of one cutout handed to the node engine at once (a sixteenth of its default queue).
+ENGINE_CUTOUT_NODES = 4_000_000
 
 
 def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None,
@@ -60,7 +62,35 @@ def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> Non
     """Lets the engine check a box with its own messages (empty range, outside a
     non-periodic axis, step not written) by reading a single node: a stride longer than
     every range keeps only each first node."""
-    dataset.field_store(field).cutout(t_index, axes_of(dataset.metadata), ranges, max(1, *(b - a for a, b in ranges)))
+    read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+
+
+def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, stride: int) -> np.ndarray:
+    """Blocking: the stored values on the nodes ``ranges`` with one ``stride``, float32
+    ``(nz, ny, nx, ncomp)``: through the database's node engine when it has one (the atoms
+    come from, and stay in, the cache every query shares), else read alone. Through the
+    engine a large box goes in z-slabs of at most :data:`ENGINE_CUTOUT_NODES` nodes, so
+    that one cutout never fills the engine's queue."""
+    info = dataset.metadata
+    store = dataset.field_store(field)
+    axes = axes_of(info)
+    engine = dataset.engine
+    if engine is None:
+        return store.cutout(t_index, axes, ranges, stride)
+    (x0, x1), (y0, y1), (z0, z1) = ranges
+    nz, ny, nx = output_shape(ranges, (stride,) * 3)
+    planes = max(1, ENGINE_CUTOUT_NODES // max(nx * ny, 1))
+    if nz <= planes:
+        return engine.cutout(store, t_index, axes, ranges, stride)
+    ncomp = info.fields[field].ncomp
+    check_result_bytes(nz * ny * nx * ncomp * 4, f"a cutout of {nx} x {ny} x {nz} nodes",
+                       "ask for a smaller box, a larger stride, or split the box into several cutouts")
+    out = np.empty((nz, ny, nx, ncomp), dtype=np.float32)
+    for k0 in range(0, nz, planes):
+        k1 = min(nz, k0 + planes)
+        slab = ((x0, x1), (y0, y1), (z0 + k0 * stride, z0 + (k1 - 1) * stride + 1))
+        out[k0:k1] = engine.cutout(store, t_index, axes, slab, stride)
+    return out
 
 
 def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides: Strides,
@@ -69,11 +99,9 @@ def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides
     unwrapped) at time index ``t_index``, float32 ``(nz, ny, nx, ncomp)``. The caller has
     checked the box (:func:`check_box`): the filter clips its reads to the domain."""
     info = dataset.metadata
-    store = dataset.field_store(field)
-    axes = axes_of(info)
     if filter_width == 1:
         step = math.gcd(*strides)
-        data = store.cutout(t_index, axes, ranges, step)
+        data = read_nodes(dataset, field, t_index, ranges, step)
         if strides == (step, step, step):
             return data
         sx, sy, sz = (s // step for s in strides)
@@ -81,7 +109,7 @@ def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides
     windows = [_windows(a, b, s, filter_width, n, periodic)
                for (a, b), s, n, periodic in zip(ranges, strides, info.grid, info.periodic)]
     read = tuple((w.lo, w.hi) for w in windows)
-    values = store.cutout(t_index, axes, read, 1).astype(np.float64)
+    values = read_nodes(dataset, field, t_index, read, 1).astype(np.float64)
     for axis, window in zip((2, 1, 0), windows):  # x, y, z are array axes 2, 1, 0
         values = window.mean(values, axis)
     return values.astype(np.float32)

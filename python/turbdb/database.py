@@ -7,9 +7,9 @@ import datetime
 import math
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from .zarr_meta import (
     write_coordinate,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from .jobs import Job
 
 
 class Database(Mapping[str, Dataset]):
@@ -74,6 +77,17 @@ class Database(Mapping[str, Dataset]):
         if self.engine is None:
             raise InvalidRequestError("this database has no node engine: open it with turbdb.open(path, scheduler=...)")
         return self.engine.stats()
+
+    def job(self, plan: Iterable[Any]) -> Job:
+        """Declares a job: the queries it will send, in order, each ``(dataset, field,
+        time[, temporal])``. Give the returned :class:`turbdb.jobs.Job` as ``job=`` to each
+        of those queries, in that order, and close it at the end (``with db.job(plan) as
+        job:`` does). The JAWS scheduler then runs the queries of jobs that read the same
+        time steps together, so one read serves them all; answers do not change. At most
+        :data:`turbdb.jobs.MAX_JOB_QUERIES` queries; without a node engine the job is inert."""
+        from .jobs import declare, plan_of
+
+        return declare(self.engine, plan_of(self, plan))
 
     def close(self) -> None:
         """Lets go of the node engine (its cache and I/O threads go once the datasets

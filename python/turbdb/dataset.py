@@ -271,6 +271,8 @@ class Dataset:
         temporal: str = "none",
         dtype: Any = np.float32,
         strategy: str = "streaming",
+        job: Any = None,
+        cancel: Any = None,
     ) -> np.ndarray:
         """Evaluates ``operator`` of ``field`` at ``points`` (``(N, 3)`` physical x, y, z)
         at physical ``time``.
@@ -283,11 +285,18 @@ class Dataset:
         the evaluation (streaming partial sums, or the sorted/direct baselines). A sequence
         of times (a time series, as JHTDB's ``timepoint_end``/``delta_t``) gives one answer
         per time, stacked: ``(T, N, …)``.
+
+        With a node engine (:func:`turbdb.open` with ``scheduler=…``): ``job`` is the
+        :class:`turbdb.jobs.Job` (from :meth:`turbdb.Database.job`) this query is the next
+        query of, and ``cancel`` a ``threading.Event`` that, once set (from another thread),
+        abandons the query — the engine drops its pending work — with
+        :class:`QueryCancelledError`. Without an engine, ``job`` changes nothing and
+        ``cancel`` is looked at only before the query starts.
         """
         from .query import query
 
         return query(self, field, points, time=time, method=method, operator=operator, temporal=temporal,
-                     dtype=dtype, strategy=strategy)
+                     dtype=dtype, strategy=strategy, job=job, cancel=cancel)
 
     def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
                filter_width: int = 1) -> Any:
@@ -316,6 +325,7 @@ class Dataset:
         integrator: str = "rk2",
         return_velocity: bool = False,
         progress: Any = None,
+        cancel: Any = None,
     ) -> Any:
         """Advects fluid particles from ``points`` (``(N, 3)`` physical x, y, z at time
         ``start``) to time ``end`` through the stored velocity ``field``, interpolated with
@@ -334,11 +344,14 @@ class Dataset:
         ``(positions, velocities)``, the velocity at each position and time. A particle
         leaving a non-periodic axis raises ``OutOfDomainError`` naming it and the time.
         ``progress``: True for a tqdm bar, or a callback ``(steps_done, n_steps)``.
+        ``cancel``: a ``threading.Event`` that, once set, abandons the track with
+        :class:`QueryCancelledError` (the evaluation under way is dropped from the node
+        engine; without one, the track stops after the evaluation under way).
         """
         from .track import track
 
         return track(self, points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
-                     return_velocity=return_velocity, progress=progress)
+                     return_velocity=return_velocity, progress=progress, cancel=cancel)
 
     # -- checking -----------------------------------------------------------------------
 

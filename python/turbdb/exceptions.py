@@ -22,6 +22,7 @@ catch for that kind of problem, so ``except KeyError`` works as well as
     ├── LimitExceededError (ValueError)       a request above a limit: the token's (points, requests per
     │                                         minute) or the size one call may return (set_max_result_bytes)
     ├── EngineBusyError (OSError)             the node engine's queue is full; retry after ``retry_after`` s
+    ├── QueryCancelledError (CancelledError)  the query was cancelled (``cancel=`` was set) before it ended
     └── ServiceError (OSError)                the service could not be reached or failed (remote use)
 
 Over HTTP (``turbdb.connect``) the server names the class of each error it reports and
@@ -30,6 +31,8 @@ same exceptions remotely.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import CancelledError
 
 __all__ = [
     "TurbdbError",
@@ -46,6 +49,7 @@ __all__ = [
     "AccessDeniedError",
     "LimitExceededError",
     "EngineBusyError",
+    "QueryCancelledError",
     "ServiceError",
 ]
 
@@ -127,6 +131,12 @@ class EngineBusyError(TurbdbError, OSError):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class QueryCancelledError(TurbdbError, CancelledError):
+    """The query was cancelled before it ended (the ``cancel`` event given to
+    :meth:`turbdb.Dataset.query` was set): its pending work in the node engine was dropped.
+    A ``concurrent.futures.CancelledError``, as a cancelled future raises."""
 
 
 class ServiceError(TurbdbError, OSError):

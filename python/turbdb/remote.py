@@ -12,7 +12,7 @@ import os
 import random
 import time as _time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ from . import remote_batches as batches
 from .arguments import as_points, finite_number, result_dtype, time_list
 from .cutout import as_filter_width, as_strides, box_ranges, cutout_array, output_shape
 from .info import DatasetInfo, is_plain_name
+from .jobs import job_number, planned_query
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
 from .track import step_times
@@ -128,6 +129,18 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
             self._pacer = batches.Pacer(self._limits.requests_per_minute, self._limits.burst, margin=PACING_MARGIN)
         return self._limits
 
+    def job(self, plan: Iterable[Any]) -> RemoteJob:
+        """Declares a job on the server (``POST /v1/jobs``): the queries it will send, in
+        order, each ``(dataset, field, time[, temporal])``. Give the returned job as
+        ``job=`` to each of those queries, in that order, and close it at the end (``with
+        db.job(plan) as job:`` does). See :meth:`turbdb.Database.job`."""
+        queries = []
+        for entry in plan:
+            name, field, t, temporal = planned_query(entry)
+            queries.append({"dataset": name, "field": field, "time": t, "temporal": temporal})
+        answer = self.request("POST", "/v1/jobs", json={"queries": queries}).json()
+        return RemoteJob(self, answer["job"], answer["queries"], answer["scheduled"])
+
     def run_batches(self, tasks: list, sizes: list[int], unit: str, description: str,
                     progress: bool | None = None) -> list:
         """Runs one request per task, ``concurrency`` at a time (each paced by :meth:`request`)."""
@@ -165,6 +178,33 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
             return response
 
 
+class RemoteJob:
+    """A job declared on a server (:meth:`RemoteDatabase.job`); ``scheduled`` says whether
+    the server has a node engine to gate it with (else its queries run alone)."""
+
+    def __init__(self, database: RemoteDatabase, number: int, queries: int, scheduled: bool):
+        self.database = database
+        self.id = number
+        self.queries = queries
+        self.scheduled = scheduled
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<turbdb.RemoteJob {self.id} of {self.queries} queries at {self.database.url}>"
+
+    def close(self) -> None:
+        """Ends the job on the server (``DELETE /v1/jobs/{id}``); closing twice does nothing."""
+        if not self.closed:
+            self.closed = True
+            self.database.request("DELETE", f"/v1/jobs/{self.id}")
+
+    def __enter__(self) -> RemoteJob:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
 class RemoteDataset:
     """One dataset on a turbdb server (the same interface as :class:`turbdb.Dataset`)."""
 
@@ -191,9 +231,13 @@ class RemoteDataset:
         return self._metadata
 
     def query(self, field: str, points: Any, *, time: Any, method: str = "lag6", operator: str = "field",
-              temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming") -> np.ndarray:
+              temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming",
+              job: RemoteJob | int | None = None) -> np.ndarray:
         """See :meth:`turbdb.Dataset.query`; evaluated on the server, in batches within the
-        token's point limit."""
+        token's point limit. ``job``: the job (:meth:`RemoteDatabase.job`) this query is the
+        next query of — one per time; when a query is split into several requests, the
+        first of each time goes as the job's query and the rest run ungated beside it."""
+        job_id = job.id if isinstance(job, RemoteJob) else job_number(job)
         xyz = as_points(points)
         dtype = result_dtype(dtype)
         times = time_list(time)
@@ -207,8 +251,11 @@ class RemoteDataset:
         pieces = batches.spans(len(xyz), self.database.limits.batch_points)
 
         def ask(t: float, start: int, stop: int) -> Any:
+            params = {**base, "time": repr(t)}
+            if job_id is not None and start == 0:
+                params["job"] = job_id
             return lambda: load_npy_bytes(self.database.request(
-                "POST", f"{self._path}/query", params={**base, "time": repr(t)}, content=encode_npy(xyz[start:stop]),
+                "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
                 headers={"Content-Type": NPY, "Accept": NPY}).content)
 
         tasks = [ask(t, a, b) for t in times for a, b in pieces]

@@ -1,18 +1,26 @@
 """Lagrangian particle tracking through the stored time history (Perlman et al. §4): Heun's
 RK2 as JHTDB's GetPosition, forward or backward in time, each velocity evaluation one call
-into the engine for all particles."""
+into the engine for all particles. With a node engine a track is a job by construction: its
+evaluations and the time steps each reads are known before it starts, so it is declared
+(:mod:`turbdb.jobs`) and the scheduler runs its evaluations together with those of other
+jobs that read the same steps."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time as _time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .arguments import METHOD_ALIASES, METHODS, as_points, axes_of, choice, finite_number
-from .exceptions import InvalidRequestError, LimitExceededError, OutOfDomainError, UnknownNameError
+from .exceptions import (
+    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, UnknownNameError,
+)
+from .jobs import MAX_JOB_QUERIES, declare
+from .query import unless_cancelled
 from .size_limit import check_result_bytes
 from .times import format_time
 
@@ -43,6 +51,7 @@ def track(
     integrator: str = "rk2",
     return_velocity: bool = False,
     progress: bool | Progress | None = None,
+    cancel: Any = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """See :meth:`turbdb.Dataset.track`."""
     info = dataset.metadata
@@ -64,12 +73,12 @@ def track(
     times = step_times(start, end, dt)
     _check_stored(dataset, field, info, times)
 
-    evaluate = _Evaluator(dataset, field, info, method)
     n_steps = len(times) - 1
     positions = np.empty((n_steps + 1, len(x0), 3))
     positions[0] = x0
     velocities = np.empty((n_steps + 1, len(x0), 3)) if return_velocity else None
     report = _progress(progress, n_steps)
+    evaluate = _Evaluator(dataset, field, info, method, evaluation_times(times, integrator, return_velocity), cancel)
     try:
         x = positions[0]
         for k in range(n_steps):
@@ -92,8 +101,21 @@ def track(
             velocities[-1] = evaluate(x, times[-1])
     finally:
         report(None)
+        evaluate.job.close()
     dataset.last_query_stats = evaluate.stats
     return (positions, velocities) if velocities is not None else positions
+
+
+def evaluation_times(times: np.ndarray, integrator: str, return_velocity: bool) -> Iterator[float]:
+    """The times of the velocity evaluations of a track over ``times``, in the order they
+    are made: per step its start (and, with rk2, its end for the corrector), then the last
+    time once more when velocities are returned."""
+    for k in range(len(times) - 1):
+        yield float(times[k])
+        if integrator == "rk2":
+            yield float(times[k + 1])
+    if return_velocity:
+        yield float(times[-1])
 
 
 def step_count(start: float, end: float, dt: float) -> int:
@@ -151,23 +173,51 @@ def wrap(positions: np.ndarray, info: DatasetInfo) -> tuple[np.ndarray, np.ndarr
 
 class _Evaluator:
     """One engine call per evaluation: the velocity at every particle at one time. The
-    arguments were checked once up front, so this calls the store directly."""
+    arguments were checked once up front, so this calls the store (or the node engine)
+    directly. With a node engine the evaluations at ``planned`` times are declared as a
+    job (its first :data:`~turbdb.jobs.MAX_JOB_QUERIES`; later ones run ungated); the
+    caller closes ``job`` at the end."""
 
-    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str):
+    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str, planned: Iterable[float],
+                 cancel: Any = None):
         self.store = dataset.field_store(field)
+        self.engine = dataset.engine
+        self.cancel = cancel
         self.axes = axes_of(info)
         self.times = np.ascontiguousarray(info.times, dtype=np.float64)
         self.method = method
         self.stats = {"queries": 0, "points": 0, "atoms_read": 0, "read_calls": 0, "contributions": 0,
                       "engine_seconds": 0.0}
+        regions = []
+        if self.engine is not None:
+            levels: dict[float, list[int]] = {}
+            for t in itertools.islice(planned, MAX_JOB_QUERIES):
+                if t not in levels:
+                    levels[t] = [i for i, _ in self.store.time_levels(self.times, t, "pchip")]
+                regions.append((self.store, levels[t]))
+        self.job = declare(self.engine, regions)
 
     def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
         began = _time.perf_counter()
+        if self.cancel is not None and self.cancel.is_set():
+            raise QueryCancelledError(f"the track was cancelled at time {format_time(t)}")
         try:
-            values, counters = self.store.query(
-                x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
-                temporal="pchip", strategy="streaming",
-            )
+            if self.engine is not None and self.cancel is not None:
+                pending = self.engine.submit(
+                    self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
+                    operator="field", temporal="pchip", job=self.job.id,
+                )
+                values, counters = unless_cancelled(pending, self.cancel)
+            elif self.engine is not None:
+                values, counters = self.engine.query(
+                    self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
+                    operator="field", temporal="pchip", job=self.job.id,
+                )
+            else:
+                values, counters = self.store.query(
+                    x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
+                    temporal="pchip", strategy="streaming",
+                )
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
             raise OutOfDomainError(f"a particle left the domain at time {format_time(t)} ({e})") from None
         stats = self.stats

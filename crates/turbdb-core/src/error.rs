@@ -53,6 +53,11 @@ pub enum Error {
         /// Seconds after which a retry is likely to be admitted.
         retry_after: f64,
     },
+
+    /// A bug inside the engine (a panic caught while serving a batch): the queries it hit
+    /// failed, the engine went on.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Result alias of the core.
@@ -91,6 +96,7 @@ impl Error {
                 message: message.clone(),
                 retry_after: *retry_after,
             },
+            Error::Internal(m) => Error::Internal(m.clone()),
         }
     }
 

@@ -1,16 +1,24 @@
 //! `Engine`: the node engine of one database, shared by every thread of the process that
 //! queries through it (JAWS scheduling, the atom cache).
 
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+use numpy::{
+    IntoPyArray, PyArray1, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use turbdb_core::{
-    default_cache_bytes, EngineConfig, EngineStats, IoMode, Method, NodeEngine, Operator, Outcome,
-    PointQuery, PolicyKind, SchedulerKind, Temporal, SIZE_CLASSES,
+    axis_nodes, cutout_shape, default_cache_bytes, CutoutQuery, EngineConfig, EngineStats, IoMode,
+    JobId, Method, NodeEngine, Operator, Outcome, PointQuery, PolicyKind, QueryStats,
+    SchedulerKind, Temporal, Ticket, SIZE_CLASSES,
 };
 
-use crate::error::{to_py, without_gil};
+use crate::error::{invalid, to_py, without_gil, Result};
 use crate::field::{as_triples, axes_from, not_contiguous, AxisTuple, FieldStore};
+use crate::limits::max_result_bytes;
 
 /// A node engine.
 #[pyclass(module = "turbdb._core", frozen)]
@@ -46,7 +54,8 @@ impl Engine {
     /// Evaluates a point query on `store`'s field through the engine, as
     /// `FieldStore.query` does alone (same arguments and result), waiting with the GIL
     /// released while other queries share its reads.
-    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal))]
+    /// `job`: the declared job (`declare_job`) this query is the next query of.
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -59,6 +68,7 @@ impl Engine {
         method: &str,
         operator: &str,
         temporal: &str,
+        job: Option<JobId>,
     ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
         if points.shape()[1] != 3 {
             return Err(to_py(turbdb_core::Error::InvalidArgument(
@@ -81,7 +91,7 @@ impl Engine {
             operator,
             temporal,
             partitions: None,
-            job: None,
+            job,
         };
         let (values, stats) = without_gil(py, || {
             match self.engine.submit_points(&reader, &query, None)?.outcome() {
@@ -103,10 +113,191 @@ impl Engine {
         Ok((values.into_pyarray(py), counters))
     }
 
+    /// Hands a point query to the engine (the arguments of `query`) and returns at once:
+    /// a `PendingQuery` to wait on, take the answer of, or cancel (the service cancels the
+    /// query of a client that went away). Errors in the arguments are raised here.
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit<'py>(
+        &self,
+        store: &FieldStore,
+        points: PyReadonlyArray2<'py, f64>,
+        axes: [AxisTuple; 3],
+        times: PyReadonlyArray1<'py, f64>,
+        time: f64,
+        method: &str,
+        operator: &str,
+        temporal: &str,
+        job: Option<JobId>,
+    ) -> Result<PendingQuery> {
+        if points.shape()[1] != 3 {
+            return Err(invalid("points must have shape (N, 3)"));
+        }
+        let query = PointQuery {
+            points: as_triples(points.as_slice()?),
+            axes: axes_from(axes),
+            times: times.as_slice()?,
+            time,
+            method: Method::parse(method)?,
+            operator: Operator::parse(operator)?,
+            temporal: Temporal::parse(temporal)?,
+            partitions: None,
+            job,
+        };
+        // Cutting the query into sub-queries holds the GIL: it is short against serving it.
+        let ticket = self
+            .engine
+            .submit_points(&store.shared_reader(), &query, None)?;
+        Ok(PendingQuery {
+            ticket: RwLock::new(ticket),
+            cancelled: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
+        })
+    }
+
+    /// Reads the nodes `[start, stop)` with `stride` along each axis at time index `t`
+    /// through the engine (its atoms come from, and go to, the shared cache): the float32
+    /// array `(nz, ny, nx, ncomp)` that `FieldStore.cutout` reads alone.
+    #[pyo3(signature = (store, t, axes, ranges, stride, *, job=None))]
+    fn cutout<'py>(
+        &self,
+        py: Python<'py>,
+        store: &FieldStore,
+        t: usize,
+        axes: [AxisTuple; 3],
+        ranges: [(i64, i64); 3],
+        stride: usize,
+        job: Option<JobId>,
+    ) -> Result<Bound<'py, PyArrayDyn<f32>>> {
+        let reader = store.shared_reader();
+        let axes = axes_from(axes);
+        let nc = reader.geometry().ncomp;
+        let shape = cutout_shape(&axes, ranges, stride, nc, max_result_bytes())?;
+        let mut nodes: [Vec<usize>; 3] = Default::default();
+        for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
+            nodes[i] = axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name)?;
+        }
+        let query = CutoutQuery { t, nodes, job };
+        let values = without_gil(py, || {
+            match self.engine.submit_cutout(&reader, &query, None)?.outcome() {
+                Outcome::Done(values, _) => Ok(values.into_cutout()),
+                Outcome::Failed(e) => Err(e),
+                Outcome::Cancelled => Err(shut_down()),
+            }
+        })?;
+        let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), values)?;
+        Ok(array.into_pyarray(py))
+    }
+
+    /// Declares a job: the ordered queries it will send, each as `(store, time indices it
+    /// reads)`. Returns the job's number, to give as `job=` with each of its queries in
+    /// order; the JAWS scheduler holds a query of it briefly so that it runs together with
+    /// the queries of other jobs that read the same time steps.
+    fn declare_job(&self, plan: Vec<(Bound<'_, FieldStore>, Vec<usize>)>) -> JobId {
+        let plan: Vec<_> = plan
+            .iter()
+            .map(|(store, steps)| (store.get().shared_reader(), steps.clone()))
+            .collect();
+        self.engine.declare_job(&plan)
+    }
+
+    /// Ends a job: its queries still to come run ungated, and those of other jobs stop
+    /// waiting for it. Closing a job twice, or one that ended by itself, does nothing.
+    fn close_job(&self, job: JobId) {
+        self.engine.close_job(job);
+    }
+
     /// What the engine has done and holds: a dict of counters, the cache's use and hit
     /// ratio, the current α and response-time histograms by query size.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.engine.stats())
+    }
+}
+
+/// A point query handed to the engine by `Engine.submit`. Dropping it before its answer
+/// was taken cancels the query.
+#[pyclass(module = "turbdb._core", frozen)]
+pub struct PendingQuery {
+    /// Read-locked to wait and cancel (from several threads at once), write-locked to take
+    /// the outcome.
+    ticket: RwLock<Ticket>,
+    cancelled: AtomicBool,
+    taken: AtomicBool,
+}
+
+#[pymethods]
+impl PendingQuery {
+    /// Waits up to `timeout` seconds (None: until the query ends) with the GIL released;
+    /// whether it has ended.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> Result<bool> {
+        let timeout = match timeout {
+            None => None,
+            Some(t) if t.is_finite() && t >= 0.0 => Some(Duration::from_secs_f64(t)),
+            Some(t) => {
+                return Err(invalid(format!(
+                    "timeout must be a finite number of seconds ≥ 0, not {t}"
+                )))
+            }
+        };
+        Ok(py.detach(|| self.ticket.read().expect("ticket").wait(timeout)))
+    }
+
+    /// Cancels the query: its sub-queries still pending in the engine are dropped.
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        self.ticket.read().expect("ticket").cancel();
+    }
+
+    /// Whether the query has ended (answered, failed or cancelled).
+    #[getter]
+    fn done(&self) -> bool {
+        self.ticket.read().expect("ticket").is_done()
+    }
+
+    /// Waits for the query and returns what `Engine.query` returns: its values and counters.
+    fn result<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
+        py.detach(|| self.ticket.read().expect("ticket").wait(None));
+        if self.taken.swap(true, Ordering::Relaxed) {
+            return Err(invalid("the answer of this query was taken already"));
+        }
+        let outcome = self.ticket.write().expect("ticket").take();
+        match outcome {
+            Some(Outcome::Done(values, stats)) => {
+                Ok((values.into_sums().into_pyarray(py), counters(py, &stats)?))
+            }
+            Some(Outcome::Failed(e)) => Err(e.into()),
+            Some(Outcome::Cancelled) if !self.cancelled.load(Ordering::Relaxed) => {
+                Err(shut_down().into())
+            }
+            Some(Outcome::Cancelled) | None => {
+                Err(invalid("the query was cancelled: it has no answer"))
+            }
+        }
+    }
+}
+
+/// A query's counters, as `Engine.query` gives them.
+fn counters<'py>(py: Python<'py>, stats: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("atoms", stats.atoms)?;
+    d.set_item("cache_hits", stats.cache_hits)?;
+    d.set_item("atoms_read", stats.atoms_read)?;
+    d.set_item("batches", stats.batches)?;
+    d.set_item("contributions", stats.contributions)?;
+    d.set_item("gated_seconds", stats.gated_seconds)?;
+    d.set_item("response_seconds", stats.response_seconds)?;
+    Ok(d)
+}
+
+/// What a waiter sees of a query the engine dropped without being asked to: it shut down.
+fn shut_down() -> turbdb_core::Error {
+    turbdb_core::Error::Busy {
+        message: "the node engine shut down before the query completed".into(),
+        retry_after: 1.0,
     }
 }
 
@@ -142,6 +333,12 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("busy_seconds", s.busy_seconds)?;
     d.set_item("jobs", s.jobs)?;
     d.set_item("gating_edges", s.gating_edges)?;
+    let gating = PyDict::new(py);
+    gating.set_item("edges", s.gating.edges)?;
+    gating.set_item("refused", s.gating.refused)?;
+    gating.set_item("timeouts", s.gating.timeouts)?;
+    gating.set_item("co_scheduled", s.gating.co_scheduled)?;
+    d.set_item("gating", gating)?;
     let response = PyDict::new(py);
     for ((name, _), h) in SIZE_CLASSES.iter().zip(&s.response) {
         let class = PyDict::new(py);

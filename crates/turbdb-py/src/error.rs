@@ -79,6 +79,7 @@ impl From<PyTurbdbErr> for PyErr {
             Error::OutOfDomain(_) => OutOfDomainError::new_err(message),
             Error::TooLarge(_) => LimitExceededError::new_err(message),
             Error::Busy { retry_after, .. } => EngineBusyError::new_err((message, retry_after)),
+            Error::Internal(_) => TurbdbError::new_err(message),
         }
     }
 }

@@ -27,7 +27,7 @@ from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
-from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, limits as limits_api
+from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .tokens import Tokens
@@ -87,6 +87,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.include_router(jhtdb_cutout.router(backend))
     app.include_router(jhtdb_metadata.router(backend))
     app.include_router(cluster_routes.router(backend))
+    registry = jobs.JobRegistry()
+    app.state.jobs = registry
+    app.include_router(jobs.router(backend, registry))
 
     @app.get("/healthz", tags=["operations"], summary="liveness")
     async def healthz() -> dict[str, Any]:
@@ -128,16 +131,20 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         temporal: str = Query("none", description="none (nearest stored time) or pchip"),
         dtype: Literal["float32", "float64"] = Query("float32", description="dtype of the answer"),
         strategy: str = Query("streaming", description="streaming, or the sorted/direct baselines"),
+        job: int | None = Query(None, description="the job (POST /v1/jobs) this query is the next query of"),
     ) -> Response:
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
+        engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
         points = await backend.points(request, limits)
         encode = _encoder(request)
+        # With a node engine, a client that goes away cancels its query's pending work.
+        gone = backend.disconnection(request)
 
         def evaluate() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
             values = ds.query(field, points, time=time, method=method, operator=operator, temporal=temporal,
-                              dtype=dtype, strategy=strategy)
+                              dtype=dtype, strategy=strategy, job=engine_job, cancel=gone)
             backend.record_reads(ds, field)
             return encode(values)
 
@@ -199,10 +206,11 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         check_track_size(len(points), steps)
         binary = NPY in request.headers.get("accept", "") or NPZ in request.headers.get("accept", "")
         encode = _encoder(request)
+        gone = backend.disconnection(request)  # with a node engine: a client gone stops its track
 
         def evaluate() -> Response:
             result = ds.track(points, start=start, end=end, dt=dt, method=method, field=field,
-                              integrator=integrator, return_velocity=return_velocity)
+                              integrator=integrator, return_velocity=return_velocity, cancel=gone)
             if not return_velocity:
                 return encode(result)
             positions, velocities = result

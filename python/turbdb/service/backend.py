@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import numpy as np
 from starlette.requests import Request
@@ -186,6 +187,14 @@ class Backend:
             self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
 
+    def disconnection(self, request: Request) -> Disconnection | None:
+        """What a query given ``cancel=`` looks at to learn that its client went away
+        (then the node engine drops its pending work); None without a node engine, where
+        a query runs alone to its end."""
+        if getattr(self.database, "engine", None) is None:
+            return None
+        return Disconnection(request)
+
     def record_reads(self, dataset: Dataset, field: str) -> None:
         stats = dataset.last_query_stats
         atoms = stats.get("atoms_read", 0)
@@ -193,6 +202,20 @@ class Backend:
             info = dataset.metadata
             self.metrics.atoms_read.inc(atoms)
             self.metrics.bytes_read.inc(atoms * info.atom**3 * info.fields[field].ncomp * 4)
+
+
+class Disconnection:
+    """Whether the client of a request has gone, asked from a worker thread of the event
+    loop (``threading.Event``'s ``is_set``, which a query polls while the engine works)."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.gone = False
+
+    def is_set(self) -> bool:
+        if not self.gone:
+            self.gone = anyio.from_thread.run(self.request.is_disconnected)
+        return self.gone
 
 
 def parse_json_points(body: bytes) -> np.ndarray:

@@ -22,6 +22,7 @@ log = logging.getLogger("turbdb.service")
 
 # Checked in order: subclasses before their bases.
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (exc.QueryCancelledError, 499),  # the client went away (nginx's "client closed request")
     (exc.AccessDeniedError, 403),
     (exc.LimitExceededError, 413),
     (exc.OutOfDomainError, 400),

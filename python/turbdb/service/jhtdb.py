@@ -183,7 +183,7 @@ def router(backend: Backend) -> APIRouter:
         points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
             else parse_points(body)
         if fields == ["position"]:
-            return await _position(backend, ds, points, limits, t, timepoint_end, delta_t, method)
+            return await _position(backend, request, ds, points, limits, t, timepoint_end, delta_t, method)
         # Counted before the times are listed: a tiny delta_t must not allocate gigabytes.
         limits.check_points(len(points) * series_length(t, timepoint_end, delta_t), "point-times (points × times)")
         times = series_times(t, timepoint_end, delta_t)
@@ -193,12 +193,15 @@ def router(backend: Backend) -> APIRouter:
                 raise UnknownNameError(f"{field!r} is not a variable of dataset {dataset!r}; it has "
                                        f"{', '.join(ds.metadata.fields)}, position")
 
+        gone = backend.disconnection(request)  # with a node engine: a client gone cancels the rest
+
         def evaluate() -> bytes:
             rows = []
             for ti in times:
                 # Several fields (GetVelocityAndPressure) side by side, in the order named.
                 rows.append(np.hstack([ds.query(field, points, time=float(ti), method=method, operator=operator,
-                                                temporal=temporal).reshape(len(points), -1) for field in fields]))
+                                                temporal=temporal, cancel=gone).reshape(len(points), -1)
+                                       for field in fields]))
                 for field in fields:
                     backend.record_reads(ds, field)
             return json.dumps(np.concatenate(rows).tolist()).encode()
@@ -211,8 +214,8 @@ def router(backend: Backend) -> APIRouter:
     return api
 
 
-async def _position(backend: Backend, ds, points: np.ndarray, limits, t: float, end: float, dt: float,
-                    method: str) -> Response:
+async def _position(backend: Backend, request: Request, ds, points: np.ndarray, limits, t: float, end: float,
+                    dt: float, method: str) -> Response:
     """``var=position``: JHTDB's GetPosition, the final positions of particles advected
     from ``t`` to ``timepoint_end`` with steps ``delta_t`` (PCHIP in time, RK2)."""
     limits.check_points(len(points))
@@ -220,9 +223,10 @@ async def _position(backend: Backend, ds, points: np.ndarray, limits, t: float, 
         raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
     steps = step_count(t, end, abs(dt))  # counted, not listed: a tiny dt must not allocate
     check_track_size(len(points), steps)
+    gone = backend.disconnection(request)
 
     def evaluate() -> bytes:
-        positions = ds.track(points, start=t, end=end, dt=abs(dt), method=method)
+        positions = ds.track(points, start=t, end=end, dt=abs(dt), method=method, cancel=gone)
         return json.dumps(np.asarray(positions[-1], dtype=np.float32).tolist()).encode()
 
     async with backend.limiter.admit(len(points) * (steps + 1)):

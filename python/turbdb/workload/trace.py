@@ -1,7 +1,8 @@
 """A trace: jobs (an ordered sequence of queries) and the queries' arrival times, shaped
 like the JHTDB log the JAWS paper describes — bursty arrivals; most jobs (about 88 %) on a
 single time step, some over a few steps, a few per cent iterating over many steps
-(particle tracking); most queries small and spatially concentrated in regions of interest
+(particle tracking: 100 to 200 consecutive steps, or every step of a dataset with fewer
+than 100); most queries small and spatially concentrated in regions of interest
 that several users share, some large uniform batches. A query carries how to draw its
 points (region, count, seed), not the points, so a trace stays small and replays exactly."""
 
@@ -18,8 +19,10 @@ import numpy as np
 
 from ..exceptions import FormatError
 
-#: Shares of jobs by kind: one time step, a few consecutive steps, every step (tracking).
+#: Shares of jobs by kind: one time step, a few consecutive steps, many steps (tracking).
 SINGLE_STEP, FEW_STEPS = 0.88, 0.08
+#: Consecutive steps a tracking job iterates over (every step of a dataset with fewer).
+TRACK_STEPS = (100, 200)
 #: Share of single-step queries that are large uniform batches, and their size range.
 LARGE_SHARE, LARGE_POINTS = 0.04, (8_000, 40_000)
 #: Small queries: log-normal point counts (median, sigma), at most this many.
@@ -91,9 +94,13 @@ def generate(
             length = int(rng.integers(2, min(6, nt) + 1))
             start = min(first, nt - length)
             steps = list(range(start, start + length))
-        else:
+        elif nt < TRACK_STEPS[0]:
             steps = list(range(nt))
-        tracking = len(steps) == nt and nt > 1
+        else:
+            length = int(rng.integers(TRACK_STEPS[0], min(nt, TRACK_STEPS[1]) + 1))
+            start = int(rng.integers(0, nt - length + 1))
+            steps = list(range(start, start + length))
+        tracking = (len(steps) == nt and nt > 1) or len(steps) >= TRACK_STEPS[0]
         region = hot[rng.integers(regions)] if rng.uniform() < 0.8 else lo + rng.uniform(0, 1, 3) * extent
         spread = float(rng.uniform(*SPREAD_NODES)) * spacing
         method, operator = METHODS[int(rng.integers(len(METHODS)))]

@@ -180,6 +180,9 @@ struct Shared {
     fields: Mutex<Fields>,
     pending_points: AtomicU64,
     published: Mutex<EngineStats>,
+    /// Test hook: a batch of this time step panics (u32::MAX: none).
+    #[cfg(test)]
+    panic_on_step: std::sync::atomic::AtomicU32,
 }
 
 impl Canceller for Shared {
@@ -223,6 +226,8 @@ impl NodeEngine {
                 fields: Mutex::default(),
                 pending_points: AtomicU64::new(0),
                 published: Mutex::new(stats),
+                #[cfg(test)]
+                panic_on_step: std::sync::atomic::AtomicU32::new(u32::MAX),
             }),
             thread: Mutex::new(None),
         }
@@ -750,11 +755,11 @@ impl Core {
                 }
             }
         }
+        // A job whose query failed or was cancelled (its client went away) will not go on
+        // as planned: it is closed, so that the jobs gated with it stop waiting for it.
         if let Some((job, _)) = live.job {
-            if matches!(outcome, Outcome::Failed(_)) {
-                let released = self.jobs.close(job);
-                self.release(released);
-            }
+            let released = self.jobs.close(job);
+            self.release(released);
         }
         self.shared
             .pending_points
@@ -928,8 +933,10 @@ impl Core {
             .collect();
         let mut parts: Vec<Part<'_>> = Vec::with_capacity(lives.len());
         let mut served: Vec<(usize, u64)> = Vec::with_capacity(lives.len());
+        let mut step = None;
         for live in lives.iter_mut() {
             let (level, atoms) = by_query.remove(&live.id).expect("grouped");
+            step.get_or_insert(live.step(level));
             let hits = atoms
                 .iter()
                 .filter(|&&(_, slot)| batch.hit[slot as usize])
@@ -942,8 +949,30 @@ impl Core {
                 atoms,
             });
         }
-        let added = execute(&mut parts, &data);
+        #[cfg(test)]
+        let poisoned =
+            step.is_some_and(|s| s.t == self.shared.panic_on_step.load(Ordering::Relaxed));
+        // A panic while serving the batch (a bug, an atom that breaks an assumption) fails
+        // the queries of this batch alone; the engine thread goes on serving the others.
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if poisoned {
+                panic!("test hook: a poisoned batch");
+            }
+            execute(&mut parts, &data)
+        }));
         drop(parts);
+        let added = match added {
+            Ok(added) => added,
+            Err(payload) => {
+                let error = batch_panic(&*payload, step, batch.codes.len(), lives.len());
+                for live in lives {
+                    self.stats.failed += 1;
+                    self.forget(live, Outcome::Failed(error.duplicate()));
+                }
+                return;
+            }
+        };
         let seconds = started.elapsed().as_secs_f64();
         self.cost.observe_compute(added, seconds * 1e3);
         self.stats.contributions += added;
@@ -1037,5 +1066,112 @@ impl Core {
         for (ticket, outcome) in self.ended.drain(..) {
             ticket.finish(outcome);
         }
+    }
+}
+
+/// The error of the queries of a batch whose serving panicked.
+fn batch_panic(
+    payload: &(dyn std::any::Any + Send),
+    step: Option<StepKey>,
+    atoms: usize,
+    queries: usize,
+) -> Error {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    let at = step.map_or(String::new(), |s| format!(" of time step {}", s.t));
+    Error::Internal(format!(
+        "the node engine failed while serving a batch of {atoms} atoms{at} ({message}); the \
+         {queries} queries of that batch failed, the engine goes on serving the others — retry, \
+         and report this if it happens again"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::geometry::FieldGeometry;
+    use crate::storage::shard::{ChunkCodec, IndexLocation};
+    use crate::storage::writer::write_step;
+
+    const TIMES: [f64; 3] = [0.0, 1.0, 2.0];
+
+    fn field() -> (tempfile::TempDir, Arc<FieldReader>, [Axis; 3]) {
+        let dir = tempfile::tempdir().unwrap();
+        let geometry = FieldGeometry::new([16, 16, 16], 1, 4, 8).unwrap();
+        for t in 0..TIMES.len() {
+            let data: Vec<f32> = (0..16 * 16 * 16).map(|i| (i % 97 + t) as f32).collect();
+            write_step(dir.path(), &geometry, t, &data, false).unwrap();
+        }
+        let reader = Arc::new(FieldReader::new(
+            dir.path(),
+            geometry,
+            ChunkCodec::TURBDB,
+            IndexLocation::End,
+        ));
+        let axes = [0; 3].map(|_| Axis {
+            n: 16,
+            origin: 0.0,
+            spacing: 1.0,
+            periodic: true,
+        });
+        (dir, reader, axes)
+    }
+
+    fn at(engine: &NodeEngine, reader: &Arc<FieldReader>, axes: [Axis; 3], time: f64) -> Ticket {
+        let points: Vec<[f64; 3]> = (0..50).map(|i| [i as f64 * 0.3, 2.5, 7.25]).collect();
+        let query = PointQuery {
+            points: &points,
+            axes,
+            times: &TIMES,
+            time,
+            method: Method::Lagrange(4),
+            operator: Operator::Field,
+            temporal: Temporal::None,
+            partitions: None,
+            job: None,
+        };
+        engine.submit_points(reader, &query, None).unwrap()
+    }
+
+    #[test]
+    fn a_panic_in_a_batch_fails_only_its_queries_and_the_engine_goes_on() {
+        let (_dir, reader, axes) = field();
+        let engine = NodeEngine::new(EngineConfig::default());
+        let healthy = at(&engine, &reader, axes, 0.0).outcome();
+        assert!(matches!(healthy, Outcome::Done(..)));
+        engine.shared.panic_on_step.store(1, Ordering::Relaxed);
+        let tickets: Vec<Ticket> = [0.0, 1.0, 2.0, 1.0]
+            .iter()
+            .map(|&t| at(&engine, &reader, axes, t))
+            .collect();
+        let outcomes: Vec<Outcome> = tickets.into_iter().map(Ticket::outcome).collect();
+        for (k, outcome) in outcomes.iter().enumerate() {
+            match (k, outcome) {
+                (1 | 3, Outcome::Failed(Error::Internal(message))) => {
+                    assert!(message.contains("time step 1"), "{message}");
+                    assert!(message.contains("test hook: a poisoned batch"), "{message}");
+                }
+                (0 | 2, Outcome::Done(..)) => {}
+                _ => panic!("query {k} ended as {outcome:?}"),
+            }
+        }
+        // The engine thread survived: the step that panicked is served once it is sound.
+        engine
+            .shared
+            .panic_on_step
+            .store(u32::MAX, Ordering::Relaxed);
+        assert!(matches!(
+            at(&engine, &reader, axes, 1.0).outcome(),
+            Outcome::Done(..)
+        ));
+        std::thread::sleep(Duration::from_millis(20));
+        let stats = engine.stats();
+        assert_eq!(
+            (stats.failed, stats.pending, stats.pending_points),
+            (2, 0, 0)
+        );
     }
 }

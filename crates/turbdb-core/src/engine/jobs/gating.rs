@@ -22,6 +22,11 @@ use crate::engine::jobs::alignment::align;
 /// A job's number.
 pub type JobId = u64;
 
+/// Queries of a job that are aligned with other jobs: the alignment costs `n × m` cells on
+/// the engine's thread (4 MB and a few milliseconds at this size), so a longer job is
+/// gated over its first queries only and runs the rest ungated.
+pub const MAX_ALIGNED_QUERIES: usize = 1024;
+
 /// The data a planned query reads: a field and its time steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Region {
@@ -162,11 +167,13 @@ impl JobGraph {
         // Align with every running job's queries still to come, most shared first.
         let mut pairings: Vec<(JobId, Vec<(usize, usize)>)> = Vec::new();
         if self.gating {
+            let mine = n.min(MAX_ALIGNED_QUERIES);
             for (&other, job) in &self.jobs {
                 let from = job.submitted;
                 let theirs = &job.plan[from.min(job.plan.len())..];
+                let theirs = &theirs[..theirs.len().min(MAX_ALIGNED_QUERIES)];
                 let pairs: Vec<(usize, usize)> =
-                    align(n, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
+                    align(mine, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
                         .into_iter()
                         .map(|(i, j)| (i, j + from))
                         .collect();
@@ -616,6 +623,24 @@ mod tests {
         let (_, released) = graph.submit(j1, 12, 170.0);
         assert!(released.is_empty());
         assert_eq!(graph.close(j2), vec![12]);
+    }
+
+    #[test]
+    fn a_job_longer_than_the_alignment_cap_is_gated_over_its_first_queries_only() {
+        // Two tracks over 3 000 steps each would need a 36 MB alignment; only the first
+        // MAX_ALIGNED_QUERIES pairs are gated, and both still run to their end.
+        let steps: Vec<u32> = (0..3000).collect();
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&steps), 0.0);
+        let j2 = graph.declare(plan(&steps), 0.0);
+        assert_eq!(graph.edges(), MAX_ALIGNED_QUERIES);
+        assert!(graph.jobs[&j1].edges[MAX_ALIGNED_QUERIES].is_empty());
+        let groups = run(&mut graph, &[(j1, 3000), (j2, 3000)]);
+        assert_eq!(
+            groups.iter().filter(|g| g.len() == 2).count(),
+            MAX_ALIGNED_QUERIES
+        );
+        assert!(graph.is_empty());
     }
 
     #[test]

@@ -1,0 +1,185 @@
+"""Jobs over HTTP (Wang et al. §IV-B; :mod:`turbdb.jobs`): ``POST /v1/jobs`` declares the
+ordered queries a client is going to send, each a (dataset, field, time[, temporal]), and
+answers the job's id; each of those queries then carries ``job=<id>``, in order; ``DELETE
+/v1/jobs/{id}`` ends it. With a node engine the JAWS scheduler gates the job's queries
+with those of other jobs that read the same time steps, so one read serves them all.
+
+A job is a scheduling hint: answers never depend on it. A server without a node engine
+(``turbdb serve`` without ``--scheduler``) still accepts jobs, so that a client need not
+know how the server runs, and answers ``"scheduled": false``: its queries run alone, as
+they would without the job. A job belongs to the token that declared it (to the address,
+for anonymous use): another token's ``job=`` gets 404, as an unknown id does. A job
+unused for :data:`JOB_IDLE_SECONDS` is forgotten."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ..exceptions import (
+    EngineBusyError, FormatError, InvalidRequestError, LimitExceededError, UnknownNameError,
+)
+from ..jobs import MAX_JOB_QUERIES, Job, declare, planned_query, steps_read
+from .backend import Backend, with_status
+from .tokens import Limits
+
+#: A job unused (no query, no declaration) for this long is forgotten (the engine's own
+#: idle timeout is the same).
+JOB_IDLE_SECONDS = 600.0
+#: Jobs open at once on one server.
+MAX_OPEN_JOBS = 4096
+#: Bytes a planned query may take in the body (JSON), and the slack of the rest.
+BYTES_PER_PLANNED_QUERY, BODY_SLACK = 256, 4096
+
+_PLAN_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "object", "required": ["queries"], "properties": {"queries": {
+        "type": "array", "minItems": 1, "maxItems": MAX_JOB_QUERIES, "items": {
+            "type": "object", "required": ["dataset", "field", "time"], "properties": {
+                "dataset": {"type": "string"}, "field": {"type": "string"}, "time": {"type": "number"},
+                "temporal": {"type": "string", "enum": ["none", "pchip"]}}}}}},
+    "example": {"queries": [{"dataset": "isotropic64", "field": "velocity", "time": t} for t in (0.0, 0.1, 0.2)]},
+}}}}
+
+
+@dataclasses.dataclass
+class DeclaredJob:
+    owner: str
+    job: Job
+    last_used: float
+
+
+class JobRegistry:
+    """The jobs declared over HTTP, by the number the server gave them."""
+
+    def __init__(self, idle_seconds: float = JOB_IDLE_SECONDS, max_jobs: int = MAX_OPEN_JOBS):
+        self.idle_seconds = idle_seconds
+        self.max_jobs = max_jobs
+        self._jobs: dict[int, DeclaredJob] = {}
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def add(self, owner: str, job: Job) -> int:
+        with self._lock:
+            self._expire()
+            if len(self._jobs) >= self.max_jobs:
+                job.close()
+                raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: close jobs that "
+                                      "are done (DELETE /v1/jobs/{id}), or retry shortly", retry_after=5.0)
+            number = next(self._numbers)
+            self._jobs[number] = DeclaredJob(owner, job, time.monotonic())
+            return number
+
+    def engine_job(self, number: int | None, owner: str) -> int | None:
+        """The engine's number of job ``number`` of ``owner`` (None: no job, or no engine);
+        404 if there is no such job of theirs."""
+        if number is None:
+            return None
+        with self._lock:
+            found = self._find(number, owner)
+            found.last_used = time.monotonic()
+            return found.job.id
+
+    def remove(self, number: int, owner: str) -> None:
+        with self._lock:
+            found = self._find(number, owner)
+            del self._jobs[number]
+        found.job.close()
+
+    def _find(self, number: int, owner: str) -> DeclaredJob:
+        found = self._jobs.get(number)
+        if found is None or found.owner != owner:
+            raise with_status(UnknownNameError(
+                f"no job {number} on this server for this token: it was never declared, was closed, or was unused for "
+                f"{self.idle_seconds:.0f} s; declare it with POST /v1/jobs"), 404)
+        return found
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for number in [n for n, j in self._jobs.items() if now - j.last_used > self.idle_seconds]:
+            self._jobs.pop(number).job.close()
+
+
+def owner_of(request: Request, limits: Limits, backend: Backend) -> str:
+    """Who a job belongs to: the token, or the address for anonymous use."""
+    if limits is backend.tokens.anonymous:
+        return f"anonymous@{request.client.host if request.client else ''}"
+    return f"token:{limits.name}"
+
+
+def router(backend: Backend, registry: JobRegistry) -> APIRouter:
+    routes = APIRouter(tags=["queries"])
+
+    @routes.post("/v1/jobs", summary="declare a job: the queries a client will send, in order",
+                 openapi_extra=_PLAN_BODY, responses={200: {"description": "the job's id, to send as job=<id> with "
+                                                                           "each of its queries"}})
+    async def declare_job(request: Request) -> dict[str, Any]:
+        limits = backend.authorize(request)
+        plan = await _plan(request)
+        datasets = {}
+        for name in dict.fromkeys(p[0] for p in plan):
+            datasets[name] = backend.dataset(name, limits)
+            limits.check_dataset(name)
+        engine = getattr(backend.database, "engine", None)
+
+        def declared() -> Job:  # in a worker thread: up to MAX_JOB_QUERIES look-ups of time steps
+            if engine is None:  # nothing to gate: the plan is only checked
+                for name, field, _, _ in plan:
+                    if field not in datasets[name].metadata.fields:
+                        raise UnknownNameError(f"dataset {name!r} has no field {field!r}; "
+                                               f"it has {', '.join(datasets[name].metadata.fields)}")
+                return Job(None, None, len(plan))
+            return declare(engine, [(datasets[name].field_store(field), steps_read(datasets[name], field, t, temporal))
+                                    for name, field, t, temporal in plan])
+
+        number = registry.add(owner_of(request, limits, backend), await backend.run(declared))
+        answer: dict[str, Any] = {"job": number, "queries": len(plan), "scheduled": engine is not None,
+                                  "idle_timeout_seconds": registry.idle_seconds}
+        if engine is None:
+            answer["note"] = ("this server runs without a node engine: the job's queries run alone, as they would "
+                              "without it")
+        return answer
+
+    @routes.delete("/v1/jobs/{job}", summary="end a job: its queries still to come run ungated")
+    async def close_job(job: int, request: Request) -> dict[str, Any]:
+        limits = backend.authorize(request)
+        registry.remove(job, owner_of(request, limits, backend))
+        return {"job": job, "closed": True}
+
+    return routes
+
+
+async def _plan(request: Request) -> list[tuple[str, str, float, str]]:
+    """The planned queries of a ``POST /v1/jobs`` body, refused (413) once it is known to
+    plan more than :data:`MAX_JOB_QUERIES`."""
+    limit = MAX_JOB_QUERIES * BYTES_PER_PLANNED_QUERY + BODY_SLACK
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise LimitExceededError(f"a job's plan may take {limit:,} bytes and plan {MAX_JOB_QUERIES:,} queries; "
+                                     "declare several jobs, one after the other")
+        chunks.append(chunk)
+    try:
+        document = json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise FormatError(f"the body is not valid JSON ({e}); send {{\"queries\": [{{\"dataset\": …, \"field\": …, "
+                          f"\"time\": …}}, …]}}") from None
+    queries = document.get("queries") if isinstance(document, dict) else None
+    if not isinstance(queries, list):
+        raise FormatError("the JSON body must be an object with a \"queries\" list: "
+                          "{\"queries\": [{\"dataset\": …, \"field\": …, \"time\": …}, …]}")
+    if not queries:
+        raise InvalidRequestError("a job plans at least one query")
+    if len(queries) > MAX_JOB_QUERIES:
+        raise LimitExceededError(f"a job may plan at most {MAX_JOB_QUERIES:,} queries, not {len(queries):,}: "
+                                 "declare several jobs, one after the other")
+    return [planned_query(q) for q in queries]

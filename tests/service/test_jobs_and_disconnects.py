@@ -1,0 +1,192 @@
+"""Jobs and disconnections on a real server with a node engine (`turbdb serve --scheduler
+jaws`): jobs declared with POST /v1/jobs are gated together and get the answers of the
+engine-less local dataset; bad job requests get 4xx with a message; a client that drops its
+connection cancels its query in the engine while the server goes on serving; a replayed
+trace declares its multi-query jobs."""
+
+import json
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+import turbdb
+from click.testing import CliRunner
+from servicekit import FULL, SMALL, TIMES, running_server
+from turbdb.cli import main
+from turbdb.service.transport import encode_npy
+from turbdb.workload import generate, write_trace
+
+AUTH = {"Authorization": f"Bearer {FULL}"}
+
+
+@pytest.fixture(scope="module")
+def engine_server(service_db, tokens_file, tmp_path_factory):
+    log = tmp_path_factory.mktemp("jobs") / "server.log"
+    with running_server(service_db, log, "--tokens", str(tokens_file), "--scheduler", "jaws",
+                        "--cache-bytes", str(4 << 20)) as server:
+        yield server
+        assert server.process.poll() is None, f"the server died:\n{server.log.read_text()}"
+
+
+def engine_state(server):
+    return httpx.get(server.url + "/v1/engine", timeout=10).json()
+
+
+def wait_for(condition, seconds=15.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def points(seed, count=300):
+    return np.random.default_rng(seed).uniform(0.3, 6.0, (count, 3))
+
+
+def test_two_concurrent_jobs_over_the_same_steps_are_gated_and_get_the_local_answers(engine_server, local):
+    before = engine_state(engine_server)["gating"]
+    plan = [("trig", "velocity", t, "pchip") for t in TIMES[1:3]] + [("trig", "velocity", t) for t in TIMES]
+    times = [(t, "pchip") for t in TIMES[1:3]] + [(t, "none") for t in TIMES]
+    answers = {}
+    with turbdb.connect(engine_server.url, FULL) as remote:
+        jobs = [remote.job(plan), remote.job(plan)]
+        assert all(job.scheduled for job in jobs)
+
+        def client(k):
+            with turbdb.connect(engine_server.url, FULL) as mine, jobs[k]:
+                for i, (t, temporal) in enumerate(times):
+                    answers[k, i] = mine["trig"].query("velocity", points(7 * k + i), time=t, temporal=temporal,
+                                                       method="lag6", dtype=np.float64, job=jobs[k].id)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "the jobs deadlocked"
+    assert len(answers) == 2 * len(times)
+    for (k, i), values in answers.items():
+        t, temporal = times[i]
+        expected = local["trig"].query("velocity", points(7 * k + i), time=t, temporal=temporal, method="lag6",
+                                       dtype=np.float64)
+        np.testing.assert_allclose(values, expected, rtol=1e-6, atol=1e-6)
+    after = engine_state(engine_server)
+    # Every planned query of the second job shares a step with one of the first: one edge each.
+    assert after["gating"]["edges"] - before["edges"] == len(plan)
+    assert after["gating"]["co_scheduled"] > before["co_scheduled"]
+    assert after["jobs"] == 0 and after["pending"] == 0
+
+
+def test_bad_job_requests_get_4xx_with_a_message(engine_server):
+    url = engine_server.url
+    query = {"field": "velocity", "time": 0.5}
+    unknown = httpx.post(url + "/v1/datasets/trig/query", params={**query, "job": 987654}, json={"points": [[1, 2, 3]]},
+                         headers=AUTH, timeout=10)
+    assert unknown.status_code == 404 and "no job 987654" in unknown.json()["description"]
+    assert httpx.delete(url + "/v1/jobs/987654", headers=AUTH, timeout=10).status_code == 404
+    declared = httpx.post(url + "/v1/jobs", json={"queries": [{"dataset": "trig", "field": "velocity", "time": 0.5}]},
+                          headers=AUTH, timeout=10).json()
+    # Another token's job is as unknown as a job never declared.
+    theirs = httpx.post(url + "/v1/datasets/trig/query", params={**query, "job": declared["job"]},
+                        json={"points": [[1, 2, 3]]}, headers={"Authorization": f"Bearer {SMALL}"}, timeout=10)
+    assert theirs.status_code == 404
+    bad_bodies = [
+        ({"queries": []}, 400, "at least one"),
+        ({"queries": [{"dataset": "trig", "field": "velocity"}]}, 400, "keys dataset, field, time"),
+        ({"queries": [{"dataset": "trig", "field": "nope", "time": 0.0}]}, 400, "no field 'nope'"),
+        ({"queries": [{"dataset": "trig", "field": "velocity", "time": 0.0, "temporal": "cubic"}]}, 400, "temporal"),
+        ({"queries": [{"dataset": "trig", "field": "velocity", "time": "soon"}]}, 400, "finite number"),
+        ({"queries": [{"dataset": "nowhere", "field": "velocity", "time": 0.0}]}, 404, "no dataset 'nowhere'"),
+        ({"plan": []}, 400, "\"queries\" list"),
+        ({"queries": [{"dataset": "trig", "field": "velocity", "time": 0.0}] * 10_001}, 413, "at most"),
+    ]
+    for body, status, message in bad_bodies:
+        answer = httpx.post(url + "/v1/jobs", json=body, headers=AUTH, timeout=30)
+        assert answer.status_code == status, (body if len(str(body)) < 200 else "long plan", answer.text[:300])
+        assert message in answer.json()["description"]
+    not_json = httpx.post(url + "/v1/jobs", content=b"{", headers=AUTH, timeout=10)
+    assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["description"]
+    assert httpx.delete(url + f"/v1/jobs/{declared['job']}", headers=AUTH, timeout=10).json()["closed"]
+    assert engine_server.alive()
+
+
+def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled(server, local):
+    with turbdb.connect(server.url, FULL) as remote:
+        with remote.job([("trig", "pressure", 0.5), ("trig", "pressure", 1.0)]) as job:
+            assert not job.scheduled
+            values = remote["trig"].query("pressure", points(1), time=0.5, job=job, dtype=np.float64)
+    np.testing.assert_allclose(values, local["trig"].query("pressure", points(1), time=0.5, dtype=np.float64),
+                               rtol=1e-6, atol=1e-6)
+    answer = httpx.post(server.url + "/v1/jobs", json={"queries": [{"dataset": "trig", "field": "pressure",
+                                                                    "time": 0.0}]}, headers=AUTH, timeout=10).json()
+    assert answer["scheduled"] is False and "without a node engine" in answer["note"]
+
+
+def test_a_client_that_disconnects_cancels_its_query_and_the_server_goes_on(engine_server, local):
+    url = engine_server.url
+    cancelled = engine_state(engine_server)["cancelled"]
+    plan = {"queries": [{"dataset": "trig", "field": "velocity", "time": 1.5, "temporal": "pchip"}]}
+    # Two jobs over the same step: the first one's query is held at its gate (for up to the
+    # gate's 2 s timeout) until the second's comes — which never does: it stays pending.
+    first, second = (httpx.post(url + "/v1/jobs", json=plan, headers=AUTH, timeout=10).json()["job"] for _ in range(2))
+    body = encode_npy(points(3, 200_000))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/datasets/trig/query", params={"field": "velocity", "time": 1.5, "temporal": "pchip",
+                                                            "method": "lag8", "job": first},
+                   content=body, headers={**AUTH, "Content-Type": "application/x-npy"}, timeout=httpx.Timeout(
+                       30, read=0.3))
+    assert wait_for(lambda: engine_state(engine_server)["cancelled"] > cancelled), engine_server.log.read_text()[-3000:]
+    state = engine_state(engine_server)
+    assert state["pending"] == 0 and state["pending_points"] == 0
+    # The server goes on serving, with the right answers.
+    with turbdb.connect(url, FULL) as remote:
+        values = remote["trig"].query("velocity", points(4), time=1.5, temporal="pchip", dtype=np.float64)
+    np.testing.assert_allclose(values, local["trig"].query("velocity", points(4), time=1.5, temporal="pchip",
+                                                           dtype=np.float64), rtol=1e-6, atol=1e-6)
+    for job in (first, second):
+        httpx.delete(url + f"/v1/jobs/{job}", headers=AUTH, timeout=10)
+    assert engine_server.alive()
+
+
+def test_a_replayed_trace_declares_its_jobs_of_several_queries(engine_server, local, tmp_path, monkeypatch):
+    trace = generate(local["trig"].info, dataset="trig", jobs=40, duration=1.0, seed=11)
+    path = tmp_path / "trace.jsonl"
+    write_trace(path, trace)
+    sizes: dict[int, int] = {}
+    for q in trace:
+        sizes[q.job] = sizes.get(q.job, 0) + 1
+    several = sum(n >= 2 for n in sizes.values())
+    assert several > 0 and any(n == len(TIMES) for n in sizes.values())
+    declared = engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs", status="200")
+    closed = engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs/{job}", status="200")
+    monkeypatch.setenv("TURBDB_TOKEN", FULL)
+    ran = CliRunner().invoke(main, ["workload", "replay", str(path), engine_server.url, "--clients", "6", "--json"])
+    assert ran.exit_code == 0, ran.output
+    report = json.loads(ran.output)
+    assert report["failed"] == 0 and report["queries"] == len(trace)
+    assert engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs", status="200") - declared == several
+    assert engine_server.metric("turbdb_requests_total", endpoint="/v1/jobs/{job}", status="200") - closed == several
+    assert report["server_engine"]["jobs"] == 0
+
+
+def test_a_client_that_disconnects_from_a_track_stops_it(engine_server):
+    url = engine_server.url
+    body = encode_npy(points(9, 2000))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/datasets/trig/track", params={"start": 0.0, "end": 1.5, "dt": 0.0005, "method": "lag4"},
+                   content=body, headers={**AUTH, "Content-Type": "application/x-npy"},
+                   timeout=httpx.Timeout(30, read=0.5))
+    # 3000 rk2 steps would take minutes; the server stops within a few evaluations.
+    def settled():
+        first = engine_state(engine_server)["completed"]
+        time.sleep(0.3)
+        state = engine_state(engine_server)
+        return state["completed"] == first and state["jobs"] == 0 and state["pending"] == 0
+
+    assert wait_for(settled, 10)
+    assert engine_server.alive()
