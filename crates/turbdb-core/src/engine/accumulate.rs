@@ -76,6 +76,10 @@ impl Runs {
 /// Most distinct (y order, z order) pairs an operator needs (the Hessian's six).
 const MAX_PAIRS: usize = 6;
 
+/// Vector registers of the x86-64 (AVX2) and portable paths: the kernel keeps its sums in
+/// them and must leave room for the row being loaded and its weight.
+const REGISTERS: usize = 16;
+
 /// Most distinct z orders (0, 1 and 2).
 const MAX_Z_ORDERS: usize = 3;
 
@@ -415,6 +419,9 @@ impl<T: Lane> Rows<'_, T> {
     /// two sets of sums, so consecutive multiply-adds do not wait on each other.
     #[inline(always)]
     fn sum_one<S: Simd, const V: usize>(&self, simd: S, wy: &[f64], wz: &[f64]) -> [S::V; V] {
+        if 2 * V + 4 >= REGISTERS {
+            return self.sum_one_wide::<S, V>(simd, wy, wz);
+        }
         let mut even = [simd.splat(0.0); V];
         let mut odd = [simd.splat(0.0); V];
         for &(kz0, lz0, nz) in self.z.runs() {
@@ -451,6 +458,32 @@ impl<T: Lane> Rows<'_, T> {
         }
         let one = simd.splat(1.0);
         std::array::from_fn(|v| simd.mul_add(odd[v], one, even[v]))
+    }
+
+    /// [`Self::sum_one`] for rows of so many vectors that two sets of sums would not fit
+    /// the registers: one set (`V` independent multiply-adds a row keep the FMA units
+    /// busy enough), where two spilled one sum to the stack and every row waited on it.
+    #[inline(always)]
+    fn sum_one_wide<S: Simd, const V: usize>(&self, simd: S, wy: &[f64], wz: &[f64]) -> [S::V; V] {
+        let mut sums = [simd.splat(0.0); V];
+        for &(kz0, lz0, nz) in self.z.runs() {
+            for dz in 0..nz {
+                let (wz, lz) = (wz[kz0 + dz], lz0 + dz);
+                for &(ky0, ly0, ny) in self.y.runs() {
+                    for dy in 0..ny {
+                        let f = simd.splat(wy[ky0 + dy] * wz);
+                        let start = self.start(ly0 + dy, lz);
+                        for v in 0..V {
+                            // SAFETY: rows inside the runs are in bounds (checked by the
+                            // caller).
+                            let x = unsafe { self.lane::<S>(simd, start, v) };
+                            sums[v] = simd.mul_add(x, f, sums[v]);
+                        }
+                    }
+                }
+            }
+        }
+        sums
     }
 
     /// The sums of every (y order, z order) pair of `terms` into `acc`: each row column is

@@ -1,0 +1,79 @@
+//! Profiling harness for the streaming kernel: lag8 (or `METHOD`) velocity at N uniform
+//! points on the 256³ benchmark dataset that `bench/query.py` creates, warm, printing the
+//! per-phase nanoseconds per point. Run it under `perf record` to see where time goes:
+//!
+//!     cargo run --release -p turbdb-core --example kernel_profile -- /tmp/turbdb-bench-data/syn256/velocity [N] [reps] [method] [operator]
+
+use std::time::Instant;
+
+use turbdb_core::{
+    evaluate_within, Axis, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator,
+    QuerySpec, Strategy, StreamStats, Temporal,
+};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let root = args
+        .get(1)
+        .cloned()
+        .unwrap_or("/tmp/turbdb-bench-data/syn256/velocity".into());
+    let n: usize = args.get(2).map_or(1_000_000, |s| s.parse().unwrap());
+    let reps: usize = args.get(3).map_or(5, |s| s.parse().unwrap());
+    let method = Method::parse(args.get(4).map_or("lag8", |s| s.as_str())).unwrap();
+    let operator = Operator::parse(args.get(5).map_or("field", |s| s.as_str())).unwrap();
+    let grid = 256;
+    let geometry = FieldGeometry::new([grid; 3], 3, 8, 64).unwrap();
+    let reader = FieldReader::new(
+        std::path::PathBuf::from(root),
+        geometry,
+        ChunkCodec {
+            zstd: false,
+            crc32c: true,
+        },
+        IndexLocation::End,
+    );
+    let spacing = std::f64::consts::TAU / grid as f64;
+    let axes = [0; 3].map(|_| Axis {
+        n: grid,
+        origin: 0.0,
+        spacing,
+        periodic: true,
+    });
+    let mut state = 12345u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let points: Vec<[f64; 3]> = (0..n)
+        .map(|_| [0; 3].map(|_| next() * std::f64::consts::TAU))
+        .collect();
+    let spec = QuerySpec {
+        method,
+        operator,
+        temporal: Temporal::parse("none").unwrap(),
+        time: 0.02,
+        strategy: Strategy::Streaming,
+    };
+    let times = [0.0, 0.01, 0.02, 0.03];
+    for rep in 0..reps {
+        let stats = StreamStats::default();
+        let start = Instant::now();
+        let values = evaluate_within(&reader, axes, &times, &points, &spec, None, &stats).unwrap();
+        let wall = start.elapsed().as_secs_f64();
+        let phases: Vec<String> = stats
+            .phases
+            .seconds()
+            .iter()
+            .map(|(name, s)| format!("{name} {:.0}", s / n as f64 * 1e9))
+            .collect();
+        println!(
+            "rep {rep}: {:.3} M points/s ({:.0} ns/pt) | {} | check {:.6}",
+            n as f64 / wall / 1e6,
+            wall / n as f64 * 1e9,
+            phases.join(" "),
+            values.iter().take(1000).sum::<f64>()
+        );
+    }
+}
