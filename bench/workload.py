@@ -4,6 +4,7 @@ times larger than the cache, with io="direct" (the engine's cache is the only ca
 Every ratio is against noshare measured in the same run on the same trace.
 
     python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 64]
+                             [--only warm_repeat]
 
 Measures: (1) at a saturating speed-up (every job ready at once) each scheduler × policy:
 queries/s, points/s, atoms and bytes read, cache hit ratio, response-time percentiles by
@@ -11,7 +12,8 @@ query size (the paper's Table I for the cache); (2) throughput and small-query p
 the speed-up for each scheduler with urc (the paper's Figure 11); (3) a repeated 1 000-point
 lag8 query served from a warm engine cache against the same query run alone (no engine,
 OS page cache warm). Writes bench/results/workload.json and workload.png (--quick:
-workload_quick.*, about a minute).
+workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (seconds) and
+replaces that section of the existing JSON, keeping the others.
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
     """A 1 000-point lag8 query asked again and again: alone (no engine; its atoms come from
     the OS page cache) against through an engine whose cache holds them. Also where each
     one's time goes: the standalone path's phases (plan, read, weights, accumulate; thread
-    time) and, through the engine, the batches' compute (``busy_seconds``) against the
+    time) and, through the engine, its compute (``busy_seconds``: a query whose atoms are
+    all cached is served at submission in the caller's thread, without a batch) against the
     response inside the engine and the whole call (the rest is cutting the query into
-    sub-queries, the hand-over to the engine's thread, and the Python↔Rust crossing)."""
+    sub-queries, pinning its atoms, and the Python↔Rust crossing)."""
     lone = turbdb.open(data)[name]
     rng = np.random.default_rng(seed)
     info = lone.info
@@ -112,10 +115,37 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
     phases = {"compute_seconds": (after["busy_seconds"] - before["busy_seconds"]) / asked,
               "response_in_engine_seconds": last["response_seconds"], "call_seconds": warm,
               "atoms": last["atoms"], "cache_hits": last["cache_hits"], "atoms_read": last["atoms_read"],
-              "batches": last["batches"], "contributions": last["contributions"]}
+              "batches": last["batches"], "contributions": last["contributions"],
+              "served_from_cache": after["served_from_cache"] - before["served_from_cache"], "asked": asked}
     return {"points": 1_000, "method": "lag8", "alone_seconds": alone, "warm_engine_seconds": warm,
             "ratio": alone / warm, "target": TARGET_WARM_RATIO, "alone_phases": alone_phases,
             "warm_engine_phases": phases}
+
+
+def print_warm(warm: dict) -> None:
+    print(f"  warm repeat (1 000 pts lag8): alone {warm['alone_seconds'] * 1e3:.2f} ms, "
+          f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}×", flush=True)
+    wp = warm["warm_engine_phases"]
+    print(f"    engine: compute {wp['compute_seconds'] * 1e3:.2f} ms of {wp['response_in_engine_seconds'] * 1e3:.2f} ms "
+          f"in the engine ({wp['batches']} batches, {wp['cache_hits']}/{wp['atoms']} atoms from the cache, "
+          f"{wp['contributions']} sums); alone: "
+          + ", ".join(f"{k[:-8]} {v * 1e3:.2f} ms" for k, v in warm["alone_phases"].items()), flush=True)
+
+
+def only_warm_repeat(data: Path, name: str, seed: int, path: Path) -> None:
+    """Runs the warm-repeat measurement alone and replaces its section of ``path`` (with the
+    machine and load it ran under), keeping the other sections."""
+    load_start = os.getloadavg()
+    warm = warm_repeat(data, name, seed)
+    warm["machine"], warm["load_average_start"], warm["load_average_end"] = machine_info(), load_start, os.getloadavg()
+    print_warm(warm)
+    print(f"  {warm['machine']['cpu']} ({warm['machine']['simd']}), {warm['machine']['cores']} cores, "
+          f"load {load_start[0]:.2f} → {warm['load_average_end'][0]:.2f}")
+    out = json.loads(path.read_text()) if path.exists() else {}
+    out["warm_repeat"] = warm
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"updated the warm_repeat section of {path}")
 
 
 def machine_info() -> dict:
@@ -141,10 +171,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a ~1-minute subset (64³ × 8 steps, 150 jobs, lru and urc)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the trace (default 0)")
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients replaying the trace (default 64)")
+    parser.add_argument("--only", choices=("warm_repeat",),
+                        help="run only this part and merge it into the existing results JSON (the others are kept)")
     args = parser.parse_args()
     s = setup(args.quick)
     ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
     name = ds.name
+    suffix = "_quick" if args.quick else ""
+    if args.only == "warm_repeat":
+        return only_warm_repeat(args.data, name, args.seed, RESULTS / f"workload{suffix}.json")
     data_bytes = s["grid"] ** 3 * 3 * 4 * s["steps"]
     cache_bytes = data_bytes // 12
     trace = generate(ds.info, dataset=name, jobs=s["jobs"], duration=s["duration"], seed=args.seed)
@@ -162,18 +197,12 @@ def main() -> None:
              for sch in SCHEDULERS for sp in s["speedups"] if math.isfinite(sp)]
     sweep += [r for r in saturating if r["policy"] == "urc"]
     warm = warm_repeat(args.data, name, args.seed)
-    print(f"  warm repeat (1 000 pts lag8): alone {warm['alone_seconds'] * 1e3:.2f} ms, "
-          f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}×", flush=True)
-    wp = warm["warm_engine_phases"]
-    print(f"    engine: compute {wp['compute_seconds'] * 1e3:.2f} ms of {wp['response_in_engine_seconds'] * 1e3:.2f} ms "
-          f"in the engine, {wp['contributions']} point–atom sums over {wp['atoms']} cached atoms; alone: "
-          + ", ".join(f"{k[:-8]} {v * 1e3:.2f} ms" for k, v in warm["alone_phases"].items()), flush=True)
+    print_warm(warm)
     ratios = compute_ratios(saturating, s["policies"])
     load_end = os.getloadavg()
     for line in ratios["lines"]:
         print("  " + line)
     print(f"  load average {load_end[0]:.2f} at the end; total {time.perf_counter() - started:.0f} s")
-    suffix = "_quick" if args.quick else ""
     RESULTS.mkdir(exist_ok=True)
     out = {
         "setup": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items() if k != "speedups"},

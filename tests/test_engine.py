@@ -86,8 +86,12 @@ def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
     read = db.engine_stats()["atoms_read"]
     again = ds.query("velocity", **ask)
     np.testing.assert_array_equal(first, again)
-    assert db.engine_stats()["atoms_read"] == read
+    stats = db.engine_stats()
+    assert stats["atoms_read"] == read
     assert ds.last_query_stats["cache_hits"] == ds.last_query_stats["atoms"] > 0
+    # Served at submission from the cache, without a batch, and counted like any query.
+    assert ds.last_query_stats["batches"] == 0
+    assert stats["served_from_cache"] == 1 and stats["completed"] == 2
 
 
 @pytest.mark.parametrize(

@@ -503,3 +503,90 @@ fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
         "atoms read: noshare {noshare}, liferaft {liferaft}, jaws {jaws}"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A query whose atoms are all cached is served at once from the cache (no batch, every
+    /// atom a hit, counted like any query) with the lone answer, under every policy; with a
+    /// cache too small to hold it, it goes through the batches and still gets that answer.
+    #[test]
+    fn a_query_asked_again_is_served_from_the_cache_with_the_lone_answer(
+        seed in any::<u64>(),
+        p in 0usize..4,
+        small_cache in any::<bool>(),
+    ) {
+        let f = fixture(true);
+        let policy = [PolicyKind::Lru, PolicyKind::LruK, PolicyKind::Slru, PolicyKind::Urc][p];
+        let cache = if small_cache { 20 * (4 * 4 * 4 * 3 + 32) * 4 } else { 64 << 20 };
+        let engine = engine(SchedulerKind::Jaws, policy, cache, IoMode::Buffered);
+        let a = ask(seed, [11.5, 7.5, 15.5]);
+        let want = alone(&f, &a);
+        let query = PointQuery {
+            points: &a.points,
+            axes: f.axes,
+            times: &TIMES,
+            time: a.time,
+            method: a.method,
+            operator: a.operator,
+            temporal: a.temporal,
+            partitions: None,
+            job: None,
+        };
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            match engine.submit_points(&f.reader, &query, None).unwrap().outcome() {
+                Outcome::Done(values, stats) => {
+                    prop_assert!(close(&values.into_sums(), &want), "{:?} {:?}", policy, a.method);
+                    runs.push(stats);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let stats = engine.stats();
+        prop_assert_eq!(stats.completed, 3);
+        prop_assert_eq!(stats.submitted, 3);
+        prop_assert_eq!(stats.response.iter().map(|h| h.count).sum::<u64>(), 3);
+        let atoms = runs[0].atoms;
+        let fits = atoms as usize * (4 * 4 * 4 * 3 + 32) * 4 <= cache;
+        if fits {
+            // The first run read every atom; the others were served from the cache alone.
+            prop_assert!(runs[0].batches > 0);
+            for r in &runs[1..] {
+                prop_assert_eq!((r.batches, r.cache_hits, r.atoms_read), (0, atoms, 0));
+            }
+            prop_assert_eq!(stats.served_from_cache, 2);
+            prop_assert!(stats.cache_hits >= 2 * atoms);
+        } else {
+            prop_assert_eq!(stats.served_from_cache, 0);
+        }
+    }
+}
+
+#[test]
+fn a_rewritten_step_is_not_served_from_the_cache() {
+    let f = fixture(true);
+    let engine = engine(
+        SchedulerKind::Jaws,
+        PolicyKind::Lru,
+        64 << 20,
+        IoMode::Buffered,
+    );
+    let a = Ask {
+        method: Method::Lagrange(4),
+        operator: Operator::Field,
+        temporal: Temporal::None,
+        time: 0.0,
+        points: vec![[3.0, 2.0, 5.0], [9.5, 6.0, 1.0]],
+    };
+    let before = through(&engine, &f, &a);
+    assert_eq!(through(&engine, &f, &a), before);
+    assert_eq!(engine.stats().served_from_cache, 1);
+    let geometry = f.reader.geometry().clone();
+    let data = vec![2.5f32; 24 * 16 * 32 * 3];
+    write_step(f.dir.path(), &geometry, 0, &data, true).unwrap();
+    engine.invalidate(&f.reader, 0);
+    let after = through(&engine, &f, &a);
+    assert!(after.iter().all(|v| (v - 2.5).abs() < 1e-6), "{after:?}");
+    assert_eq!(engine.stats().served_from_cache, 1);
+}

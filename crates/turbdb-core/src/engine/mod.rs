@@ -10,7 +10,8 @@
 //! workload-throughput [`metric`], lets the [`scheduler`] choose batches (with the age
 //! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
 //! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel, and hands
-//! results back through a [`ticket`]; [`telemetry`] says what it did.
+//! results back through a [`ticket`]; [`telemetry`] says what it did. A query whose atoms
+//! are all cached skips the queues: it is served at once from the [`cached_source`].
 //!
 //! For a cluster, [`partitions`] restricts a batch to the partial sums of some partitions
 //! and [`reach`] tells which partitions a point's stencil touches.
@@ -21,6 +22,7 @@ pub(crate) mod atomset;
 pub mod batch;
 pub(crate) mod buffers;
 pub mod cache;
+pub(crate) mod cached_source;
 pub(crate) mod cell_finder;
 pub(crate) mod colouring;
 pub(crate) mod counting_sort;

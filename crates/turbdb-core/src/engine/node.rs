@@ -3,7 +3,10 @@
 //! engine's thread, which keeps the workload queues, asks the scheduler for the next batch
 //! of atoms, takes them from the cache or has the reader threads read them (the next batch
 //! is read while the current one is computed), serves every pending sub-query on them with
-//! the partial-sum kernel, and completes a query when its last sub-query is served.
+//! the partial-sum kernel, and completes a query when its last sub-query is served. A point
+//! query whose every atom is already cached has no read to share: it is served at once in
+//! the caller's thread by the batch kernel over the cached atoms
+//! ([`cached_source`](crate::engine::cached_source)), never waiting for a batch.
 //!
 //! Callers wait on a [`Ticket`], or give a [`Completions`] queue to be told; a ticket can
 //! cancel its query, and a query whose atom cannot be read fails alone.
@@ -17,14 +20,15 @@ use rustc_hash::FxHashMap;
 
 use crate::engine::alpha::AgeBias;
 use crate::engine::batch::{execute, Part, Progress, Work};
-use crate::engine::cache::{AtomCache, AtomData, PolicyKind};
+use crate::engine::cache::{AtomCache, AtomData, AtomKey, PolicyKind};
+use crate::engine::cached_source::PinnedAtoms;
 use crate::engine::io_pool::{IoPool, Loading, ShardRead};
 use crate::engine::jobs::gating::{JobGraph, JobId, Region};
 use crate::engine::metric::CostModel;
 use crate::engine::scheduler::{Pick, QueryBook, Scheduler, SchedulerKind, Serve, SMALL_POINTS};
 use crate::engine::stream::TimeLevel;
 use crate::engine::subquery::{CutoutWork, PointWork};
-use crate::engine::telemetry::{size_class, EngineStats, BATCH_BOUNDS, RESPONSE_BOUNDS};
+use crate::engine::telemetry::{size_class, EngineStats, Histogram, BATCH_BOUNDS, RESPONSE_BOUNDS};
 use crate::engine::ticket::{
     Canceller, Completions, Outcome, QueryStats, Ticket, TicketState, Values,
 };
@@ -160,7 +164,10 @@ struct Inbox {
     cancels: Vec<u64>,
     declares: Vec<(JobId, Vec<Region>)>,
     closes: Vec<JobId>,
-    invalidations: Vec<(u32, u32)>,
+    /// Atoms dropped from the cache because their step was rewritten.
+    invalidated: Vec<AtomKey>,
+    /// Response times (s) of queries served from the cache at submission, for the run.
+    served: Vec<f64>,
     shutdown: bool,
 }
 
@@ -179,10 +186,50 @@ struct Shared {
     jobs: AtomicU64,
     fields: Mutex<Fields>,
     pending_points: AtomicU64,
+    /// The atom cache: the engine's thread reads through it, and callers pin from it the
+    /// atoms of queries it holds whole.
+    cache: Mutex<AtomCache>,
     published: Mutex<EngineStats>,
     /// Test hook: a batch of this time step panics (u32::MAX: none).
     #[cfg(test)]
     panic_on_step: std::sync::atomic::AtomicU32,
+    /// What the queries served from the cache at submission add to `published`.
+    served: Mutex<ServedTally>,
+}
+
+/// Counters of the queries served from the cache at submission (the engine's thread
+/// never sees them, so they are kept apart and added to its snapshot).
+struct ServedTally {
+    queries: u64,
+    contributions: u64,
+    busy_seconds: f64,
+    response: [Histogram; 3],
+}
+
+impl ServedTally {
+    fn new() -> Self {
+        Self {
+            queries: 0,
+            contributions: 0,
+            busy_seconds: 0.0,
+            response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
+        }
+    }
+
+    fn add_to(&self, stats: &mut EngineStats) {
+        stats.submitted += self.queries;
+        stats.completed += self.queries;
+        stats.served_from_cache += self.queries;
+        stats.contributions += self.contributions;
+        stats.busy_seconds += self.busy_seconds;
+        for (total, mine) in stats.response.iter_mut().zip(&self.response) {
+            for (t, m) in total.counts.iter_mut().zip(&mine.counts) {
+                *t += m;
+            }
+            total.sum += mine.sum;
+            total.count += mine.count;
+        }
+    }
 }
 
 impl Canceller for Shared {
@@ -218,16 +265,18 @@ impl NodeEngine {
         );
         Self {
             shared: Arc::new(Shared {
-                config,
                 inbox: Mutex::default(),
                 wake: Condvar::new(),
                 ids: AtomicU64::new(1),
                 jobs: AtomicU64::new(1),
                 fields: Mutex::default(),
                 pending_points: AtomicU64::new(0),
+                cache: Mutex::new(AtomCache::new(config.cache_bytes, config.cache_policy)),
                 published: Mutex::new(stats),
                 #[cfg(test)]
                 panic_on_step: std::sync::atomic::AtomicU32::new(u32::MAX),
+                served: Mutex::new(ServedTally::new()),
+                config,
             }),
             thread: Mutex::new(None),
         }
@@ -266,32 +315,122 @@ impl NodeEngine {
 
     /// Submits a point query on the field read by `reader`. The query is checked and cut
     /// into sub-queries here; errors in it are returned at once.
+    /// If every atom it needs is cached it is served here, before this returns (its
+    /// ticket is done).
     pub fn submit_points(
         &self,
         reader: &Arc<FieldReader>,
         query: &PointQuery<'_>,
         notify: Option<Arc<Completions>>,
     ) -> Result<Ticket> {
+        let submitted = Instant::now();
         let levels: Vec<TimeLevel> = time_weights(query.times, query.time, query.temporal)?
             .into_iter()
             .map(|(t, weight)| TimeLevel { t, weight })
             .collect();
-        let work = PointWork::new(
+        let work = Work::Points(Box::new(PointWork::new(
             query.points,
             query.method,
             query.operator,
             query.axes,
             reader.geometry().clone(),
             query.partitions,
-        )?;
+        )?));
+        let work = match self.serve_from_cache(reader, work, &levels, query.job, &notify, submitted)
+        {
+            Ok(ticket) => return Ok(ticket),
+            Err(work) => work,
+        };
         self.hand_in(
             reader,
             levels,
-            Work::Points(Box::new(work)),
+            work,
             query.job,
             query.points.len() as u64,
             notify,
         )
+    }
+
+    /// Serves a point query at once, in the calling thread, if every atom it needs is in
+    /// the cache: there is no read to share, so it does not wait for a batch. Otherwise
+    /// hands the work back, for the queues (so is a query of a job: its gate decides).
+    fn serve_from_cache(
+        &self,
+        reader: &Arc<FieldReader>,
+        work: Work,
+        levels: &[TimeLevel],
+        job: Option<JobId>,
+        notify: &Option<Arc<Completions>>,
+        submitted: Instant,
+    ) -> std::result::Result<Ticket, Work> {
+        if job.is_some() || work.size() == 0 || self.cache().is_empty() {
+            return Err(work);
+        }
+        let (field, _) = self.field(reader);
+        let Some(atoms) = PinnedAtoms::pin(&mut self.cache(), field, &work, levels) else {
+            return Err(work);
+        };
+        let started = Instant::now();
+        let mut progress = Progress::new(&work);
+        // A panic here fails this query alone, as one in a batch fails that batch's queries.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            atoms.serve(&work, &mut progress, levels)
+        }));
+        let id = self.shared.ids.fetch_add(1, Ordering::Relaxed);
+        let shared: Arc<dyn Canceller> = self.shared.clone();
+        let added = match served {
+            Ok(added) => added,
+            Err(payload) => {
+                let step = levels.first().map(|l| StepKey { field, t: l.t as u32 });
+                let state = TicketState::new(id, notify.clone());
+                state.finish(Outcome::Failed(batch_panic(&*payload, step, atoms.len(), 1)));
+                return Ok(Ticket::new(state, Arc::downgrade(&shared) as Weak<dyn Canceller>));
+            }
+        };
+        let busy = started.elapsed().as_secs_f64();
+        let response = submitted.elapsed().as_secs_f64();
+        let size = work.size();
+        let stats = QueryStats {
+            atoms: atoms.len() as u64,
+            cache_hits: atoms.len() as u64,
+            contributions: added,
+            response_seconds: response,
+            ..QueryStats::default()
+        };
+        drop(atoms);
+        let values = match (work, progress) {
+            (Work::Points(work), Progress::Points { sums, .. }) => Values::Sums {
+                sums,
+                out_len: work.out_len(),
+                order: work.order,
+            },
+            _ => unreachable!("only point queries are served from the cache"),
+        };
+        {
+            let mut tally = self.shared.served.lock().expect("served");
+            tally.queries += 1;
+            tally.busy_seconds += busy;
+            tally.contributions += added;
+            tally.response[size_class(size)].observe(&RESPONSE_BOUNDS, response);
+        }
+        // The run (α, SLRU's segments) counts it when the engine's thread next wakes;
+        // nothing here needs to wake it.
+        self.shared
+            .inbox
+            .lock()
+            .expect("inbox")
+            .served
+            .push(response);
+        let state = TicketState::new(id, notify.clone());
+        state.finish(Outcome::Done(values, stats));
+        Ok(Ticket::new(
+            state,
+            Arc::downgrade(&shared) as Weak<dyn Canceller>,
+        ))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, AtomCache> {
+        self.shared.cache.lock().expect("cache")
     }
 
     /// Submits a cutout of the field read by `reader`.
@@ -408,18 +547,34 @@ impl NodeEngine {
     pub fn invalidate(&self, reader: &Arc<FieldReader>, t: usize) {
         let (field, reader) = self.field(reader);
         reader.clear_cache();
+        // At once: a query submitted after this must not be served the old atoms.
+        let gone = self.cache().invalidate(field, t as u32);
         self.shared
             .inbox
             .lock()
             .expect("inbox")
-            .invalidations
-            .push((field, t as u32));
+            .invalidated
+            .extend(gone);
         self.shared.wake.notify_one();
     }
 
     /// A snapshot of what the engine has done and holds.
     pub fn stats(&self) -> EngineStats {
         let mut stats = self.shared.published.lock().expect("stats").clone();
+        self.shared
+            .served
+            .lock()
+            .expect("served")
+            .add_to(&mut stats);
+        {
+            let cache = self.cache();
+            let counters = cache.counters();
+            stats.cache_hits = counters.hits;
+            stats.cache_misses = counters.misses;
+            stats.cache_evictions = counters.evictions;
+            stats.cache_bytes = cache.used();
+            stats.cache_atoms = cache.len();
+        }
         stats.pending_points = self.shared.pending_points.load(Ordering::Relaxed);
         stats
     }
@@ -548,7 +703,6 @@ struct Prepared {
 struct Core {
     shared: Arc<Shared>,
     clock: Instant,
-    cache: AtomCache,
     workload: Workload,
     scheduler: Scheduler,
     jobs: JobGraph,
@@ -574,7 +728,6 @@ impl Core {
         let stats = shared.published.lock().expect("stats").clone();
         Self {
             clock: Instant::now(),
-            cache: AtomCache::new(config.cache_bytes, config.cache_policy),
             workload: Workload::new(config.alpha, cost),
             scheduler: Scheduler::new(config.scheduler, config.batch_atoms),
             jobs: JobGraph::new(
@@ -642,7 +795,7 @@ impl Core {
                 && inbox.cancels.is_empty()
                 && inbox.declares.is_empty()
                 && inbox.closes.is_empty()
-                && inbox.invalidations.is_empty()
+                && inbox.invalidated.is_empty()
                 && !inbox.shutdown
             {
                 let timeout = if self.jobs.is_empty() { 1000 } else { 50 };
@@ -659,10 +812,11 @@ impl Core {
             return false;
         }
         let now = self.now();
-        for (field, t) in inbox.invalidations {
-            for key in self.cache.invalidate(field, t) {
-                self.workload.set_cached(&key, false);
-            }
+        for key in inbox.invalidated {
+            self.workload.set_cached(&key, false);
+        }
+        for response in inbox.served {
+            self.end_of_run(response);
         }
         for (id, plan) in inbox.declares {
             self.jobs.declare_as(id, plan, now);
@@ -723,11 +877,12 @@ impl Core {
         if direct {
             self.scheduler.direct(live.id);
         } else {
+            let cache = self.shared.cache.lock().expect("cache");
             for level in 0..live.levels.len() {
                 let step = live.step(level);
                 for atom in 0..live.work.atoms() {
                     let code = live.work.code(atom);
-                    let cached = self.cache.contains(&step.atom(code));
+                    let cached = cache.contains(&step.atom(code));
                     let entry = Entry {
                         query: live.id,
                         level: level as u8,
@@ -737,6 +892,7 @@ impl Core {
                     self.workload.push(step, code, entry, now, cached);
                 }
             }
+            drop(cache);
             let small = matches!(live.work, Work::Points(_)) && live.work.size() <= SMALL_POINTS;
             self.scheduler.queued(live.id, small);
         }
@@ -823,11 +979,11 @@ impl Core {
             let per_shard = reader.geometry().atoms_per_side();
             let mut data = Vec::with_capacity(codes.len());
             let mut hit = Vec::with_capacity(codes.len());
-            let mut shards: FxHashMap<ShardPos, Vec<([usize; 3], crate::engine::cache::AtomKey)>> =
-                FxHashMap::default();
+            let mut shards: FxHashMap<ShardPos, Vec<([usize; 3], AtomKey)>> = FxHashMap::default();
+            let mut cache = self.shared.cache.lock().expect("cache");
             for &code in &codes {
                 let key = step.atom(code);
-                let cached = self.cache.get(&key);
+                let cached = cache.get(&key);
                 if cached.is_none() {
                     let (x, y, z) = crate::storage::morton::decode(code);
                     let coords = [x, y, z].map(|v| v as usize);
@@ -840,6 +996,7 @@ impl Core {
                 hit.push(cached.is_some());
                 data.push(cached);
             }
+            drop(cache);
             let reads: Vec<ShardRead> = shards
                 .into_iter()
                 .map(|(shard, atoms)| ShardRead {
@@ -874,14 +1031,15 @@ impl Core {
             .collect();
         let mut failed = FxHashMap::default();
         let read = atoms.len() as u64;
+        let mut cache = self.shared.cache.lock().expect("cache");
         for (key, result) in atoms {
             let slot = slot_of[&key.code];
             match result {
                 Ok(atom) => {
-                    for gone in self.cache.insert(key, Arc::clone(&atom), &self.workload) {
+                    for gone in cache.insert(key, Arc::clone(&atom), &self.workload) {
                         self.workload.set_cached(&gone, false);
                     }
-                    if self.cache.contains(&key) {
+                    if cache.contains(&key) {
                         self.workload.set_cached(&key, true);
                     }
                     batch.data[slot as usize] = Some(atom);
@@ -891,6 +1049,7 @@ impl Core {
                 }
             }
         }
+        drop(cache);
         if read > 0 {
             self.cost.observe_reads(read, seconds * 1e3);
         }
@@ -994,7 +1153,7 @@ impl Core {
                 self.queries.insert(live.id, live);
             }
         }
-        let counters = self.cache.counters();
+        let counters = self.shared.cache.lock().expect("cache").counters();
         self.stats.cache_hits = counters.hits;
         self.stats.cache_misses = counters.misses;
         self.stats.cache_evictions = counters.evictions;
@@ -1043,15 +1202,18 @@ impl Core {
         let alpha = self
             .bias
             .end_run(self.run.1 / self.run.0 as f64, self.run.0 as f64 / elapsed);
-        self.cache.end_run();
+        self.shared.cache.lock().expect("cache").end_run();
         self.workload.reweigh(alpha, self.cost);
         self.run = (0, 0.0, Instant::now());
     }
 
     fn publish(&mut self) {
         let s = &mut self.stats;
-        s.cache_bytes = self.cache.used();
-        s.cache_atoms = self.cache.len();
+        {
+            let cache = self.shared.cache.lock().expect("cache");
+            s.cache_bytes = cache.used();
+            s.cache_atoms = cache.len();
+        }
         s.pending = (self.queries.len() + self.held.len()) as u64;
         s.held = self.held.len() as u64;
         s.queued_subqueries = self.workload.entries();

@@ -116,8 +116,11 @@ pub struct EngineStats {
     pub t_b_ms: f64,
     /// Measured milliseconds per partial sum.
     pub t_m_ms: f64,
-    /// Seconds spent serving batches (reading excluded when overlapped).
+    /// Seconds spent serving batches (reading excluded when overlapped) and queries served
+    /// from the cache at submission.
     pub busy_seconds: f64,
+    /// Queries served at submission, every atom from the cache, without a batch.
+    pub served_from_cache: u64,
     /// Response times by size class ([`SIZE_CLASSES`]).
     pub response: [Histogram; 3],
     /// Jobs running.
@@ -167,6 +170,7 @@ impl EngineStats {
             t_b_ms: 0.0,
             t_m_ms: 0.0,
             busy_seconds: 0.0,
+            served_from_cache: 0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
             jobs: 0,
             gating_edges: 0,
