@@ -8,8 +8,13 @@ same run; every configuration runs REPEATS times after a warm-up and is reported
 median with its quartiles and extremes.
 
     python bench/cluster.py [--data /tmp/turbdb-bench-cluster] [--points 1000000] [--replay 60] [--seed 0]
+    python bench/cluster.py --route-only [--label after]
 
-Writes bench/results/cluster.json and cluster.png.
+Writes bench/results/cluster.json and cluster.png. ``--route-only`` times only the
+mediator's route of the query for 3 and 16 slots (no cluster) and recomputes the
+16-worker prediction from the parts committed in cluster.json with the route just timed
+(a recomputation, not a new run); it adds its figures under ``--label`` to
+bench/results/cluster_route.json.
 
 Graduated against static: the two policies run alternately on one cluster (which goes
 first alternates), and at each repetition both meet the duty cycle at the same phase
@@ -540,6 +545,28 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
     }
 
 
+def route_only(data: Path, points: np.ndarray) -> dict:
+    """The route alone, for 3 and 16 slots, and the model's 16-worker figure recomputed
+    with it: every other part (mediator dispatch, workers' CPU, units) is the committed
+    run's (cluster.json, model.predicted_16_workers)."""
+    load_start = os.getloadavg()
+    splits = {str(n): split_of(data, n, points) for n in (3, BIG)}
+    committed = json.loads((RESULTS / "cluster.json").read_text())["model"]["predicted_16_workers"]
+    route = splits[str(BIG)]["route_seconds"]
+    seconds = predict(route, route + committed["mediator_dispatch_cpu"], [committed["worker_cpu_each"]] * BIG,
+                      -(-committed["units"] // BIG), float(BIG + 1))
+    return {"machine": machine_info(), "load_average_start": load_start, "load_average_end": os.getloadavg(),
+            "points": len(points), "method": METHOD, "repeats": REPEATS, "splits": splits,
+            "recomputed_16_workers": {
+                "note": "recomputation, not a new run: the committed cluster.json parts "
+                        "(model.predicted_16_workers: mediator_dispatch_cpu, worker_cpu_each, units) with this route",
+                "route": route, "committed_route": committed["route"],
+                "mediator_dispatch_cpu": committed["mediator_dispatch_cpu"],
+                "worker_cpu_each": committed["worker_cpu_each"], "predicted_seconds": seconds,
+                "points_per_second": len(points) / seconds,
+                "committed_points_per_second": committed["points_per_second"]}}
+
+
 def plot(out: dict, path: Path) -> None:
     import matplotlib
 
@@ -602,8 +629,20 @@ def main() -> None:
     parser.add_argument("--replay", type=float, default=60.0,
                         help="seconds of the JAWS workload replayed while a worker is killed with -9")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--route-only", action="store_true",
+                        help="time only the mediator's route (3 and 16 slots, no cluster) and recompute the "
+                             "16-worker prediction from the committed cluster.json with it")
+    parser.add_argument("--label", default="current", help="key of the --route-only figures in cluster_route.json")
     args = parser.parse_args()
     ensure_data(args.data, args.seed)
+    if args.route_only:
+        points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
+        path = RESULTS / "cluster_route.json"
+        runs = json.loads(path.read_text()) if path.exists() else {}
+        runs[args.label] = route_only(args.data, points)
+        path.write_text(json.dumps(runs, indent=1))
+        print(json.dumps(runs[args.label], indent=1))
+        return
     load_start = os.getloadavg()
     points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
     expected = turbdb.open(args.data)[NAME].query(FIELD, points, time=0.0, method=METHOD)

@@ -15,6 +15,7 @@
 pub mod engine;
 pub mod error;
 pub mod interp;
+pub mod routing;
 pub mod storage;
 
 pub use engine::cache::PolicyKind;

@@ -16,6 +16,7 @@ mod kernel;
 mod limits;
 mod morton;
 mod reach;
+mod routing;
 
 /// Checks a field layout as the store will: `grid` is `(nx, ny, nz)`.
 #[pyfunction]
@@ -52,6 +53,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::kernel_path, m)?)?;
     m.add_function(wrap_pyfunction!(check_layout, m)?)?;
     m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;
+    m.add_function(wrap_pyfunction!(routing::split_points, m)?)?;
     m.add_function(wrap_pyfunction!(limits::get_max_result_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(limits::set_max_result_bytes, m)?)?;
     Ok(add_names(m)?)

@@ -97,17 +97,6 @@ class Reach:
         xs, ys, zs = self.shards
         return xs[:, 0] + nx * (ys[:, 0] + ny * zs[:, 0])
 
-    def combinations(self, pmap: PartitionMap):
-        """Every shard the stencils reach, one column at a time: ``(N,)`` shard indices,
-        -1 where that combination repeats another."""
-        nx, ny, _ = pmap.shards
-        xs, ys, zs = self.shards
-        for cx in xs.T:
-            for cy in ys.T:
-                for cz in zs.T:
-                    valid = (cx >= 0) & (cy >= 0) & (cz >= 0)
-                    yield np.where(valid, cx + nx * (cy + ny * cz), -1)
-
 
 @dataclasses.dataclass
 class Groups:
@@ -150,30 +139,18 @@ def unit_count(points: int) -> int:
 def split_query(pmap: PartitionMap, reach: Reach, levels: Sequence[tuple[int, float]], groups: Groups,
                 shareable: Callable[[tuple[str, ...]], bool]) -> list[Unit]:
     """The work units of a point query. A group for which ``shareable`` is false (one
-    live worker) is one unit: nobody could take a share of it."""
-    home = reach.home(pmap)
-    touched = np.zeros((len(groups.tables), len(groups.groups), pmap.count), dtype=bool)
-    group_cols = []
-    for shard in reach.combinations(pmap):
-        valid = shard >= 0
-        for u, table in enumerate(groups.tables):
-            column = np.where(valid, table[np.maximum(shard, 0)], -1)
-            touched[u, column[valid], shard[valid]] = True
-            group_cols.append(column)
-    g = np.stack(group_cols, axis=1)
-    # A point goes to each of its groups once, however many of the group's shards it reaches.
-    for j in range(1, g.shape[1]):
-        g[(g[:, j:j + 1] == g[:, :j]).any(axis=1), j] = -1
-    rows, cols = np.nonzero(g >= 0)
-    grp = g[rows, cols]
-    # Entries by group, then by the shard the point lies in: units of neighbours.
-    key = grp.astype(np.int64) * pmap.count + home[rows]
-    order = np.argsort(key.astype(np.uint16) if key.max(initial=0) < 2**16 else key, kind="stable")
-    rows, grp = rows[order], grp[order]
-    bounds = np.flatnonzero(np.diff(grp)) + 1
+    live worker) is one unit: nobody could take a share of it.
+
+    A point goes to each of its groups once, however many of the group's shards it
+    reaches; a group's points are ordered by the shard they lie in (units of neighbours),
+    then by index. One pass over the points in the core (``_core.split_points``)."""
+    xs, ys, zs = (np.ascontiguousarray(a, dtype=np.int32) for a in reach.shards)
+    tables = np.ascontiguousarray(np.stack(groups.tables), dtype=np.int32)
+    rows, offsets, touched = _core.split_points(xs, ys, zs, shards=pmap.shards, tables=tables,
+                                                groups=len(groups.groups))
     units = []
-    for start, stop in zip(np.r_[0, bounds], np.r_[bounds, len(grp)]):
-        gid = int(grp[start])
+    for gid in np.flatnonzero(np.diff(offsets)):
+        start, stop = int(offsets[gid]), int(offsets[gid + 1])
         group = groups.groups[gid]
         partitions = [(int(t), pmap.position(s)) for (t, _), u in zip(levels, groups.level_table)
                       for s in np.flatnonzero(touched[u, gid])]
