@@ -201,6 +201,8 @@ struct Shared {
 /// never sees them, so they are kept apart and added to its snapshot).
 struct ServedTally {
     queries: u64,
+    /// Queries that panicked while being served (they fail alone).
+    failed: u64,
     contributions: u64,
     busy_seconds: f64,
     response: [Histogram; 3],
@@ -210,6 +212,7 @@ impl ServedTally {
     fn new() -> Self {
         Self {
             queries: 0,
+            failed: 0,
             contributions: 0,
             busy_seconds: 0.0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
@@ -217,8 +220,9 @@ impl ServedTally {
     }
 
     fn add_to(&self, stats: &mut EngineStats) {
-        stats.submitted += self.queries;
+        stats.submitted += self.queries + self.failed;
         stats.completed += self.queries;
+        stats.failed += self.failed;
         stats.served_from_cache += self.queries;
         stats.contributions += self.contributions;
         stats.busy_seconds += self.busy_seconds;
@@ -373,7 +377,15 @@ impl NodeEngine {
         let started = Instant::now();
         let mut progress = Progress::new(&work);
         // A panic here fails this query alone, as one in a batch fails that batch's queries.
+        #[cfg(test)]
+        let poisoned = levels
+            .iter()
+            .any(|l| l.t as u32 == self.shared.panic_on_step.load(Ordering::Relaxed));
         let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if poisoned {
+                panic!("test hook: a poisoned batch");
+            }
             atoms.serve(&work, &mut progress, levels)
         }));
         let id = self.shared.ids.fetch_add(1, Ordering::Relaxed);
@@ -381,10 +393,22 @@ impl NodeEngine {
         let added = match served {
             Ok(added) => added,
             Err(payload) => {
-                let step = levels.first().map(|l| StepKey { field, t: l.t as u32 });
+                self.shared.served.lock().expect("served").failed += 1;
+                let step = levels.first().map(|l| StepKey {
+                    field,
+                    t: l.t as u32,
+                });
                 let state = TicketState::new(id, notify.clone());
-                state.finish(Outcome::Failed(batch_panic(&*payload, step, atoms.len(), 1)));
-                return Ok(Ticket::new(state, Arc::downgrade(&shared) as Weak<dyn Canceller>));
+                state.finish(Outcome::Failed(batch_panic(
+                    &*payload,
+                    step,
+                    atoms.len(),
+                    1,
+                )));
+                return Ok(Ticket::new(
+                    state,
+                    Arc::downgrade(&shared) as Weak<dyn Canceller>,
+                ));
             }
         };
         let busy = started.elapsed().as_secs_f64();
