@@ -37,7 +37,7 @@ pub fn split_points(
 ) -> Result<PointSplit> {
     let invalid = |m: String| Error::InvalidArgument(m);
     let count = shards[0] * shards[1] * shards[2];
-    if count == 0 || tables.len() % count != 0 {
+    if count == 0 || !tables.len().is_multiple_of(count) {
         return Err(invalid(format!(
             "group tables must hold {count} shards each, not {} entries in all",
             tables.len()

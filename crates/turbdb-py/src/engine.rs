@@ -69,48 +69,17 @@ impl Engine {
         operator: &str,
         temporal: &str,
         job: Option<JobId>,
-    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
-        if points.shape()[1] != 3 {
-            return Err(to_py(turbdb_core::Error::InvalidArgument(
-                "points must have shape (N, 3)".into(),
-            )));
-        }
-        let method = Method::parse(method).map_err(to_py)?;
-        let operator = Operator::parse(operator).map_err(to_py)?;
-        let temporal = Temporal::parse(temporal).map_err(to_py)?;
-        let flat = points.as_slice().map_err(|_| not_contiguous())?;
-        let points3 = as_triples(flat);
-        let times = times.as_slice().map_err(|_| not_contiguous())?;
+    ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
+        let query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
         let reader = store.shared_reader();
-        let query = PointQuery {
-            points: points3,
-            axes: axes_from(axes),
-            times,
-            time,
-            method,
-            operator,
-            temporal,
-            partitions: None,
-            job,
-        };
         let (values, stats) = without_gil(py, || {
             match self.engine.submit_points(&reader, &query, None)?.outcome() {
                 Outcome::Done(values, stats) => Ok((values.into_sums(), stats)),
                 Outcome::Failed(e) => Err(e),
-                Outcome::Cancelled => Err(turbdb_core::Error::Busy {
-                    message: "the node engine shut down before the query completed".into(),
-                    retry_after: 1.0,
-                }),
+                Outcome::Cancelled => Err(shut_down()),
             }
         })?;
-        let counters = PyDict::new(py);
-        counters.set_item("atoms", stats.atoms)?;
-        counters.set_item("cache_hits", stats.cache_hits)?;
-        counters.set_item("atoms_read", stats.atoms_read)?;
-        counters.set_item("batches", stats.batches)?;
-        counters.set_item("contributions", stats.contributions)?;
-        counters.set_item("response_seconds", stats.response_seconds)?;
-        Ok((values.into_pyarray(py), counters))
+        Ok((values.into_pyarray(py), counters(py, &stats)?))
     }
 
     /// Hands a point query to the engine (the arguments of `query`) and returns at once:
@@ -130,20 +99,7 @@ impl Engine {
         temporal: &str,
         job: Option<JobId>,
     ) -> Result<PendingQuery> {
-        if points.shape()[1] != 3 {
-            return Err(invalid("points must have shape (N, 3)"));
-        }
-        let query = PointQuery {
-            points: as_triples(points.as_slice()?),
-            axes: axes_from(axes),
-            times: times.as_slice()?,
-            time,
-            method: Method::parse(method)?,
-            operator: Operator::parse(operator)?,
-            temporal: Temporal::parse(temporal)?,
-            partitions: None,
-            job,
-        };
+        let query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
         // Cutting the query into sub-queries holds the GIL: it is short against serving it.
         let ticket = self
             .engine
@@ -278,6 +234,34 @@ impl PendingQuery {
             }
         }
     }
+}
+
+/// The point query that `Engine.query` and `Engine.submit` are given, checked.
+#[allow(clippy::too_many_arguments)]
+fn point_query<'a>(
+    points: &'a PyReadonlyArray2<'_, f64>,
+    axes: [AxisTuple; 3],
+    times: &'a PyReadonlyArray1<'_, f64>,
+    time: f64,
+    method: &str,
+    operator: &str,
+    temporal: &str,
+    job: Option<JobId>,
+) -> Result<PointQuery<'a>> {
+    if points.shape()[1] != 3 {
+        return Err(invalid("points must have shape (N, 3)"));
+    }
+    Ok(PointQuery {
+        points: as_triples(points.as_slice().map_err(|_| not_contiguous())?),
+        axes: axes_from(axes),
+        times: times.as_slice().map_err(|_| not_contiguous())?,
+        time,
+        method: Method::parse(method)?,
+        operator: Operator::parse(operator)?,
+        temporal: Temporal::parse(temporal)?,
+        partitions: None,
+        job,
+    })
 }
 
 /// A query's counters, as `Engine.query` gives them.

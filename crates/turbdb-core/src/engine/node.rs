@@ -358,6 +358,8 @@ impl NodeEngine {
     /// Serves a point query at once, in the calling thread, if every atom it needs is in
     /// the cache: there is no read to share, so it does not wait for a batch. Otherwise
     /// hands the work back, for the queues (so is a query of a job: its gate decides).
+    // The work handed back is moved on to the queues, never copied: its size does not matter.
+    #[allow(clippy::result_large_err)]
     fn serve_from_cache(
         &self,
         reader: &Arc<FieldReader>,
