@@ -85,7 +85,7 @@ const MAX_Z_ORDERS: usize = 3;
 
 /// Most values in one row of a contribution (an x run of the widest stencil, all
 /// components): longer rows go one component at a time.
-const MAX_ROW: usize = 32;
+pub(crate) const MAX_ROW: usize = 32;
 
 /// What one evaluation needs to know about the operator.
 #[derive(Debug, Clone)]

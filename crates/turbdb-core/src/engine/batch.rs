@@ -1,14 +1,17 @@
 //! Serving a batch: the atoms the scheduler chose, for the pending sub-queries of every
 //! query that waits on them. Each point of a point query adds the part of its stencil
 //! that lies in the batch's atoms to its partial sums, through the same kernel as the
-//! streaming executor ([`accumulate_any`]) with the cached atom itself as the block, so
-//! nothing is copied; the sums do not depend on how atoms are split into batches, nor on
-//! their order (up to rounding). A cutout's sub-query copies its nodes out of the atom.
+//! streaming executor ([`accumulate_any`]): with the cached atom itself as the block, one
+//! contribution per atom, or — where the batch holds every atom of the point — with the
+//! whole stencil gathered into one block ([`Gathered`]). The sums do not depend on how
+//! atoms are split into batches, nor on their order (up to rounding). A cutout's
+//! sub-query copies its nodes out of the atom.
 
 use rayon::prelude::*;
 
 use crate::engine::accumulate::{accumulate_any, Block, Runs};
 use crate::engine::cache::AtomData;
+use crate::engine::gather::{Gathered, Stencil};
 use crate::engine::subquery::{CutoutWork, PointWork};
 use crate::interp::stencil::AxisWeights;
 
@@ -147,6 +150,9 @@ pub struct Part<'q> {
     pub atoms: Vec<(u32, u32)>,
 }
 
+/// Points whose stencils are prefetched ahead of the one being gathered.
+const AHEAD: usize = 4;
+
 /// Points given to one task.
 const TASK_POINTS: usize = 256;
 /// Below this many points a batch runs on the calling thread: handing out tasks would
@@ -273,7 +279,8 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
     added
 }
 
-/// Adds, for each of `points`, the parts of its stencil in the batch's atoms.
+/// Adds, for each of `points`, the parts of its stencil in the batch's atoms: the whole
+/// stencil at once, gathered into a block, where the batch holds all of them.
 fn add_points(
     work: &PointWork,
     slot_of: &[u32],
@@ -284,18 +291,55 @@ fn add_points(
 ) -> u64 {
     let (a, nc) = (work.geometry.atom, work.geometry.ncomp);
     let width = work.kernel.width();
+    let n = work.axes.map(|axis| axis.n);
     let out_len = work.out_len();
-    let mut w = [AxisWeights::default(); 3];
-    let mut added = 0;
-    for &p in points {
+    let atoms_of = |p: u32| {
+        work.point_atoms.row(p as usize).iter().map(|&atom| {
+            let slot = slot_of[atom as usize];
+            (
+                work.atoms[atom as usize].coords,
+                (slot != NONE).then_some(slot),
+            )
+        })
+    };
+    let weights_of = |p: u32, w: &mut [AxisWeights; 3]| {
         let s = &work.positions[p as usize];
         for k in 0..3 {
             work.kernel.weights(s[k], &work.axes[k], &mut w[k]);
         }
+    };
+    let mut gathered = Gathered::new(width, nc);
+    // The stencils of this point and the next AHEAD, whose rows are being prefetched.
+    let mut ring = [Stencil::default(); AHEAD + 1];
+    let gathering = gathered.is_some();
+    let plan = |p: u32, stencil: &mut Stencil| {
+        weights_of(p, &mut stencil.w);
+        if gathering {
+            stencil.place(width, n, a, atoms_of(p));
+            stencil.prefetch(a, nc, data);
+        }
+    };
+    for (i, &p) in points.iter().take(AHEAD).enumerate() {
+        plan(p, &mut ring[i]);
+    }
+    let mut added = 0;
+    for (i, &p) in points.iter().enumerate() {
+        if let Some(&next) = points.get(i + AHEAD) {
+            plan(next, &mut ring[(i + AHEAD) % (AHEAD + 1)]);
+        }
+        let stencil = &ring[i % (AHEAD + 1)];
+        let w = &stencil.w;
         // SAFETY: each point is in one task of the batch and the sums outlive it.
         let row =
             unsafe { std::slice::from_raw_parts_mut(sums.0.add(p as usize * out_len), out_len) };
-        for &atom in work.point_atoms.row(p as usize) {
+        let atoms = work.point_atoms.row(p as usize);
+        if let Some(g) = gathered.as_mut().filter(|_| stencil.complete()) {
+            let (block, runs) = g.gather(stencil, a, data);
+            accumulate_any(nc, block, runs, w, &work.terms, scale, row);
+            added += atoms.len() as u64;
+            continue;
+        }
+        for &atom in atoms {
             let slot = slot_of[atom as usize];
             if slot == NONE {
                 continue;
@@ -307,7 +351,7 @@ fn add_points(
                 values: &data[slot as usize][..],
                 dims: [a, a],
             };
-            accumulate_any(nc, block, &runs, &w, &work.terms, scale, row);
+            accumulate_any(nc, block, &runs, w, &work.terms, scale, row);
             added += 1;
         }
     }
@@ -381,6 +425,94 @@ mod tests {
                 out[r.slot * n..(r.slot + 1) * n].copy_from_slice(&self.atom(coords));
             }
             Ok(())
+        }
+    }
+
+    /// `count` pseudo-random points inside `axes` (a fixed seed).
+    fn points_in(axes: &[Axis; 3], count: usize, seed: u64) -> Vec<[f64; 3]> {
+        let mut state = seed;
+        (0..count)
+            .map(|_| {
+                [0, 1, 2].map(|k| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                    axes[k].origin + u * (axes[k].n - 1) as f64 * axes[k].spacing
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_holding_every_atom_gathers_whole_stencils_and_gives_the_streaming_answer() {
+        // Atoms of 4 nodes, so a stencil 8 wide spans two or three of them per axis; a grid
+        // that is not a whole number of atoms (the last atom is short), a wrap on the
+        // periodic axes and one bounded axis; one, three and four components.
+        for (grid, ncomp, periodic) in [
+            ([20, 16, 12], 3, [true, true, false]),
+            ([12, 20, 16], 1, [true, false, true]),
+            ([16, 12, 20], 4, [false, true, true]),
+        ] {
+            let geometry = FieldGeometry::new(grid, ncomp, 4, 8).unwrap();
+            let axes = [0, 1, 2].map(|k| Axis {
+                n: grid[k],
+                origin: -1.0,
+                spacing: 0.25,
+                periodic: periodic[k],
+            });
+            let points = points_in(&axes, 200, grid[0] as u64);
+            let source = Analytic(geometry.clone());
+            for (method, operator) in [
+                (Method::Lagrange(8), Operator::Field),
+                (Method::Lagrange(6), Operator::Gradient),
+                (Method::Lagrange(4), Operator::Hessian),
+                (Method::Fd4Lag4, Operator::Laplacian),
+            ] {
+                let plan = Plan::new(&points, method, operator, axes, geometry.clone(), 1).unwrap();
+                let levels = [TimeLevel { t: 0, weight: 1.0 }];
+                let expected = stream(
+                    &plan,
+                    &source,
+                    &levels,
+                    Order::Storage,
+                    &StreamStats::default(),
+                )
+                .unwrap();
+                let work = Work::Points(Box::new(
+                    PointWork::new(&points, method, operator, axes, geometry.clone(), None)
+                        .unwrap(),
+                ));
+                let mut progress = Progress::new(&work);
+                let data: Vec<AtomData> = (0..work.atoms())
+                    .map(|i| padded(source.atom(work.coords(i))))
+                    .collect();
+                let mut parts = [Part {
+                    work: &work,
+                    progress: &mut progress,
+                    scale: 1.0,
+                    atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
+                }];
+                let added = execute(&mut parts, &data);
+                let Work::Points(w) = &work else {
+                    unreachable!()
+                };
+                assert_eq!(added, w.point_atoms.pairs() as u64);
+                let Progress::Points { sums, .. } = &progress else {
+                    unreachable!()
+                };
+                let out_len = w.out_len();
+                for (i, &p) in w.order.iter().enumerate() {
+                    for v in 0..out_len {
+                        let (got, want) =
+                            (sums[i * out_len + v], expected[p as usize * out_len + v]);
+                        assert!(
+                            (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                            "{grid:?} {ncomp} {method:?} {operator:?} point {p}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -5,12 +5,12 @@
 //! every policy's bookkeeping): an atom evicted afterwards stays alive until the query
 //! lets go, so the check and the sums cannot disagree.
 //!
-//! The batch kernel (a sum per point and atom, on the cached atom in place) is used rather
-//! than the streaming executor (a sum per point and cell block): the streaming executor
+//! The batch kernel (each point's stencil gathered out of the cached atoms and summed once)
+//! is used rather than the streaming executor (a sum per point and cell block). That one
 //! takes atoms through [`AtomSource`](crate::storage::reader::AtomSource), which copies each
-//! whole atom out of the cache and again into its cell block, and on a warm 1 000-point
-//! lag8 query those copies (20 MB) cost more than the extra sums save (measured: 4.3 ms
-//! against 2.7 ms on 2 cores).
+//! whole atom out of the cache, and again into its cell block; on a warm 1 000-point
+//! lag8 query those copies (20 MB) cost more than they save (measured: 4.3 ms against
+//! 2.7 ms on 2 cores, when the batch kernel still summed atom by atom).
 //!
 //! [`NodeEngine::submit_points`]: crate::engine::node::NodeEngine::submit_points
 

@@ -27,6 +27,7 @@ pub(crate) mod cell_finder;
 pub(crate) mod colouring;
 pub(crate) mod counting_sort;
 pub mod direct;
+pub(crate) mod gather;
 pub mod io_pool;
 pub mod jobs;
 pub mod metric;

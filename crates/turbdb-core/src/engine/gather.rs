@@ -1,0 +1,270 @@
+//! One point's stencil gathered out of the atoms it spans into a small dense block, so the
+//! kernel sums it in one contribution instead of one per atom.
+//!
+//! A lag8 stencil spans about 6.5 atoms of side 8. Summed atom by atom (the partial sums of
+//! the batch kernel) every piece pays the kernel's fixed cost — its runs, its row set-up,
+//! the x weights folded per piece — for a few rows each. When a batch holds every atom of a
+//! point (a query served whole from the cache, or a batch that happens to hold them all)
+//! the engine copies the stencil's rows into a `width³` block instead and sums that once,
+//! as the streaming executor does with its cell blocks.
+//!
+//! The atoms of a large query are far bigger than the CPU's caches and a stencil's rows are
+//! scattered over them, so the copy would wait on memory row after row; the rows of the
+//! next few points are prefetched while one point is gathered ([`Stencil::prefetch`]).
+
+use crate::engine::accumulate::{Block, Runs, MAX_ROW, PADDING};
+use crate::engine::cache::AtomData;
+use crate::interp::method::MAX_WIDTH;
+use crate::interp::stencil::AxisWeights;
+
+/// Most atoms a stencil spans along one axis that the gather handles (two, or three where
+/// the grid ends in a short atom and the stencil wraps); wider spans are summed atom by atom.
+const MAX_SPANS: usize = 3;
+
+/// A stencil's nodes along one axis, split by the atom they lie in.
+#[derive(Clone, Copy, Default)]
+struct Spans {
+    /// Per span: the atom's coordinate, the span's first stencil node, its first node
+    /// inside the atom, and its length.
+    spans: [(u32, u8, u8, u8); MAX_SPANS],
+    count: u8,
+}
+
+impl Spans {
+    /// The `width` nodes from `wrapped` (wrapping past `n`) in atoms of side `atom`; `None`
+    /// if they span more than [`MAX_SPANS`] atoms.
+    #[inline(always)]
+    fn new(wrapped: usize, width: usize, n: usize, atom: usize) -> Option<Self> {
+        let mut s = Spans::default();
+        let (mut k, mut node) = (0, wrapped);
+        while k < width {
+            if s.count as usize == MAX_SPANS {
+                return None;
+            }
+            if node >= n {
+                node -= n;
+            }
+            let coord = node / atom;
+            let local = node - coord * atom;
+            let len = ((coord + 1) * atom).min(n).min(node + width - k) - node;
+            s.spans[s.count as usize] = (coord as u32, k as u8, local as u8, len as u8);
+            s.count += 1;
+            k += len;
+            node += len;
+        }
+        Some(s)
+    }
+
+    /// The span of the atom at `coord`, if the stencil reaches it.
+    #[inline(always)]
+    fn find(&self, coord: u32) -> Option<usize> {
+        self.spans[..self.count as usize]
+            .iter()
+            .position(|s| s.0 == coord)
+    }
+
+    fn count(&self) -> usize {
+        self.count as usize
+    }
+}
+
+/// One point's stencil: its weights, and where its nodes lie in the batch's atoms.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Stencil {
+    /// The weights per axis.
+    pub(crate) w: [AxisWeights; 3],
+    spans: [Spans; 3],
+    /// Atom slot per `(z span, y span, x span)`; meaningful only if `complete`.
+    slots: [u32; MAX_SPANS * MAX_SPANS * MAX_SPANS],
+    /// Whether every atom the stencil spans is at hand.
+    complete: bool,
+}
+
+impl Stencil {
+    /// Places the stencil of weights `self.w` (set by the caller) among the point's atoms
+    /// `atoms`, `(grid coordinates, slot in the batch or None)`, on a grid of `n` nodes per
+    /// axis in atoms of side `atom`.
+    #[inline(always)]
+    pub(crate) fn place(
+        &mut self,
+        width: usize,
+        n: [usize; 3],
+        atom: usize,
+        atoms: impl Iterator<Item = ([u32; 3], Option<u32>)>,
+    ) {
+        self.complete = false;
+        for k in 0..3 {
+            match Spans::new(self.w[k].wrapped, width, n[k], atom) {
+                Some(spans) => self.spans[k] = spans,
+                None => return,
+            }
+        }
+        let [sx, sy, sz] = &self.spans;
+        let cells = sx.count() * sy.count() * sz.count();
+        let mut found = 0;
+        for (coords, slot) in atoms {
+            let Some(slot) = slot else { return };
+            let (Some(ix), Some(iy), Some(iz)) =
+                (sx.find(coords[0]), sy.find(coords[1]), sz.find(coords[2]))
+            else {
+                continue;
+            };
+            self.slots[(iz * sy.count() + iy) * sx.count() + ix] = slot;
+            found += 1;
+        }
+        // A point's atoms are distinct, so as many found as cells means every cell is set.
+        self.complete = found == cells;
+    }
+
+    /// Whether the stencil can be gathered.
+    pub(crate) fn complete(&self) -> bool {
+        self.complete
+    }
+
+    /// Asks the CPU to start loading the atom rows the gather will copy.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, atom: usize, ncomp: usize, data: &[AtomData]) {
+        if !self.complete {
+            return;
+        }
+        let [sx, sy, sz] = &self.spans;
+        let row = atom * ncomp;
+        for iz in 0..sz.count() {
+            let (_, _, lz, zlen) = sz.spans[iz];
+            for iy in 0..sy.count() {
+                let (_, _, ly, ylen) = sy.spans[iy];
+                for ix in 0..sx.count() {
+                    let slot = self.slots[(iz * sy.count() + iy) * sx.count() + ix];
+                    let values = data[slot as usize].as_ptr();
+                    for z in lz..lz + zlen {
+                        // The span's rows of one plane are contiguous in the atom.
+                        let first = (z as usize * atom + ly as usize) * row;
+                        for at in (first..first + ylen as usize * row).step_by(16) {
+                            prefetch(values.wrapping_add(at));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reusable space for one point's gathered stencil.
+pub(crate) struct Gathered {
+    values: Vec<f32>,
+    /// The block's runs: the whole stencil along each axis.
+    runs: [Runs; 3],
+    width: usize,
+    ncomp: usize,
+    /// Nodes a block row holds: the stencil's `width` and room for a copy that starts at
+    /// its last node.
+    row_nodes: usize,
+}
+
+impl Gathered {
+    /// Space for stencils `width` nodes wide of `ncomp` components; `None` where a row is
+    /// too long for the fixed-size copies (more than [`MAX_ROW`] values), so the caller
+    /// sums atom by atom.
+    pub(crate) fn new(width: usize, ncomp: usize) -> Option<Self> {
+        if width == 0 || width * ncomp > MAX_ROW || width > MAX_WIDTH {
+            return None;
+        }
+        let row_nodes = width + copy_len(width, ncomp).div_ceil(ncomp);
+        Some(Self {
+            values: vec![0.0; width * width * row_nodes * ncomp + PADDING],
+            runs: [0; 3].map(|_| Runs::new(0, width, width, 0, width)),
+            width,
+            ncomp,
+            row_nodes,
+        })
+    }
+
+    /// Copies a complete stencil (see [`Stencil::complete`]) out of its atoms `data`, of
+    /// side `atom`, into the block; returns the block and its runs.
+    #[inline(always)]
+    pub(crate) fn gather<'s>(
+        &'s mut self,
+        stencil: &Stencil,
+        atom: usize,
+        data: &[AtomData],
+    ) -> (Block<'s, f32>, &'s [Runs; 3]) {
+        debug_assert!(stencil.complete);
+        match copy_len(self.width, self.ncomp) {
+            8 => self.copy_rows::<8>(stencil, atom, data),
+            16 => self.copy_rows::<16>(stencil, atom, data),
+            24 => self.copy_rows::<24>(stencil, atom, data),
+            _ => self.copy_rows::<32>(stencil, atom, data),
+        }
+        let block = Block {
+            values: &self.values[..],
+            dims: [self.row_nodes, self.width],
+        };
+        (block, &self.runs)
+    }
+
+    /// Copies each row of the stencil, atom by atom, `L` values at a time: a copy may run
+    /// past its x span (into the atom's padding, or its next row), into the next x span's
+    /// place in the block's row — which that span's copies, made after, overwrite — or into
+    /// the row's slack (a block row holds `row_nodes`, the stencil's first `width`).
+    #[inline(always)]
+    fn copy_rows<const L: usize>(&mut self, stencil: &Stencil, atom: usize, data: &[AtomData]) {
+        let (width, nc) = (self.width, self.ncomp);
+        let [sx, sy, sz] = &stencil.spans;
+        let (row_out, plane_out) = (self.row_nodes * nc, self.row_nodes * width * nc);
+        let (row_in, plane_in) = (atom * nc, atom * atom * nc);
+        assert!(self.values.len() >= width * plane_out + PADDING);
+        for (ix, &(_, kx, lx, _)) in sx.spans[..sx.count()].iter().enumerate() {
+            for (iz, &(_, kz, lz, zlen)) in sz.spans[..sz.count()].iter().enumerate() {
+                for (iy, &(_, ky, ly, ylen)) in sy.spans[..sy.count()].iter().enumerate() {
+                    let slot = stencil.slots[(iz * sy.count() + iy) * sx.count() + ix];
+                    let values = &data[slot as usize];
+                    let first = lz as usize * plane_in + ly as usize * row_in + lx as usize * nc;
+                    let last =
+                        first + (zlen as usize - 1) * plane_in + (ylen as usize - 1) * row_in;
+                    assert!(
+                        last + L <= values.len(),
+                        "an atom holds PADDING values past its end"
+                    );
+                    let out = kz as usize * plane_out + ky as usize * row_out + kx as usize * nc;
+                    for z in 0..zlen as usize {
+                        for y in 0..ylen as usize {
+                            // SAFETY: the source row starts at or before `last`, and `L`
+                            // values from there are in the atom (checked above); the block
+                            // holds `width` planes of `plane_out` values, and a copy starts
+                            // at most `(width - 1) · nc` values into a row of `width · nc + L`
+                            // or more.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    values.as_ptr().add(first + z * plane_in + y * row_in),
+                                    self.values
+                                        .as_mut_ptr()
+                                        .add(out + z * plane_out + y * row_out),
+                                    L,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Values copied per row and span: the stencil's row (`width × ncomp`) rounded up to whole
+/// 32-byte vectors.
+fn copy_len(width: usize, ncomp: usize) -> usize {
+    (width * ncomp).div_ceil(8) * 8
+}
+
+/// Starts loading the cache line at `p` into the core's level-2 cache (a hint; nothing on
+/// paths without one). Not level 1: the rows of the points ahead are more than it holds.
+#[inline(always)]
+fn prefetch(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
