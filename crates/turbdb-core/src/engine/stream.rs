@@ -511,7 +511,7 @@ impl AtomPlace {
 
 /// Copies one stored row into a block row. An atom's row is a few dozen values (24 for
 /// lag8's 8 nodes of 3 components): copied 8 at a time inline, where `copy_from_slice`
-/// called `memmove` once a row, which was a fifth of the reading.
+/// called `memmove` once a row (`perf`: a library call per 96 bytes copied).
 #[inline(always)]
 fn copy_row(d: &mut [f32], s: &[f32]) {
     let mut d8 = d.chunks_exact_mut(8);

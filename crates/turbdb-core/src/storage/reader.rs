@@ -236,8 +236,9 @@ impl FieldReader {
 
     /// Reads a run of adjacent uncompressed atoms `(offset, nbytes, destination slot, index
     /// slot)` with one `preadv` straight into their slots of `out`, their checksums beside,
-    /// and checks them: no staging buffer to clear and copy out of (on a warm step that was
-    /// a third of the reading). Returns `false`, having read nothing it keeps, where this
+    /// and checks them: no staging buffer to clear and copy out of (with the grouped reads
+    /// and inline row copies of `stream.rs`, a third less read time on a warm step).
+    /// Returns `false`, having read nothing it keeps, where this
     /// does not apply (compressed atoms, an atom of the wrong size, a short read): the
     /// staged path then reads the run and reports what is wrong with it.
     #[cfg(target_os = "linux")]
