@@ -39,19 +39,39 @@ pub struct Buffer<T: Pooled>(Vec<T>);
 impl<T: Pooled> Buffer<T> {
     /// `n` copies of `value`, in a kept buffer if there is one.
     pub fn filled(n: usize, value: T) -> Self {
+        let mut v = Self::kept(n);
+        v.clear();
+        v.resize(n, value);
+        Self(v)
+    }
+
+    /// `n` values for a caller that writes every one of them before reading it: a kept
+    /// buffer keeps its stale values (no pass over the memory to clear it, which was a
+    /// tenth of the plan), and only what it grows by is set to `fill`.
+    pub fn to_overwrite(n: usize, fill: T) -> Self {
+        let mut v = Self::kept(n);
+        if v.len() >= n {
+            v.truncate(n);
+        } else {
+            v.resize(n, fill);
+        }
+        Self(v)
+    }
+
+    /// An empty vector with room for `n` values: a kept buffer if there is one that fits
+    /// (with its old contents), else a new one.
+    fn kept(n: usize) -> Vec<T> {
         let bytes = n * std::mem::size_of::<T>();
         let mut v = if bytes >= LARGE {
             take_fitting(&mut T::pool().lock().expect("buffer pool"), n)
         } else {
             Vec::new()
         };
-        v.clear();
         if v.capacity() < n {
             v = Vec::with_capacity(n);
             advise_huge_pages(&mut v, bytes);
         }
-        v.resize(n, value);
-        Self(v)
+        v
     }
 }
 
@@ -136,5 +156,18 @@ mod tests {
         let b = Buffer::filled(n, 0.0f64);
         assert_eq!(b.len(), n);
         assert!(b.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn a_buffer_to_overwrite_has_the_length_asked_for_and_a_new_one_is_filled() {
+        // Small buffers are never kept, so this one is new: filled throughout.
+        let small = Buffer::to_overwrite(100, 3u32);
+        assert!(small.len() == 100 && small.iter().all(|&v| v == 3));
+        // Kept buffers (other tests share the pool) hold stale values: only the length
+        // is promised, whether the buffer grows or shrinks.
+        let n = LARGE / 4 + 1;
+        drop(Buffer::filled(n, 7u32));
+        assert_eq!(Buffer::to_overwrite(2 * n, 3u32).len(), 2 * n);
+        assert_eq!(Buffer::to_overwrite(n / 2, 3u32).len(), n / 2);
     }
 }

@@ -43,11 +43,12 @@ impl<'a> CellFinder<'a> {
     /// stencil of grid position `s` touches.
     #[inline(always)]
     pub(crate) fn visit(&self, s: &[f64; 3], mut f: impl FnMut(usize, u8, u8, u8)) {
-        let (x, y, z) = (
-            self.along(0, s[0]),
-            self.along(1, s[1]),
-            self.along(2, s[2]),
-        );
+        // Filled in place: a returned span was copied out with wide loads over its byte
+        // stores, a store-forwarding stall per axis that took half of the grouping's time.
+        let [mut x, mut y, mut z] = [Span::EMPTY; 3];
+        self.along(0, s[0], &mut x);
+        self.along(1, s[1], &mut y);
+        self.along(2, s[2], &mut z);
         for (&cz, &mz) in z.cells().zip(z.masks()) {
             for (&cy, &my) in y.cells().zip(y.masks()) {
                 let row = (cz * self.cells_per_axis[1] + cy) * self.cells_per_axis[0];
@@ -58,10 +59,10 @@ impl<'a> CellFinder<'a> {
         }
     }
 
-    /// The cells along `axis` that hold the stencil of position `s`, each with the mask of
-    /// its atoms the stencil's nodes fall in.
+    /// Adds to the empty `span` the cells along `axis` that hold the stencil of position
+    /// `s`, each with the mask of its atoms the stencil's nodes fall in.
     #[inline(always)]
-    fn along(&self, axis: usize, s: f64) -> Span {
+    fn along(&self, axis: usize, s: f64, span: &mut Span) {
         let n = self.axes[axis].n;
         let first = self.kernel.first_node(s, &self.axes[axis]);
         let (side, width) = (self.side[axis], self.kernel.width());
@@ -69,7 +70,6 @@ impl<'a> CellFinder<'a> {
         let atoms =
             |lo: usize, hi: usize| ((1u16 << ((hi >> ats) + 1)) - (1u16 << (lo >> ats))) as u8;
         let last = first + width - 1;
-        let mut span = Span::default();
         if last < n && width <= side {
             // The usual case: no wrap, one cell or two neighbours.
             let (c0, c1) = (first >> cs, last >> cs);
@@ -80,7 +80,7 @@ impl<'a> CellFinder<'a> {
                 span.push(c0, atoms(lo, side - 1));
                 span.push(c1, atoms(0, hi));
             }
-            return span;
+            return;
         }
         let before_wrap = width.min(n - first);
         for (start, end) in [(first, first + before_wrap), (0, width - before_wrap)] {
@@ -97,12 +97,11 @@ impl<'a> CellFinder<'a> {
                 }
             }
         }
-        span
     }
 }
 
 /// The cells a stencil touches along one axis, with the masks of their atoms it covers.
-#[derive(Default)]
+#[derive(Clone, Copy)]
 struct Span {
     cell: [usize; MAX_WIDTH],
     mask: [u8; MAX_WIDTH],
@@ -110,6 +109,12 @@ struct Span {
 }
 
 impl Span {
+    const EMPTY: Span = Span {
+        cell: [0; MAX_WIDTH],
+        mask: [0; MAX_WIDTH],
+        count: 0,
+    };
+
     #[inline]
     fn push(&mut self, cell: usize, mask: u8) {
         self.cell[self.count] = cell;

@@ -1,8 +1,6 @@
 //! A parallel counting sort that moves values into buckets, as the plan needs it twice
 //! over for millions of points.
 
-use std::ops::Range;
-
 use rayon::prelude::*;
 
 use crate::engine::buffers::{Buffer, Pooled};
@@ -10,35 +8,49 @@ use crate::engine::buffers::{Buffer, Pooled};
 /// What a counting sort sorts: items, each placed in a bucket as a value (or left out).
 pub(crate) trait Buckets: Sync {
     /// What is placed in a bucket.
-    type Value: Pooled + Default;
+    type Value: Pooled + Default + Sync;
     /// The bucket of `item` and what goes there, or `None` to leave it out.
     fn bucket(&self, item: usize) -> Option<(usize, Self::Value)>;
 }
 
-/// A parallel counting sort in two passes over chunks of items (count, then place each
-/// value at its chunk's next slot in the bucket: every chunk writes a few hundred
-/// sequential streams, which caches take well, where gathering by index would miss on
-/// every item). Returns the values bucket by bucket, in item order in each, and where
-/// each bucket starts (and the end).
+/// A parallel counting sort in two passes over chunks of items: the first finds every
+/// item's bucket and value once (kept in item order) and counts the chunk's items per
+/// bucket; the second places each kept value at its chunk's next slot in the bucket (every
+/// chunk writes a few hundred sequential streams, which caches take well, where gathering
+/// by index would miss on every item). Finding a bucket (a point's grid position and
+/// cell) costs more than writing and reading back its value, so it is not done twice.
+/// Returns the values bucket by bucket, in item order in each, and where each bucket
+/// starts (and the end).
 pub(crate) fn bucket_sort<B: Buckets>(
     items: usize,
     buckets: usize,
     by: &B,
 ) -> (Buffer<B::Value>, Vec<usize>) {
+    assert!(
+        buckets < u32::MAX as usize,
+        "{buckets} buckets are too many"
+    );
+    /// The bucket of an item left out.
+    const NONE: u32 = u32::MAX;
     let chunk = items
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
-    let chunks: Vec<Range<usize>> = (0..items)
-        .step_by(chunk)
-        .map(|s| s..(s + chunk).min(items))
-        .collect();
-    let mut next: Vec<Vec<u32>> = chunks
-        .par_iter()
-        .map(|range| {
+    let mut keys = Buffer::to_overwrite(items, NONE);
+    let mut values = Buffer::to_overwrite(items, B::Value::default());
+    let mut next: Vec<Vec<u32>> = keys
+        .par_chunks_mut(chunk)
+        .zip(values.par_chunks_mut(chunk))
+        .enumerate()
+        .map(|(k, (keys, values))| {
             let mut count = vec![0u32; buckets];
-            for item in range.clone() {
-                if let Some((b, _)) = by.bucket(item) {
-                    count[b] += 1;
+            for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
+                // The values of items left out are never read.
+                match by.bucket(k * chunk + i) {
+                    Some((b, v)) => {
+                        count[b] += 1;
+                        (*key, *value) = (b as u32, v);
+                    }
+                    None => *key = NONE,
                 }
             }
             count
@@ -55,15 +67,17 @@ pub(crate) fn bucket_sort<B: Buckets>(
         }
     }
     start[buckets] = slot;
-    let mut sorted = Buffer::filled(slot, B::Value::default());
+    // Every slot is written below, once.
+    let mut sorted = Buffer::to_overwrite(slot, B::Value::default());
     let out = SlotsPtr(sorted.as_mut_ptr());
     let out = &out;
-    chunks
-        .par_iter()
+    keys.par_chunks(chunk)
+        .zip(values.par_chunks(chunk))
         .zip(next.par_iter_mut())
-        .for_each(|(range, next)| {
-            for item in range.clone() {
-                if let Some((b, value)) = by.bucket(item) {
+        .for_each(|((keys, values), next)| {
+            for (&b, &value) in keys.iter().zip(values.iter()) {
+                if b != NONE {
+                    let b = b as usize;
                     // SAFETY: every slot below `sorted.len()` is handed out exactly once.
                     unsafe { out.0.add(next[b] as usize).write(value) };
                     next[b] += 1;

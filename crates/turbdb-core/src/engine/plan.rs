@@ -309,8 +309,9 @@ fn cell_order(
     }
     // Each cell's points by atom (a counting sort of one bucket per atom), written
     // straight into the executor's order.
-    let mut order = Buffer::filled(placed.len(), 0u32);
-    let mut sorted = Buffer::filled(placed.len(), [0.0; 3]);
+    // Every slot of both is written below, once (each cell's part by its own points).
+    let mut order = Buffer::to_overwrite(placed.len(), 0u32);
+    let mut sorted = Buffer::to_overwrite(placed.len(), [0.0; 3]);
     let mut parts = Vec::new();
     let (mut order_rest, mut sorted_rest) = (&mut order[..], &mut sorted[..]);
     for w in start.windows(2) {
@@ -395,7 +396,8 @@ fn group_by_cell(
         start[occupied.len()] <= u32::MAX as usize,
         "too many (point, cell) pairs in one batch"
     );
-    let mut entries = Buffer::filled(start[occupied.len()], 0u32);
+    // Every slot is written below, once (each cell's part by its lists).
+    let mut entries = Buffer::to_overwrite(start[occupied.len()], 0u32);
     let mut parts: Vec<&mut [u32]> = Vec::with_capacity(occupied.len());
     let mut rest = &mut entries[..];
     for w in start.windows(2) {
