@@ -1,7 +1,7 @@
 """Splitting a query by partition: the partial sums of the units, each evaluated over its
 own partitions only, add up to the single-node answer for every method, operator and
 temporal mode; a point reaches each group of workers once; points shared out without
-routing are cut into contiguous runs that cover each point once, small at both ends;
+routing are cut into equal contiguous runs that cover each point once;
 cutout pieces tile the box.
 The units are evaluated here by the engine itself, restricted as a worker restricts them."""
 
@@ -113,13 +113,12 @@ def test_units_of_a_shared_group_are_neighbours(datasets):
 
 
 @given(points=st.integers(0, 3_000_000), workers=st.integers(1, 20))
-def test_shared_runs_cover_every_point_once_with_small_first_and_last_runs(points, workers):
+def test_shared_runs_cover_every_point_once_in_equal_runs(points, workers):
     bounds = shared_runs(points, workers)
     sizes = np.diff(bounds)
     assert bounds[0] == 0 and bounds[-1] == points and (sizes >= 0).all()
-    assert 1 <= len(sizes) <= min(unit_count(points), 2 + 4 * workers)
-    if len(sizes) >= 3:  # the pipeline fills and drains with small runs
-        assert sizes[0] < sizes[1:-1].min() and sizes[-1] < sizes[1:-1].min()
+    assert len(sizes) == (unit_count(points) if workers > 1 else 1)
+    assert sizes.max() - sizes.min() <= 1
 
 
 @pytest.mark.parametrize("ranges,stride", [(((-5, 30), (3, 20), (0, 32)), 2), (((0, 32), (0, 32), (0, 32)), 1),

@@ -191,8 +191,7 @@ class DistributedField:
             # Every partition on each of these workers (one live worker, or as many workers
             # as copies): each evaluates whole points, so contiguous runs of them are shared
             # out without routing or adding, each run queued under the groups in turn (for
-            # static placement). Even for one worker: several runs in flight overlap one's
-            # transfers with another's evaluation, which one whole unit could not.
+            # static placement); one live worker gets them all in one run.
             bounds = shared_runs(n, len({s for g in everywhere for s in g if s in live}))
             units = [Unit(everywhere[i % len(everywhere)], None, points=slice(a, b), cost=int(b - a))
                      for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
@@ -204,10 +203,14 @@ class DistributedField:
             groups = Groups.of(pmap, levels, catalogue.holders, lent) if lent else whole
             units = split_query(pmap, reach, levels, groups, lambda g: sum(s in live for s in g) > 1)
         routed = _clock()
-        # Runs of whole points are each answered once: copied in place; routed units' partial
-        # sums are added.
+        # Runs of whole points are each answered once: copied in place (one run is the answer
+        # itself); routed units' partial sums are added.
         shared_out = everywhere is not None
-        result = np.empty((n, width)) if shared_out else np.zeros((n, width))
+        whole_answer: list[np.ndarray] = []
+        if shared_out and len(units) == 1:
+            result = None
+        else:
+            result = np.empty((n, width)) if shared_out else np.zeros((n, width))
         spec = {"time": float(time), "method": method, "operator": operator, "temporal": temporal}
         plugin_name, name = catalogue.plugin_name, self.dataset.name
 
@@ -226,7 +229,9 @@ class DistributedField:
 
         def merge(unit: Unit, values: np.ndarray) -> None:
             t0 = _clock()
-            if shared_out:
+            if result is None:
+                whole_answer.append(values)
+            elif shared_out:
                 result[unit.points] = values.reshape(-1, width)
             else:
                 result[unit.points] += values.reshape(-1, width)
@@ -235,7 +240,7 @@ class DistributedField:
         report = db.dispatcher.run(units, start, merge, policy=db.declustering)
         dispatched = _clock()
         db.last_report = report
-        values = result.ravel()
+        values = whole_answer[0] if result is None else result.ravel()
         return values, _counters(report, units, lent, route=routed - began, dispatch=dispatched - routed, **spent,
                                  total=_clock() - began)
 

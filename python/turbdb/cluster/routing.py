@@ -29,10 +29,6 @@ UNITS_PER_GROUP = 8
 UNIT_POINTS = 1 << 17
 #: … and at least this many (a unit costs a task round trip and rebuilds its cells' blocks).
 MIN_UNIT_POINTS = 1 << 14
-#: Points shared out without routing: the first and the last run are this fraction of the
-#: others, so that a worker starts after a small transfer and the last answer comes back
-#: soon after the last evaluation (the pipeline fills and drains quickly).
-RAMP = 1 / 8
 
 Partition = tuple[int, tuple[int, int, int]]
 
@@ -142,14 +138,12 @@ def unit_count(points: int) -> int:
 
 def shared_runs(points: int, workers: int) -> np.ndarray:
     """Where the contiguous runs of ``points`` points begin and end when each of ``workers``
-    workers holds every partition (no routing): :func:`unit_count` runs, or fewer for few
-    workers (each needs one run computing and one arriving, and every run costs a task),
-    the first and the last of them :data:`RAMP` the size of the others."""
-    count = min(unit_count(points), 2 + 4 * max(workers, 1))
-    weights = np.ones(count)
-    if count >= 3:
-        weights[[0, -1]] = RAMP
-    return np.rint(np.concatenate([[0.0], np.cumsum(weights)]) * (points / weights.sum())).astype(int)
+    live workers holds every partition (no routing): :func:`unit_count` equal runs for them
+    to share, or one run for one worker. Cutting a lone worker's points into runs, so that
+    one arrives while another is evaluated, saved 20 ms of transfer latency per 10⁶ points
+    but cost more in Dask's CPU per task and slower evaluation on this 2-core machine
+    (docs/cluster.md)."""
+    return np.linspace(0, points, (unit_count(points) if workers > 1 else 1) + 1).astype(int)
 
 
 def split_query(pmap: PartitionMap, reach: Reach, levels: Sequence[tuple[int, float]], groups: Groups,
