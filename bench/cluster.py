@@ -322,6 +322,8 @@ def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_tasks:
             probe = Probe(run)
             probe.query(ds, points)  # warm
             out[workers] = parts_of([probe.query(ds, points) for _ in range(REPEATS)])
+            if workers == 1:
+                out["1_paired"] = paired_overhead(ds, turbdb.open(data)[NAME], points)
             if workers == 3:  # a quarter of the query: do the costs scale with entries and tasks?
                 quarter = points[:len(points) // 4]
                 probe.query(ds, quarter)
@@ -332,6 +334,21 @@ def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_tasks:
         finally:
             run.close()
     return out
+
+
+def paired_overhead(cluster_ds, local_ds, points: np.ndarray) -> dict:
+    """One worker against in-process, query by query: REPEATS pairs of adjacent queries
+    (which goes first alternates), so that drift of this shared machine's load falls on
+    both alike; the overhead is each pair's cluster/in-process seconds − 1."""
+    seconds: dict[str, list[float]] = {"cluster": [], "in_process": []}
+    for i in range(REPEATS):
+        order = (("cluster", cluster_ds), ("in_process", local_ds))
+        for name, ds in order if i % 2 == 0 else order[::-1]:
+            began = time.perf_counter()
+            ds.query(FIELD, points, time=0.0, method=METHOD)
+            seconds[name].append(time.perf_counter() - began)
+    return {"overhead": spread([c / p - 1 for c, p in zip(seconds["cluster"], seconds["in_process"])]),
+            "seconds": {k: spread(v) for k, v in seconds.items()}}
 
 
 def policy_runs(data: Path, points: np.ndarray, expected: np.ndarray, seed: int) -> dict:
@@ -660,8 +677,14 @@ def main() -> None:
         "points": args.points, "method": METHOD, "seed": args.seed, "repeats": REPEATS,
         "dataset": f"{GRID}³ synthetic, {PARTITION}³ partitions",
         "in_process": local,
+        "one_worker_paired": runs["1_paired"],
         "ratios": {
             "overhead_1_worker_vs_in_process": 1 - rate(1) / local["points_per_second"]["median"],
+            # Adjacent pairs of queries (paired_overhead): the median pair's overhead.
+            "overhead_1_worker_paired": runs["1_paired"]["overhead"]["median"],
+            # Seconds of a 1-worker query outside the worker's engine (transfers, tasks, merge).
+            "overhead_1_worker_outside_engine": (runs[1]["wall"]["median"] - runs[1]["engine"]["0"])
+            / local["seconds"]["median"],
             "overhead_target": TARGET_OVERHEAD,
             "speedup_2_workers_vs_1": rate(2) / rate(1),
             "speedup_3_workers_vs_1": rate(3) / rate(1),

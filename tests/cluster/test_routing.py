@@ -1,6 +1,8 @@
 """Splitting a query by partition: the partial sums of the units, each evaluated over its
 own partitions only, add up to the single-node answer for every method, operator and
-temporal mode; a point reaches each group of workers once; cutout pieces tile the box.
+temporal mode; a point reaches each group of workers once; points shared out without
+routing are cut into equal contiguous runs that cover each point once;
+cutout pieces tile the box.
 The units are evaluated here by the engine itself, restricted as a worker restricts them."""
 
 import math
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 import turbdb
 from turbdb.arguments import METHODS, OPERATORS, SLOTS, axes_of
 from turbdb.cluster.placement import PartitionMap, chained_declustering, virtual_count
-from turbdb.cluster.routing import Groups, Reach, split_cutout, split_query
+from turbdb.cluster.routing import Groups, Reach, shared_runs, split_cutout, split_query, unit_count
 
 TWO_PI = 2 * math.pi
 TIMES = (0.0, 0.5, 1.0, 1.5, 2.0)
@@ -108,6 +110,15 @@ def test_units_of_a_shared_group_are_neighbours(datasets):
     for unit in units:
         # Each unit spans a short run of shards, not the whole grid.
         assert len(np.unique(home[unit.points])) <= pmap.count // 4
+
+
+@given(points=st.integers(0, 3_000_000), workers=st.integers(1, 20))
+def test_shared_runs_cover_every_point_once_in_equal_runs(points, workers):
+    bounds = shared_runs(points, workers)
+    sizes = np.diff(bounds)
+    assert bounds[0] == 0 and bounds[-1] == points and (sizes >= 0).all()
+    assert len(sizes) == (unit_count(points) if workers > 1 else 1)
+    assert sizes.max() - sizes.min() <= 1
 
 
 @pytest.mark.parametrize("ranges,stride", [(((-5, 30), (3, 20), (0, 32)), 2), (((0, 32), (0, 32), (0, 32)), 1),

@@ -188,10 +188,18 @@ class Dispatcher:
             try:
                 return future.result(timeout=POLL_SECONDS)
             except DaskTimeoutError:
-                if flight.address not in self.membership.live(refresh=True).values():
-                    raise ServiceError(f"worker {flight.address} left the cluster before its answer was fetched")
-                if time.monotonic() > deadline:
+                pass
+            except UnboundLocalError:
+                # dask/distributed#8514: a fetch cancelled inside Future.result(timeout) loses
+                # its outcome and says so with this error, under load; the answer is still
+                # on the worker, so ask again as after a timeout.
+                if future.status != "finished":
                     raise
+            if flight.address not in self.membership.live(refresh=True).values():
+                raise ServiceError(f"worker {flight.address} left the cluster before its answer was fetched")
+            if time.monotonic() > deadline:
+                raise ServiceError(f"the answer of a unit on {flight.address} could not be fetched in "
+                                   f"{FETCH_SECONDS:.0f} s")
 
     def _backup_for(self, slot: str, flights: dict[Any, _Flight], ids: dict[int, Unit], done: set[int],
                     rates: list[float]) -> Unit | None:

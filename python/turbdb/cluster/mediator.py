@@ -30,7 +30,7 @@ from .dispatch import Dispatcher, Report
 from .health import cluster_status
 from .membership import Membership
 from .queue import POLICIES
-from .routing import Groups, Reach, Unit, split_cutout, split_query, unit_count
+from .routing import Groups, Reach, Unit, shared_runs, split_cutout, split_query
 from .transfer import copy_between, metadata_files, partition_files
 
 #: Arrays larger than this go straight to their worker (scatter) instead of riding in the
@@ -187,14 +187,12 @@ class DistributedField:
         whole = Groups.of(pmap, levels, catalogue.holders)
         everywhere = _same_workers(whole)
         lent: dict = {}
-        if everywhere is not None and sum(s in live for s in everywhere[0]) < 2:
-            # Every partition of these steps on one worker: no routing, no adding.
-            units = [Unit(everywhere[0], None, points=None, cost=n)]
-        elif everywhere is not None:
-            # Every partition on each of these workers (as many workers as copies): each
-            # evaluates whole points, so contiguous runs of them are shared out without
-            # routing, each run queued under the groups in turn (for static placement).
-            bounds = np.linspace(0, n, unit_count(n) + 1).astype(int)
+        if everywhere is not None:
+            # Every partition on each of these workers (one live worker, or as many workers
+            # as copies): each evaluates whole points, so contiguous runs of them are shared
+            # out without routing or adding, each run queued under the groups in turn (for
+            # static placement); one live worker gets them all in one run.
+            bounds = shared_runs(n, len({s for g in everywhere for s in g if s in live}))
             units = [Unit(everywhere[i % len(everywhere)], None, points=slice(a, b), cost=int(b - a))
                      for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
         else:
@@ -205,8 +203,14 @@ class DistributedField:
             groups = Groups.of(pmap, levels, catalogue.holders, lent) if lent else whole
             units = split_query(pmap, reach, levels, groups, lambda g: sum(s in live for s in g) > 1)
         routed = _clock()
-        result = None if units[0].points is None else np.zeros((n, width))
-        answers: list[np.ndarray] = []
+        # Runs of whole points are each answered once: copied in place (one run is the answer
+        # itself); routed units' partial sums are added.
+        shared_out = everywhere is not None
+        whole_answer: list[np.ndarray] = []
+        if shared_out and len(units) == 1:
+            result = None
+        else:
+            result = np.empty((n, width)) if shared_out else np.zeros((n, width))
         spec = {"time": float(time), "method": method, "operator": operator, "temporal": temporal}
         plugin_name, name = catalogue.plugin_name, self.dataset.name
 
@@ -215,7 +219,7 @@ class DistributedField:
 
         def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
             t0 = _clock()
-            part = points if unit.points is None else points[unit.points]
+            part = points[unit.points]
             data = _to_worker(db.client, part, address)
             future = db.client.submit(plugin.partial_sums, plugin_name, name, self.field, data, spec, unit.partitions,
                                       key=f"turbdb-query-{uuid.uuid4().hex}", workers=[address],
@@ -226,7 +230,9 @@ class DistributedField:
         def merge(unit: Unit, values: np.ndarray) -> None:
             t0 = _clock()
             if result is None:
-                answers.append(values)
+                whole_answer.append(values)
+            elif shared_out:
+                result[unit.points] = values.reshape(-1, width)
             else:
                 result[unit.points] += values.reshape(-1, width)
             spent["merge"] += _clock() - t0
@@ -234,7 +240,7 @@ class DistributedField:
         report = db.dispatcher.run(units, start, merge, policy=db.declustering)
         dispatched = _clock()
         db.last_report = report
-        values = answers[0] if result is None else result.ravel()
+        values = whole_answer[0] if result is None else result.ravel()
         return values, _counters(report, units, lent, route=routed - began, dispatch=dispatched - routed, **spent,
                                  total=_clock() - began)
 
