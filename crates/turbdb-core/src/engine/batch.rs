@@ -444,6 +444,31 @@ mod tests {
             .collect()
     }
 
+    /// Checks that serving `work` added every point–atom pair once (`added`) and that its
+    /// sums equal `expected`, the streaming executor's answer in the caller's point order.
+    fn assert_streaming_answer(
+        work: &Work,
+        progress: &Progress,
+        added: u64,
+        expected: &[f64],
+        case: &str,
+    ) {
+        let (Work::Points(w), Progress::Points { sums, .. }) = (work, progress) else {
+            unreachable!("a point query")
+        };
+        assert_eq!(added, w.point_atoms.pairs() as u64, "{case}");
+        let out_len = w.out_len();
+        for (i, &p) in w.order.iter().enumerate() {
+            for v in 0..out_len {
+                let (got, want) = (sums[i * out_len + v], expected[p as usize * out_len + v]);
+                assert!(
+                    (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                    "{case} point {p}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_batch_holding_every_atom_gathers_whole_stencils_and_gives_the_streaming_answer() {
         // Atoms of 4 nodes, so a stencil 8 wide spans two or three of them per axis; a grid
@@ -494,24 +519,8 @@ mod tests {
                     atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
                 }];
                 let added = execute(&mut parts, &data);
-                let Work::Points(w) = &work else {
-                    unreachable!()
-                };
-                assert_eq!(added, w.point_atoms.pairs() as u64);
-                let Progress::Points { sums, .. } = &progress else {
-                    unreachable!()
-                };
-                let out_len = w.out_len();
-                for (i, &p) in w.order.iter().enumerate() {
-                    for v in 0..out_len {
-                        let (got, want) =
-                            (sums[i * out_len + v], expected[p as usize * out_len + v]);
-                        assert!(
-                            (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
-                            "{grid:?} {ncomp} {method:?} {operator:?} point {p}: {got} vs {want}"
-                        );
-                    }
-                }
+                let case = format!("{grid:?} {ncomp} {method:?} {operator:?}");
+                assert_streaming_answer(&work, &progress, added, &expected, &case);
             }
         }
     }
@@ -575,23 +584,7 @@ mod tests {
                 added += execute(&mut parts, &data);
                 size += 1;
             }
-            let Work::Points(w) = &work else {
-                unreachable!()
-            };
-            assert_eq!(added, w.point_atoms.pairs() as u64);
-            let Progress::Points { sums, .. } = &progress else {
-                unreachable!()
-            };
-            let out_len = w.out_len();
-            for (i, &p) in w.order.iter().enumerate() {
-                for v in 0..out_len {
-                    let (got, want) = (sums[i * out_len + v], expected[p as usize * out_len + v]);
-                    assert!(
-                        (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
-                        "{method:?} point {p}: {got} vs {want}"
-                    );
-                }
-            }
+            assert_streaming_answer(&work, &progress, added, &expected, &format!("{method:?}"));
         }
     }
 }
