@@ -159,6 +159,14 @@ fn engine(
     })
 }
 
+/// Every cache policy, for the property tests to pick from.
+const POLICIES: [PolicyKind; 4] = [
+    PolicyKind::Lru,
+    PolicyKind::LruK,
+    PolicyKind::Slru,
+    PolicyKind::Urc,
+];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
@@ -172,7 +180,7 @@ proptest! {
     ) {
         let f = fixture(periodic);
         let scheduler = [SchedulerKind::Noshare, SchedulerKind::Liferaft, SchedulerKind::Jaws][s];
-        let policy = [PolicyKind::Lru, PolicyKind::LruK, PolicyKind::Slru, PolicyKind::Urc][p];
+        let policy = POLICIES[p];
         // A cache of 20 atoms forces evictions mid-query; one of 64 MB never evicts.
         let cache = if small_cache { 20 * (4 * 4 * 4 * 3 + 32) * 4 } else { 64 << 20 };
         let io = if small_cache { IoMode::Direct } else { IoMode::Buffered };
@@ -523,7 +531,7 @@ proptest! {
         small_cache in any::<bool>(),
     ) {
         let f = fixture(true);
-        let policy = [PolicyKind::Lru, PolicyKind::LruK, PolicyKind::Slru, PolicyKind::Urc][p];
+        let policy = POLICIES[p];
         let cache = if small_cache { 20 * (4 * 4 * 4 * 3 + 32) * 4 } else { 64 << 20 };
         let engine = engine(SchedulerKind::Jaws, policy, cache, IoMode::Buffered);
         let a = ask(seed, [11.5, 7.5, 15.5]);

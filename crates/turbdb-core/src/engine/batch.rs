@@ -444,6 +444,35 @@ mod tests {
             .collect()
     }
 
+    /// The streaming executor's answer to a query of `points` on `source`, the query cut
+    /// into sub-queries, and its atoms by sub-query.
+    fn streaming_case(
+        source: &Analytic,
+        points: &[[f64; 3]],
+        method: Method,
+        operator: Operator,
+        axes: [Axis; 3],
+    ) -> (Vec<f64>, Work, Vec<AtomData>) {
+        let geometry = source.0.clone();
+        let plan = Plan::new(points, method, operator, axes, geometry.clone(), 1).unwrap();
+        let levels = [TimeLevel { t: 0, weight: 1.0 }];
+        let expected = stream(
+            &plan,
+            source,
+            &levels,
+            Order::Storage,
+            &StreamStats::default(),
+        )
+        .unwrap();
+        let work = Work::Points(Box::new(
+            PointWork::new(points, method, operator, axes, geometry, None).unwrap(),
+        ));
+        let data = (0..work.atoms())
+            .map(|i| padded(source.atom(work.coords(i))))
+            .collect();
+        (expected, work, data)
+    }
+
     /// Checks that serving `work` added every point–atom pair once (`added`) and that its
     /// sums equal `expected`, the streaming executor's answer in the caller's point order.
     fn assert_streaming_answer(
@@ -494,24 +523,9 @@ mod tests {
                 (Method::Lagrange(4), Operator::Hessian),
                 (Method::Fd4Lag4, Operator::Laplacian),
             ] {
-                let plan = Plan::new(&points, method, operator, axes, geometry.clone(), 1).unwrap();
-                let levels = [TimeLevel { t: 0, weight: 1.0 }];
-                let expected = stream(
-                    &plan,
-                    &source,
-                    &levels,
-                    Order::Storage,
-                    &StreamStats::default(),
-                )
-                .unwrap();
-                let work = Work::Points(Box::new(
-                    PointWork::new(&points, method, operator, axes, geometry.clone(), None)
-                        .unwrap(),
-                ));
+                let (expected, work, data) =
+                    streaming_case(&source, &points, method, operator, axes);
                 let mut progress = Progress::new(&work);
-                let data: Vec<AtomData> = (0..work.atoms())
-                    .map(|i| padded(source.atom(work.coords(i))))
-                    .collect();
                 let mut parts = [Part {
                     work: &work,
                     progress: &mut progress,
@@ -551,23 +565,8 @@ mod tests {
             (Method::Fd4Lag4, Operator::Gradient),
             (Method::Spline { m: 2, q: 8 }, Operator::Hessian),
         ] {
-            let plan = Plan::new(&points, method, operator, axes, geometry.clone(), 1).unwrap();
-            let levels = [TimeLevel { t: 0, weight: 1.0 }];
-            let expected = stream(
-                &plan,
-                &source,
-                &levels,
-                Order::Storage,
-                &StreamStats::default(),
-            )
-            .unwrap();
-            let work = Work::Points(Box::new(
-                PointWork::new(&points, method, operator, axes, geometry.clone(), None).unwrap(),
-            ));
+            let (expected, work, data) = streaming_case(&source, &points, method, operator, axes);
             let mut progress = Progress::new(&work);
-            let data: Vec<AtomData> = (0..work.atoms())
-                .map(|i| padded(source.atom(work.coords(i))))
-                .collect();
             // Batches of 1, 2, 3, … atoms, in reverse storage order.
             let mut order: Vec<u32> = (0..work.atoms() as u32).rev().collect();
             let mut size = 1;

@@ -109,11 +109,19 @@ impl Stencil {
             else {
                 continue;
             };
-            self.slots[(iz * sy.count() + iy) * sx.count() + ix] = slot;
+            let cell = self.cell(ix, iy, iz);
+            self.slots[cell] = slot;
             found += 1;
         }
         // A point's atoms are distinct, so as many found as cells means every cell is set.
         self.complete = found == cells;
+    }
+
+    /// The index in `slots` of the atom of x, y and z spans `ix`, `iy`, `iz`.
+    #[inline(always)]
+    fn cell(&self, ix: usize, iy: usize, iz: usize) -> usize {
+        let [sx, sy, _] = &self.spans;
+        (iz * sy.count() + iy) * sx.count() + ix
     }
 
     /// Whether the stencil can be gathered.
@@ -134,7 +142,7 @@ impl Stencil {
             for iy in 0..sy.count() {
                 let (_, _, ly, ylen) = sy.spans[iy];
                 for ix in 0..sx.count() {
-                    let slot = self.slots[(iz * sy.count() + iy) * sx.count() + ix];
+                    let slot = self.slots[self.cell(ix, iy, iz)];
                     let values = data[slot as usize].as_ptr();
                     for z in lz..lz + zlen {
                         // The span's rows of one plane are contiguous in the atom.
@@ -216,7 +224,7 @@ impl Gathered {
         for (ix, &(_, kx, lx, _)) in sx.spans[..sx.count()].iter().enumerate() {
             for (iz, &(_, kz, lz, zlen)) in sz.spans[..sz.count()].iter().enumerate() {
                 for (iy, &(_, ky, ly, ylen)) in sy.spans[..sy.count()].iter().enumerate() {
-                    let slot = stencil.slots[(iz * sy.count() + iy) * sx.count() + ix];
+                    let slot = stencil.slots[stencil.cell(ix, iy, iz)];
                     let values = &data[slot as usize];
                     let first = lz as usize * plane_in + ly as usize * row_in + lx as usize * nc;
                     let last =

@@ -307,9 +307,7 @@ impl FieldReader {
                     let bytes = unsafe {
                         std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), atom_bytes)
                     };
-                    if crc32c::crc32c(bytes) != stored {
-                        return Err(Error::corrupt(path, "atom checksum mismatch"));
-                    }
+                    check_checksum(bytes, stored, path)?;
                 }
                 // Stored little-endian.
                 if cfg!(target_endian = "big") {
@@ -362,10 +360,11 @@ impl FieldReader {
                 return Err(Error::corrupt(path, "atom is shorter than its checksum"));
             };
             let (body, crc) = bytes.split_at(split);
-            let stored = u32::from_le_bytes(crc.try_into().expect("4 bytes"));
-            if crc32c::crc32c(body) != stored {
-                return Err(Error::corrupt(path, "atom checksum mismatch"));
-            }
+            check_checksum(
+                body,
+                u32::from_le_bytes(crc.try_into().expect("4 bytes")),
+                path,
+            )?;
             body
         } else {
             bytes
@@ -423,4 +422,12 @@ fn open_shard(path: &Path, t: usize) -> Result<File> {
         )),
         _ => Error::io(path, e),
     })
+}
+
+/// Fails if `body`'s CRC-32C is not `stored`, the checksum written after it.
+fn check_checksum(body: &[u8], stored: u32, path: &Path) -> Result<()> {
+    if crc32c::crc32c(body) != stored {
+        return Err(Error::corrupt(path, "atom checksum mismatch"));
+    }
+    Ok(())
 }
