@@ -69,7 +69,15 @@ def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(databas
     read = {}
     for scheduler in ("noshare", "jaws"):
         ds = turbdb.open(database, scheduler=scheduler, cache_bytes=0, io="direct")["box"]
-        threads = [threading.Thread(target=ds.query, args=("velocity",), kwargs=ask) for ask in work]
+        # Every thread asks at once: started one by one, a thread could find the engine idle
+        # (its predecessors served) on a loaded machine, with nothing to share.
+        ready = threading.Barrier(len(work))
+
+        def ask_when_all_ready(ask):
+            ready.wait()
+            ds.query("velocity", **ask)
+
+        threads = [threading.Thread(target=ask_when_all_ready, args=(ask,)) for ask in work]
         for t in threads:
             t.start()
         for t in threads:
@@ -92,6 +100,24 @@ def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
     # Served at submission from the cache, without a batch, and counted like any query.
     assert ds.last_query_stats["batches"] == 0
     assert stats["served_from_cache"] == 1 and stats["completed"] == 2
+
+
+def test_the_same_points_at_another_time_reuse_their_cut_and_a_moved_point_does_not(database):
+    db = turbdb.open(database, cache_policy="lru")
+    ds = db["box"]
+    ask = dict(asks(1, seed=4)[0], method="lag6", operator="gradient", temporal="none")
+    points = ask.pop("points")
+    alone = turbdb.open(database)["box"]
+    for time in (0.0, 0.1, 0.2):
+        answer = ds.query("velocity", points, **dict(ask, time=time))
+        np.testing.assert_allclose(answer, alone.query("velocity", points, **dict(ask, time=time)), rtol=1e-6, atol=1e-6)
+    assert db.engine_stats()["cuts_reused"] == 2
+    moved = points.copy()
+    moved[-1, 2] = np.nextafter(moved[-1, 2], 3.0)
+    ds.query("velocity", moved, **dict(ask, time=0.2))
+    assert db.engine_stats()["cuts_reused"] == 2
+    ds.query("velocity", points, **dict(ask, time=0.2, method="lag4"))
+    assert db.engine_stats()["cuts_reused"] == 2
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,8 @@ class Dataset:
         if _turbdb_attrs(document) is None:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
+        # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
+        self._metadata_file = str(self.path / ZARR_JSON)
         self._stores: dict[str, tuple[Any, Any]] = {}
         self._cache: tuple[Any, dict[str, Any], DatasetInfo] | None = None
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
@@ -65,9 +67,9 @@ class Dataset:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
         of it is a rename, which changes its inode and time)."""
         try:
-            st = os.stat(self.path / ZARR_JSON)
+            st = os.stat(self._metadata_file)
         except OSError as e:
-            raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self.path / ZARR_JSON})") from None
+            raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._cache is None or self._cache[0] != key:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))

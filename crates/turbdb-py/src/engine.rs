@@ -316,6 +316,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("alpha", s.alpha)?;
     d.set_item("busy_seconds", s.busy_seconds)?;
     d.set_item("served_from_cache", s.served_from_cache)?;
+    d.set_item("cuts_reused", s.cuts_reused)?;
     d.set_item("jobs", s.jobs)?;
     d.set_item("gating_edges", s.gating_edges)?;
     let gating = PyDict::new(py);

@@ -7,6 +7,8 @@
 //! atoms are split into batches, nor on their order (up to rounding). A cutout's
 //! sub-query copies its nodes out of the atom.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::engine::accumulate::{accumulate_any, Block, Runs};
@@ -19,7 +21,7 @@ use crate::interp::stencil::AxisWeights;
 #[derive(Debug)]
 pub enum Work {
     /// Values, derivatives or Laplacians at points.
-    Points(Box<PointWork>),
+    Points(Arc<PointWork>),
     /// Stored values on a box of nodes.
     Cutout(CutoutWork),
 }
@@ -464,7 +466,7 @@ mod tests {
             &StreamStats::default(),
         )
         .unwrap();
-        let work = Work::Points(Box::new(
+        let work = Work::Points(Arc::new(
             PointWork::new(points, method, operator, axes, geometry, None).unwrap(),
         ));
         let data = (0..work.atoms())

@@ -177,6 +177,24 @@ impl AtomCache {
         }
     }
 
+    /// Every atom of `keys` if all of them are cached, else `None`; nothing is recorded
+    /// (see [`AtomCache::used_all`]). One lookup per atom, up to the first missing one.
+    pub fn peek_all(&self, keys: impl ExactSizeIterator<Item = AtomKey>) -> Option<Vec<AtomData>> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            found.push(Arc::clone(self.atoms.get(&key)?));
+        }
+        Some(found)
+    }
+
+    /// Records the use of cached atoms taken with [`AtomCache::peek_all`]: each a hit.
+    pub fn used_all(&mut self, keys: impl Iterator<Item = AtomKey>) {
+        for key in keys {
+            self.counters.hits += 1;
+            self.policy.touch(key);
+        }
+    }
+
     /// Whether the atom is cached (not a use).
     pub fn contains(&self, key: &AtomKey) -> bool {
         self.atoms.contains_key(key)

@@ -34,23 +34,25 @@ impl PinnedAtoms {
         work: &Work,
         levels: &[TimeLevel],
     ) -> Option<Self> {
-        let key = |t: usize, i: usize| AtomKey {
-            field,
-            t: t as u32,
-            code: work.code(i),
-        };
         let atoms = work.atoms();
-        if atoms == 0
-            || !levels
-                .iter()
-                .all(|l| (0..atoms).all(|i| cache.contains(&key(l.t, i))))
-        {
+        if atoms == 0 {
             return None;
         }
-        let levels = levels
+        let keys = |t: usize| {
+            (0..atoms).map(move |i| AtomKey {
+                field,
+                t: t as u32,
+                code: work.code(i),
+            })
+        };
+        let pinned = levels
             .iter()
-            .map(|l| (0..atoms).map(|i| cache.get(&key(l.t, i))).collect())
+            .map(|l| cache.peek_all(keys(l.t)))
             .collect::<Option<Vec<Vec<AtomData>>>>()?;
+        for l in levels {
+            cache.used_all(keys(l.t));
+        }
+        let levels = pinned;
         Some(Self { levels })
     }
 

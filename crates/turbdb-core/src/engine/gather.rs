@@ -129,26 +129,33 @@ impl Stencil {
         self.complete
     }
 
-    /// Asks the CPU to start loading the atom rows the gather will copy.
+    /// Asks the CPU to start loading the cache lines of the atom rows the gather will copy:
+    /// only the stencil's part of each row.
     #[inline(always)]
     pub(crate) fn prefetch(&self, atom: usize, ncomp: usize, data: &[AtomData]) {
         if !self.complete {
             return;
         }
         let [sx, sy, sz] = &self.spans;
-        let row = atom * ncomp;
+        let (row, plane) = (atom * ncomp, atom * atom * ncomp);
         for iz in 0..sz.count() {
             let (_, _, lz, zlen) = sz.spans[iz];
             for iy in 0..sy.count() {
                 let (_, _, ly, ylen) = sy.spans[iy];
                 for ix in 0..sx.count() {
+                    let (_, _, lx, xlen) = sx.spans[ix];
                     let slot = self.slots[self.cell(ix, iy, iz)];
                     let values = data[slot as usize].as_ptr();
-                    for z in lz..lz + zlen {
-                        // The span's rows of one plane are contiguous in the atom.
-                        let first = (z as usize * atom + ly as usize) * row;
-                        for at in (first..first + ylen as usize * row).step_by(16) {
-                            prefetch(values.wrapping_add(at));
+                    let len = xlen as usize * ncomp * 4;
+                    for z in lz as usize..(lz + zlen) as usize {
+                        for y in ly as usize..(ly + ylen) as usize {
+                            let at = z * plane + y * row + lx as usize * ncomp;
+                            let start = values.wrapping_add(at) as usize;
+                            let mut line = start & !(LINE - 1);
+                            while line < start + len {
+                                prefetch(line as *const f32);
+                                line += LINE;
+                            }
                         }
                     }
                 }
@@ -164,31 +171,29 @@ pub(crate) struct Gathered {
     runs: [Runs; 3],
     width: usize,
     ncomp: usize,
-    /// Nodes a block row holds: the stencil's `width` and room for a copy that starts at
-    /// its last node.
-    row_nodes: usize,
 }
 
 impl Gathered {
     /// Space for stencils `width` nodes wide of `ncomp` components; `None` where a row is
-    /// too long for the fixed-size copies (more than [`MAX_ROW`] values), so the caller
-    /// sums atom by atom.
+    /// longer than the kernel's fixed-size rows (more than [`MAX_ROW`] values), so the
+    /// caller sums atom by atom.
     pub(crate) fn new(width: usize, ncomp: usize) -> Option<Self> {
         if width == 0 || width * ncomp > MAX_ROW || width > MAX_WIDTH {
             return None;
         }
-        let row_nodes = width + copy_len(width, ncomp).div_ceil(ncomp);
         Some(Self {
-            values: vec![0.0; width * width * row_nodes * ncomp + PADDING],
+            values: vec![0.0; width * width * width * ncomp + PADDING],
             runs: [0; 3].map(|_| Runs::new(0, width, width, 0, width)),
             width,
             ncomp,
-            row_nodes,
         })
     }
 
     /// Copies a complete stencil (see [`Stencil::complete`]) out of its atoms `data`, of
     /// side `atom`, into the block; returns the block and its runs.
+    ///
+    /// Each row is copied exactly: reading past a span would load cache lines of the atom
+    /// the stencil does not use, and the gather is bound by those loads.
     #[inline(always)]
     pub(crate) fn gather<'s>(
         &'s mut self,
@@ -197,31 +202,13 @@ impl Gathered {
         data: &[AtomData],
     ) -> (Block<'s, f32>, &'s [Runs; 3]) {
         debug_assert!(stencil.complete);
-        match copy_len(self.width, self.ncomp) {
-            8 => self.copy_rows::<8>(stencil, atom, data),
-            16 => self.copy_rows::<16>(stencil, atom, data),
-            24 => self.copy_rows::<24>(stencil, atom, data),
-            _ => self.copy_rows::<32>(stencil, atom, data),
-        }
-        let block = Block {
-            values: &self.values[..],
-            dims: [self.row_nodes, self.width],
-        };
-        (block, &self.runs)
-    }
-
-    /// Copies each row of the stencil, atom by atom, `L` values at a time: a copy may run
-    /// past its x span (into the atom's padding, or its next row), into the next x span's
-    /// place in the block's row — which that span's copies, made after, overwrite — or into
-    /// the row's slack (a block row holds `row_nodes`, the stencil's first `width`).
-    #[inline(always)]
-    fn copy_rows<const L: usize>(&mut self, stencil: &Stencil, atom: usize, data: &[AtomData]) {
         let (width, nc) = (self.width, self.ncomp);
         let [sx, sy, sz] = &stencil.spans;
-        let (row_out, plane_out) = (self.row_nodes * nc, self.row_nodes * width * nc);
+        let (row_out, plane_out) = (width * nc, width * width * nc);
         let (row_in, plane_in) = (atom * nc, atom * atom * nc);
-        assert!(self.values.len() >= width * plane_out + PADDING);
-        for (ix, &(_, kx, lx, _)) in sx.spans[..sx.count()].iter().enumerate() {
+        assert!(self.values.len() >= width * plane_out);
+        for (ix, &(_, kx, lx, xlen)) in sx.spans[..sx.count()].iter().enumerate() {
+            let len = xlen as usize * nc;
             for (iz, &(_, kz, lz, zlen)) in sz.spans[..sz.count()].iter().enumerate() {
                 for (iy, &(_, ky, ly, ylen)) in sy.spans[..sy.count()].iter().enumerate() {
                     let slot = stencil.slots[stencil.cell(ix, iy, iz)];
@@ -229,25 +216,21 @@ impl Gathered {
                     let first = lz as usize * plane_in + ly as usize * row_in + lx as usize * nc;
                     let last =
                         first + (zlen as usize - 1) * plane_in + (ylen as usize - 1) * row_in;
-                    assert!(
-                        last + L <= values.len(),
-                        "an atom holds PADDING values past its end"
-                    );
+                    assert!(last + len <= values.len(), "a span lies inside its atom");
                     let out = kz as usize * plane_out + ky as usize * row_out + kx as usize * nc;
                     for z in 0..zlen as usize {
                         for y in 0..ylen as usize {
-                            // SAFETY: the source row starts at or before `last`, and `L`
-                            // values from there are in the atom (checked above); the block
-                            // holds `width` planes of `plane_out` values, and a copy starts
-                            // at most `(width - 1) · nc` values into a row of `width · nc + L`
-                            // or more.
+                            // SAFETY: the source row's `len` values are in the atom
+                            // (checked above); the block holds `width` planes of
+                            // `plane_out` values, and a span's `len` values end at or
+                            // before the end of its row.
                             unsafe {
-                                std::ptr::copy_nonoverlapping(
+                                copy_exact(
                                     values.as_ptr().add(first + z * plane_in + y * row_in),
                                     self.values
                                         .as_mut_ptr()
                                         .add(out + z * plane_out + y * row_out),
-                                    L,
+                                    len,
                                 );
                             }
                         }
@@ -255,14 +238,46 @@ impl Gathered {
                 }
             }
         }
+        let block = Block {
+            values: &self.values[..],
+            dims: [width, width],
+        };
+        (block, &self.runs)
     }
 }
 
-/// Values copied per row and span: the stencil's row (`width × ncomp`) rounded up to whole
-/// 32-byte vectors.
-fn copy_len(width: usize, ncomp: usize) -> usize {
-    (width * ncomp).div_ceil(8) * 8
+/// Copies exactly `n` values with fixed-size moves that may overlap (as `memcpy` does for
+/// short copies), without a call.
+///
+/// # Safety
+/// `src` and `dst` must be valid for `n` values and not overlap.
+#[inline(always)]
+unsafe fn copy_exact(src: *const f32, dst: *mut f32, n: usize) {
+    use std::ptr::copy_nonoverlapping as copy;
+    // SAFETY: every move lies in the first `n` values of `src` and `dst` (the caller's
+    // promise).
+    unsafe {
+        if n >= 8 {
+            let mut i = 0;
+            while i + 8 < n {
+                copy(src.add(i), dst.add(i), 8);
+                i += 8;
+            }
+            copy(src.add(n - 8), dst.add(n - 8), 8);
+        } else if n >= 4 {
+            copy(src, dst, 4);
+            copy(src.add(n - 4), dst.add(n - 4), 4);
+        } else if n >= 2 {
+            copy(src, dst, 2);
+            copy(src.add(n - 2), dst.add(n - 2), 2);
+        } else if n == 1 {
+            *dst = *src;
+        }
+    }
 }
+
+/// Bytes in a cache line.
+const LINE: usize = 64;
 
 /// Starts loading the cache line at `p` into the core's level-2 cache (a hint; nothing on
 /// paths without one). Not level 1: the rows of the points ahead are more than it holds.

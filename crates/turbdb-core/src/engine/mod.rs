@@ -11,7 +11,8 @@
 //! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
 //! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel, and hands
 //! results back through a [`ticket`]; [`telemetry`] says what it did. A query whose atoms
-//! are all cached skips the queues: it is served at once from the [`cached_source`].
+//! are all cached skips the queues: it is served at once from the [`cached_source`]; one
+//! asked again with the same points is not cut again ([`recent_cuts`]).
 //!
 //! For a cluster, [`partitions`] restricts a batch to the partial sums of some partitions
 //! and [`reach`] tells which partitions a point's stencil touches.
@@ -36,6 +37,7 @@ pub mod partitions;
 pub mod plan;
 pub mod query;
 pub mod reach;
+pub(crate) mod recent_cuts;
 pub mod scheduler;
 pub mod simd;
 pub mod stream;

@@ -25,6 +25,7 @@ use crate::engine::cached_source::PinnedAtoms;
 use crate::engine::io_pool::{IoPool, Loading, ShardRead};
 use crate::engine::jobs::gating::{JobGraph, JobId, Region};
 use crate::engine::metric::CostModel;
+use crate::engine::recent_cuts::{CutKey, RecentCuts};
 use crate::engine::scheduler::{Pick, QueryBook, Scheduler, SchedulerKind, Serve, SMALL_POINTS};
 use crate::engine::stream::TimeLevel;
 use crate::engine::subquery::{CutoutWork, PointWork};
@@ -189,6 +190,8 @@ struct Shared {
     /// The atom cache: the engine's thread reads through it, and callers pin from it the
     /// atoms of queries it holds whole.
     cache: Mutex<AtomCache>,
+    /// The cuts of the last point queries, for queries asked again.
+    recent_cuts: Mutex<RecentCuts>,
     published: Mutex<EngineStats>,
     /// Test hook: a batch of this time step panics (u32::MAX: none).
     #[cfg(test)]
@@ -276,6 +279,7 @@ impl NodeEngine {
                 fields: Mutex::default(),
                 pending_points: AtomicU64::new(0),
                 cache: Mutex::new(AtomCache::new(config.cache_bytes, config.cache_policy)),
+                recent_cuts: Mutex::new(RecentCuts::default()),
                 published: Mutex::new(stats),
                 #[cfg(test)]
                 panic_on_step: std::sync::atomic::AtomicU32::new(u32::MAX),
@@ -332,14 +336,7 @@ impl NodeEngine {
             .into_iter()
             .map(|(t, weight)| TimeLevel { t, weight })
             .collect();
-        let work = Work::Points(Box::new(PointWork::new(
-            query.points,
-            query.method,
-            query.operator,
-            query.axes,
-            reader.geometry().clone(),
-            query.partitions,
-        )?));
+        let work = Work::Points(self.cut(reader, query)?);
         let work = match self.serve_from_cache(reader, work, &levels, query.job, &notify, submitted)
         {
             Ok(ticket) => return Ok(ticket),
@@ -353,6 +350,36 @@ impl NodeEngine {
             query.points.len() as u64,
             notify,
         )
+    }
+
+    /// The query cut into sub-queries: the cut kept from the last time the same points
+    /// were asked on the same grid, if they were ([`RecentCuts`]), or a new one.
+    fn cut(&self, reader: &FieldReader, query: &PointQuery<'_>) -> Result<Arc<PointWork>> {
+        let key = CutKey {
+            points: query.points,
+            method: query.method,
+            operator: query.operator,
+            axes: query.axes,
+            geometry: reader.geometry(),
+            partitions: query.partitions,
+        };
+        if let Some(work) = self.recent_cuts().find(&key) {
+            return Ok(work);
+        }
+        let work = Arc::new(PointWork::new(
+            query.points,
+            query.method,
+            query.operator,
+            query.axes,
+            reader.geometry().clone(),
+            query.partitions,
+        )?);
+        self.recent_cuts().keep(&key, &work);
+        Ok(work)
+    }
+
+    fn recent_cuts(&self) -> std::sync::MutexGuard<'_, RecentCuts> {
+        self.shared.recent_cuts.lock().expect("recent cuts")
     }
 
     /// Serves a point query at once, in the calling thread, if every atom it needs is in
@@ -428,7 +455,7 @@ impl NodeEngine {
             (Work::Points(work), Progress::Points { sums, .. }) => Values::Sums {
                 sums,
                 out_len: work.out_len(),
-                order: work.order,
+                order: PointWork::into_order(work),
             },
             _ => unreachable!("only point queries are served from the cache"),
         };
@@ -602,6 +629,7 @@ impl NodeEngine {
             stats.cache_atoms = cache.len();
         }
         stats.pending_points = self.shared.pending_points.load(Ordering::Relaxed);
+        stats.cuts_reused = self.recent_cuts().reused();
         stats
     }
 }
@@ -1203,7 +1231,7 @@ impl Core {
             (Work::Points(work), Progress::Points { sums, .. }) => Values::Sums {
                 sums,
                 out_len: work.out_len(),
-                order: work.order,
+                order: PointWork::into_order(work),
             },
             (Work::Cutout(_), Progress::Cutout { values }) => Values::Cutout(values),
             _ => unreachable!("a query's progress matches its work"),

@@ -8,6 +8,8 @@
 //! grid units sorted by the atom they lie in (neighbours share atoms), the atoms the query
 //! needs in storage order, and both directions of the point–atom relation.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -241,6 +243,11 @@ impl PointWork {
             atom_points,
             point_atoms,
         })
+    }
+
+    /// The points' order (see `order`), without a copy where no one else holds the cut.
+    pub fn into_order(work: Arc<Self>) -> Vec<u32> {
+        Arc::try_unwrap(work).map_or_else(|shared| shared.order.clone(), |work| work.order)
     }
 
     /// Number of points.

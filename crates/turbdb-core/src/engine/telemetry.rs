@@ -121,6 +121,8 @@ pub struct EngineStats {
     pub busy_seconds: f64,
     /// Queries served at submission, every atom from the cache, without a batch.
     pub served_from_cache: u64,
+    /// Point queries whose cut was kept from an earlier query with the same points.
+    pub cuts_reused: u64,
     /// Response times by size class ([`SIZE_CLASSES`]).
     pub response: [Histogram; 3],
     /// Jobs running.
@@ -171,6 +173,7 @@ impl EngineStats {
             t_m_ms: 0.0,
             busy_seconds: 0.0,
             served_from_cache: 0,
+            cuts_reused: 0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
             jobs: 0,
             gating_edges: 0,
