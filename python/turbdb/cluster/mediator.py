@@ -233,7 +233,7 @@ class DistributedField:
             part = points[unit.points]
             shared = exchange.points(id(unit), part) if db.shared_memory.reaches(address) else None
             data = shared if shared is not None else _to_worker(db.client, part, address)
-            answer_to = None
+            answer_to = None  # the answer comes back over the network
             if shared is not None:
                 answer_to = exchange.answer_file(len(part) * width * answer_dtype.itemsize)
                 through_shared_memory.add(id(unit))

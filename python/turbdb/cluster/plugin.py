@@ -65,11 +65,9 @@ def partial_sums(plugin: str, dataset: str, field: str, points: np.ndarray | Sha
     if isinstance(points, SharedArray):
         points = points.load()
     values = node_of(plugin).partial_sums(dataset, field, points, partitions=partitions, **spec)
-    if dtype is not None:
-        values = values.astype(dtype, copy=False)
-    if answer_to is not None:
-        return write_into(answer_to, values) or values
-    return values
+    if answer_to is not None and (shared := write_into(answer_to, values, dtype)) is not None:
+        return shared  # cast on the way into the file
+    return values if dtype is None else values.astype(dtype, copy=False)
 
 
 def cutout(plugin: str, dataset: str, field: str, t_index: int, ranges: Any, stride: int) -> np.ndarray:
