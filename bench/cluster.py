@@ -9,12 +9,16 @@ median with its quartiles and extremes.
 
     python bench/cluster.py [--data /tmp/turbdb-bench-cluster] [--points 1000000] [--replay 60] [--seed 0]
     python bench/cluster.py --route-only [--label after]
+    python bench/cluster.py --overhead-only [--label after]
 
 Writes bench/results/cluster.json and cluster.png. ``--route-only`` times only the
 mediator's route of the query for 3 and 16 slots (no cluster) and recomputes the
 16-worker prediction from the parts committed in cluster.json with the route just timed
 (a recomputation, not a new run); it adds its figures under ``--label`` to
-bench/results/cluster_route.json.
+bench/results/cluster_route.json. ``--overhead-only`` measures only the 1-worker overhead
+(REPEATS adjacent pairs of in-process and 1-worker queries, and the 1-worker query's
+seconds outside the worker's engine) and adds it under ``--label`` to
+bench/results/cluster_overhead.json, for A/B runs of a change.
 
 Graduated against static: the two policies run alternately on one cluster (which goes
 first alternates), and at each repetition both meet the duty cycle at the same phase
@@ -336,19 +340,28 @@ def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_tasks:
     return out
 
 
-def paired_overhead(cluster_ds, local_ds, points: np.ndarray) -> dict:
+def paired_overhead(cluster_ds, local_ds, points: np.ndarray, engine=None) -> dict:
     """One worker against in-process, query by query: REPEATS pairs of adjacent queries
     (which goes first alternates), so that drift of this shared machine's load falls on
-    both alike; the overhead is each pair's cluster/in-process seconds − 1."""
+    both alike; the overhead is each pair's cluster/in-process seconds − 1. ``engine``:
+    the worker engine's seconds so far (its node's counter), read around each cluster
+    query to give the seconds that query spent outside the engine."""
     seconds: dict[str, list[float]] = {"cluster": [], "in_process": []}
+    outside: list[float] = []
     for i in range(REPEATS):
         order = (("cluster", cluster_ds), ("in_process", local_ds))
         for name, ds in order if i % 2 == 0 else order[::-1]:
+            before = engine() if engine and name == "cluster" else 0.0
             began = time.perf_counter()
             ds.query(FIELD, points, time=0.0, method=METHOD)
             seconds[name].append(time.perf_counter() - began)
-    return {"overhead": spread([c / p - 1 for c, p in zip(seconds["cluster"], seconds["in_process"])]),
-            "seconds": {k: spread(v) for k, v in seconds.items()}}
+            if engine and name == "cluster":
+                outside.append(seconds[name][-1] - (engine() - before))
+    out = {"overhead": spread([c / p - 1 for c, p in zip(seconds["cluster"], seconds["in_process"])]),
+           "seconds": {k: spread(v) for k, v in seconds.items()}}
+    if outside:
+        out["outside_engine_seconds"] = spread(outside)
+    return out
 
 
 def policy_runs(data: Path, points: np.ndarray, expected: np.ndarray, seed: int) -> dict:
@@ -562,6 +575,31 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
     }
 
 
+def overhead_only(data: Path, points: np.ndarray) -> dict:
+    """The 1-worker overhead alone: REPEATS adjacent pairs of in-process and 1-worker
+    queries (:func:`paired_overhead`), each 1-worker query's seconds outside the worker's
+    engine (its node's counter) and the last query's mediator timers."""
+    load_start = os.getloadavg()
+    expected = turbdb.open(data)[NAME].query(FIELD, points, time=0.0, method=METHOD)
+    run = start_local(data, 1, threads=1, dashboard_address=":0")
+    try:
+        with turbdb.open(data, cluster=run.client, declustering="graduated", balance=False) as db:
+            ds = db[NAME]
+            assert np.array_equal(ds.query(FIELD, points, time=0.0, method=METHOD), expected), \
+                "1-worker answer differs from the single node"
+            probe = Probe(run)
+            paired = paired_overhead(ds, turbdb.open(data)[NAME], points, engine=lambda: probe.engine()["0"])
+            stats = ds.last_query_stats
+    finally:
+        run.close()
+    cluster = paired["seconds"]["cluster"]["median"]
+    return {"machine": machine_info(), "load_average_start": load_start, "load_average_end": os.getloadavg(),
+            "points": len(points), "method": METHOD, "repeats": REPEATS, **paired,
+            "overhead_from_medians": cluster / paired["seconds"]["in_process"]["median"] - 1,
+            "last_query_mediator_seconds": {k: stats[f"{k}_seconds"] for k in ("route", "submit", "merge",
+                                                                                "dispatch", "total")}}
+
+
 def route_only(data: Path, points: np.ndarray) -> dict:
     """The route alone, for 3 and 16 slots, and the model's 16-worker figure recomputed
     with it: every other part (mediator dispatch, workers' CPU, units) is the committed
@@ -649,7 +687,11 @@ def main() -> None:
     parser.add_argument("--route-only", action="store_true",
                         help="time only the mediator's route (3 and 16 slots, no cluster) and recompute the "
                              "16-worker prediction from the committed cluster.json with it")
-    parser.add_argument("--label", default="current", help="key of the --route-only figures in cluster_route.json")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="measure only the 1-worker overhead against in-process (adjacent pairs) and add it "
+                             "to bench/results/cluster_overhead.json")
+    parser.add_argument("--label", default="current",
+                        help="key of the --route-only / --overhead-only figures in their JSON")
     args = parser.parse_args()
     ensure_data(args.data, args.seed)
     if args.route_only:
@@ -657,6 +699,14 @@ def main() -> None:
         path = RESULTS / "cluster_route.json"
         runs = json.loads(path.read_text()) if path.exists() else {}
         runs[args.label] = route_only(args.data, points)
+        path.write_text(json.dumps(runs, indent=1))
+        print(json.dumps(runs[args.label], indent=1))
+        return
+    if args.overhead_only:
+        points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
+        path = RESULTS / "cluster_overhead.json"
+        runs = json.loads(path.read_text()) if path.exists() else {}
+        runs[args.label] = overhead_only(args.data, points)
         path.write_text(json.dumps(runs, indent=1))
         print(json.dumps(runs[args.label], indent=1))
         return

@@ -67,9 +67,11 @@ def query(
             temporal=temporal, job=job,
         )
     else:
+        # A cluster's store casts whole answers on its workers: half the bytes back for float32.
+        cast = {"dtype": dtype} if getattr(store, "takes_dtype", False) else {}
         values, counters = store.query(
             xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
-            temporal=temporal, strategy=strategy,
+            temporal=temporal, strategy=strategy, **cast,
         )
     dataset.last_query_stats = counters
     shape = (len(xyz), ncomp) if SLOTS[operator] == 1 else (len(xyz), ncomp, SLOTS[operator])

@@ -7,6 +7,7 @@ worker lost for good leaves the cluster degraded, naming its partitions, until a
 import math
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 import turbdb
 from turbdb.cli import main
+from turbdb.cluster import handoff
 from turbdb.cluster.dispatch import Dispatcher, _Flight
 from turbdb.cluster.launch import start_local
 from turbdb.cluster.membership import Membership
@@ -102,6 +104,30 @@ def _worker_pids(client) -> dict[str, int]:
     return {names[a]: pid for a, pid in by_address.items()}
 
 
+def _handoff_files() -> set[str]:
+    """This process's shared-memory hand-off files."""
+    return {p.name for p in handoff.SHARED_DIR.glob(f"{handoff.PREFIX}{socket.gethostname()}-{os.getpid()}-*")}
+
+
+def test_workers_on_this_machine_take_shared_memory_and_others_the_network(database, cluster_db, running,
+                                                                            monkeypatch):
+    points = _points(200_000, seed=6)
+    expected = turbdb.open(database)["trig"].query("velocity", points, time=0.5, method="lag4")
+    assert all(cluster_db.shared_memory.reaches(a) for a in _worker_addresses(running.client).values())
+    ds = cluster_db["trig"]
+    np.testing.assert_allclose(ds.query("velocity", points, time=0.5, method="lag4"), expected, rtol=1e-6,
+                               atol=1e-6)
+    assert ds.last_query_stats["shared_memory_units"] == ds.last_query_stats["units"]
+    # Workers on another machine (they cannot read the mediator's probe file) get the
+    # points over the network and send their answers back the same way.
+    monkeypatch.setattr(cluster_db.shared_memory, "reaches", lambda address: False)
+    before = _handoff_files()
+    np.testing.assert_allclose(ds.query("velocity", points, time=0.5, method="lag4"), expected, rtol=1e-6,
+                               atol=1e-6)
+    assert ds.last_query_stats["shared_memory_units"] == 0
+    assert _handoff_files() == before
+
+
 def _worker_addresses(client) -> dict[str, str]:
     """Worker slot name → its current address."""
     return {str(w["name"]): a for a, w in client.scheduler_info()["workers"].items()}
@@ -127,7 +153,8 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
 
     killer = threading.Thread(target=kill_when_busy)
     killer.start()
-    got = cluster_db["trig"].query("velocity", points, time=1.0, method="lag8")
+    ds = cluster_db["trig"]
+    got = ds.query("velocity", points, time=1.0, method="lag8")
     killer.join()
     assert killed.is_set()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
@@ -135,6 +162,10 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
     # The victim's units in flight were done again elsewhere: requeued once its death was
     # seen, or backed up on a mirror first because they ran late (whichever came first).
     assert report.retried + report.backups >= 1, report
+    # Their points and answers went through shared memory; of its files only those no
+    # worker writes into are kept for reuse, the victim's answer files are gone.
+    assert ds.last_query_stats["shared_memory_units"] > 0
+    assert _handoff_files() == {p.name for p in cluster_db.shared_memory.pool.kept()}
     running.client.wait_for_workers(3, timeout=30)  # the nanny brings it back, same name, same slot
 
 
@@ -244,10 +275,15 @@ def test_workers_holding_everything_share_points_without_routing(tmp_path, datab
         with turbdb.open(database, cluster=run.client, declustering=declustering) as db:
             points = _points(200_000, seed=5)
             ds = db["trig"]
-            got = ds.query("velocity", points, time=0.5, method="lag4")
-            expected = turbdb.open(database)["trig"].query("velocity", points, time=0.5, method="lag4")
-            np.testing.assert_array_equal(got, expected)  # whole points, nothing added: exact
+            local = turbdb.open(database)["trig"]
+            # Whole points, nothing added: exact, in either dtype (workers cast to float32).
+            for dtype in (np.float32, np.float64):
+                got = ds.query("velocity", points, time=0.5, method="lag4", dtype=dtype)
+                expected = local.query("velocity", points, time=0.5, method="lag4", dtype=dtype)
+                assert got.dtype == dtype and got.flags.writeable
+                np.testing.assert_array_equal(got, expected)
             assert set(db.last_report.work) == {str(w) for w in range(workers)}
             assert ds.last_query_stats["units"] == (1 if workers == 1 else 8)  # 8: enough for both to share
+            assert ds.last_query_stats["shared_memory_units"] == ds.last_query_stats["units"]
     finally:
         run.close()

@@ -27,6 +27,7 @@ from . import plugin
 from .balance import Balancer
 from .catalogue import Catalogue
 from .dispatch import Dispatcher, Report
+from .handoff import SharedArray, SharedMemory
 from .health import cluster_status
 from .membership import Membership
 from .queue import POLICIES
@@ -72,6 +73,7 @@ class ClusterDatabase(Database):
         self.address = self.client.scheduler.address
         self.membership = Membership(self.client)
         self.dispatcher = Dispatcher(self.membership)
+        self.shared_memory = SharedMemory(self.client)
         self.declustering = declustering
         self.balancer = Balancer() if balance else None
         self._borrowed: set[tuple[str, str, int, int]] = set()
@@ -123,6 +125,7 @@ class ClusterDatabase(Database):
                          info.partition**3 * 4 * max(f.ncomp for f in info.fields.values()))
 
     def close(self) -> None:
+        self.shared_memory.close()
         if self._owns_client:
             self.client.close()
 
@@ -170,10 +173,15 @@ class DistributedField:
     def _db(self) -> ClusterDatabase:
         return self.dataset.database
 
+    #: :func:`turbdb.query.query` tells :meth:`query` the answer's dtype.
+    takes_dtype = True
+
     def query(self, points: np.ndarray, *, axes: Any, times: np.ndarray, time: float, method: str, operator: str,
-              temporal: str, strategy: str) -> tuple[np.ndarray, dict[str, Any]]:
-        """Evaluates a query on the workers: flat float64 values and counters, as the
-        engine's ``FieldStore.query`` returns them."""
+              temporal: str, strategy: str, dtype: Any = np.float64) -> tuple[np.ndarray, dict[str, Any]]:
+        """Evaluates a query on the workers: flat values and counters, as the engine's
+        ``FieldStore.query`` returns them. Values are float64, or in ``dtype`` when every
+        unit evaluates whole points (nothing to add: the worker casts, and half the bytes
+        come back for float32)."""
         if strategy != "streaming":
             raise InvalidRequestError(f"a cluster evaluates by streaming partial sums; strategy {strategy!r} runs "
                                       "only on a local database (turbdb.open(path))")
@@ -206,29 +214,40 @@ class DistributedField:
         # Runs of whole points are each answered once: copied in place (one run is the answer
         # itself); routed units' partial sums are added.
         shared_out = everywhere is not None
+        answer_dtype = np.dtype(dtype) if shared_out else np.dtype(np.float64)
         whole_answer: list[np.ndarray] = []
         if shared_out and len(units) == 1:
             result = None
         else:
-            result = np.empty((n, width)) if shared_out else np.zeros((n, width))
+            result = np.empty((n, width), answer_dtype) if shared_out else np.zeros((n, width))
         spec = {"time": float(time), "method": method, "operator": operator, "temporal": temporal}
         plugin_name, name = catalogue.plugin_name, self.dataset.name
+        exchange = db.shared_memory.exchange()  # for workers on this machine
 
         # The mediator's own serial work, timed for the cluster model (bench/cluster.py).
         spent = {"submit": 0.0, "merge": 0.0}
+        through_shared_memory: set[int] = set()  # units whose points went through shared memory
 
         def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
             t0 = _clock()
             part = points[unit.points]
-            data = _to_worker(db.client, part, address)
+            shared = exchange.points(id(unit), part) if db.shared_memory.reaches(address) else None
+            data = shared if shared is not None else _to_worker(db.client, part, address)
+            answer_to = None  # the answer comes back over the network
+            if shared is not None:
+                answer_to = exchange.answer_file(len(part) * width * answer_dtype.itemsize)
+                through_shared_memory.add(id(unit))
             future = db.client.submit(plugin.partial_sums, plugin_name, name, self.field, data, spec, unit.partitions,
+                                      answer_dtype.str if shared_out else None, answer_to,
                                       key=f"turbdb-query-{uuid.uuid4().hex}", workers=[address],
                                       allow_other_workers=False, pure=False)
             spent["submit"] += _clock() - t0
             return future, [data]
 
-        def merge(unit: Unit, values: np.ndarray) -> None:
+        def merge(unit: Unit, values: np.ndarray | SharedArray) -> None:
             t0 = _clock()
+            if isinstance(values, SharedArray):
+                values = exchange.take(values)
             if result is None:
                 whole_answer.append(values)
             elif shared_out:
@@ -237,12 +256,15 @@ class DistributedField:
                 result[unit.points] += values.reshape(-1, width)
             spent["merge"] += _clock() - t0
 
-        report = db.dispatcher.run(units, start, merge, policy=db.declustering)
+        try:
+            report = db.dispatcher.run(units, start, merge, policy=db.declustering)
+        finally:
+            exchange.close()
         dispatched = _clock()
         db.last_report = report
         values = whole_answer[0] if result is None else result.ravel()
-        return values, _counters(report, units, lent, route=routed - began, dispatch=dispatched - routed, **spent,
-                                 total=_clock() - began)
+        return values, _counters(report, units, lent, shared_memory_units=len(through_shared_memory),
+                                 route=routed - began, dispatch=dispatched - routed, **spent, total=_clock() - began)
 
     def cutout(self, t_index: int, axes: Any, ranges: Any, stride: int) -> np.ndarray:
         """Reads a box of nodes at time index ``t_index``, each partition's piece on a
@@ -290,15 +312,18 @@ def _to_worker(client: Client, array: np.ndarray, address: str) -> Any:
     return client.scatter(array, workers=[address], direct=True, hash=False)
 
 
-def _counters(report: Report, units: list[Unit], lent: dict, **seconds: float) -> dict[str, float]:
+def _counters(report: Report, units: list[Unit], lent: dict, shared_memory_units: int = 0,
+              **seconds: float) -> dict[str, float]:
     """The counters of a query, all numbers (tracking adds them up over its steps): units,
     the points sent (``entries``: a point counts once per unit it is in), retries, backups,
-    failures, lent partitions, the mediator's seconds by phase (``route``, ``dispatch`` and
-    within it ``submit`` and ``merge``, ``total``), and per worker slot
-    ``worker.SLOT.points`` and ``worker.SLOT.units``."""
+    failures, lent partitions, units whose points and answer went through shared memory,
+    the mediator's seconds by phase (``route``, ``dispatch`` and within it ``submit`` and
+    ``merge``, ``total``), and per worker slot ``worker.SLOT.points`` and
+    ``worker.SLOT.units``."""
     counters: dict[str, float] = {"units": len(units), "entries": sum(u.cost for u in units),
                                   "retried": report.retried, "backups": report.backups,
                                   "failures": len(report.failures), "lent_partitions": len(lent),
+                                  "shared_memory_units": shared_memory_units,
                                   **{f"{k}_seconds": v for k, v in seconds.items()}}
     for slot, work in report.work.items():
         counters[f"worker.{slot}.points"] = work["points"]

@@ -13,6 +13,7 @@ from distributed import Client, WorkerPlugin, get_worker
 
 from ..exceptions import StorageError
 from .catalogue import Catalogue
+from .handoff import SharedArray, write_into
 from .node import Node, Partition
 
 
@@ -55,9 +56,18 @@ def node_of(plugin: str) -> Node:
 # -- the tasks (run on workers; module-level so that they pickle by reference) -------------------
 
 
-def partial_sums(plugin: str, dataset: str, field: str, points: np.ndarray, spec: dict[str, Any],
-                 partitions: list[Partition]) -> np.ndarray:
-    return node_of(plugin).partial_sums(dataset, field, points, partitions=partitions, **spec)
+def partial_sums(plugin: str, dataset: str, field: str, points: np.ndarray | SharedArray, spec: dict[str, Any],
+                 partitions: list[Partition], dtype: str | None = None,
+                 answer_to: str | None = None) -> np.ndarray | SharedArray:
+    """A unit's answer: its partial sums (float64), or, for whole points, the answer in the
+    query's ``dtype``. Points may come in shared memory, and the answer goes into the file
+    ``answer_to`` when given (:mod:`~turbdb.cluster.handoff`; the array itself if it cannot)."""
+    if isinstance(points, SharedArray):
+        points = points.load()
+    values = node_of(plugin).partial_sums(dataset, field, points, partitions=partitions, **spec)
+    if answer_to is not None and (shared := write_into(answer_to, values, dtype)) is not None:
+        return shared  # cast on the way into the file
+    return values if dtype is None else values.astype(dtype, copy=False)
 
 
 def cutout(plugin: str, dataset: str, field: str, t_index: int, ranges: Any, stride: int) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""The shared-memory hand-off between the mediator and workers on its machine, on real
+files in /dev/shm: arrays come back as they went, files are reused only when no worker can
+write into them any more, nothing is left behind when a query ends, and a worker never
+creates a file its query already removed."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from turbdb.cluster import handoff
+from turbdb.cluster.handoff import Exchange, Pool, SharedArray, write_into
+
+pytestmark = pytest.mark.skipif(not handoff.SHARED_DIR.is_dir(), reason="no /dev/shm on this machine")
+
+
+def _ours() -> set[str]:
+    return {p.name for p in handoff.SHARED_DIR.glob(f"{handoff.PREFIX}{socket.gethostname()}-{os.getpid()}-*")}
+
+
+@pytest.fixture()
+def pool():
+    pool = Pool()
+    yield pool
+    pool.close()
+    assert not _ours()
+
+
+def test_points_and_answers_cross_unchanged(pool):
+    exchange = Exchange(pool)
+    points = np.random.default_rng(0).uniform(0, 6.3, (100_000, 3))
+    shared = exchange.points(1, points)
+    np.testing.assert_array_equal(shared.load(), points)
+    assert exchange.points(1, points) is shared  # a retry reads the same file
+    answer = np.random.default_rng(1).normal(size=(100_000, 3)).astype(np.float32)
+    written = write_into(exchange.answer_file(answer.nbytes), answer)
+    got = exchange.take(written)
+    np.testing.assert_array_equal(got, answer)
+    got[0] = 0  # the answer is the caller's own array, not the file
+    exchange.close()
+
+
+def test_small_arrays_ride_in_the_task(pool):
+    assert Exchange(pool).points(1, np.zeros((1000, 3))) is None
+
+
+def test_files_are_reused_only_once_no_worker_writes_into_them(pool):
+    nbytes = 2 << 20
+    answer = np.ones(nbytes // 8)
+    exchange = Exchange(pool)
+    read_back = exchange.answer_file(nbytes)
+    left_running = exchange.answer_file(nbytes)  # a task whose answer was never fetched
+    exchange.take(write_into(read_back, answer))
+    exchange.close()
+    assert not os.path.exists(left_running)
+    again = Exchange(pool)
+    assert again.answer_file(nbytes) == read_back  # from the pool
+    assert again.answer_file(nbytes) != left_running
+    again.close()
+
+
+def test_the_pool_keeps_a_bounded_number_of_bytes(pool, monkeypatch):
+    monkeypatch.setattr(handoff, "KEEP_BYTES", 4 << 20)
+    exchange = Exchange(pool)
+    for key in range(4):
+        exchange.points(key, np.zeros((1 << 20) // 8))  # ≥ MIN_BYTES
+    exchange.close()
+    assert len(_ours()) == 4  # 1 MiB each, all four kept
+    exchange = Exchange(pool)
+    for key in range(4):
+        exchange.points(key, np.zeros((3 << 20) // 8))  # 4 MiB capacity each: none fits any more
+    exchange.close()
+    assert sum(os.path.getsize(handoff.SHARED_DIR / name) for name in _ours()) <= 4 << 20
+
+
+def test_a_worker_does_not_recreate_a_file_its_query_removed(tmp_path):
+    gone = tmp_path / "answer"
+    assert write_into(str(gone), np.ones(4)) is None
+    assert not gone.exists()
+
+
+def test_an_answer_file_shorter_than_its_answer_is_an_error(tmp_path):
+    path = tmp_path / "short"
+    path.write_bytes(b"\0" * 8)
+    with pytest.raises(OSError, match="shorter"):
+        SharedArray(str(path), "<f8", (4,)).read()
+
+
+def test_files_of_a_mediator_killed_outright_are_removed_by_the_next(tmp_path):
+    # A process that makes a pool file and dies without cleaning up.
+    code = ("import numpy as np, os; from turbdb.cluster.handoff import Exchange, Pool; "
+            "Exchange(Pool()).points(0, np.zeros(1 << 18)); print(os.getpid(), flush=True); os._exit(0)")
+    pid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    orphans = list(handoff.SHARED_DIR.glob(f"{handoff.PREFIX}{socket.gethostname()}-{pid}-*"))
+    assert orphans
+    handoff._remove_orphans()
+    assert not any(p.exists() for p in orphans)
