@@ -235,7 +235,7 @@ def main() -> None:
     (RESULTS / f"workload{suffix}.json").write_text(json.dumps(out, indent=2))
     if not partial:
         plot(out, RESULTS / f"workload{suffix}.png")
-    print(f"wrote {RESULTS / f'workload{suffix}.json'} and .png")
+    print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else " and .png"))
 
 
 def names(valid: tuple[str, ...]):
