@@ -15,8 +15,8 @@ OS page cache warm). Writes bench/results/workload.json and workload.png (--quic
 workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (seconds) and
 replaces that section of the existing JSON, keeping the others. ``--schedulers``,
 ``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
-is the baseline); such a partial run writes workload_partial.json and never the results
-the README quotes.
+is the baseline); such a partial run writes workload_partial.json and leaves the full
+run's workload.json and plot as they are.
 """
 
 from __future__ import annotations
