@@ -4,7 +4,7 @@ times larger than the cache, with io="direct" (the engine's cache is the only ca
 Every ratio is against noshare measured in the same run on the same trace.
 
     python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 64]
-                             [--only warm_repeat]
+                             [--only warm_repeat] [--schedulers noshare,jaws] [--policies urc] [--no-sweep]
 
 Measures: (1) at a saturating speed-up (every job ready at once) each scheduler × policy:
 queries/s, points/s, atoms and bytes read, cache hit ratio, response-time percentiles by
@@ -13,7 +13,10 @@ the speed-up for each scheduler with urc (the paper's Figure 11); (3) a repeated
 lag8 query served from a warm engine cache against the same query run alone (no engine,
 OS page cache warm). Writes bench/results/workload.json and workload.png (--quick:
 workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (seconds) and
-replaces that section of the existing JSON, keeping the others.
+replaces that section of the existing JSON, keeping the others. ``--schedulers``,
+``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
+is the baseline); such a partial run writes workload_partial.json and leaves the full
+run's workload.json and plot as they are.
 """
 
 from __future__ import annotations
@@ -72,10 +75,13 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
     row = {"scheduler": scheduler, "policy": policy, "speedup": speedup if math.isfinite(speedup) else "inf",
            **report.summary(), "alpha_end": stats["alpha"], "batches": stats["batches"],
            "busy_seconds": stats["busy_seconds"]}
-    small = row["response"].get("small", {})
+    small, medium, engine = row["response"].get("small", {}), row["response"].get("medium", {}), row["engine"]
+    row["bytes_per_atom_read"] = engine["bytes_read"] / max(engine["atoms_read"], 1)
     print(f"  {scheduler:>8} {policy:>4} ×{row['speedup']!s:>4}: {row['queries_per_second']:8.1f} q/s "
-          f"{row['points_per_second'] / 1e3:8.1f} kpts/s  read {row['engine']['bytes_read'] / 1e6:8.1f} MB  "
-          f"hit {row['engine']['hit_ratio']:.3f}  small p99 {small.get('p99', math.nan) * 1e3:7.1f} ms", flush=True)
+          f"{row['points_per_second'] / 1e3:8.1f} kpts/s  read {engine['bytes_read'] / 1e6:8.1f} MB "
+          f"({row['bytes_per_atom_read'] / 1e3:.1f} KB/atom)  hit {engine['hit_ratio']:.3f}  "
+          f"p99 small {small.get('p99', math.nan) * 1e3:7.1f} ms, medium {medium.get('p99', math.nan) * 1e3:7.1f} ms",
+          flush=True)
     del db
     return row
 
@@ -173,11 +179,23 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients replaying the trace (default 64)")
     parser.add_argument("--only", choices=("warm_repeat",),
                         help="run only this part and merge it into the existing results JSON (the others are kept)")
+    parser.add_argument("--schedulers", type=names(SCHEDULERS),
+                        help="comma-separated schedulers to run (noshare is always added: the baseline); "
+                             "writes workload_partial.json")
+    parser.add_argument("--policies", type=names(POLICIES),
+                        help="comma-separated cache policies to run at saturation; writes workload_partial.json")
+    parser.add_argument("--no-sweep", action="store_true",
+                        help="skip the speed-up sweep and the warm repeat; writes workload_partial.json")
     args = parser.parse_args()
     s = setup(args.quick)
+    schedulers = SCHEDULERS if args.schedulers is None else tuple(
+        sch for sch in SCHEDULERS if sch == "noshare" or sch in args.schedulers)
+    if args.policies is not None:
+        s["policies"] = tuple(args.policies)
     ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
     name = ds.name
-    suffix = "_quick" if args.quick else ""
+    partial = args.schedulers is not None or args.policies is not None or args.no_sweep
+    suffix = "_partial" if partial else "_quick" if args.quick else ""
     if args.only == "warm_repeat":
         return only_warm_repeat(args.data, name, args.seed, RESULTS / f"workload{suffix}.json")
     data_bytes = s["grid"] ** 3 * 3 * 4 * s["steps"]
@@ -192,13 +210,14 @@ def main() -> None:
           f"load {load_start[0]:.2f}", flush=True)
     started = time.perf_counter()
     saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients)
-                  for pol in s["policies"] for sch in SCHEDULERS]
-    sweep = [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients)
-             for sch in SCHEDULERS for sp in s["speedups"] if math.isfinite(sp)]
+                  for pol in s["policies"] for sch in schedulers]
+    sweep = [] if args.no_sweep else [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients)
+                                      for sch in schedulers for sp in s["speedups"] if math.isfinite(sp)]
     sweep += [r for r in saturating if r["policy"] == "urc"]
-    warm = warm_repeat(args.data, name, args.seed)
-    print_warm(warm)
-    ratios = compute_ratios(saturating, s["policies"])
+    warm = None if args.no_sweep else warm_repeat(args.data, name, args.seed)
+    if warm is not None:
+        print_warm(warm)
+    ratios = compute_ratios(saturating, s["policies"], schedulers)
     load_end = os.getloadavg()
     for line in ratios["lines"]:
         print("  " + line)
@@ -214,11 +233,23 @@ def main() -> None:
         "ratios": {k: v for k, v in ratios.items() if k != "lines"},
     }
     (RESULTS / f"workload{suffix}.json").write_text(json.dumps(out, indent=2))
-    plot(out, RESULTS / f"workload{suffix}.png")
-    print(f"wrote {RESULTS / f'workload{suffix}.json'} and .png")
+    if not partial:
+        plot(out, RESULTS / f"workload{suffix}.png")
+    print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else " and .png"))
 
 
-def compute_ratios(rows: list[dict], policies) -> dict:
+def names(valid: tuple[str, ...]):
+    """An argparse type: a comma-separated subset of ``valid``."""
+    def parse(text: str) -> list[str]:
+        chosen = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in chosen if n not in valid]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(valid)} (comma-separated)")
+        return chosen
+    return parse
+
+
+def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS) -> dict:
     """jaws and liferaft against noshare (same policy): throughput and bytes read; urc's hit
     ratio against lruk's; small-query p99 of jaws against noshare."""
     def find(sch, pol):
@@ -228,7 +259,7 @@ def compute_ratios(rows: list[dict], policies) -> dict:
                  "small_p99_vs_noshare": {}, "lines": []}
     for pol in policies:
         base = find("noshare", pol)
-        for sch in ("liferaft", "jaws"):
+        for sch in (sch for sch in ("liferaft", "jaws") if sch in schedulers):
             r = find(sch, pol)
             tp = r["queries_per_second"] / base["queries_per_second"]
             rd = r["engine"]["bytes_read"] / max(base["engine"]["bytes_read"], 1)
@@ -241,11 +272,11 @@ def compute_ratios(rows: list[dict], policies) -> dict:
             out["small_p99_vs_noshare"][f"{sch}/{pol}"] = p99
             out["lines"].append(f"{sch}/{pol}: throughput {tp:.2f}× noshare, atoms read {ra:.2f}×, bytes read {rd:.2f}×, "
                                 f"small p99 {p99:.2f}×")
-    if "urc" in policies and "lruk" in policies:
+    if "urc" in policies and "lruk" in policies and "jaws" in schedulers:
         urc, lruk = find("jaws", "urc")["engine"]["hit_ratio"], find("jaws", "lruk")["engine"]["hit_ratio"]
         out["jaws_hit_ratio_urc_vs_lruk"] = [urc, lruk]
         out["lines"].append(f"jaws hit ratio: urc {urc:.3f}, lruk {lruk:.3f}")
-    best = max(v for k, v in out["throughput_vs_noshare"].items() if k.startswith("jaws/"))
+    best = max((v for k, v in out["throughput_vs_noshare"].items() if k.startswith("jaws/")), default=math.nan)
     out["targets"] = {"jaws_throughput_ge_3x_noshare": best >= TARGET_THROUGHPUT_RATIO,
                       "best_jaws_throughput_ratio": best}
     return out

@@ -71,11 +71,11 @@ pub struct EngineConfig {
     pub job_idle_ms: f64,
 }
 
-/// JAWS's batch size in our atoms. The paper's k = 15 counts its 64³ atoms (8 MB); ours
-/// are 8³ (6 KB for velocity), so a batch of 15 would be 90 KB and the cost of choosing it
-/// would rival the cost of serving it. 512 atoms (3 MB of velocity) keep the choice small
-/// against the batch; the value has not been tuned by measurement yet.
-pub const DEFAULT_BATCH_ATOMS: usize = 512;
+/// Most atoms in one JAWS batch. The paper's k = 15 counts its 64³-node atoms, which are
+/// our regions of 8³ atoms ([`crate::engine::scheduler::JAWS_REGIONS`]); this bounds the
+/// memory of a batch as [`crate::engine::scheduler::CHUNK_ATOMS`] bounds a lone query's
+/// (4096 velocity atoms are 25 MB).
+pub const DEFAULT_BATCH_ATOMS: usize = crate::engine::scheduler::CHUNK_ATOMS;
 
 impl Default for EngineConfig {
     fn default() -> Self {

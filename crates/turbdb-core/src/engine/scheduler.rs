@@ -5,8 +5,10 @@
 //! - `liferaft`: one atom at a time, the one with the highest aged workload throughput
 //!   over all time steps (Wang et al. §III), α fixed.
 //! - `jaws`: two-level batches (§V): the time step with the highest mean aged metric, then
-//!   up to `k` of its atoms above that mean, in storage order; α adapts (see
-//!   [`crate::engine::alpha`]) and ordered jobs are gated ([`crate::engine::jobs`]).
+//!   up to [`JAWS_REGIONS`] of its regions above their mean, each with every pending atom
+//!   in it, in storage order (a region is [`REGION_BITS`]-aligned: 8³ of our 8³-node atoms,
+//!   the paper's 64³-node atom), at most `k` atoms; α adapts (see [`crate::engine::alpha`])
+//!   and ordered jobs are gated ([`crate::engine::jobs`]).
 //!
 //! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) have their own lane:
 //! the paper's batching is for throughput, while a small query is usually someone waiting
@@ -29,6 +31,12 @@ use crate::error::{Error, Result};
 pub const SMALL_POINTS: usize = 1000;
 /// Small queries served in a row while metric batches wait, before one metric batch.
 pub const LANE_BURST: usize = 16;
+/// JAWS's batch size in regions: the paper's k = 15 (its atoms are our regions).
+pub const JAWS_REGIONS: usize = 15;
+/// A region is an aligned cube of `2^REGION_BITS` atoms a side (its atoms' Morton codes
+/// share all but their low `3·REGION_BITS` bits): 8³ atoms, one shard of 64³ nodes when
+/// atoms are 8³, so that a region's pending atoms are read in one contiguous run.
+pub const REGION_BITS: u32 = 3;
 /// Atoms served at a time for one query alone (noshare, the small-query lane, an idle
 /// engine): bounds the memory of a batch (4096 velocity atoms are 25 MB).
 pub const CHUNK_ATOMS: usize = 4096;
@@ -196,8 +204,7 @@ impl Scheduler {
                     // No metric work: the lane may still hold some.
                     return self.lane_head(queries);
                 };
-                let mut codes = workload.top_atoms(step, self.k);
-                codes.sort_unstable();
+                let codes = workload.top_regions(step, JAWS_REGIONS, self.k, REGION_BITS);
                 Some(Pick {
                     step,
                     codes,
@@ -317,9 +324,9 @@ mod tests {
         assert!(pick.codes[0] == 2 || pick.codes[0] == 3);
         let mut jaws = Scheduler::new(SchedulerKind::Jaws, 15);
         let pick = jaws.next(&mut w, &mut book).unwrap();
-        // Step 0 (mean of 100, 100, 50 points) beats step 4 (60); atoms 2 and 3 are above
-        // the mean, in storage order.
-        assert_eq!((pick.step, pick.codes), (step(0), vec![2, 3]));
+        // Step 0 (mean of 100, 100, 50 points) beats step 4 (60); its one region is taken
+        // whole, in storage order.
+        assert_eq!((pick.step, pick.codes), (step(0), vec![1, 2, 3]));
     }
 
     /// The next pick, its sub-queries taken from the queues as the engine takes them.

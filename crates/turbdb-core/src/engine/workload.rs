@@ -332,34 +332,63 @@ impl Workload {
             .map(|(_, step)| step)
     }
 
-    /// Up to `k` atoms of `step` whose aged metric is at least the step's mean, highest
-    /// first (JAWS's second level); the caller takes their queues.
-    pub fn top_atoms(&mut self, step: StepKey, k: usize) -> Vec<u64> {
+    /// JAWS's second level over regions: up to `k` aligned cubes of `2^bits` atoms a side
+    /// of `step` whose aged metric is at least the mean over the step's regions, highest
+    /// first, and every pending atom in them, at most `max_atoms` in all, in storage
+    /// order; the caller takes their queues. A region's metric is the paper's for one of
+    /// its atoms (64³ nodes, the size of one of our 8³-atom regions): its pending points
+    /// `W` against reading its uncached pending atoms, `U_t = W / (T_b·n + T_m·W)`, aged
+    /// from its oldest sub-query. Taking regions whole makes a batch's reads contiguous
+    /// runs (and its points' stencils whole) instead of atoms scattered over the step.
+    pub fn top_regions(
+        &mut self,
+        step: StepKey,
+        k: usize,
+        max_atoms: usize,
+        bits: u32,
+    ) -> Vec<u64> {
         let Some(queue) = self.steps.get(&step) else {
             return Vec::new();
         };
-        let mean = self.mean_key(queue);
-        let queue = self.steps.get_mut(&step).expect("present");
-        let mut chosen = Vec::new();
-        let mut skipped = Vec::new();
-        while chosen.len() < k {
-            let Some(top) = queue.heap.pop() else {
-                break;
-            };
-            match queue.atoms.get(&top.1) {
-                Some(atom) if atom.version == top.2 => {
-                    // Rounding in the running sums must not leave the best atom below its
-                    // own mean: the first is always taken.
-                    if top.0 < mean - 1e-9 * mean.abs() && !chosen.is_empty() {
-                        skipped.push(top);
-                        break;
-                    }
-                    chosen.push(top.1);
-                }
-                _ => {} // stale
-            }
+        let (alpha, cost) = (self.alpha, self.cost);
+        // Region → (pending points, uncached atoms, oldest arrival, atoms).
+        let mut regions: FxHashMap<u64, (f64, f64, f64, Vec<u64>)> = FxHashMap::default();
+        for (&code, atom) in &queue.atoms {
+            let region =
+                regions
+                    .entry(code >> (3 * bits))
+                    .or_insert((0.0, 0.0, f64::INFINITY, Vec::new()));
+            region.0 += atom.points as f64;
+            region.1 += f64::from(u8::from(!atom.cached));
+            region.2 = region.2.min(atom.oldest);
+            region.3.push(code);
         }
-        queue.heap.extend(skipped);
+        let mut ranked: Vec<(f64, u64, Vec<u64>)> = regions
+            .into_iter()
+            .map(|(region, (points, uncached, oldest, codes))| {
+                let u_t = if points > 0.0 {
+                    points / (cost.t_b * uncached + cost.t_m * points)
+                } else {
+                    0.0
+                };
+                (static_key(u_t, oldest, alpha), region, codes)
+            })
+            .collect();
+        let mean = ranked.iter().map(|r| r.0).sum::<f64>() / ranked.len().max(1) as f64;
+        // Highest first; ties to the lower region (storage order).
+        ranked.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut chosen: Vec<u64> = Vec::new();
+        for (taken, (key, _, mut codes)) in ranked.into_iter().enumerate() {
+            // Rounding must not leave the best region below its own mean: it is always taken.
+            let below = key < mean - 1e-9 * mean.abs();
+            if taken > 0 && (taken >= k || below || chosen.len() + codes.len() > max_atoms) {
+                break;
+            }
+            codes.sort_unstable();
+            codes.truncate(max_atoms.max(1));
+            chosen.extend(codes);
+        }
+        chosen.sort_unstable();
         chosen
     }
 
@@ -424,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn the_step_with_the_highest_mean_metric_is_chosen_then_its_atoms_above_the_mean() {
+    fn the_step_with_the_highest_mean_metric_is_chosen() {
         let mut w = Workload::new(0.0, COST);
         // Step 1: one hot atom (500 points) and three cold ones; step 2: four lukewarm.
         w.push(step(1), 10, entry(1, 0, 500), 0.0, false);
@@ -436,9 +465,69 @@ mod tests {
         }
         // Means of U_t = p / (0.1 + 0.001 p): step 1 (833 + 3·9.9) / 4 ≈ 216, step 2 ≈ 286.
         assert_eq!(w.best_step(), Some(step(2)));
-        // In step 1 only the hot atom is above the mean; k caps the batch.
-        assert_eq!(w.top_atoms(step(1), 15), vec![10]);
-        assert_eq!(w.top_atoms(step(2), 2).len(), 2);
+    }
+
+    /// Region `r`'s atom `i` (regions of 2³ atoms: `bits` = 1).
+    fn code(r: u64, i: u64) -> u64 {
+        (r << 3) | i
+    }
+
+    #[test]
+    fn the_regions_above_the_mean_are_taken_whole_in_storage_order() {
+        let mut w = Workload::new(0.0, COST);
+        // Region 2: two hot atoms; regions 0 and 5: cold atoms, one point each.
+        w.push(step(1), code(2, 6), entry(1, 0, 300), 0.0, false);
+        w.push(step(1), code(2, 1), entry(2, 0, 200), 0.0, false);
+        for i in 0..4 {
+            w.push(step(1), code(0, i), entry(3, i as u32, 1), 0.0, false);
+            w.push(step(1), code(5, i), entry(3, 4 + i as u32, 1), 0.0, false);
+        }
+        // The mean is pulled up by the hot region alone: only it is above.
+        assert_eq!(
+            w.top_regions(step(1), 15, 4096, 1),
+            vec![code(2, 1), code(2, 6)]
+        );
+    }
+
+    #[test]
+    fn a_region_batch_keeps_to_k_regions_and_the_atom_budget() {
+        let mut w = Workload::new(0.0, COST);
+        // Three equal regions of four atoms: all at the mean.
+        for r in [1, 3, 4] {
+            for i in 0..4 {
+                w.push(step(1), code(r, i), entry(r, i as u32, 10), 0.0, false);
+            }
+        }
+        assert_eq!(w.top_regions(step(1), 15, 4096, 1).len(), 12);
+        // k = 2 regions: the first two in storage order (ties).
+        let two = w.top_regions(step(1), 2, 4096, 1);
+        assert_eq!(
+            two,
+            (0..4)
+                .map(|i| code(1, i))
+                .chain((0..4).map(|i| code(3, i)))
+                .collect::<Vec<_>>()
+        );
+        // A budget of 6 atoms: one whole region (a second would not fit).
+        assert_eq!(w.top_regions(step(1), 15, 6, 1).len(), 4);
+        // A budget below one region: the first atoms of the best region.
+        assert_eq!(
+            w.top_regions(step(1), 15, 3, 1),
+            vec![code(1, 0), code(1, 1), code(1, 2)]
+        );
+    }
+
+    #[test]
+    fn a_cached_region_ranks_above_one_that_must_be_read() {
+        let mut w = Workload::new(0.0, COST);
+        for i in 0..4 {
+            w.push(step(1), code(0, i), entry(1, i as u32, 5), 0.0, false);
+            w.push(step(1), code(7, i), entry(2, i as u32, 5), 0.0, true);
+        }
+        assert_eq!(
+            w.top_regions(step(1), 1, 4096, 1),
+            (0..4).map(|i| code(7, i)).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -454,8 +543,10 @@ mod tests {
         for q in 5..8 {
             w.push(step(1), 5, entry(q, 0, 50), 1.0, false);
         }
-        let chosen = w.top_atoms(step(1), 15);
-        assert_eq!(chosen.iter().filter(|&&c| c == 5).count(), 1, "{chosen:?}");
+        assert_eq!(w.best_atom(), Some((step(1), 5)));
+        w.take_atom(step(1), 5).unwrap();
+        // No stale entry of atom 5's first queue surfaces.
+        assert_eq!(w.best_atom(), Some((step(1), 9)));
     }
 
     #[test]
