@@ -71,6 +71,12 @@ pub struct EngineConfig {
     pub job_idle_ms: f64,
 }
 
+/// How long a small query (at most [`SMALL_POINTS`]) of a job may be held at its gate,
+/// ms: long enough for the queries of jobs that run in step to meet, short against a
+/// small query's response time on a busy engine (hundreds of ms at the p99 with
+/// `noshare`), which the gate must not make worse.
+pub const SMALL_GATE_MS: f64 = 20.0;
+
 /// Most atoms in one JAWS batch. The paper's k = 15 counts its 64³-node atoms, which are
 /// our regions of 8³ atoms ([`crate::engine::scheduler::JAWS_REGIONS`]); this bounds the
 /// memory of a batch as [`crate::engine::scheduler::CHUNK_ATOMS`] bounds a lone query's
@@ -892,7 +898,14 @@ impl Core {
             }
             match live.job.map(|(j, _)| j) {
                 Some(job) => {
-                    let (index, released) = self.jobs.submit(job, live.id, now);
+                    // A small query is held briefly: waiting for the queries of other jobs
+                    // would cost it more than the read it could share.
+                    let patience = if live.work.size() <= SMALL_POINTS {
+                        SMALL_GATE_MS
+                    } else {
+                        f64::INFINITY
+                    };
+                    let (index, released) = self.jobs.submit_within(job, live.id, now, patience);
                     live.job = index.map(|i| (job, i));
                     self.held.insert(live.id, live);
                     self.release(released);

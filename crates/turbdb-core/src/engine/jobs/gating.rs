@@ -74,7 +74,7 @@ struct Job {
     submitted: usize,
     /// Queries completed.
     done: usize,
-    /// The query held at its gate: (index, engine query id, held since, ms).
+    /// The query held at its gate: (index, engine query id, when it goes alone, ms).
     held: Option<(usize, u64, f64)>,
     /// Per planned query: its gating edges, `(job, query index)`.
     edges: Vec<Vec<(JobId, usize)>>,
@@ -332,6 +332,19 @@ impl JobGraph {
     /// Hands in the next query of `job` (engine id `query`): returns its index in the job
     /// and the queries released now (this one among them unless it is held).
     pub fn submit(&mut self, job: JobId, query: u64, now: f64) -> (Option<usize>, Vec<u64>) {
+        self.submit_within(job, query, now, self.timeout)
+    }
+
+    /// [`JobGraph::submit`], holding the query at most `timeout_ms` (the gate timeout if
+    /// that is shorter).
+    pub fn submit_within(
+        &mut self,
+        job: JobId,
+        query: u64,
+        now: f64,
+        timeout_ms: f64,
+    ) -> (Option<usize>, Vec<u64>) {
+        let deadline = now + timeout_ms.min(self.timeout);
         let Some(j) = self.jobs.get_mut(&job) else {
             return (None, vec![query]); // unknown or finished job: not gated
         };
@@ -346,7 +359,7 @@ impl JobGraph {
             released.push(query);
             return (Some(index), released);
         }
-        j.held = Some((index, query, now));
+        j.held = Some((index, query, deadline));
         released.extend(self.try_release(job, index));
         (Some(index), released)
     }
@@ -442,7 +455,7 @@ impl JobGraph {
             .jobs
             .iter()
             .filter_map(|(&id, j)| match j.held {
-                Some((index, _, since)) if now - since >= self.timeout => Some((id, index)),
+                Some((index, _, deadline)) if now >= deadline => Some((id, index)),
                 _ => None,
             })
             .collect();
@@ -623,6 +636,26 @@ mod tests {
         let (_, released) = graph.submit(j1, 12, 170.0);
         assert!(released.is_empty());
         assert_eq!(graph.close(j2), vec![12]);
+    }
+
+    #[test]
+    fn a_query_handed_in_with_a_shorter_timeout_goes_alone_sooner_and_never_later() {
+        let mut graph = JobGraph::new(true, 100.0);
+        let j1 = graph.declare(plan(&[5, 6]), 0.0);
+        let _j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        let (_, released) = graph.submit_within(j1, 11, 0.0, 20.0);
+        assert!(
+            released.is_empty(),
+            "gated with j2's second query, not handed in yet"
+        );
+        assert!(graph.expire(19.0, 1e9).is_empty());
+        assert_eq!(graph.expire(20.0, 1e9), vec![11]);
+        // A longer wish than the gate timeout is cut to it.
+        let mut graph = JobGraph::new(true, 100.0);
+        let j1 = graph.declare(plan(&[5, 6]), 0.0);
+        let _j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        graph.submit_within(j1, 11, 0.0, 5_000.0);
+        assert_eq!(graph.expire(100.0, 1e9), vec![11]);
     }
 
     #[test]
