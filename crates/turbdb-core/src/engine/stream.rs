@@ -441,11 +441,11 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
             let begin = Instant::now();
             for (&point, stencil) in batch.iter().zip(stencils.iter_mut()) {
                 let position = &plan.sorted[point as usize];
+                plan.kernel
+                    .weights_xyz(position, &plan.axes, &mut stencil.w);
                 for axis in 0..3 {
-                    let w = &mut stencil.w[axis];
-                    plan.kernel.weights(position[axis], &plan.axes[axis], w);
                     stencil.runs[axis].set(
-                        w.wrapped,
+                        stencil.w[axis].wrapped,
                         width,
                         plan.axes[axis].n,
                         start[axis],
