@@ -694,22 +694,16 @@ def main() -> None:
                         help="key of the --route-only / --overhead-only figures in their JSON")
     args = parser.parse_args()
     ensure_data(args.data, args.seed)
-    if args.route_only:
-        points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
-        path = RESULTS / "cluster_route.json"
-        runs = json.loads(path.read_text()) if path.exists() else {}
-        runs[args.label] = route_only(args.data, points)
-        path.write_text(json.dumps(runs, indent=1))
-        print(json.dumps(runs[args.label], indent=1))
-        return
-    if args.overhead_only:
-        points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
-        path = RESULTS / "cluster_overhead.json"
-        runs = json.loads(path.read_text()) if path.exists() else {}
-        runs[args.label] = overhead_only(args.data, points)
-        path.write_text(json.dumps(runs, indent=1))
-        print(json.dumps(runs[args.label], indent=1))
-        return
+    for only, measure, name in ((args.route_only, route_only, "cluster_route.json"),
+                                (args.overhead_only, overhead_only, "cluster_overhead.json")):
+        if only:
+            points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
+            path = RESULTS / name
+            runs = json.loads(path.read_text()) if path.exists() else {}
+            runs[args.label] = measure(args.data, points)
+            path.write_text(json.dumps(runs, indent=1))
+            print(json.dumps(runs[args.label], indent=1))
+            return
     load_start = os.getloadavg()
     points = np.random.default_rng(args.seed).uniform(0, 2 * np.pi, (args.points, 3))
     expected = turbdb.open(args.data)[NAME].query(FIELD, points, time=0.0, method=METHOD)
