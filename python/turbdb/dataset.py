@@ -74,7 +74,7 @@ class Dataset:
         if self._cache is None or self._cache[0] != key:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
             if attrs is None:
-                raise DamagedMetadataError(f"{self.path / ZARR_JSON} has no 'turbdb' attributes; the metadata is damaged")
+                raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
             self._cache = (key, attrs, DatasetInfo.from_attrs(attrs))
         return self._cache[1]
 

@@ -82,11 +82,10 @@ def test_a_worker_does_not_recreate_a_file_its_query_removed(tmp_path):
     assert not gone.exists()
 
 
-def test_an_answer_file_shorter_than_its_answer_is_an_error(tmp_path):
-    path = tmp_path / "short"
-    path.write_bytes(b"\0" * 8)
-    with pytest.raises(OSError, match="shorter"):
-        SharedArray(str(path), "<f8", (4,)).read()
+def test_an_answer_file_not_handed_out_by_the_query_is_refused(pool, tmp_path):
+    stranger = SharedArray(str(tmp_path / "answer"), "<f8", (4,))
+    with pytest.raises(RuntimeError, match="not an answer file this query handed out"):
+        Exchange(pool).take(stranger)
 
 
 def test_files_of_a_mediator_killed_outright_are_removed_by_the_next(tmp_path):

@@ -4,6 +4,9 @@
 //!
 //!     cargo run --release -p turbdb-core --example kernel_profile -- /tmp/turbdb-bench-data/syn256/velocity [N] [reps] [method] [operator]
 
+#[path = "support/uniform.rs"]
+mod uniform;
+
 use std::time::Instant;
 
 use turbdb_core::{
@@ -39,13 +42,7 @@ fn main() {
         spacing,
         periodic: true,
     });
-    let mut state = 12345u64;
-    let mut next = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut next = uniform::uniform();
     let points: Vec<[f64; 3]> = (0..n)
         .map(|_| [0; 3].map(|_| next() * std::f64::consts::TAU))
         .collect();

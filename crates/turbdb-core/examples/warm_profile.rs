@@ -5,6 +5,9 @@
 //!
 //!     cargo run --release -p turbdb-core --example warm_profile -- [N] [reps] [method] [operator]
 
+#[path = "support/uniform.rs"]
+mod uniform;
+
 use std::time::Instant;
 
 use turbdb_core::engine::batch::{execute, Part, Progress, Work};
@@ -26,13 +29,7 @@ fn main() {
         spacing: 1.0,
         periodic: true,
     });
-    let mut state = 12345u64;
-    let mut next = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut next = uniform::uniform();
     let points: Vec<[f64; 3]> = (0..n)
         .map(|_| [0; 3].map(|_| next() * grid as f64))
         .collect();

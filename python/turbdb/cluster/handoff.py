@@ -62,14 +62,6 @@ class SharedArray:
             mapped = mmap.mmap(f.fileno(), self.nbytes, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
         return np.frombuffer(mapped, dtype=self.dtype).reshape(self.shape)
 
-    def read(self) -> np.ndarray:
-        """A copy of the array (the file may be reused once this returns)."""
-        out = np.empty(self.shape, dtype=self.dtype)
-        with open(self.path, "rb") as f:
-            if f.readinto(memoryview(out).cast("B")) != out.nbytes:
-                raise OSError(f"{self.path} is shorter than the {out.nbytes} bytes of its answer")
-        return out
-
 
 def write_into(path: str, values: np.ndarray, dtype: Any = None) -> SharedArray | None:
     """On a worker: writes ``values``, cast to ``dtype`` on the way, into the file
@@ -232,8 +224,8 @@ class Exchange:
         """An answer a worker wrote (a copy), its file back in the pool."""
         with self._lock:
             file = self._answers.pop(shared.path, None)
-        if file is None:  # not one of ours (cannot happen): read it from its path
-            return shared.read()
+        if file is None:
+            raise RuntimeError(f"{shared.path} is not an answer file this query handed out (a bug)")
         values = file.view(shared.dtype, shared.shape).copy()
         self.pool.give(file)
         return values

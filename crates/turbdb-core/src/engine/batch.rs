@@ -550,17 +550,7 @@ mod tests {
             spacing: 0.5,
             periodic: true,
         });
-        let mut state = 7u64;
-        let points: Vec<[f64; 3]> = (0..300)
-            .map(|_| {
-                [0, 1, 2].map(|k| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (state >> 11) as f64 / (1u64 << 53) as f64 * axes[k].n as f64 * 0.5
-                })
-            })
-            .collect();
+        let points = points_in(&axes, 300, 7);
         let source = Analytic(geometry.clone());
         for (method, operator) in [
             (Method::Lagrange(8), Operator::Field),

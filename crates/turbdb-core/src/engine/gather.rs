@@ -14,6 +14,7 @@
 
 use crate::engine::accumulate::{Block, Runs, MAX_ROW, PADDING};
 use crate::engine::cache::AtomData;
+use crate::engine::short_copy::copy_exact;
 use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
@@ -243,36 +244,6 @@ impl Gathered {
             dims: [width, width],
         };
         (block, &self.runs)
-    }
-}
-
-/// Copies exactly `n` values with fixed-size moves that may overlap (as `memcpy` does for
-/// short copies), without a call.
-///
-/// # Safety
-/// `src` and `dst` must be valid for `n` values and not overlap.
-#[inline(always)]
-unsafe fn copy_exact(src: *const f32, dst: *mut f32, n: usize) {
-    use std::ptr::copy_nonoverlapping as copy;
-    // SAFETY: every move lies in the first `n` values of `src` and `dst` (the caller's
-    // promise).
-    unsafe {
-        if n >= 8 {
-            let mut i = 0;
-            while i + 8 < n {
-                copy(src.add(i), dst.add(i), 8);
-                i += 8;
-            }
-            copy(src.add(n - 8), dst.add(n - 8), 8);
-        } else if n >= 4 {
-            copy(src, dst, 4);
-            copy(src.add(n - 4), dst.add(n - 4), 4);
-        } else if n >= 2 {
-            copy(src, dst, 2);
-            copy(src.add(n - 2), dst.add(n - 2), 2);
-        } else if n == 1 {
-            *dst = *src;
-        }
     }
 }
 

@@ -39,6 +39,7 @@ pub mod query;
 pub mod reach;
 pub(crate) mod recent_cuts;
 pub mod scheduler;
+pub(crate) mod short_copy;
 pub mod simd;
 pub mod stream;
 pub mod subquery;

@@ -373,12 +373,12 @@ impl NodeEngine {
             return Ok(work);
         }
         let work = Arc::new(PointWork::new(
-            query.points,
-            query.method,
-            query.operator,
-            query.axes,
-            reader.geometry().clone(),
-            query.partitions,
+            key.points,
+            key.method,
+            key.operator,
+            key.axes,
+            key.geometry.clone(),
+            key.partitions,
         )?);
         self.recent_cuts().keep(&key, &work);
         Ok(work)

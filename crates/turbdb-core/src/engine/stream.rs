@@ -15,6 +15,7 @@ use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDIN
 use crate::engine::buffers::Buffer;
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
+use crate::engine::short_copy::copy_row;
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
@@ -506,22 +507,6 @@ impl AtomPlace {
                 put(&mut block[dst..dst + nx], src);
             }
         }
-    }
-}
-
-/// Copies one stored row into a block row. An atom's row is a few dozen values (24 for
-/// lag8's 8 nodes of 3 components): copied 8 at a time inline, where `copy_from_slice`
-/// called `memmove` once a row (`perf`: a library call per 96 bytes copied).
-#[inline(always)]
-fn copy_row(d: &mut [f32], s: &[f32]) {
-    let mut d8 = d.chunks_exact_mut(8);
-    let mut s8 = s.chunks_exact(8);
-    for (d, s) in (&mut d8).zip(&mut s8) {
-        let s: &[f32; 8] = s.try_into().expect("8 values");
-        d.copy_from_slice(s);
-    }
-    for (d, s) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
-        *d = *s;
     }
 }
 

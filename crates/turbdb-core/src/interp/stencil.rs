@@ -274,8 +274,7 @@ impl Kernel {
                 let inv = 1.0 / axes[axis].spacing;
                 let scale = [1.0, inv, inv * inv][order];
                 for j in 0..N {
-                    let w = lanes[order][j][axis];
-                    out[axis].w[order][j] = if order == 0 { w } else { w * scale };
+                    out[axis].w[order][j] = lanes[order][j][axis] * scale;
                 }
             }
         }
