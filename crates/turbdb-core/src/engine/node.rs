@@ -372,14 +372,7 @@ impl NodeEngine {
         if let Some(work) = self.recent_cuts().find(&key) {
             return Ok(work);
         }
-        let work = Arc::new(PointWork::new(
-            key.points,
-            key.method,
-            key.operator,
-            key.axes,
-            key.geometry.clone(),
-            key.partitions,
-        )?);
+        let work = Arc::new(key.cut()?);
         self.recent_cuts().keep(&key, &work);
         Ok(work)
     }

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::engine::subquery::PointWork;
+use crate::error::Result;
 use crate::interp::method::{Method, Operator};
 use crate::storage::axis::Axis;
 use crate::storage::geometry::{FieldGeometry, ShardPos};
@@ -30,6 +31,20 @@ pub(crate) struct CutKey<'a> {
     pub(crate) axes: [Axis; 3],
     pub(crate) geometry: &'a FieldGeometry,
     pub(crate) partitions: Option<&'a [ShardPos]>,
+}
+
+impl CutKey<'_> {
+    /// The query cut anew.
+    pub(crate) fn cut(&self) -> Result<PointWork> {
+        PointWork::new(
+            self.points,
+            self.method,
+            self.operator,
+            self.axes,
+            self.geometry.clone(),
+            self.partitions,
+        )
+    }
 }
 
 struct Kept {
@@ -119,17 +134,7 @@ mod tests {
     }
 
     fn cut(key: &CutKey<'_>) -> Arc<PointWork> {
-        Arc::new(
-            PointWork::new(
-                key.points,
-                key.method,
-                key.operator,
-                key.axes,
-                key.geometry.clone(),
-                key.partitions,
-            )
-            .unwrap(),
-        )
+        Arc::new(key.cut().unwrap())
     }
 
     #[test]
