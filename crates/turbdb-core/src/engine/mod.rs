@@ -29,6 +29,7 @@ pub(crate) mod colouring;
 pub(crate) mod counting_sort;
 pub mod direct;
 pub(crate) mod gather;
+pub(crate) mod home_block;
 pub mod io_pool;
 pub mod jobs;
 pub mod metric;

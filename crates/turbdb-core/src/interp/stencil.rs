@@ -132,6 +132,12 @@ impl Kernel {
         wrap(self.placement(s, axis).0, axis.n)
     }
 
+    /// The first node of the stencil of `s`, unwrapped (as [`AxisWeights::base`]).
+    #[inline]
+    pub fn base(&self, s: f64, axis: &Axis) -> i64 {
+        self.placement(s, axis).0
+    }
+
     /// First node of the stencil of `s`, the node it is anchored at, and whether a wall
     /// shifted it.
     #[inline(always)]
