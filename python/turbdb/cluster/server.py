@@ -41,6 +41,10 @@ class NodeServer:
     def cutout(self, *args: Any) -> Any:
         return plugin.cutout(*args)
 
+    def ping(self, value: Any) -> Any:
+        """``value`` back: the cost of a call and of moving its arguments (bench/cluster.py)."""
+        return value
+
 
 class Servers:
     """The mediator's side: each worker's actor, made on first use."""
