@@ -1,21 +1,21 @@
 """Handing a unit's points to a worker on the same machine, and its answer back, through
 shared memory instead of Dask's network path: the mediator writes the points into a file
-in ``/dev/shm`` and the task carries only its name; the worker maps it, evaluates, and
-writes its answer (cast to the query's dtype on the way) into a file the mediator gave
-it, which the mediator copies out.
+in ``/dev/shm`` and the unit's call carries only its name; the worker maps it (once:
+:class:`Mappings`), evaluates, and writes its answer (cast to the query's dtype on the
+way) into a file the mediator gave it, which the mediator copies out.
 
 Files are kept for reuse (:class:`Pool`), each allocated once and kept mapped by the
 mediator: writing 24 MB into a new tmpfs file costs 20 ms here, into pages that exist and
 are mapped a memory copy, which is what makes the hand-off cheaper than the network path.
 An answer is therefore copied out of its file before the file goes back to the pool, and
-a file that a worker might still write into (a task left running when its query ended)
+a file that a worker might still write into (a unit left running when its query ended)
 is removed, never reused. Files are allocated in full when made, so that writing through
 a mapping cannot fault on a full file system.
 
 Whether a worker sees this machine's ``/dev/shm`` is asked once per worker address (it
 reads back a token the mediator wrote); remote workers, and a full ``/dev/shm``, take the
 network path. A worker only ever opens files the mediator made, never creates one, so a
-task that outlives its query leaves nothing behind. The pool is emptied when the
+unit that outlives its query leaves nothing behind. The pool is emptied when the
 database is closed or the process exits; the files of a mediator killed outright are
 removed by the next one that starts on this machine."""
 
@@ -36,7 +36,7 @@ import numpy as np
 
 #: Where the files live: a RAM-backed file system shared by the processes of one machine.
 SHARED_DIR = Path("/dev/shm")
-#: Arrays smaller than this ride in the task (a routed unit has at least 2¹⁴ points, 384 KiB).
+#: Arrays smaller than this ride in the call (a routed unit has at least 2¹⁴ points, 384 KiB).
 MIN_BYTES = 1 << 18
 #: Bytes of files the pool keeps for reuse at most.
 KEEP_BYTES = 256 << 20
@@ -255,8 +255,8 @@ class SharedMemory:
 class Exchange:
     """The shared-memory files of one query: its units' points, written once per unit
     (retries and backups on this machine read the same file), and one answer file per
-    task. ``close`` gives back to the pool the files no worker writes into any more (points,
-    answers read back) and removes the others (answers of tasks that may still run)."""
+    unit. ``close`` gives back to the pool the files no worker writes into any more (points,
+    answers read back) and removes the others (answers of units that may still run)."""
 
     def __init__(self, pool: Pool):
         self.pool = pool
