@@ -30,15 +30,16 @@ independently in the same run: the mediator's route (its timer), the mediator's 
 routing (this process's CPU: submits, transfers, merges, the Dask client and the
 LocalCluster's scheduler; timers for submit and merge), each worker's CPU (psutil) and
 engine seconds (the node's counters), the CPU other processes took meanwhile, and, apart
-from any query, Dask's CPU per task (bursts of 16–256 empty tasks) and the transfer of a
-unit with no engine. :func:`predict` composes them — a serial route, then a pipeline of
+from any query, Dask's CPU per unit call (bursts of 16–256 empty calls on the workers'
+actors, as units are sent) and the transfer of a unit with no engine over the network
+path. :func:`predict` composes them — a serial route, then a pipeline of
 the mediator feeding the workers, as slow as its slower stage or the machine's cores,
 plus one unit that cannot overlap. Checked here: T(1), T(2), T(3) predicted from their
 parts against the measured medians (3 workers and the mediator oversubscribe 2 cores),
 and the 10⁶-point T(3) extrapolated from a quarter-size query and from the 2-worker run.
 The 16-worker figure is the same extrapolation from the 3-worker run, with the route,
 units and points sent computed exactly for 16 slots in-process; it assumes a core per
-process, Dask's per-task CPU as measured for that many tasks on this machine, and the
+process, Dask's per-call CPU as measured for that many calls on this machine, and the
 loopback for a network. Nothing above 3 workers or 2 cores has been measured. The old
 T = a + b/N fitted to N = 1, 2 is kept with its error at N = 3.
 """
@@ -61,7 +62,6 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -222,7 +222,7 @@ def predict(route: float, mediator: float, workers: list[float], units_per_worke
     """The model's query seconds: the route (serial, before any unit leaves), then a
     two-stage pipeline — the mediator's dispatch (its CPU after routing: submits,
     transfers, the scheduler, merges; one process, serial under the GIL) feeding the
-    workers (each its own CPU: engine, transfers, task handling) — as slow as its slower
+    workers (each its own CPU: engine, transfers, call handling) — as slow as its slower
     stage, the busiest worker, or the machine's ``cores`` shared by all of them and by
     ``others`` (CPU seconds other processes took meanwhile), plus one
     unit's worth of the faster stage that cannot overlap (the first unit in, the last out;
@@ -232,50 +232,43 @@ def predict(route: float, mediator: float, workers: list[float], units_per_worke
             + min(dispatch, busiest) / max(units_per_worker, 1))
 
 
-def task_costs(run, probe: Probe, counts: tuple[int, ...]) -> dict:
-    """Dask's own costs per task, apart from any query: bursts of ``counts`` empty tasks
-    submitted at once over the workers (the client's and the scheduler's CPU per task, in
-    this process, and the workers' CPU per task, for growing numbers of tasks), and 100
-    round trips one at a time (a task's latency)."""
+def call_costs(servers, probe: Probe, counts: tuple[int, ...]) -> dict:
+    """Dask's own costs per unit call, apart from any query: bursts of ``counts`` empty
+    calls on the workers' actors (as units are sent) started at once over the workers (the
+    client's CPU per call, in this process, and the workers' CPU per call, for growing
+    numbers of calls), and 100 round trips one at a time (a call's latency)."""
     addresses = list(probe.address.values())
 
     def measure(count: int, one_at_a_time: bool) -> dict:
         cpu0, med0, began = probe.workers_cpu(), time.process_time(), time.perf_counter()
-        futures = []
+        calls = []
         for i in range(count):
-            futures.append(run.client.submit(int, i, key=f"bench-noop-{uuid.uuid4().hex}",
-                                             workers=[addresses[i % len(addresses)]], allow_other_workers=False,
-                                             pure=False))
+            calls.append(servers.call(addresses[i % len(addresses)], "ping", i))
             if one_at_a_time:
-                futures[-1].result()
-        run.client.gather(futures)
+                calls[-1].result()
+        for call in calls:
+            call.result()
         wall, mediator = time.perf_counter() - began, time.process_time() - med0
         worker = sum(probe.workers_cpu().values()) - sum(cpu0.values())
-        return {"tasks": count, "wall": wall, "mediator_cpu": mediator, "worker_cpu": worker,
-                "mediator_cpu_per_task": mediator / count, "worker_cpu_per_task": worker / count}
+        return {"calls": count, "wall": wall, "mediator_cpu": mediator, "worker_cpu": worker,
+                "mediator_cpu_per_call": mediator / count, "worker_cpu_per_call": worker / count}
 
     measure(16, False)  # warm
     return {"bursts": {str(c): measure(c, False) for c in counts}, "one_at_a_time": measure(100, True)}
 
 
-def echo(values: np.ndarray) -> np.ndarray:
-    """A task that receives an array and sends one of the same size back, computing nothing."""
-    return values.copy()
-
-
-def transfer_costs(run, probe: Probe, points: int, repeats: int = REPEATS) -> dict:
-    """Moving ``points`` points to a worker and as many float64 3-vectors back, through the
-    same calls as a query unit (scatter direct to the worker, then a task), with no engine."""
+def transfer_costs(servers, probe: Probe, points: int, repeats: int = REPEATS) -> dict:
+    """Moving ``points`` points to a worker and as many float64 3-vectors back, with no
+    engine, as a unit does over the network (a worker on another machine: the array rides
+    in the call and its answer in the reply; on this machine units go through shared memory)."""
     address = probe.address[sorted(probe.address)[0]]
     array = np.random.default_rng(0).uniform(0, 1, (points, 3))
     samples = []
     for _ in range(repeats + 1):
         cpu0, med0, began = probe.workers_cpu(), time.process_time(), time.perf_counter()
-        data = run.client.scatter(array, workers=[address], direct=True, hash=False)
-        run.client.submit(echo, data, workers=[address], allow_other_workers=False, pure=False).result()
+        servers.call(address, "ping", array).result()
         samples.append((time.perf_counter() - began, time.process_time() - med0,
                         sum(probe.workers_cpu().values()) - sum(cpu0.values())))
-        del data
     samples = samples[1:]
     return {"points": points, "bytes_each_way": array.nbytes,
             "wall": statistics.median(s[0] for s in samples), "mediator_cpu": statistics.median(s[1] for s in samples),
@@ -310,10 +303,11 @@ def split_of(data: Path, workers: int, points: np.ndarray, repeats: int = REPEAT
             "entries_static_busiest": max(primary.values()), "groups": len({u.holders for u in units})}
 
 
-def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_tasks: int) -> dict:
+def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_calls: int) -> dict:
     """1, 2 and 3 workers (graduated): each query's measured seconds and its parts, and on
-    the 3-worker cluster, apart from any query, Dask's per-task costs (for 64 tasks and for
-    ``many_tasks``, the 16-worker query's count) and the transfer of one 125 000-point unit."""
+    the 3-worker cluster, apart from any query, Dask's per-call costs (for 64 calls and for
+    ``many_calls``, the 16-worker query's count of units) and the transfer of one
+    125 000-point unit."""
     out: dict = {}
     for workers in (1, 2, 3):
         run = start_local(data, workers, threads=1, dashboard_address=":0")
@@ -328,12 +322,12 @@ def model_runs(data: Path, points: np.ndarray, expected: np.ndarray, many_tasks:
             out[workers] = parts_of([probe.query(ds, points) for _ in range(REPEATS)])
             if workers == 1:
                 out["1_paired"] = paired_overhead(ds, turbdb.open(data)[NAME], points)
-            if workers == 3:  # a quarter of the query: do the costs scale with entries and tasks?
+            if workers == 3:  # a quarter of the query: do the costs scale with entries and units?
                 quarter = points[:len(points) // 4]
                 probe.query(ds, quarter)
                 out["3_quarter"] = parts_of([probe.query(ds, quarter) for _ in range(REPEATS)])
-                out["dask"] = {"tasks": task_costs(run, probe, tuple(sorted({16, 64, 256, many_tasks}))),
-                               "many_tasks": many_tasks, "transfer": transfer_costs(run, probe, 125_000)}
+                out["dask"] = {"calls": call_costs(db.servers, probe, tuple(sorted({16, 64, 256, many_calls}))),
+                               "many_calls": many_calls, "transfer": transfer_costs(db.servers, probe, 125_000)}
             db.close()
         finally:
             run.close()
@@ -475,15 +469,15 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
     machine's CPU) on this machine's cores; the error says whether the parts and the
     pipeline rule account for the wall time. Check 2 (extrapolation): the 10⁶-point T(3)
     predicted without that run's parts, as the 16-worker figure is — the route, units and
-    entries computed in-process, Dask's per-task costs measured apart, and per-entry costs
-    from a quarter of the query on 3 workers (do costs scale with entries and tasks?) and
+    entries computed in-process, Dask's per-call costs measured apart, and per-entry costs
+    from a quarter of the query on 3 workers (do costs scale with entries and units?) and
     from the 2-worker run (do they carry over from an unrouted to a routed query?). And
     the old T = a + b/N fitted to N = 1, 2, extrapolated to N = 3."""
     dask = runs["dask"]
-    bursts = dask["tasks"]["bursts"]
-    # The costs of a burst of 64 tasks (a query's order of magnitude here) for the runs on
-    # this machine; of a burst of the 16-worker query's tasks for its figure.
-    d_task, w_task = bursts["64"]["mediator_cpu_per_task"], bursts["64"]["worker_cpu_per_task"]
+    bursts = dask["calls"]["bursts"]
+    # The costs of a burst of 64 calls (a query's order of magnitude here) for the runs on
+    # this machine; of a burst of the 16-worker query's units for its figure.
+    d_call, w_call = bursts["64"]["mediator_cpu_per_call"], bursts["64"]["worker_cpu_per_call"]
     per_n = {}
     for n in (1, 2, 3):
         r = runs[n]
@@ -500,26 +494,26 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
                                    "units_per_worker": r["units_per_worker"]},
                          "cores": CORES, "processes": n + 1}
 
-    def per_entry(r: dict, task_cost: float) -> tuple[float, float]:
-        """Mediator dispatch CPU and workers' CPU per point sent, per-task costs taken off."""
-        return ((r["mediator_cpu"] - r["route"] - r["units"] * task_cost) / r["entries"],
-                (sum(r["worker_cpu"].values()) - r["units"] * w_task) / r["entries"])
+    def per_entry(r: dict, call_cost: float) -> tuple[float, float]:
+        """Mediator dispatch CPU and workers' CPU per point sent, per-call costs taken off."""
+        return ((r["mediator_cpu"] - r["route"] - r["units"] * call_cost) / r["entries"],
+                (sum(r["worker_cpu"].values()) - r["units"] * w_call) / r["entries"])
 
-    def extrapolate(split: dict, base: dict, task_cost: float, cores: float, others: float = 0.0) -> dict:
+    def extrapolate(split: dict, base: dict, call_cost: float, cores: float, others: float = 0.0) -> dict:
         n = split["workers"]
-        d_entry, w_entry = per_entry(base, task_cost)
-        dispatch = split["units"] * task_cost + split["entries"] * d_entry
-        worker = (split["entries"] * w_entry + split["units"] * w_task) / n
+        d_entry, w_entry = per_entry(base, call_cost)
+        dispatch = split["units"] * call_cost + split["entries"] * d_entry
+        worker = (split["entries"] * w_entry + split["units"] * w_call) / n
         seconds = predict(split["route_seconds"], split["route_seconds"] + dispatch, [worker] * n,
                           -(-split["units"] // n), cores, others)
         return {"predicted_seconds": seconds, "points_per_second": points / seconds,
                 "route": split["route_seconds"], "mediator_dispatch_cpu": dispatch, "worker_cpu_each": worker,
-                "units": split["units"], "entries": split["entries"], "mediator_cpu_per_task": task_cost,
-                "mediator_cpu_per_entry": d_entry, "worker_cpu_per_entry": w_entry, "worker_cpu_per_task": w_task}
+                "units": split["units"], "entries": split["entries"], "mediator_cpu_per_call": call_cost,
+                "mediator_cpu_per_entry": d_entry, "worker_cpu_per_entry": w_entry, "worker_cpu_per_call": w_call}
 
     extrapolated = {}
     for name, base in (("from_3_workers_quarter_query", runs["3_quarter"]), ("from_2_workers", runs[2])):
-        e = extrapolate(splits["3"], base, d_task, CORES, runs[3]["others_cpu"])
+        e = extrapolate(splits["3"], base, d_call, CORES, runs[3]["others_cpu"])
         e["measured_seconds"] = runs[3]["wall"]["median"]
         e["error"] = e["predicted_seconds"] / e["measured_seconds"] - 1
         extrapolated[name] = e
@@ -530,14 +524,14 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
            "measured_3_workers_seconds": runs[3]["wall"]["median"],
            "error_at_3": (a + b / 3) / runs[3]["wall"]["median"] - 1,
            "predicted_16_workers_points_per_second": points / (a + b / BIG) if a + b / BIG > 0 else None}
-    many = bursts[str(dask["many_tasks"])]["mediator_cpu_per_task"]
+    many = bursts[str(dask["many_calls"])]["mediator_cpu_per_call"]
     big = extrapolate(splits[str(BIG)], runs[3], many, float(BIG + 1))
     # A real network: every point and every partial sum crosses the mediator's link.
     link = 10e9 / 8
     wire = splits[str(BIG)]["entries"] * 2 * 3 * 8 / link
     big_10gbe = max(big["predicted_seconds"], big["route"] + wire)
     r3, transfer = runs[3], dask["transfer"]
-    breakdown_3 = {"mediator_cpu_per_entry": per_entry(r3, d_task)[0],
+    breakdown_3 = {"mediator_cpu_per_entry": per_entry(r3, d_call)[0],
                    "of_which_merge_timer": r3["merge"] / r3["entries"],
                    "of_which_submit_timer": r3["submit"] / r3["entries"],
                    "transfer_alone_mediator_cpu_per_point": transfer["mediator_cpu"] / transfer["points"],
@@ -545,8 +539,8 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
                    "transfer_alone_wall_per_point": transfer["wall"] / transfer["points"]}
     return {
         "form": "T = route + max(D, P_max, (D + ΣP) / cores) + min(D, P_max) / units_per_worker; D: the "
-                "mediator's CPU after routing (submits, transfers, Dask client and scheduler, merges), P: each "
-                "worker's CPU (engine, transfers, task handling)",
+                "mediator's CPU after routing (calls, transfers, Dask client and scheduler, merges), P: each "
+                "worker's CPU (engine, transfers, call handling)",
         "check_composition": per_n,
         "check_extrapolation_to_3": extrapolated,
         "two_point_fit_a_plus_b_over_n": old,
@@ -560,11 +554,12 @@ def build_model(runs: dict, splits: dict, points: int) -> dict:
             "entries evenly between its copies",
             "route, units and entries: the mediator's own split of this query for 16 slots, computed and timed "
             "in-process (exact for this dataset and these points)",
-            "mediator CPU per task: Dask's, measured for a burst of as many tasks as the 16-worker query has "
-            f"({dask['many_tasks']}) over 3 workers on this machine (dask_costs.tasks.bursts: per-task CPU for "
-            "16 to 256 tasks); the scheduler shares the mediator's process, as in a LocalCluster; per point sent: "
+            "mediator CPU per unit: Dask's per actor call, measured for a burst of as many calls as the 16-worker "
+            f"query has units ({dask['many_calls']}) over 3 workers on this machine (dask_costs.calls.bursts: "
+            "per-call CPU for 16 to 256 calls); the scheduler shares the mediator's process, as in a LocalCluster, "
+            "but units do not pass through it; per point sent: "
             "the 3-worker query's",
-            "workers' CPU per point sent and per task: the 3-worker query's and the empty tasks'",
+            "workers' CPU per point sent and per unit: the 3-worker query's and the empty calls'",
             "the network is this machine's loopback; points_per_second_10gbe adds the mediator's 10 Gb/s link as "
             "a stage of its own (not measured)",
         ],
@@ -726,7 +721,7 @@ def main() -> None:
             "overhead_1_worker_vs_in_process": 1 - rate(1) / local["points_per_second"]["median"],
             # Adjacent pairs of queries (paired_overhead): the median pair's overhead.
             "overhead_1_worker_paired": runs["1_paired"]["overhead"]["median"],
-            # Seconds of a 1-worker query outside the worker's engine (transfers, tasks, merge).
+            # Seconds of a 1-worker query outside the worker's engine (transfers, calls, merge).
             "overhead_1_worker_outside_engine": (runs[1]["wall"]["median"] - runs[1]["engine"]["0"])
             / local["seconds"]["median"],
             "overhead_target": TARGET_OVERHEAD,

@@ -73,6 +73,27 @@ def test_distributed_answers_equal_single_node_answers(database, cluster_db, ope
     assert len(cluster_db.last_report.work) == 3  # every worker took part
 
 
+def _task_keys(client) -> list[str]:
+    """The keys of the scheduler's recent task transitions, but those of the actors."""
+    log = client.run_on_scheduler(lambda dask_scheduler: [str(t[0]) for t in dask_scheduler.transition_log])
+    return [k for k in log if not k.startswith("turbdb-node-server-")]
+
+
+def test_units_go_straight_to_the_workers_not_through_the_scheduler(database, cluster_db, running):
+    ds = cluster_db["trig"]
+    points = _points(50_000, seed=7)
+    ds.query("velocity", points, time=0.5, method="lag4")  # makes each worker's actor (a task, once)
+    before = _task_keys(running.client)
+    got = ds.query("velocity", points, time=0.5, method="lag4")
+    cut = ds.cutout("velocity", time=0.5, x=(0, 32), y=(0, 32), z=(0, 16))
+    # Neither the query's units nor the cutout's made a task: the scheduler saw nothing.
+    assert _task_keys(running.client) == before
+    local = turbdb.open(database)["trig"]
+    np.testing.assert_allclose(got, local.query("velocity", points, time=0.5, method="lag4"), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(cut.values, local.cutout("velocity", time=0.5, x=(0, 32), y=(0, 32),
+                                                           z=(0, 16)).values)
+
+
 def test_query_counters_account_for_the_mediators_time_and_every_point_sent(cluster_db):
     ds = cluster_db["trig"]
     ds.query("velocity", _points(3000), time=0.5, method="lag6")
@@ -133,6 +154,13 @@ def _worker_addresses(client) -> dict[str, str]:
     return {str(w["name"]): a for a, w in client.scheduler_info()["workers"].items()}
 
 
+def _running_units(client, address: str) -> int:
+    """Units the worker at ``address`` is evaluating now (its actor's calls run beside
+    Dask's tasks, so the scheduler does not see them)."""
+    threads = client.run(lambda dask_worker: list(dask_worker.active_threads.values()), workers=[address])
+    return sum("partial_sums" in str(key) for key in threads.get(address, []))
+
+
 def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, running):
     points = _points(300_000, seed=1)
     expected = turbdb.open(database)["trig"].query("velocity", points, time=1.0, method="lag8")
@@ -145,7 +173,7 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
         # would just be left out of the run, and nothing would test the retry.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if running.client.processing().get(victim_address):
+            if _running_units(running.client, victim_address):
                 os.kill(victim, signal.SIGKILL)
                 killed.set()
                 return
@@ -167,6 +195,12 @@ def test_worker_killed_mid_query_answer_still_exact(database, cluster_db, runnin
     assert ds.last_query_stats["shared_memory_units"] > 0
     assert _handoff_files() == {p.name for p in cluster_db.shared_memory.pool.kept()}
     running.client.wait_for_workers(3, timeout=30)  # the nanny brings it back, same name, same slot
+    # Back under a new address (seen once the mediator's view of the workers is renewed),
+    # it gets a new actor and its share of the next query.
+    cluster_db.membership.live(refresh=True)
+    np.testing.assert_allclose(ds.query("velocity", points, time=1.0, method="lag8"), expected, rtol=1e-6,
+                               atol=1e-6)
+    assert cluster_db.last_report.work.get("1", {}).get("units", 0) > 0, cluster_db.last_report
 
 
 def test_a_fetch_that_dask_loses_under_load_is_asked_again(running):

@@ -97,3 +97,47 @@ def test_files_of_a_mediator_killed_outright_are_removed_by_the_next(tmp_path):
     assert orphans
     handoff._remove_orphans()
     assert not any(p.exists() for p in orphans)
+
+
+def _file(tmp_path, name: str, nbytes: int) -> str:
+    path = tmp_path / name
+    path.write_bytes(bytes(nbytes))
+    return str(path)
+
+
+def test_a_worker_maps_a_live_file_once(tmp_path):
+    mappings = handoff.Mappings()
+    path = _file(tmp_path, "a", 1 << 16)
+    first = mappings.view(path, "<f8", (100,))
+    first[:] = 7.0
+    again = mappings.view(path, "<f4", (10,))
+    assert np.shares_memory(first, again)  # the same mapping, not a new one
+    shared = SharedArray(path, "<f8", (100,))
+    np.testing.assert_array_equal(shared.load(), np.full(100, 7.0))
+    assert not shared.load().flags.writeable  # points are the mediator's
+
+
+def test_a_worker_drops_the_mapping_of_a_removed_or_replaced_file(tmp_path):
+    mappings = handoff.Mappings()
+    removed, replaced, other = (_file(tmp_path, n, 1 << 16) for n in ("removed", "replaced", "other"))
+    old = mappings.view(replaced, "<f8", (4,))
+    mappings.view(removed, "<f8", (4,))
+    os.unlink(removed)
+    os.unlink(replaced)
+    _file(tmp_path, "replaced", 1 << 16)
+    mappings.view(other, "<f8", (4,))  # any use sweeps
+    assert mappings.mapped() == [other]
+    assert not np.shares_memory(old, mappings.view(replaced, "<f8", (4,)))
+    assert mappings.view(removed, "<f8", (4,)) is None
+    assert not os.path.exists(removed)
+
+
+def test_a_worker_keeps_a_bounded_number_of_bytes_mapped(tmp_path):
+    mappings = handoff.Mappings(keep_bytes=3 << 16)
+    paths = [_file(tmp_path, str(i), 1 << 16) for i in range(5)]
+    for path in paths:
+        mappings.view(path, "<f8", (4,))
+    mappings.view(paths[2], "<f8", (4,))  # used again: the most recent
+    assert mappings.mapped() == [paths[3], paths[4], paths[2]]
+    assert mappings.view(paths[0], "<f8", (1 << 13,)) is not None  # unmapped, mapped again on use
+    assert mappings.view(paths[0], "<f8", (1 << 14,)) is None  # larger than its file

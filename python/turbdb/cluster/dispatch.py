@@ -74,8 +74,9 @@ class Report:
 
 
 class Dispatcher:
-    """Runs units on live workers. ``start(unit, address)`` submits a unit to the worker at
-    ``address`` and returns its future and anything that must stay referenced while it
+    """Runs units on live workers. ``start(unit, address)`` sends a unit to the worker at
+    ``address`` and returns its future (a Dask future, or an actor call:
+    :class:`~turbdb.cluster.server.Call`) and anything that must stay referenced while it
     runs; ``merge(unit, answer)`` takes a unit's answer (called once per unit)."""
 
     def __init__(self, membership: Membership, *, credit: int = CREDIT, grace: float = RESTART_GRACE):

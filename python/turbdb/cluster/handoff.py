@@ -1,21 +1,21 @@
 """Handing a unit's points to a worker on the same machine, and its answer back, through
 shared memory instead of Dask's network path: the mediator writes the points into a file
-in ``/dev/shm`` and the task carries only its name; the worker maps it, evaluates, and
-writes its answer (cast to the query's dtype on the way) into a file the mediator gave
-it, which the mediator copies out.
+in ``/dev/shm`` and the unit's call carries only its name; the worker maps it (once:
+:class:`Mappings`), evaluates, and writes its answer (cast to the query's dtype on the
+way) into a file the mediator gave it, which the mediator copies out.
 
 Files are kept for reuse (:class:`Pool`), each allocated once and kept mapped by the
 mediator: writing 24 MB into a new tmpfs file costs 20 ms here, into pages that exist and
 are mapped a memory copy, which is what makes the hand-off cheaper than the network path.
 An answer is therefore copied out of its file before the file goes back to the pool, and
-a file that a worker might still write into (a task left running when its query ended)
+a file that a worker might still write into (a unit left running when its query ended)
 is removed, never reused. Files are allocated in full when made, so that writing through
 a mapping cannot fault on a full file system.
 
 Whether a worker sees this machine's ``/dev/shm`` is asked once per worker address (it
 reads back a token the mediator wrote); remote workers, and a full ``/dev/shm``, take the
 network path. A worker only ever opens files the mediator made, never creates one, so a
-task that outlives its query leaves nothing behind. The pool is emptied when the
+unit that outlives its query leaves nothing behind. The pool is emptied when the
 database is closed or the process exits; the files of a mediator killed outright are
 removed by the next one that starts on this machine."""
 
@@ -28,6 +28,7 @@ import socket
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import numpy as np
 
 #: Where the files live: a RAM-backed file system shared by the processes of one machine.
 SHARED_DIR = Path("/dev/shm")
-#: Arrays smaller than this ride in the task (a routed unit has at least 2¹⁴ points, 384 KiB).
+#: Arrays smaller than this ride in the call (a routed unit has at least 2¹⁴ points, 384 KiB).
 MIN_BYTES = 1 << 18
 #: Bytes of files the pool keeps for reuse at most.
 KEEP_BYTES = 256 << 20
@@ -57,10 +58,12 @@ class SharedArray:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
     def load(self) -> np.ndarray:
-        """The array, mapped read-only from its file (no copy)."""
-        with open(self.path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), self.nbytes, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-        return np.frombuffer(mapped, dtype=self.dtype).reshape(self.shape)
+        """The array, read-only, in this worker's mapping of its file (no copy)."""
+        view = MAPPINGS.view(self.path, self.dtype, self.shape)
+        if view is None:
+            raise FileNotFoundError(f"{self.path}: the points of a unit whose query has ended")
+        view.flags.writeable = False
+        return view
 
 
 def write_into(path: str, values: np.ndarray, dtype: Any = None) -> SharedArray | None:
@@ -68,16 +71,76 @@ def write_into(path: str, values: np.ndarray, dtype: Any = None) -> SharedArray 
     ``path`` that the mediator made (and sized: writing through the mapping cannot fault
     on a full file system); None if it is gone (its query ended) or too small."""
     shared = SharedArray(path, np.dtype(dtype or values.dtype).str, values.shape)
-    try:
-        with open(path, "r+b") as f:  # never O_CREAT: a file unlinked by the mediator stays gone
-            if os.fstat(f.fileno()).st_size < shared.nbytes:
-                return None
-            mapped = mmap.mmap(f.fileno(), shared.nbytes, flags=mmap.MAP_SHARED | _POPULATE)
-    except (OSError, ValueError):  # gone, or nothing to map
+    view = MAPPINGS.view(path, shared.dtype, shared.shape)
+    if view is None:
         return None
-    np.copyto(np.frombuffer(mapped, dtype=shared.dtype).reshape(shared.shape), values, casting="same_kind")
-    _close(mapped)
+    np.copyto(view, values, casting="same_kind")
     return shared
+
+
+class Mappings:
+    """A worker's mappings of the mediator's files, kept while the files live. The pool
+    hands the same files out query after query, and mapping one afresh (the page tables
+    of its 12–24 MB) cost ≈ 2 ms per array here. A mapping whose file was removed or
+    replaced is dropped at the next use of any (the mediator removes files it no longer
+    reuses, and a mapping would keep their memory); at most ``KEEP_BYTES`` are kept, the
+    least recently used unmapped first."""
+
+    def __init__(self, keep_bytes: int = KEEP_BYTES):
+        self.keep_bytes = keep_bytes
+        self._maps: OrderedDict[str, tuple[int, mmap.mmap]] = OrderedDict()  # path → (inode, mapping)
+        self._lock = threading.Lock()
+
+    def view(self, path: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+        """``shape`` items of ``dtype`` at the start of the file ``path``, writable, or None
+        if the file is gone or too small."""
+        count = int(np.prod(shape))
+        nbytes = count * np.dtype(dtype).itemsize
+        with self._lock:
+            self._drop_stale()
+            entry = self._maps.get(path)
+            if entry is None or len(entry[1]) < nbytes:
+                entry = self._map(path, nbytes)
+                if entry is None:
+                    return None
+                self._maps[path] = entry
+            self._maps.move_to_end(path)
+            self._evict()
+            return np.frombuffer(entry[1], dtype=dtype, count=count).reshape(shape)
+
+    def mapped(self) -> list[str]:
+        with self._lock:
+            return list(self._maps)
+
+    @staticmethod
+    def _map(path: str, nbytes: int) -> tuple[int, mmap.mmap] | None:
+        try:
+            with open(path, "r+b") as f:  # never O_CREAT: a file unlinked by the mediator stays gone
+                st = os.fstat(f.fileno())
+                if st.st_size < nbytes or st.st_size == 0:
+                    return None
+                return st.st_ino, mmap.mmap(f.fileno(), st.st_size, flags=mmap.MAP_SHARED | _POPULATE)
+        except (OSError, ValueError):  # gone, or nothing to map
+            return None
+
+    def _drop_stale(self) -> None:
+        for path, (inode, mapped) in list(self._maps.items()):
+            try:
+                alive = os.stat(path).st_ino == inode
+            except OSError:
+                alive = False
+            if not alive:
+                del self._maps[path]
+                _close(mapped)
+
+    def _evict(self) -> None:
+        while len(self._maps) > 1 and sum(len(m) for _, m in self._maps.values()) > self.keep_bytes:
+            _, (_, mapped) = self._maps.popitem(last=False)
+            _close(mapped)
+
+
+#: This process's mappings (on a worker).
+MAPPINGS = Mappings()
 
 
 def read_token(path: str) -> str | None:
@@ -192,8 +255,8 @@ class SharedMemory:
 class Exchange:
     """The shared-memory files of one query: its units' points, written once per unit
     (retries and backups on this machine read the same file), and one answer file per
-    task. ``close`` gives back to the pool the files no worker writes into any more (points,
-    answers read back) and removes the others (answers of tasks that may still run)."""
+    unit. ``close`` gives back to the pool the files no worker writes into any more (points,
+    answers read back) and removes the others (answers of units that may still run)."""
 
     def __init__(self, pool: Pool):
         self.pool = pool

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,9 @@ from .health import cluster_status
 from .membership import Membership
 from .queue import POLICIES
 from .routing import Groups, Reach, Unit, shared_runs, split_cutout, split_query
+from .server import Servers
 from .transfer import copy_between, metadata_files, partition_files
 
-#: Arrays larger than this go straight to their worker (scatter) instead of riding in the
-#: task through the scheduler.
-SCATTER_BYTES = 1 << 20
 #: How long connecting to the scheduler may take.
 CONNECT_SECONDS = 10
 
@@ -73,6 +70,7 @@ class ClusterDatabase(Database):
         self.address = self.client.scheduler.address
         self.membership = Membership(self.client)
         self.dispatcher = Dispatcher(self.membership)
+        self.servers = Servers(self.client)  # units go to each worker's actor, not through the scheduler
         self.shared_memory = SharedMemory(self.client)
         self.declustering = declustering
         self.balancer = Balancer() if balance else None
@@ -126,6 +124,7 @@ class ClusterDatabase(Database):
 
     def close(self) -> None:
         self.shared_memory.close()
+        self.servers.close()
         if self._owns_client:
             self.client.close()
 
@@ -232,17 +231,15 @@ class DistributedField:
             t0 = _clock()
             part = points[unit.points]
             shared = exchange.points(id(unit), part) if db.shared_memory.reaches(address) else None
-            data = shared if shared is not None else _to_worker(db.client, part, address)
+            data = shared if shared is not None else part  # the array rides in the call, straight to the worker
             answer_to = None  # the answer comes back over the network
             if shared is not None:
                 answer_to = exchange.answer_file(len(part) * width * answer_dtype.itemsize)
                 through_shared_memory.add(id(unit))
-            future = db.client.submit(plugin.partial_sums, plugin_name, name, self.field, data, spec, unit.partitions,
-                                      answer_dtype.str if shared_out else None, answer_to,
-                                      key=f"turbdb-query-{uuid.uuid4().hex}", workers=[address],
-                                      allow_other_workers=False, pure=False)
+            call = db.servers.call(address, "partial_sums", plugin_name, name, self.field, data, spec,
+                                   unit.partitions, answer_dtype.str if shared_out else None, answer_to)
             spent["submit"] += _clock() - t0
-            return future, [data]
+            return call, [data]
 
         def merge(unit: Unit, values: np.ndarray | SharedArray) -> None:
             t0 = _clock()
@@ -282,10 +279,9 @@ class DistributedField:
         plugin_name, name = catalogue.plugin_name, self.dataset.name
 
         def start(unit: Unit, address: str) -> tuple[Any, list[Any]]:
-            future = db.client.submit(plugin.cutout, plugin_name, name, self.field, int(t_index), unit.box.ranges,
-                                      int(stride), key=f"turbdb-cutout-{uuid.uuid4().hex}", workers=[address],
-                                      allow_other_workers=False, pure=False)
-            return future, []
+            call = db.servers.call(address, "cutout", plugin_name, name, self.field, int(t_index), unit.box.ranges,
+                                   int(stride))
+            return call, []
 
         def merge(unit: Unit, values: np.ndarray) -> None:
             (x0, x1), (y0, y1), (z0, z1) = unit.box.out
@@ -303,13 +299,6 @@ def _same_workers(groups: Groups) -> list[tuple[str, ...]] | None:
     ids = sorted({int(i) for table in groups.tables for i in np.unique(table)})
     chosen = [groups.groups[i] for i in ids]
     return chosen if len({frozenset(g) for g in chosen}) == 1 else None
-
-
-def _to_worker(client: Client, array: np.ndarray, address: str) -> Any:
-    """A large array goes to its worker directly; a small one rides in the task."""
-    if array.nbytes <= SCATTER_BYTES:
-        return array
-    return client.scatter(array, workers=[address], direct=True, hash=False)
 
 
 def _counters(report: Report, units: list[Unit], lent: dict, shared_memory_units: int = 0,

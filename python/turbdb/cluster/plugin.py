@@ -1,8 +1,10 @@
 """The worker side of a turbdb cluster: a Dask ``WorkerPlugin`` that gives every worker a
-:class:`~turbdb.cluster.node.Node` over the data root of its slot, and the tasks the
-mediator sends (each looks its node up by the plugin's name, so several databases can
-share one Dask cluster). A worker restarted by its nanny keeps its name, hence its slot
-and data; one whose name is not in the catalogue has no node and serves nothing."""
+:class:`~turbdb.cluster.node.Node` over the data root of its slot, and the work the
+mediator sends — query and cutout units through each worker's actor
+(:mod:`~turbdb.cluster.server`), file transfers as tasks — each looking its node up by
+the plugin's name, so several databases can share one Dask cluster. A worker restarted by
+its nanny keeps its name, hence its slot and data; one whose name is not in the catalogue
+has no node and serves nothing."""
 
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def node_of(plugin: str) -> Node:
     return node
 
 
-# -- the tasks (run on workers; module-level so that they pickle by reference) -------------------
+# -- the work (run on workers; module-level so that tasks pickle them by reference) ----------
 
 
 def partial_sums(plugin: str, dataset: str, field: str, points: np.ndarray | SharedArray, spec: dict[str, Any],
