@@ -214,10 +214,13 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
                     }
                 }
             }
-            // Every point, in the engine's order (by home atom), so points of one home
-            // are together in a task.
+            // Points in the engine's order (by home atom), so points of one home are
+            // together in a task: every point, or, where there are enough of them for
+            // blocks of homes to pay, those found, sorted.
             if every_atom {
                 list.extend(0..work.positions.len() as u32);
+            } else if list.len() >= part.atoms.len() * GROUP_POINTS / 2 {
+                list.par_sort_unstable();
             }
         }
         candidates.push(list);
