@@ -852,12 +852,14 @@ impl Core {
                 && !inbox.shutdown
             {
                 let timeout = if self.jobs.is_empty() { 1000 } else { 50 };
+                let slept = Instant::now();
                 inbox = self
                     .shared
                     .wake
                     .wait_timeout(inbox, Duration::from_millis(timeout))
                     .expect("inbox")
                     .0;
+                self.stats.idle_seconds += slept.elapsed().as_secs_f64();
             }
             std::mem::take(&mut *inbox)
         };
@@ -986,6 +988,13 @@ impl Core {
     /// Chooses the next batch, takes its sub-queries from the queues and starts reading
     /// the atoms not cached.
     fn prepare(&mut self) -> Option<Prepared> {
+        let started = Instant::now();
+        let prepared = self.choose();
+        self.stats.schedule_seconds += started.elapsed().as_secs_f64();
+        prepared
+    }
+
+    fn choose(&mut self) -> Option<Prepared> {
         loop {
             let Pick { step, codes, serve } = self
                 .scheduler
@@ -1082,7 +1091,9 @@ impl Core {
     #[allow(clippy::type_complexity)]
     fn load(&mut self, mut batch: Prepared) -> (Prepared, Vec<AtomData>, FxHashMap<u32, Error>) {
         let loading = std::mem::replace(&mut batch.loading, self.io.load(Vec::new()));
+        let waited = Instant::now();
         let (atoms, counts, seconds) = loading.wait();
+        self.stats.read_wait_seconds += waited.elapsed().as_secs_f64();
         let slot_of: FxHashMap<u64, u32> = batch
             .codes
             .iter()
