@@ -1407,4 +1407,24 @@ mod tests {
             (2, 0, 0)
         );
     }
+
+    #[test]
+    fn the_engine_thread_accounts_for_its_reads_scheduling_and_idle_time() {
+        let (_dir, reader, axes) = field();
+        let engine = NodeEngine::new(EngineConfig {
+            cache_bytes: 0,
+            ..EngineConfig::default()
+        });
+        let answered = at(&engine, &reader, axes, 0.0).outcome();
+        assert!(matches!(answered, Outcome::Done(..)));
+        // Nothing more to do: the engine's thread sleeps, and says so.
+        std::thread::sleep(Duration::from_millis(30));
+        at(&engine, &reader, axes, 1.0).outcome();
+        std::thread::sleep(Duration::from_millis(20));
+        let stats = engine.stats();
+        assert!(stats.atoms_read > 0);
+        assert!(stats.read_wait_seconds > 0.0, "{stats:?}");
+        assert!(stats.schedule_seconds > 0.0, "{stats:?}");
+        assert!(stats.idle_seconds >= 0.02, "{stats:?}");
+    }
 }

@@ -142,7 +142,10 @@ impl Contraction {
 mod tests {
     use super::*;
 
-    fn graph(jobs: &[(JobId, usize)], edges: &[((JobId, usize), (JobId, usize))]) -> Contraction {
+    /// A gating edge between two queries, `(job, index)` each.
+    type Edge = ((JobId, usize), (JobId, usize));
+
+    fn graph(jobs: &[(JobId, usize)], edges: &[Edge]) -> Contraction {
         let mut lists: Vec<Vec<Vec<(JobId, usize)>>> =
             jobs.iter().map(|&(_, n)| vec![Vec::new(); n]).collect();
         for &(a, b) in edges {
