@@ -315,6 +315,9 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("contributions", s.contributions)?;
     d.set_item("alpha", s.alpha)?;
     d.set_item("busy_seconds", s.busy_seconds)?;
+    d.set_item("read_wait_seconds", s.read_wait_seconds)?;
+    d.set_item("schedule_seconds", s.schedule_seconds)?;
+    d.set_item("idle_seconds", s.idle_seconds)?;
     d.set_item("served_from_cache", s.served_from_cache)?;
     d.set_item("cuts_reused", s.cuts_reused)?;
     d.set_item("jobs", s.jobs)?;

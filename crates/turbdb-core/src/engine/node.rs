@@ -852,12 +852,14 @@ impl Core {
                 && !inbox.shutdown
             {
                 let timeout = if self.jobs.is_empty() { 1000 } else { 50 };
+                let slept = Instant::now();
                 inbox = self
                     .shared
                     .wake
                     .wait_timeout(inbox, Duration::from_millis(timeout))
                     .expect("inbox")
                     .0;
+                self.stats.idle_seconds += slept.elapsed().as_secs_f64();
             }
             std::mem::take(&mut *inbox)
         };
@@ -986,6 +988,13 @@ impl Core {
     /// Chooses the next batch, takes its sub-queries from the queues and starts reading
     /// the atoms not cached.
     fn prepare(&mut self) -> Option<Prepared> {
+        let started = Instant::now();
+        let prepared = self.choose();
+        self.stats.schedule_seconds += started.elapsed().as_secs_f64();
+        prepared
+    }
+
+    fn choose(&mut self) -> Option<Prepared> {
         loop {
             let Pick { step, codes, serve } = self
                 .scheduler
@@ -1082,7 +1091,9 @@ impl Core {
     #[allow(clippy::type_complexity)]
     fn load(&mut self, mut batch: Prepared) -> (Prepared, Vec<AtomData>, FxHashMap<u32, Error>) {
         let loading = std::mem::replace(&mut batch.loading, self.io.load(Vec::new()));
+        let waited = Instant::now();
         let (atoms, counts, seconds) = loading.wait();
+        self.stats.read_wait_seconds += waited.elapsed().as_secs_f64();
         let slot_of: FxHashMap<u64, u32> = batch
             .codes
             .iter()
@@ -1395,5 +1406,25 @@ mod tests {
             (stats.failed, stats.pending, stats.pending_points),
             (2, 0, 0)
         );
+    }
+
+    #[test]
+    fn the_engine_thread_accounts_for_its_reads_scheduling_and_idle_time() {
+        let (_dir, reader, axes) = field();
+        let engine = NodeEngine::new(EngineConfig {
+            cache_bytes: 0,
+            ..EngineConfig::default()
+        });
+        let answered = at(&engine, &reader, axes, 0.0).outcome();
+        assert!(matches!(answered, Outcome::Done(..)));
+        // Nothing more to do: the engine's thread sleeps, and says so.
+        std::thread::sleep(Duration::from_millis(30));
+        at(&engine, &reader, axes, 1.0).outcome();
+        std::thread::sleep(Duration::from_millis(20));
+        let stats = engine.stats();
+        assert!(stats.atoms_read > 0);
+        assert!(stats.read_wait_seconds > 0.0, "{stats:?}");
+        assert!(stats.schedule_seconds > 0.0, "{stats:?}");
+        assert!(stats.idle_seconds >= 0.02, "{stats:?}");
     }
 }

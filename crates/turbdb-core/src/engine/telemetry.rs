@@ -119,6 +119,13 @@ pub struct EngineStats {
     /// Seconds spent serving batches (reading excluded when overlapped) and queries served
     /// from the cache at submission.
     pub busy_seconds: f64,
+    /// Seconds the engine's thread waited for a batch's reads (the part of reading not
+    /// overlapped with computing the batch before).
+    pub read_wait_seconds: f64,
+    /// Seconds the engine's thread spent choosing batches (the scheduler, starting reads).
+    pub schedule_seconds: f64,
+    /// Seconds the engine's thread slept with nothing to do.
+    pub idle_seconds: f64,
     /// Queries served at submission, every atom from the cache, without a batch.
     pub served_from_cache: u64,
     /// Point queries whose cut was kept from an earlier query with the same points.
@@ -172,6 +179,9 @@ impl EngineStats {
             t_b_ms: 0.0,
             t_m_ms: 0.0,
             busy_seconds: 0.0,
+            read_wait_seconds: 0.0,
+            schedule_seconds: 0.0,
+            idle_seconds: 0.0,
             served_from_cache: 0,
             cuts_reused: 0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),

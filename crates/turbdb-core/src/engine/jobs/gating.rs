@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 
 use crate::engine::jobs::alignment::align;
+use crate::engine::jobs::contraction::Contraction;
 
 /// A job's number.
 pub type JobId = u64;
@@ -162,27 +163,57 @@ impl JobGraph {
 
     /// Declares a job under the number `id` (given out by the engine beforehand).
     pub fn declare_as(&mut self, id: JobId, plan: Vec<Region>, now: f64) {
-        self.next = self.next.max(id + 1);
-        let n = plan.len();
-        // Align with every running job's queries still to come, most shared first.
-        let mut pairings: Vec<(JobId, Vec<(usize, usize)>)> = Vec::new();
-        if self.gating {
-            let mine = n.min(MAX_ALIGNED_QUERIES);
-            for (&other, job) in &self.jobs {
-                let from = job.submitted;
-                let theirs = &job.plan[from.min(job.plan.len())..];
-                let theirs = &theirs[..theirs.len().min(MAX_ALIGNED_QUERIES)];
-                let pairs: Vec<(usize, usize)> =
-                    align(mine, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
-                        .into_iter()
-                        .map(|(i, j)| (i, j + from))
-                        .collect();
-                if !pairs.is_empty() {
-                    pairings.push((other, pairs));
+        let pairings = self.pairings(&plan);
+        self.insert(id, plan, now);
+        if pairings.is_empty() {
+            return;
+        }
+        let mut graph = Contraction::new(
+            self.jobs
+                .iter()
+                .map(|(&j, job)| (j, job.done, job.plan.len(), job.edges.as_slice())),
+        );
+        for (other, pairs) in pairings {
+            for (mine, theirs) in pairs {
+                if self.one_per_pair(id, mine, other, theirs)
+                    && graph.try_join((id, mine), (other, theirs))
+                {
+                    self.add_edge((id, mine), (other, theirs));
+                } else {
+                    self.counters.refused += 1;
                 }
             }
-            pairings.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
         }
+    }
+
+    /// A new job's plan aligned with every running job's queries still to come: per job,
+    /// the aligned pairs `(mine, theirs)` that share data, the jobs with most pairs first.
+    fn pairings(&self, plan: &[Region]) -> Vec<(JobId, Vec<(usize, usize)>)> {
+        let mut pairings: Vec<(JobId, Vec<(usize, usize)>)> = Vec::new();
+        if !self.gating {
+            return pairings;
+        }
+        let mine = plan.len().min(MAX_ALIGNED_QUERIES);
+        for (&other, job) in &self.jobs {
+            let from = job.submitted;
+            let theirs = &job.plan[from.min(job.plan.len())..];
+            let theirs = &theirs[..theirs.len().min(MAX_ALIGNED_QUERIES)];
+            let pairs: Vec<(usize, usize)> =
+                align(mine, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
+                    .into_iter()
+                    .map(|(i, j)| (i, j + from))
+                    .collect();
+            if !pairs.is_empty() {
+                pairings.push((other, pairs));
+            }
+        }
+        pairings.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+        pairings
+    }
+
+    fn insert(&mut self, id: JobId, plan: Vec<Region>, now: f64) {
+        self.next = self.next.max(id + 1);
+        let n = plan.len();
         self.jobs.insert(
             id,
             Job {
@@ -194,29 +225,22 @@ impl JobGraph {
                 last_activity: now,
             },
         );
-        for (other, pairs) in pairings {
-            for (mine, theirs) in pairs {
-                if self.admissible(id, mine, other, theirs) {
-                    self.jobs.get_mut(&id).expect("new job").edges[mine].push((other, theirs));
-                    self.jobs.get_mut(&other).expect("running job").edges[theirs].push((id, mine));
-                    self.counters.edges += 1;
-                } else {
-                    self.counters.refused += 1;
-                }
-            }
-        }
     }
 
-    /// Whether the edge `(a, i)`–`(b, j)` may be added.
-    fn admissible(&self, a: JobId, i: usize, b: JobId, j: usize) -> bool {
-        let one_per_pair = |job: JobId, index: usize, other: JobId| {
+    fn add_edge(&mut self, (a, i): (JobId, usize), (b, j): (JobId, usize)) {
+        self.jobs.get_mut(&a).expect("job").edges[i].push((b, j));
+        self.jobs.get_mut(&b).expect("job").edges[j].push((a, i));
+        self.counters.edges += 1;
+    }
+
+    /// Whether neither query has an edge to the other's job yet (at most one per pair).
+    fn one_per_pair(&self, a: JobId, i: usize, b: JobId, j: usize) -> bool {
+        let free = |job: JobId, index: usize, other: JobId| {
             self.jobs[&job].edges[index]
                 .iter()
                 .all(|&(k, _)| k != other)
         };
-        one_per_pair(a, i, b)
-            && one_per_pair(b, j, a)
-            && self.contracted(Some(((a, i), (b, j)))).is_some()
+        free(a, i, b) && free(b, j, a)
     }
 
     /// The remaining queries with every gated group contracted to one node, with the
@@ -685,5 +709,60 @@ mod tests {
         assert_eq!(graph.submit(j1, 1, 0.0).1, vec![1]);
         assert_eq!(graph.submit(j2, 2, 0.0).1, vec![2]);
         assert_eq!(graph.submit(99, 3, 0.0), (None, vec![3]));
+    }
+
+    /// The gating as it was first written: the whole contracted graph rebuilt and sorted
+    /// for every candidate edge (the reference for the incremental check).
+    fn declare_by_rebuilding(graph: &mut JobGraph, id: JobId, plan: Vec<Region>) {
+        let pairings = graph.pairings(&plan);
+        graph.insert(id, plan, 0.0);
+        for (other, pairs) in pairings {
+            for (mine, theirs) in pairs {
+                if graph.one_per_pair(id, mine, other, theirs)
+                    && graph
+                        .contracted(Some(((id, mine), (other, theirs))))
+                        .is_some()
+                {
+                    graph.add_edge((id, mine), (other, theirs));
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Jobs declared while others run (some queries done): the incremental deadlock
+        /// check admits exactly the edges that rebuilding the graph for each one did, and
+        /// the graph stays acyclic.
+        #[test]
+        fn incremental_deadlock_check_admits_what_rebuilding_admits(
+            ops in proptest::collection::vec(
+                (proptest::collection::vec(0u32..4, 1..6), 0usize..8, proptest::bool::ANY),
+                1..24,
+            )
+        ) {
+            let mut fast = JobGraph::new(true, 1e9);
+            let mut slow = JobGraph::new(true, 1e9);
+            let mut query = 0u64;
+            for (id, (steps, advance, advancing)) in ops.into_iter().enumerate() {
+                let id = id as JobId + 1;
+                fast.declare_as(id, plan(&steps), 0.0);
+                declare_by_rebuilding(&mut slow, id, plan(&steps));
+                for (&j, job) in &fast.jobs {
+                    proptest::prop_assert_eq!(&job.edges, &slow.jobs[&j].edges);
+                }
+                proptest::prop_assert!(fast.contracted(None).is_some());
+                // One running job hands in and completes its next query, in both graphs.
+                if advancing {
+                    let ids: Vec<JobId> = fast.jobs.keys().copied().collect();
+                    let job = ids[advance % ids.len()];
+                    query += 1;
+                    for graph in [&mut fast, &mut slow] {
+                        if let (Some(index), _) = graph.submit(job, query, 0.0) {
+                            graph.completed(job, index, 0.0);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -3,4 +3,5 @@
 //! gated so that their overlapping queries run together ([`gating`]).
 
 pub mod alignment;
+pub mod contraction;
 pub mod gating;
