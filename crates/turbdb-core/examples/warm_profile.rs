@@ -58,13 +58,7 @@ fn main() {
     for _ in 0..reps {
         let mut progress = Progress::new(&work);
         let start = Instant::now();
-        let mut parts = [Part {
-            work: &work,
-            progress: &mut progress,
-            scale: 1.0,
-            atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
-        }];
-        execute(&mut parts, &data);
+        execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data);
         let t = start.elapsed().as_secs_f64();
         best = best.min(t);
         total += t;

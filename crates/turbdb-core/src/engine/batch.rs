@@ -156,6 +156,19 @@ pub struct Part<'q> {
     pub atoms: Vec<(u32, u32)>,
 }
 
+impl<'q> Part<'q> {
+    /// Every sub-query of `work`, each atom's data in the batch slot of its number (a
+    /// query served whole from its atoms in sub-query order).
+    pub fn whole(work: &'q Work, progress: &'q mut Progress, scale: f64) -> Self {
+        Self {
+            work,
+            progress,
+            scale,
+            atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
+        }
+    }
+}
+
 /// Points whose stencils are prefetched ahead of the one being gathered.
 const AHEAD: usize = 4;
 
@@ -630,6 +643,14 @@ mod tests {
         }
     }
 
+    /// A method for each operator, each stencil width.
+    const METHODS_AND_OPERATORS: [(Method, Operator); 4] = [
+        (Method::Lagrange(8), Operator::Field),
+        (Method::Lagrange(6), Operator::Gradient),
+        (Method::Lagrange(4), Operator::Hessian),
+        (Method::Fd4Lag4, Operator::Laplacian),
+    ];
+
     /// `count` pseudo-random points inside `axes` (a fixed seed).
     fn points_in(axes: &[Axis; 3], count: usize, seed: u64) -> Vec<[f64; 3]> {
         let mut state = seed;
@@ -719,22 +740,11 @@ mod tests {
             });
             let points = points_in(&axes, 200, grid[0] as u64);
             let source = Analytic(geometry.clone());
-            for (method, operator) in [
-                (Method::Lagrange(8), Operator::Field),
-                (Method::Lagrange(6), Operator::Gradient),
-                (Method::Lagrange(4), Operator::Hessian),
-                (Method::Fd4Lag4, Operator::Laplacian),
-            ] {
+            for (method, operator) in METHODS_AND_OPERATORS {
                 let (expected, work, data) =
                     streaming_case(&source, &points, method, operator, axes);
                 let mut progress = Progress::new(&work);
-                let mut parts = [Part {
-                    work: &work,
-                    progress: &mut progress,
-                    scale: 1.0,
-                    atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
-                }];
-                let added = execute(&mut parts, &data);
+                let added = execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data);
                 let case = format!("{grid:?} {ncomp} {method:?} {operator:?}");
                 assert_streaming_answer(&work, &progress, added, &expected, &case);
             }
@@ -797,13 +807,8 @@ mod tests {
             });
             let points = points_in(&axes, 4000, 11);
             let source = Analytic(geometry.clone());
-            for (method, operator) in [
-                (Method::Lagrange(8), Operator::Field),
-                (Method::Lagrange(6), Operator::Gradient),
-                (Method::Lagrange(4), Operator::Hessian),
-                (Method::Fd4Lag4, Operator::Laplacian),
-                (Method::Spline { m: 2, q: 8 }, Operator::Gradient),
-            ] {
+            let spline = (Method::Spline { m: 2, q: 8 }, Operator::Gradient);
+            for (method, operator) in METHODS_AND_OPERATORS.into_iter().chain([spline]) {
                 let (expected, work, data) =
                     streaming_case(&source, &points, method, operator, axes);
                 for split in [work.atoms(), 3] {
@@ -860,13 +865,7 @@ mod tests {
                 .map(|i| padded(source.atom(work.coords(i))))
                 .collect();
             let mut progress = Progress::new(&work);
-            let mut parts = [Part {
-                work: &work,
-                progress: &mut progress,
-                scale: 1.0,
-                atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
-            }];
-            execute(&mut parts, &data);
+            execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data);
             let (Work::Points(w), Progress::Points { sums, .. }) = (&work, &progress) else {
                 unreachable!("a point query")
             };

@@ -66,13 +66,7 @@ impl PinnedAtoms {
     pub(crate) fn serve(&self, work: &Work, progress: &mut Progress, levels: &[TimeLevel]) -> u64 {
         let mut added = 0;
         for (data, level) in self.levels.iter().zip(levels) {
-            let mut parts = [Part {
-                work,
-                progress: &mut *progress,
-                scale: level.weight,
-                atoms: (0..data.len() as u32).map(|i| (i, i)).collect(),
-            }];
-            added += execute(&mut parts, data);
+            added += execute(&mut [Part::whole(work, progress, level.weight)], data);
         }
         added
     }

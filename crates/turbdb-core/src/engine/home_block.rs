@@ -14,6 +14,10 @@
 use crate::engine::accumulate::{Block, Runs, PADDING};
 use crate::engine::short_copy::copy_exact;
 
+/// Along one axis, the parts of a box that one atom fills, `(first box node, first atom
+/// node, length)`, and how many there are (an atom appears at most three times).
+type Parts = ([(usize, usize, usize); 3], usize);
+
 /// One atom's values and where it lies: its coordinates in the grid of atoms.
 pub(crate) struct Neighbour<'a> {
     pub(crate) coords: [u32; 3],
@@ -83,7 +87,7 @@ impl HomeBlock {
         for neighbour in atoms {
             // Per axis, the parts of the box this atom fills: `(first box node, first
             // atom node, length)`; on a periodic axis an atom may appear at both ends.
-            let parts: [([(usize, usize, usize); 3], usize); 3] = std::array::from_fn(|k| {
+            let parts: [Parts; 3] = std::array::from_fn(|k| {
                 let start = neighbour.coords[k] as usize * atom;
                 let len = atom.min(n[k] - start);
                 let images: &[i64] = if periodic[k] { &[-1, 0, 1] } else { &[0] };
