@@ -362,8 +362,9 @@ fn add_points(
     let home_of = |p: u32| work.positions[p as usize].map(|s| s.max(0.0) as u32 / a as u32);
     let mut gathered = Gathered::new(width, nc);
     // Where a stencil can reach past the atoms next to its home, points are not grouped.
-    let mut home_block =
-        (gathered.is_some() && width <= a + 1).then(|| HomeBlock::new(width, a, nc));
+    // The block's space is made on first use: sparse points never need it.
+    let groupable = gathered.is_some() && width <= a + 1;
+    let mut home_block: Option<HomeBlock> = None;
     let mut added = 0;
     let mut i = 0;
     while i < points.len() {
@@ -374,23 +375,23 @@ fn add_points(
         }
         let group = &points[i..j];
         i = j;
-        if group.len() >= GROUP_POINTS {
-            if let Some(block) = home_block.as_mut() {
-                if let Some(summed) = add_home(
-                    work,
-                    slot_of,
-                    data,
-                    block,
-                    home,
-                    group,
-                    &weights_of,
-                    &by_atom,
-                    sums,
-                    scale,
-                ) {
-                    added += summed;
-                    continue;
-                }
+        if groupable && group.len() >= GROUP_POINTS {
+            let block = home_block.get_or_insert_with(|| HomeBlock::new(width, a, nc));
+            let summed = add_home(
+                work,
+                slot_of,
+                data,
+                block,
+                home,
+                group,
+                &weights_of,
+                &by_atom,
+                sums,
+                scale,
+            );
+            if let Some(summed) = summed {
+                added += summed;
+                continue;
             }
         }
         added += gather_each(
