@@ -224,8 +224,12 @@ def main() -> None:
     started = time.perf_counter()
     saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients)
                   for pol in s["policies"] for sch in schedulers]
-    by_clients = [] if args.no_sweep else [run_one(args.data, name, trace, sch, "lru", cache_bytes, math.inf, c)
-                                           for c in CLIENT_COUNTS for sch in ("noshare", "jaws")]
+    def at_clients(scheduler: str, clients: int) -> dict:
+        """The lru row at ``clients``: the saturating run's where it is the same setting."""
+        same = [r for r in saturating if (r["scheduler"], r["policy"], r["clients"]) == (scheduler, "lru", clients)]
+        return same[0] if same else run_one(args.data, name, trace, scheduler, "lru", cache_bytes, math.inf, clients)
+
+    by_clients = [] if args.no_sweep else [at_clients(sch, c) for c in CLIENT_COUNTS for sch in ("noshare", "jaws")]
     sweep = [] if args.no_sweep else [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients)
                                       for sch in schedulers for sp in s["speedups"] if math.isfinite(sp)]
     sweep += [r for r in saturating if r["policy"] == "urc"]

@@ -17,7 +17,7 @@ use crate::engine::accumulate::{accumulate_any, Block, Runs};
 use crate::engine::cache::AtomData;
 use crate::engine::gather::{Gathered, Stencil};
 use crate::engine::home_block::{HomeBlock, Neighbour};
-use crate::engine::subquery::{CutoutWork, PointWork};
+use crate::engine::subquery::{home_atom, CutoutWork, PointWork};
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
 
@@ -314,9 +314,9 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
 
 /// Fewest points of one home atom that are summed from one block of all their stencils
 /// ([`HomeBlock`]) rather than each from its own gathered stencil: the block copies up to
-/// 15³ nodes (lag8), a stencil 8³. Measured (`warm_profile`, lag8, 1 thread): at 7 points
-/// an atom, 16 was 5 % faster than 8 and 20 % faster than 4; at 24 an atom all three
-/// were 40 % faster than gathering each stencil.
+/// 15³ nodes (lag8), a stencil 8³. Measured (`warm_profile`, lag8, 1 thread, AMD EPYC
+/// Zen 3 AVX2, load ≈ 1.8): at 7 points an atom, 16 was 5 % faster than 8 and 20 % faster
+/// than 4; at 24 an atom all three were 40 % faster than gathering each stencil.
 const GROUP_POINTS: usize = 16;
 
 /// Adds, for each of `points`, the parts of its stencil in the batch's atoms: for a run of
@@ -359,7 +359,7 @@ fn add_points(
         }
         added
     };
-    let home_of = |p: u32| work.positions[p as usize].map(|s| s.max(0.0) as u32 / a as u32);
+    let home_of = |p: u32| home_atom(&work.positions[p as usize], a);
     let mut gathered = Gathered::new(width, nc);
     // Where a stencil can reach past the atoms next to its home, points are not grouped.
     // The block's space is made on first use: sparse points never need it.

@@ -163,7 +163,7 @@ impl PointWork {
                         f64::NAN
                     };
                 }
-                let home = s.map(|v| v.max(0.0) as u32 / a as u32);
+                let home = home_atom(&s, a);
                 (s, morton::encode(home[0], home[1], home[2]))
             })
             .collect();
@@ -263,6 +263,13 @@ impl PointWork {
     pub fn out_len(&self) -> usize {
         self.geometry.ncomp * self.terms.slots()
     }
+}
+
+/// The atom that grid position `s` lies in (its home): the cut orders points by it, and a
+/// batch groups points that share it.
+#[inline]
+pub(crate) fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
+    s.map(|v| v.max(0.0) as u32 / atom as u32)
 }
 
 /// The points' numbers sorted by their home atom's code (ties in point order). The keys are
