@@ -138,8 +138,22 @@ fn position_or_push<T: PartialEq>(list: &mut Vec<T>, item: T) -> usize {
 pub struct Block<'a, T> {
     /// The values.
     pub values: &'a [T],
-    /// Nodes along x and y (the z extent is implied by the runs).
-    pub dims: [usize; 2],
+    /// Nodes from one y row to the next.
+    pub row: usize,
+    /// Nodes from one z plane to the next: at least `row` × the rows, more where the
+    /// planes are padded to spread a stencil over the L1 sets ([`super::cache_sets`]).
+    pub plane: usize,
+}
+
+impl<'a, T> Block<'a, T> {
+    /// A block with no padding between its planes: `dims` nodes along x and y.
+    pub fn dense(values: &'a [T], dims: [usize; 2]) -> Self {
+        Self {
+            values,
+            row: dims[0],
+            plane: dims[0] * dims[1],
+        }
+    }
 }
 
 /// The values of a block, by type.
@@ -267,15 +281,14 @@ impl<T: Lane> Contribution<'_, T> {
             scale,
             out,
         } = self;
-        let row_stride = block.dims[0] * ncomp;
-        let plane_stride = block.dims[1] * row_stride;
+        let row_stride = block.row * ncomp;
+        let plane_stride = block.plane * ncomp;
         // Every row read below starts at or before the last row's start.
         let last = |r: &Runs| r.runs().iter().map(|&(_, l, n)| l + n - 1).max();
         let (Some(last_y), Some(last_z)) = (last(&runs[1]), last(&runs[2])) else {
             return;
         };
         let last_row = last_z * plane_stride + last_y * row_stride;
-        let mut lanes = [0.0f64; MAX_ROW];
         for &(kx, lx, len) in runs[0].runs() {
             let first = lx * ncomp;
             assert!(
@@ -290,34 +303,41 @@ impl<T: Lane> Contribution<'_, T> {
                 y: runs[1],
                 z: runs[2],
             };
-            let mut acc = [[simd.splat(0.0); V]; MAX_PAIRS];
+            let wx = |ox: usize| &w[0].w[ox][kx..kx + len];
             if let [(oy, _)] = terms.pairs[..] {
-                acc[0] = rows.sum_one::<S, V>(simd, &w[1].w[oy], &w[2].w[terms.z_orders[0]]);
+                let sums = rows.sum_one::<S, V>(simd, &w[1].w[oy], &w[2].w[terms.z_orders[0]]);
+                for &(ox, _, slot) in &terms.terms {
+                    apply_x(
+                        simd,
+                        &sums,
+                        wx(ox),
+                        ncomp,
+                        scale,
+                        &mut out[slot..],
+                        terms.slots,
+                    );
+                }
             } else {
                 // The gradient and the Laplacian (two z orders, three pairs) a fitted size,
                 // two vectors of a row at a time; anything else (the Hessian) padded to
                 // three z orders and six pairs, one vector at a time: every sum stays in a
-                // register.
+                // register. (The pairs' sums exist only here: zeroing them for a field's
+                // single pair cost a kilobyte of stores a contribution.)
+                let mut acc = [[simd.splat(0.0); V]; MAX_PAIRS];
                 match (terms.z_orders.len(), terms.pairs.len()) {
                     (2, 3) => rows.sum_by_z::<S, V, 2, 3, 2>(simd, w, terms, &mut acc),
                     _ => rows.sum_by_z::<S, V, 3, MAX_PAIRS, 1>(simd, w, terms, &mut acc),
                 }
-            }
-            for &(ox, pair, slot) in &terms.terms {
-                for v in 0..V {
-                    simd.store(acc[pair][v], &mut lanes[v * S::LANES..]);
-                }
-                let wx = &w[0].w[ox][kx..kx + len];
-                match ncomp {
-                    1 => fold_x::<1>(&lanes, wx, scale, &mut out[slot..], terms.slots),
-                    2 => fold_x::<2>(&lanes, wx, scale, &mut out[slot..], terms.slots),
-                    3 => fold_x::<3>(&lanes, wx, scale, &mut out[slot..], terms.slots),
-                    _ => {
-                        for c in 0..ncomp {
-                            let sum: f64 = (0..len).map(|k| wx[k] * lanes[k * ncomp + c]).sum();
-                            out[c * terms.slots + slot] += scale * sum;
-                        }
-                    }
+                for &(ox, pair, slot) in &terms.terms {
+                    apply_x(
+                        simd,
+                        &acc[pair],
+                        wx(ox),
+                        ncomp,
+                        scale,
+                        &mut out[slot..],
+                        terms.slots,
+                    );
                 }
             }
         }
@@ -337,7 +357,8 @@ impl<T: Lane> Contribution<'_, T> {
             Contribution {
                 block: Block {
                     values: &scalar[..],
-                    dims: self.block.dims,
+                    row: self.block.row,
+                    plane: self.block.plane,
                 },
                 ncomp: 1,
                 runs: self.runs,
@@ -349,6 +370,37 @@ impl<T: Lane> Contribution<'_, T> {
             .add(simd);
             for s in 0..self.terms.slots {
                 self.out[c * self.terms.slots + s] += partial[s];
+            }
+        }
+    }
+}
+
+/// Adds `scale · Σ_k wx[k] · row sum[k·ncomp + c]` to `out[c · stride]` for each component
+/// `c`: one pair's sums of an x run (`V` vectors) weighted along x. A function, not a
+/// closure, so that it is compiled for the kernel's SIMD path (closures do not inherit
+/// target features).
+#[inline(always)]
+fn apply_x<S: Simd, const V: usize>(
+    simd: S,
+    sums: &[S::V; V],
+    wx: &[f64],
+    ncomp: usize,
+    scale: f64,
+    out: &mut [f64],
+    stride: usize,
+) {
+    let mut lanes = [0.0f64; MAX_ROW];
+    for v in 0..V {
+        simd.store(sums[v], &mut lanes[v * S::LANES..]);
+    }
+    match ncomp {
+        1 => fold_x::<1>(&lanes, wx, scale, out, stride),
+        2 => fold_x::<2>(&lanes, wx, scale, out, stride),
+        3 => fold_x::<3>(&lanes, wx, scale, out, stride),
+        _ => {
+            for c in 0..ncomp {
+                let sum: f64 = (0..wx.len()).map(|k| wx[k] * lanes[k * ncomp + c]).sum();
+                out[c * stride] += scale * sum;
             }
         }
     }
@@ -597,10 +649,10 @@ pub fn accumulate_on<T: Value>(
     scale: f64,
     out: &mut [f64],
 ) {
-    let dims = block.dims;
+    let Block { row, plane, .. } = block;
     match T::values(block.values) {
         Values::F32(values) => path.run(Contribution {
-            block: Block { values, dims },
+            block: Block { values, row, plane },
             ncomp,
             runs,
             w,
@@ -609,7 +661,7 @@ pub fn accumulate_on<T: Value>(
             out,
         }),
         Values::F64(values) => path.run(Contribution {
-            block: Block { values, dims },
+            block: Block { values, row, plane },
             ncomp,
             runs,
             w,

@@ -350,10 +350,7 @@ fn add_points(
             let start = work.atoms[atom as usize].coords.map(|c| c as usize * a);
             let runs =
                 [0, 1, 2].map(|k| Runs::new(w[k].wrapped, width, work.axes[k].n, start[k], a));
-            let block = Block {
-                values: &data[slot as usize][..],
-                dims: [a, a],
-            };
+            let block = Block::dense(&data[slot as usize][..], [a, a]);
             accumulate_any(nc, block, &runs, w, &work.terms, scale, row);
             added += 1;
         }

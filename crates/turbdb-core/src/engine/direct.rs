@@ -118,10 +118,7 @@ fn evaluate_point(
                     accumulate_on(
                         plan.kernel_path(),
                         g.ncomp,
-                        Block {
-                            values: &*buffer,
-                            dims: [a, a],
-                        },
+                        Block::dense(&*buffer, [a, a]),
                         &runs,
                         &w,
                         terms,

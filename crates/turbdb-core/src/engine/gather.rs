@@ -239,10 +239,7 @@ impl Gathered {
                 }
             }
         }
-        let block = Block {
-            values: &self.values[..],
-            dims: [width, width],
-        };
+        let block = Block::dense(&self.values[..], [width, width]);
         (block, &self.runs)
     }
 }

@@ -139,10 +139,7 @@ impl HomeBlock {
 
     /// The block, for the kernel.
     pub(crate) fn block(&self) -> Block<'_, f32> {
-        Block {
-            values: &self.values[..],
-            dims: [self.dims[0], self.dims[1]],
-        }
+        Block::dense(&self.values[..], [self.dims[0], self.dims[1]])
     }
 
     /// The runs of the stencil whose first nodes are `base` (unwrapped, inside the box).

@@ -23,6 +23,7 @@ pub(crate) mod atomset;
 pub mod batch;
 pub(crate) mod buffers;
 pub mod cache;
+pub(crate) mod cache_sets;
 pub(crate) mod cached_source;
 pub(crate) mod cell_finder;
 pub(crate) mod colouring;

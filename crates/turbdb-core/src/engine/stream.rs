@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDING};
 use crate::engine::buffers::Buffer;
+use crate::engine::cache_sets;
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
 use crate::engine::short_copy::copy_row;
@@ -229,6 +230,30 @@ struct Scratch {
     block64: Vec<f64>,
     /// The stencils of a batch of points.
     stencils: Vec<Stencil>,
+    /// The last cell shape's padded plane: cells of a query mostly share one shape.
+    planes: PlaneMemo,
+}
+
+/// The padded plane ([`cache_sets::padded_plane`]) of the last block shape asked for.
+#[derive(Default)]
+struct PlaneMemo {
+    /// `(row, rows, node bytes, stencil width)` and its plane.
+    last: Option<([usize; 4], usize)>,
+}
+
+impl PlaneMemo {
+    /// Nodes from one z plane of the block to the next.
+    fn plane(&mut self, row: usize, rows: usize, node_bytes: usize, width: usize) -> usize {
+        let key = [row, rows, node_bytes, width];
+        match self.last {
+            Some((k, plane)) if k == key => plane,
+            _ => {
+                let plane = cache_sets::padded_plane(row, rows, node_bytes, width);
+                self.last = Some((key, plane));
+                plane
+            }
+        }
+    }
 }
 
 /// Adds one cell's partial sums to the result rows of its points. The cell's needed atoms
@@ -288,13 +313,16 @@ fn run_cell(
         block32,
         block64,
         stencils,
+        planes,
     } = scratch;
     buffer.resize(group.min(atoms.len()) * atom_values, 0.0);
     // At one stored time the block keeps the stored float32 values (half the cache of
     // float64); the time levels of pchip are blended into a float64 block first (every
     // point of a query is at the same time), so the spatial sums run once either way.
     let single = levels.len() == 1 && levels[0].weight == 1.0;
-    let block_len = dims.iter().product::<usize>() * nc + PADDING;
+    let value_bytes = if single { 4 } else { 8 };
+    let plane = planes.plane(dims[0], dims[1], nc * value_bytes, plan.kernel.width());
+    let block_len = dims[2] * plane * nc + PADDING;
     // Stale values from the previous cell are harmless: only atoms read below are used.
     if single {
         block32.resize(block_len, 0.0);
@@ -329,6 +357,7 @@ fn run_cell(
                     nc,
                     origin: l.map(|v| v * a),
                     dims,
+                    plane,
                 };
                 if single {
                     at.copy_rows(atom, block32, copy_row);
@@ -352,7 +381,7 @@ fn run_cell(
     }
     PhaseTimes::add(&stats.phases.read, read.elapsed());
     let entries = &plan.entries[cell.entries.clone()];
-    let place = (start, dims);
+    let place = (start, dims, plane);
     let path = plan.kernel_path();
     if single {
         path.run(CellPoints {
@@ -404,8 +433,9 @@ struct CellPoints<'a, T> {
     entries: &'a [u32],
     /// The cell block.
     values: &'a [T],
-    /// The block's first node and extent.
-    place: ([usize; 3], [usize; 3]),
+    /// The block's first node, its extent and its plane (nodes from one z plane to the
+    /// next).
+    place: ([usize; 3], [usize; 3], usize),
     terms: &'a TermSet,
     target: &'a ResultPtr,
     stencils: &'a mut Vec<Stencil>,
@@ -423,7 +453,7 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
             plan,
             entries,
             values,
-            place: (start, dims),
+            place: (start, dims, plane),
             terms,
             target,
             stencils,
@@ -431,7 +461,8 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
         } = self;
         let block = Block {
             values,
-            dims: [dims[0], dims[1]],
+            row: dims[0],
+            plane,
         };
         let nc = plan.geometry.ncomp;
         let width = plan.kernel.width();
@@ -491,6 +522,8 @@ struct AtomPlace {
     origin: [usize; 3],
     /// The block's extent (the cell clipped to the grid).
     dims: [usize; 3],
+    /// Nodes from one z plane of the block to the next.
+    plane: usize,
 }
 
 impl AtomPlace {
@@ -498,12 +531,12 @@ impl AtomPlace {
     /// stored row)`.
     #[inline(always)]
     fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut [T], &[f32])) {
-        let (a, nc, origin, dims) = (self.side, self.nc, self.origin, self.dims);
+        let (a, nc, origin, dims, plane) = (self.side, self.nc, self.origin, self.dims, self.plane);
         let nx = a.min(dims[0] - origin[0]) * nc;
         for z in 0..a.min(dims[2] - origin[2]) {
             for y in 0..a.min(dims[1] - origin[1]) {
                 let src = &atom[(z * a + y) * a * nc..][..nx];
-                let dst = (((origin[2] + z) * dims[1] + origin[1] + y) * dims[0] + origin[0]) * nc;
+                let dst = ((origin[2] + z) * plane + (origin[1] + y) * dims[0] + origin[0]) * nc;
                 put(&mut block[dst..dst + nx], src);
             }
         }
