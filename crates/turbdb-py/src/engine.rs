@@ -115,6 +115,7 @@ impl Engine {
     /// through the engine (its atoms come from, and go to, the shared cache): the float32
     /// array `(nz, ny, nx, ncomp)` that `FieldStore.cutout` reads alone.
     #[pyo3(signature = (store, t, axes, ranges, stride, *, job=None))]
+    #[allow(clippy::too_many_arguments)]
     fn cutout<'py>(
         &self,
         py: Python<'py>,
