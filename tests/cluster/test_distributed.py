@@ -11,13 +11,15 @@ import socket
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from distributed.diagnostics.task_stream import rectangles
 
 import turbdb
 from turbdb.cli import main
-from turbdb.cluster import handoff
+from turbdb.cluster import dashboard, handoff
 from turbdb.cluster.dispatch import Dispatcher, _Flight
 from turbdb.cluster.launch import start_local
 from turbdb.cluster.membership import Membership
@@ -92,6 +94,55 @@ def test_units_go_straight_to_the_workers_not_through_the_scheduler(database, cl
     np.testing.assert_allclose(got, local.query("velocity", points, time=0.5, method="lag4"), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(cut.values, local.cutout("velocity", time=0.5, x=(0, 32), y=(0, 32),
                                                            z=(0, 16)).values)
+
+
+def _unit_bars(client, since: float, kind: str, wanted: int) -> list[dict]:
+    """The task stream's turbdb bars of ``kind`` since ``since``: units are logged as events,
+    which reach the scheduler a few milliseconds after the answer, so wait for ``wanted``."""
+    deadline = time.monotonic() + 10
+    while True:
+        bars = [b for b in client.get_task_stream(start=since) if b["key"].startswith(f"turbdb-{kind}-")]
+        if len(bars) >= wanted or time.monotonic() > deadline:
+            return bars
+        time.sleep(0.05)
+
+
+def test_units_show_on_the_dashboards_task_stream(cluster_db, running):
+    client = running.client
+    ds = cluster_db["trig"]
+    since = time.time()
+    ds.query("velocity", _points(20_000, seed=9), time=0.5, method="lag4")
+    units = ds.last_query_stats["units"]
+    ds.cutout("velocity", time=0.5, x=(0, 32), y=(0, 32), z=(0, 16))
+    queries = _unit_bars(client, since, "query", units)
+    assert len(queries) == units  # one bar per unit, none for the actors' own bookkeeping
+    workers = set(client.scheduler_info()["workers"])
+    assert {b["worker"] for b in queries} == workers  # every worker took part, each drawn on its row
+    for bar in queries:
+        (span,) = bar["startstops"]
+        assert span["action"] == "compute" and since <= span["start"] <= span["stop"] <= time.time()
+        assert bar["status"] == "OK" and bar["dataset"] == "trig" and bar["field"] == "velocity"
+    assert _unit_bars(client, since, "cutout", 1)
+    # What the Task Stream panel draws from them: a bar per unit, named by kind.
+    drawn = rectangles(queries)
+    assert set(drawn["name"]) == {"turbdb-query"} and len(drawn["start"]) == units
+    assert set(drawn["color"]) != {"black"}  # black is a failed task
+    # The dashboard is served (bokeh installed), with its Task Stream page.
+    page = httpx.get(running.dashboard.replace("/status", "/individual-task-stream"), timeout=30)
+    assert page.status_code == 200 and "TaskStream" in page.text
+
+
+def test_a_scheduler_without_turbdb_still_serves_with_a_warning(monkeypatch):
+    class SchedulerWithoutTurbdb:  # what register_plugin raises where the scheduler cannot import turbdb
+        scheduler = type("Comm", (), {"address": "tcp://elsewhere:8786"})()
+
+        def register_plugin(self, plugin, name=None):
+            raise ModuleNotFoundError("No module named 'turbdb'")
+
+    monkeypatch.setattr(dashboard, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="Task Stream will not show turbdb's units"):
+        assert dashboard.install(SchedulerWithoutTurbdb()) is False
+    assert dashboard.install(SchedulerWithoutTurbdb()) is False  # warned once, not at every connection
 
 
 def test_query_counters_account_for_the_mediators_time_and_every_point_sent(cluster_db):

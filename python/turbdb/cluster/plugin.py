@@ -14,6 +14,7 @@ import numpy as np
 from distributed import Client, WorkerPlugin, get_worker
 
 from ..exceptions import StorageError
+from . import dashboard
 from .catalogue import Catalogue
 from .handoff import SharedArray, write_into
 from .node import Node, Partition
@@ -38,10 +39,12 @@ class NodePlugin(WorkerPlugin):
 
 def install(client: Client, catalogue: Catalogue, *, replace: bool) -> None:
     """Gives every worker (present and future) its node of the catalogue's database;
-    ``replace`` after the catalogue changed, else an installed plugin keeps its caches."""
+    ``replace`` after the catalogue changed, else an installed plugin keeps its caches. The
+    scheduler gets the plugin that shows the units on the dashboard."""
     node_plugin = NodePlugin(catalogue.plugin_name, catalogue.slots)
     node_plugin.idempotent = not replace
     client.register_plugin(node_plugin, name=catalogue.plugin_name)
+    dashboard.install(client)
 
 
 def node_of(plugin: str) -> Node:

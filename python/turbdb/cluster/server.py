@@ -5,9 +5,9 @@ request — where a task goes client → scheduler → worker → scheduler → 
 fetch from the worker: on this machine a trivial call took ≈ 1.2 ms, a trivial task
 ≈ 13 ms, which was most of a 1-worker query's time outside the engine.
 
-The scheduler does not see the calls, so they do not show in the dashboard's task stream
-(the workers' CPU and profile panels show them); a worker runs them one at a time, in its
-actor thread, as ``turbdb cluster up`` runs one task at a time. An actor is made on first
+The scheduler does not see the calls as tasks; each unit is logged instead and drawn on
+the dashboard's Task Stream by :mod:`~turbdb.cluster.dashboard`. A worker runs them one at
+a time, in its actor thread, as ``turbdb cluster up`` runs one task at a time. An actor is made on first
 use for each worker address; a worker restarted by its nanny has a new address and gets a
 new one. A call to a worker that died raises, which the dispatcher treats as a lost unit."""
 
@@ -24,7 +24,7 @@ from distributed import Client
 from distributed import TimeoutError as DaskTimeoutError
 
 from ..exceptions import ServiceError
-from . import plugin
+from . import dashboard, plugin
 
 #: How long making a worker's actor (a task through the scheduler, once per worker) may take.
 CREATE_SECONDS = 30.0
@@ -36,10 +36,12 @@ class NodeServer:
     """The actor on a worker: the unit tasks of :mod:`~turbdb.cluster.plugin`, called directly."""
 
     def partial_sums(self, *args: Any) -> Any:
-        return plugin.partial_sums(*args)
+        with dashboard.shown("query", *args[1:3]):
+            return plugin.partial_sums(*args)
 
     def cutout(self, *args: Any) -> Any:
-        return plugin.cutout(*args)
+        with dashboard.shown("cutout", *args[1:3]):
+            return plugin.cutout(*args)
 
     def ping(self, value: Any) -> Any:
         """``value`` back: the cost of a call and of moving its arguments (bench/cluster.py)."""
