@@ -39,8 +39,41 @@ def test_points_and_answers_cross_unchanged(pool):
     written = write_into(exchange.answer_file(answer.nbytes), answer)
     got = exchange.take(written)
     np.testing.assert_array_equal(got, answer)
-    got[0] = 0  # the answer is the caller's own array, not the file
     exchange.close()
+    del got
+
+
+def test_an_answer_is_a_view_of_its_file_until_the_last_array_goes(pool):
+    nbytes = 2 << 20
+    exchange = Exchange(pool)
+    path = exchange.answer_file(nbytes)
+    answer = np.arange(nbytes // 8, dtype=np.float64)
+    got = exchange.take(write_into(path, answer))
+    assert not got.flags.owndata  # no copy: the caller reads the file
+    part = got[10:20].reshape(2, 5)  # views of the answer keep its file out of the pool
+    del got
+    exchange.close()
+    assert pool.kept() == []
+    again = Exchange(pool)
+    other = again.answer_file(nbytes)
+    assert other != path  # still looked into: a new file, not this one
+    part[0, 0] = -1.0  # the caller's to write
+    np.testing.assert_array_equal(part.ravel()[1:], answer[11:20])
+    del part  # the last view: the file goes back to the pool
+    assert [str(p) for p in pool.kept()] == [path]
+    assert again.answer_file(nbytes) == path
+    again.close()
+
+
+def test_an_answer_held_past_the_pools_close_removes_its_file(pool):
+    exchange = Exchange(pool)
+    path = exchange.answer_file(1 << 20)
+    got = exchange.take(write_into(path, np.ones((1 << 20) // 8)))
+    exchange.close()
+    pool.close()  # the database closed while the caller still holds its answer
+    assert os.path.exists(path) and got.sum() == (1 << 20) // 8
+    del got
+    assert not os.path.exists(path)
 
 
 def test_small_arrays_ride_in_the_task(pool):
