@@ -456,6 +456,50 @@ fn a_declared_job_runs_to_its_end_and_gates_with_a_twin() {
     assert_eq!(stats.jobs, 0, "both jobs finished");
 }
 
+/// A query held at its gate for a partner job that does not come is not held while the
+/// engine has nothing else to do: it is answered long before the gate's timeout.
+#[test]
+fn an_idle_engine_does_not_hold_a_query_for_a_partner_that_does_not_come() {
+    let f = fixture(true);
+    let engine = NodeEngine::new(EngineConfig {
+        scheduler: SchedulerKind::Jaws,
+        gate_timeout_ms: 60_000.0,
+        batch_atoms: 7,
+        ..EngineConfig::default()
+    });
+    let plan: Vec<(Arc<FieldReader>, Vec<usize>)> =
+        (0..2).map(|t| (Arc::clone(&f.reader), vec![t])).collect();
+    let (job, _partner) = (engine.declare_job(&plan), engine.declare_job(&plan));
+    // Large enough not to be a small query (held only 20 ms): held to the gate timeout.
+    let a = ask(5, [11.5, 7.5, 15.5]);
+    let points: Vec<[f64; 3]> = a.points.iter().cycle().take(5_000).copied().collect();
+    let query = PointQuery {
+        points: &points,
+        axes: f.axes,
+        times: &TIMES,
+        time: TIMES[0],
+        method: Method::Lagrange(4),
+        operator: Operator::Field,
+        temporal: Temporal::None,
+        partitions: None,
+        job: Some(job),
+    };
+    let started = std::time::Instant::now();
+    let Outcome::Done(_, _) = engine
+        .submit_points(&f.reader, &query, None)
+        .unwrap()
+        .outcome()
+    else {
+        panic!("the query should complete");
+    };
+    let waited = started.elapsed();
+    assert!(waited.as_secs_f64() < 10.0, "held {waited:?}");
+    let stats = engine.stats();
+    assert_eq!(stats.gating.edges, 2, "the two jobs were gated");
+    assert_eq!(stats.gating.idle_releases, 1);
+    assert_eq!(stats.gating.timeouts, 0);
+}
+
 /// Sixteen users ask about the same region of one time step at once, with no cache to
 /// help: `noshare` reads the region once per query, the co-scheduling schedulers read
 /// each atom for all of them at once — and everyone still gets the lone answer.

@@ -327,6 +327,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     gating.set_item("edges", s.gating.edges)?;
     gating.set_item("refused", s.gating.refused)?;
     gating.set_item("timeouts", s.gating.timeouts)?;
+    gating.set_item("idle_releases", s.gating.idle_releases)?;
     gating.set_item("co_scheduled", s.gating.co_scheduled)?;
     d.set_item("gating", gating)?;
     let response = PyDict::new(py);

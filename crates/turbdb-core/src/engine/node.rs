@@ -77,6 +77,11 @@ pub struct EngineConfig {
 /// `noshare`), which the gate must not make worse.
 pub const SMALL_GATE_MS: f64 = 20.0;
 
+/// How long the engine waits with nothing to do but queries held at their gates before it
+/// releases them ([`JobGraph::release_held`]): a job's partner hands in its next query a
+/// client's round trip after its last one was answered.
+const IDLE_GATE: Duration = Duration::from_millis(20);
+
 /// Most atoms in one JAWS batch. The paper's k = 15 counts its 64³-node atoms, which are
 /// our regions of 8³ atoms ([`crate::engine::scheduler::JAWS_REGIONS`]); this bounds the
 /// memory of a batch as [`crate::engine::scheduler::CHUNK_ATOMS`] bounds a lone query's
@@ -806,6 +811,8 @@ impl Core {
 
     fn run(mut self) {
         let mut in_flight: Option<Prepared> = None;
+        // Since when the engine has had nothing to do but hold queries at their gates.
+        let mut idle_since: Option<Instant> = None;
         loop {
             if !self.drain(false) {
                 break;
@@ -814,9 +821,25 @@ impl Core {
                 self.publish();
             }
             let batch = match in_flight.take().or_else(|| self.prepare()) {
-                Some(batch) => batch,
+                Some(batch) => {
+                    idle_since = None;
+                    batch
+                }
                 None => {
                     self.publish();
+                    // Gates are work-conserving: with nothing else to do for a moment (long
+                    // enough for a job's partner, whose previous query just ended, to hand in
+                    // its next), the held queries go. Held to their timeout, an engine with
+                    // few clients sat idle for most of their two seconds.
+                    if !self.held.is_empty() {
+                        let since = *idle_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= IDLE_GATE {
+                            idle_since = None;
+                            let released = self.jobs.release_held();
+                            self.release(released);
+                            continue;
+                        }
+                    }
                     if !self.drain(true) {
                         break;
                     }
@@ -851,7 +874,13 @@ impl Core {
                 && inbox.invalidated.is_empty()
                 && !inbox.shutdown
             {
-                let timeout = if self.jobs.is_empty() { 1000 } else { 50 };
+                let timeout = if !self.held.is_empty() {
+                    IDLE_GATE.as_millis() as u64
+                } else if self.jobs.is_empty() {
+                    1000
+                } else {
+                    50
+                };
                 let slept = Instant::now();
                 inbox = self
                     .shared

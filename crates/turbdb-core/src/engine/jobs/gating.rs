@@ -105,6 +105,8 @@ pub struct GatingCounters {
     pub refused: u64,
     /// Queries released because they waited longer than the gate timeout.
     pub timeouts: u64,
+    /// Queries released because the engine had nothing else to do ([`JobGraph::release_held`]).
+    pub idle_releases: u64,
     /// Queries released together with at least one other.
     pub co_scheduled: u64,
 }
@@ -474,12 +476,37 @@ impl JobGraph {
     /// Releases queries held longer than the timeout, and closes jobs idle for longer than
     /// `idle_ms` with nothing held; returns the queries released.
     pub fn expire(&mut self, now: f64, idle_ms: f64) -> Vec<u64> {
+        let mut released = self.let_go(|deadline| now >= deadline);
+        self.counters.timeouts += released.len() as u64;
+        let idle: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.held.is_none() && now - j.last_activity >= idle_ms)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in idle {
+            released.extend(self.close(id));
+        }
+        released
+    }
+
+    /// Releases every held query: the engine has nothing else to do, so holding them for
+    /// the queries of other jobs would leave it idle now for a read it might share later.
+    pub fn release_held(&mut self) -> Vec<u64> {
+        let released = self.let_go(|_| true);
+        self.counters.idle_releases += released.len() as u64;
+        released
+    }
+
+    /// Releases the held queries whose deadline `due` says has come, cutting their edges:
+    /// each goes alone, and those gated with it stop waiting for it.
+    fn let_go(&mut self, due: impl Fn(f64) -> bool) -> Vec<u64> {
         let mut released = Vec::new();
         let overdue: Vec<(JobId, usize)> = self
             .jobs
             .iter()
             .filter_map(|(&id, j)| match j.held {
-                Some((index, _, deadline)) if now >= deadline => Some((id, index)),
+                Some((index, _, deadline)) if due(deadline) => Some((id, index)),
                 _ => None,
             })
             .collect();
@@ -494,17 +521,7 @@ impl JobGraph {
             let job = self.jobs.get_mut(&id).expect("job");
             if let Some((_, query, _)) = job.held.take() {
                 released.push(query);
-                self.counters.timeouts += 1;
             }
-        }
-        let idle: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.held.is_none() && now - j.last_activity >= idle_ms)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in idle {
-            released.extend(self.close(id));
         }
         released
     }
@@ -660,6 +677,26 @@ mod tests {
         let (_, released) = graph.submit(j1, 12, 170.0);
         assert!(released.is_empty());
         assert_eq!(graph.close(j2), vec![12]);
+    }
+
+    #[test]
+    fn held_queries_go_at_once_when_released_for_an_idle_engine_and_their_partners_go_ungated() {
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&[5, 6]), 0.0);
+        let j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        let (_, released) = graph.submit(j1, 11, 0.0);
+        assert!(released.is_empty(), "gated with j2's second query");
+        assert!(graph.expire(10.0, 1e9).is_empty(), "far from its timeout");
+        assert_eq!(graph.release_held(), vec![11]);
+        assert_eq!(graph.counters().idle_releases, 1);
+        assert_eq!(graph.counters().timeouts, 0);
+        assert!(graph.release_held().is_empty(), "nothing held any more");
+        // The edge is cut: j2's second query is not held for a partner that has gone.
+        let (_, released) = graph.submit(j2, 21, 20.0);
+        assert_eq!(released, vec![21]);
+        graph.completed(j2, 0, 30.0);
+        let (_, released) = graph.submit(j2, 22, 40.0);
+        assert_eq!(released, vec![22]);
     }
 
     #[test]
