@@ -476,7 +476,8 @@ impl JobGraph {
     /// Releases queries held longer than the timeout, and closes jobs idle for longer than
     /// `idle_ms` with nothing held; returns the queries released.
     pub fn expire(&mut self, now: f64, idle_ms: f64) -> Vec<u64> {
-        let mut released = self.let_go(|deadline| now >= deadline);
+        let overdue = self.held_where(|_, _, deadline| now >= deadline);
+        let mut released = self.let_go(overdue);
         self.counters.timeouts += released.len() as u64;
         let idle: Vec<JobId> = self
             .jobs
@@ -490,26 +491,39 @@ impl JobGraph {
         released
     }
 
-    /// Releases every held query: the engine has nothing else to do, so holding them for
-    /// the queries of other jobs would leave it idle now for a read it might share later.
+    /// Releases the held queries whose partners are jobs under way (each has handed in a
+    /// query): the engine has nothing else to do, so holding them for those jobs' next
+    /// queries would leave it idle now for a read it might share later. A query waiting
+    /// for a job that has not started yet stays held until its partner's first query (a
+    /// job is declared just before it) or the timeout.
     pub fn release_held(&mut self) -> Vec<u64> {
-        let released = self.let_go(|_| true);
+        let jobs = &self.jobs;
+        let under_way = |partners: &[(JobId, usize)]| {
+            partners
+                .iter()
+                .all(|(k, _)| jobs.get(k).is_none_or(|j| j.submitted > 0))
+        };
+        let idle = self.held_where(|job, index, _| under_way(&job.edges[index]));
+        let released = self.let_go(idle);
         self.counters.idle_releases += released.len() as u64;
         released
     }
 
-    /// Releases the held queries whose deadline `due` says has come, cutting their edges:
-    /// each goes alone, and those gated with it stop waiting for it.
-    fn let_go(&mut self, due: impl Fn(f64) -> bool) -> Vec<u64> {
-        let mut released = Vec::new();
-        let overdue: Vec<(JobId, usize)> = self
-            .jobs
+    /// The held queries `(job, index)` for which `pick(job, index, deadline)` holds.
+    fn held_where(&self, pick: impl Fn(&Job, usize, f64) -> bool) -> Vec<(JobId, usize)> {
+        self.jobs
             .iter()
             .filter_map(|(&id, j)| match j.held {
-                Some((index, _, deadline)) if due(deadline) => Some((id, index)),
+                Some((index, _, deadline)) if pick(j, index, deadline) => Some((id, index)),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Releases the held queries `overdue`, cutting their edges: each goes alone, and
+    /// those gated with it stop waiting for it.
+    fn let_go(&mut self, overdue: Vec<(JobId, usize)>) -> Vec<u64> {
+        let mut released = Vec::new();
         for (id, index) in overdue {
             // Cut its edges: it goes alone, and those gated with it stop waiting for it.
             let edges = std::mem::take(&mut self.jobs.get_mut(&id).expect("job").edges[index]);
@@ -686,16 +700,20 @@ mod tests {
         let j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
         let (_, released) = graph.submit(j1, 11, 0.0);
         assert!(released.is_empty(), "gated with j2's second query");
+        // j2 has not started: j1's query waits for it (its first query comes right after
+        // its declaration), idle engine or not.
+        assert!(graph.release_held().is_empty());
+        // j2 under way (its first query handed in and answered), its second not yet.
+        let (_, released) = graph.submit(j2, 21, 5.0);
+        assert_eq!(released, vec![21], "j2's first query is not gated");
+        graph.completed(j2, 0, 8.0);
         assert!(graph.expire(10.0, 1e9).is_empty(), "far from its timeout");
         assert_eq!(graph.release_held(), vec![11]);
         assert_eq!(graph.counters().idle_releases, 1);
         assert_eq!(graph.counters().timeouts, 0);
         assert!(graph.release_held().is_empty(), "nothing held any more");
         // The edge is cut: j2's second query is not held for a partner that has gone.
-        let (_, released) = graph.submit(j2, 21, 20.0);
-        assert_eq!(released, vec![21]);
-        graph.completed(j2, 0, 30.0);
-        let (_, released) = graph.submit(j2, 22, 40.0);
+        let (_, released) = graph.submit(j2, 22, 20.0);
         assert_eq!(released, vec![22]);
     }
 
