@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use turbdb_core::{evaluate, write_step, Axis, FieldGeometry, FieldReader, Method, Operator};
 use turbdb_core::{ChunkCodec, IndexLocation, IoMode, QuerySpec, Strategy, StreamStats, Temporal};
 use turbdb_core::{
-    CutoutQuery, EngineConfig, NodeEngine, Outcome, PointQuery, PolicyKind, SchedulerKind,
+    CutoutQuery, EngineConfig, JobId, NodeEngine, Outcome, PointQuery, PolicyKind, SchedulerKind,
 };
 
 const TIMES: [f64; 4] = [0.0, 0.5, 1.0, 1.5];
@@ -403,6 +403,21 @@ fn a_cutout_through_the_engine_equals_the_stored_values() {
     assert_eq!(values, expected);
 }
 
+/// A lag4 value query at stored time `t`, the next query of `job`.
+fn job_query<'a>(points: &'a [[f64; 3]], f: &Fixture, t: usize, job: JobId) -> PointQuery<'a> {
+    PointQuery {
+        points,
+        axes: f.axes,
+        times: &TIMES,
+        time: TIMES[t],
+        method: Method::Lagrange(4),
+        operator: Operator::Field,
+        temporal: Temporal::None,
+        partitions: None,
+        job: Some(job),
+    }
+}
+
 #[test]
 fn a_declared_job_runs_to_its_end_and_gates_with_a_twin() {
     let f = fixture(true);
@@ -424,17 +439,7 @@ fn a_declared_job_runs_to_its_end_and_gates_with_a_twin() {
                     (0..4)
                         .map(|t| {
                             let a = ask(t as u64 + 40, [11.5, 7.5, 15.5]);
-                            let query = PointQuery {
-                                points: &a.points,
-                                axes: f.axes,
-                                times: &TIMES,
-                                time: TIMES[t],
-                                method: Method::Lagrange(4),
-                                operator: Operator::Field,
-                                temporal: Temporal::None,
-                                partitions: None,
-                                job: Some(job),
-                            };
+                            let query = job_query(&a.points, f, t, job);
                             match engine
                                 .submit_points(&f.reader, &query, None)
                                 .unwrap()
@@ -475,17 +480,7 @@ fn an_idle_engine_does_not_hold_a_query_for_a_partner_that_does_not_come() {
     let a = ask(5, [11.5, 7.5, 15.5]);
     let points: Vec<[f64; 3]> = a.points.iter().cycle().take(5_000).copied().collect();
     let run = |job, t: usize| {
-        let query = PointQuery {
-            points: &points,
-            axes: f.axes,
-            times: &TIMES,
-            time: TIMES[t],
-            method: Method::Lagrange(4),
-            operator: Operator::Field,
-            temporal: Temporal::None,
-            partitions: None,
-            job: Some(job),
-        };
+        let query = job_query(&points, &f, t, job);
         let Outcome::Done(_, _) = engine
             .submit_points(&f.reader, &query, None)
             .unwrap()
