@@ -7,9 +7,9 @@ fetch from the worker: on this machine a trivial call took ≈ 1.2 ms, a trivial
 
 The scheduler does not see the calls as tasks; each unit is logged instead and drawn on
 the dashboard's Task Stream by :mod:`~turbdb.cluster.dashboard`. A worker runs them one at
-a time, in its actor thread, as ``turbdb cluster up`` runs one task at a time. An actor is made on first
-use for each worker address; a worker restarted by its nanny has a new address and gets a
-new one. A call to a worker that died raises, which the dispatcher treats as a lost unit."""
+a time, in its actor thread, as ``turbdb cluster up`` runs one task at a time. An actor is
+made on first use for each worker address; a worker restarted by its nanny has a new
+address and gets a new one. A call to a worker that died raises, which the dispatcher treats as a lost unit."""
 
 from __future__ import annotations
 
@@ -35,13 +35,13 @@ POLL_SECONDS = 0.5
 class NodeServer:
     """The actor on a worker: the unit tasks of :mod:`~turbdb.cluster.plugin`, called directly."""
 
-    def partial_sums(self, *args: Any) -> Any:
-        with dashboard.shown("query", *args[1:3]):
-            return plugin.partial_sums(*args)
+    def partial_sums(self, plugin_name: str, dataset: str, field: str, *rest: Any) -> Any:
+        with dashboard.shown("query", dataset, field):
+            return plugin.partial_sums(plugin_name, dataset, field, *rest)
 
-    def cutout(self, *args: Any) -> Any:
-        with dashboard.shown("cutout", *args[1:3]):
-            return plugin.cutout(*args)
+    def cutout(self, plugin_name: str, dataset: str, field: str, *rest: Any) -> Any:
+        with dashboard.shown("cutout", dataset, field):
+            return plugin.cutout(plugin_name, dataset, field, *rest)
 
     def ping(self, value: Any) -> Any:
         """``value`` back: the cost of a call and of moving its arguments (bench/cluster.py)."""
