@@ -41,6 +41,8 @@ import numpy as np
 import turbdb
 from turbdb.workload import generate, replay
 
+from direct_reads import direct_read_rate, shard_files
+
 RESULTS = Path(__file__).parent / "results"
 NAME, FIELD = "box", "velocity"
 SCHEDULERS = ("noshare", "liferaft", "jaws")
@@ -236,7 +238,7 @@ def main() -> None:
     warm = None if args.no_sweep else warm_repeat(args.data, name, args.seed)
     if warm is not None:
         print_warm(warm)
-    ratios = compute_ratios(saturating, s["policies"], schedulers)
+    ratios = compute_ratios(saturating, s["policies"], schedulers, io_rates(args.data / name, saturating))
     ratios["lines"] += clients_lines(by_clients)
     load_end = os.getloadavg()
     for line in ratios["lines"]:
@@ -284,9 +286,22 @@ def names(valid: tuple[str, ...]):
     return parse
 
 
-def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS) -> dict:
+def io_rates(dataset: Path, rows: list[dict], in_flight: int = 4) -> dict:
+    """Per row, the disk's direct-read rate (bytes/s) at the row's mean request size with as
+    many requests in flight as the engine has readers (bench/direct_reads.py)."""
+    files = shard_files(dataset, min_bytes=1 << 16)
+    rates = {}
+    for r in rows:
+        request = r["engine"]["bytes_read"] / max(r["engine"]["read_requests"], 1)
+        rates[f"{r['scheduler']}/{r['policy']}"] = direct_read_rate(files, int(request), in_flight)
+    return rates
+
+
+def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS, rates: dict | None = None) -> dict:
     """jaws and liferaft against noshare (same policy): throughput and bytes read; urc's hit
-    ratio against lruk's; small-query p99 of jaws against noshare."""
+    ratio against lruk's; small-query p99 of jaws against noshare. With ``rates`` (io_rates),
+    also the I/O bound: noshare's time over the time the scheduler's reads take at the disk's
+    rate for its request size."""
     def find(sch, pol):
         return next(r for r in rows if r["scheduler"] == sch and r["policy"] == pol)
 
@@ -309,9 +324,17 @@ def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS) -> dict:
             # compute is done, so noshare's time over it bounds the throughput ratio.
             bound = base["seconds"] / max(r["busy_seconds"], 1e-9)
             out.setdefault("throughput_bound_by_compute", {})[f"{sch}/{pol}"] = bound
+            io = ""
+            if rates and f"{sch}/{pol}" in rates:
+                reads = r["engine"]["bytes_read"] / rates[f"{sch}/{pol}"]
+                io_bound = base["seconds"] / max(reads, 1e-9)
+                out.setdefault("throughput_bound_by_io", {})[f"{sch}/{pol}"] = io_bound
+                out.setdefault("disk_MB_per_s_at_request_size", {})[f"{sch}/{pol}"] = rates[f"{sch}/{pol}"] / 1e6
+                io = (f"; by I/O at most {io_bound:.2f}×: its reads take {reads:.2f} s at the disk's "
+                      f"{rates[f'{sch}/{pol}'] / 1e6:.0f} MB/s for its requests")
             out["lines"].append(f"{sch}/{pol}: throughput {tp:.2f}× noshare (at most {bound:.2f}×: noshare's "
-                                f"{base['seconds']:.2f} s over {sch}'s compute {r['busy_seconds']:.2f} s), atoms read "
-                                f"{ra:.2f}×, bytes read {rd:.2f}×, small p99 {p99:.2f}×")
+                                f"{base['seconds']:.2f} s over {sch}'s compute {r['busy_seconds']:.2f} s{io}), "
+                                f"atoms read {ra:.2f}×, bytes read {rd:.2f}×, small p99 {p99:.2f}×")
     if "urc" in policies and "lruk" in policies and "jaws" in schedulers:
         urc, lruk = find("jaws", "urc")["engine"]["hit_ratio"], find("jaws", "lruk")["engine"]["hit_ratio"]
         out["jaws_hit_ratio_urc_vs_lruk"] = [urc, lruk]

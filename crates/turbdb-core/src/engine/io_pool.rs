@@ -102,6 +102,11 @@ impl IoPool {
         }
     }
 
+    /// How many reader threads there are.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
     /// How it reads.
     pub fn mode(&self) -> IoMode {
         self.mode
