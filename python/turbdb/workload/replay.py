@@ -131,7 +131,9 @@ def replay(
         by_job[q.job].append(q)
     jobs = sorted((sorted(qs, key=lambda q: q.index) for qs in by_job.values()), key=lambda qs: qs[0].arrival)
     datasets = {name: database[name] for name in {q.dataset for q in trace}}
-    drawn = {(q.job, q.index): draw_points(q, datasets[q.dataset].info) for q in trace}
+    # info scans the dataset's shard tree: once per dataset, not once per query.
+    infos = {name: ds.info for name, ds in datasets.items()}
+    drawn = {(q.job, q.index): draw_points(q, infos[q.dataset]) for q in trace}
     before = _counters(database)
     lock = threading.Lock()
     next_job = iter(jobs)
