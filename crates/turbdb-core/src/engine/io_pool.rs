@@ -9,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::engine::cache::{padded, AtomData, AtomKey};
+use crate::engine::accumulate::PADDING;
+use crate::engine::cache::{AtomData, AtomKey};
 use crate::error::Result;
 use crate::storage::direct::{read_atoms, IoMode, ReadCounts};
 use crate::storage::geometry::ShardPos;
@@ -164,10 +165,11 @@ fn work(queue: &Queue, mode: IoMode) {
             job.t,
             job.shard,
             &locals,
+            PADDING,
             mode,
             &mut counts,
             |i, result| {
-                atoms.push((job.atoms[i].1, result.map(padded)));
+                atoms.push((job.atoms[i].1, result));
             },
         );
         let _ = reply.send(ShardResult { atoms, counts });

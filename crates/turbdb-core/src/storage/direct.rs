@@ -9,9 +9,11 @@
 //! at 3 000/s).
 
 use std::fs::{File, OpenOptions};
+use std::mem::MaybeUninit;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::storage::geometry::ShardPos;
@@ -64,17 +66,21 @@ pub struct ReadCounts {
 }
 
 /// Reads the atoms `locals` of shard `shard` at time `t` and hands each to `put(i, result)`
-/// (`i` its position in `locals`) as decoded float32 values; a failure of one atom (a bad
-/// checksum) is reported for that atom only, a failure of the shard (missing, unreadable
-/// index) for every atom. Atoms that are not stored read as NaN.
+/// (`i` its position in `locals`) as decoded float32 values followed by `spare` zeros (room
+/// a consumer needs past the values, such as the kernel's padding), each atom decoded
+/// straight into its own shared buffer; a failure of one atom (a bad checksum) is reported
+/// for that atom only, a failure of the shard (missing, unreadable index) for every atom.
+/// Atoms that are not stored read as NaN.
+#[allow(clippy::too_many_arguments)]
 pub fn read_atoms(
     reader: &FieldReader,
     t: usize,
     shard: ShardPos,
     locals: &[[usize; 3]],
+    spare: usize,
     mode: IoMode,
     counts: &mut ReadCounts,
-    mut put: impl FnMut(usize, Result<Vec<f32>>),
+    mut put: impl FnMut(usize, Result<Arc<[f32]>>),
 ) {
     let geometry = reader.geometry();
     let n = geometry.atom_values();
@@ -94,7 +100,7 @@ pub fn read_atoms(
         let slot = geometry.index_slot(local);
         match opened.index.range(slot) {
             Some((offset, nbytes)) => stored.push((offset, nbytes, i, slot)),
-            None => put(i, Ok(vec![f32::NAN; n])),
+            None => put(i, Ok(atom_buffer(n, spare, |values| values.fill(f32::NAN)))),
         }
     }
     if stored.is_empty() {
@@ -127,12 +133,16 @@ pub fn read_atoms(
                 for &(offset, nbytes, i, slot) in &stored[start..end] {
                     let at = (offset - first) as usize;
                     let atom = &bytes[at..at + nbytes as usize];
-                    let mut values = vec![0f32; n];
                     // A swapped or copied atom is refused, as on the buffered path.
                     let decoded = reader
                         .check_atom_place(&opened, slot, atom, &path)
-                        .and_then(|()| reader.decode_atom(atom, &path, &mut values))
-                        .map(|()| values);
+                        .and_then(|()| {
+                            let mut outcome = Ok(());
+                            let values = atom_buffer(n, spare, |values| {
+                                outcome = reader.decode_atom(atom, &path, values);
+                            });
+                            outcome.map(|()| values)
+                        });
                     put(i, decoded);
                 }
             }
@@ -144,6 +154,20 @@ pub fn read_atoms(
         }
         start = end;
     }
+}
+
+/// A shared buffer of `n` values written by `fill`, then `spare` zeros: made in place, where
+/// building a `Vec` and converting it would allocate, clear and copy each atom twice more.
+fn atom_buffer(n: usize, spare: usize, fill: impl FnOnce(&mut [f32])) -> Arc<[f32]> {
+    let mut buffer: Arc<[MaybeUninit<f32>]> = Arc::new_uninit_slice(n + spare);
+    let slots = Arc::get_mut(&mut buffer).expect("a buffer just made has one owner");
+    for slot in slots.iter_mut() {
+        slot.write(0.0);
+    }
+    // SAFETY: every element was written just above.
+    let mut buffer = unsafe { buffer.assume_init() };
+    fill(&mut Arc::get_mut(&mut buffer).expect("one owner")[..n]);
+    buffer
 }
 
 /// An open shard file and how to read it.
@@ -314,9 +338,16 @@ mod tests {
     fn read_all(reader: &FieldReader, locals: &[[usize; 3]], mode: IoMode) -> Vec<Vec<f32>> {
         let mut out = vec![Vec::new(); locals.len()];
         let mut counts = ReadCounts::default();
-        read_atoms(reader, 0, [0, 0, 0], locals, mode, &mut counts, |i, r| {
-            out[i] = r.unwrap()
-        });
+        read_atoms(
+            reader,
+            0,
+            [0, 0, 0],
+            locals,
+            0,
+            mode,
+            &mut counts,
+            |i, r| out[i] = r.unwrap().to_vec(),
+        );
         assert!(counts.requests >= 1);
         out
     }
@@ -341,6 +372,33 @@ mod tests {
     }
 
     #[test]
+    fn each_atom_is_followed_by_the_spare_zeros_asked_for() {
+        let (_dir, reader, _) = field();
+        let locals = [[1, 2, 3], [0, 0, 0]];
+        let plain = read_all(&reader, &locals, IoMode::Direct);
+        let mut counts = ReadCounts::default();
+        let mut seen = 0;
+        read_atoms(
+            &reader,
+            0,
+            [0, 0, 0],
+            &locals,
+            5,
+            IoMode::Direct,
+            &mut counts,
+            |i, r| {
+                let atom = r.unwrap();
+                let n = plain[i].len();
+                assert_eq!(atom.len(), n + 5);
+                assert_eq!(&atom[..n], &plain[i][..]);
+                assert!(atom[n..].iter().all(|&v| v == 0.0));
+                seen += 1;
+            },
+        );
+        assert_eq!(seen, 2);
+    }
+
+    #[test]
     fn a_flipped_byte_fails_only_its_atom() {
         let (dir, reader, _) = field();
         let path = dir.path().join("c/0/0/0/0/0");
@@ -357,6 +415,7 @@ mod tests {
             0,
             [0, 0, 0],
             &locals,
+            0,
             IoMode::Direct,
             &mut counts,
             |i, r| results.push((i, r.is_ok())),
@@ -386,7 +445,7 @@ mod tests {
             let mut errors = Vec::new();
             let mut counts = ReadCounts::default();
             let all: Vec<[usize; 3]> = reader.geometry().local_atom_order();
-            read_atoms(&fresh, 0, [0, 0, 0], &all, mode, &mut counts, |_, r| {
+            read_atoms(&fresh, 0, [0, 0, 0], &all, 0, mode, &mut counts, |_, r| {
                 if let Err(e) = r {
                     errors.push(e.to_string());
                 }
@@ -409,6 +468,7 @@ mod tests {
             5,
             [0, 0, 0],
             &[[0, 0, 0], [1, 1, 1]],
+            0,
             IoMode::Direct,
             &mut counts,
             |_, r| {
