@@ -11,7 +11,8 @@ than jobs (1024 > 600), so every job is in flight from the start and the queue o
 the paper's saturation — each scheduler × policy: queries/s, points/s, atoms and bytes read,
 cache hit ratio, response-time percentiles by query size (the paper's Table I for the
 cache), and where the engine's thread spent the run (computing, waiting for reads,
-scheduling, idle); (1b) noshare and jaws (lru) at 64, 256 and 1024 clients: with fewer
+scheduling, idle), and noshare and jaws (lru) twice more, alternating, so the headline
+ratio is the median of three pairs; (1b) noshare and jaws (lru) at 64, 256 and 1024 clients: with fewer
 clients than jobs the load is closed-loop and few whole-step queries are pending together;
 (2) throughput and small-query p99 against the speed-up for each scheduler with urc (the
 paper's Figure 11); (3) a repeated 1 000-point
@@ -31,6 +32,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -50,6 +52,9 @@ POLICIES = ("lru", "lruk", "slru", "urc")
 TARGET_THROUGHPUT_RATIO, TARGET_WARM_RATIO = 3.0, 5.0
 #: Client counts of the closed-loop comparison (the trace has 600 jobs).
 CLIENT_COUNTS = (64, 256, 1024)
+#: Alternating noshare/jaws (lru) pairs behind the headline ratio: on a shared 2-core
+#: machine one run's throughput moves by ±20 %, so a single pair can say 1.2× or 1.7×.
+PAIRS = 3
 
 
 def setup(quick: bool) -> dict:
@@ -232,6 +237,14 @@ def main() -> None:
     started = time.perf_counter()
     saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients)
                   for pol in s["policies"] for sch in schedulers]
+    pairs = None
+    if "lru" in s["policies"] and "jaws" in schedulers:
+        def saturated(sch: str) -> dict:
+            return run_one(args.data, name, trace, sch, "lru", cache_bytes, math.inf, args.clients)
+        first = tuple(next(r for r in saturating if (r["scheduler"], r["policy"]) == (sch, "lru"))
+                      for sch in ("noshare", "jaws"))
+        pairs = repeated_pairs(first, saturated)
+
     def at_clients(scheduler: str, clients: int) -> dict:
         """The lru row at ``clients``: the saturating run's where it is the same setting."""
         same = [r for r in saturating if (r["scheduler"], r["policy"], r["clients"]) == (scheduler, "lru", clients)]
@@ -244,7 +257,7 @@ def main() -> None:
     warm = None if args.no_sweep else warm_repeat(args.data, name, args.seed)
     if warm is not None:
         print_warm(warm)
-    ratios = compute_ratios(saturating, s["policies"], schedulers, io_rates(args.data / name, saturating))
+    ratios = compute_ratios(saturating, s["policies"], schedulers, io_rates(args.data / name, saturating), pairs)
     ratios["lines"] += clients_lines(by_clients)
     load_end = os.getloadavg()
     for line in ratios["lines"]:
@@ -264,6 +277,18 @@ def main() -> None:
     if not partial:
         plot(out, RESULTS / f"workload{suffix}.png")
     print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else " and .png"))
+
+
+def repeated_pairs(first: tuple[dict, dict], saturated) -> dict:
+    """jaws against noshare (lru, saturating) over :data:`PAIRS` pairs run one after the
+    other, noshare first (``first`` is the grid's pair; ``saturated(scheduler)`` runs
+    another): the ratio of each pair, their median and range."""
+    pairs = [first] + [(saturated("noshare"), saturated("jaws")) for _ in range(PAIRS - 1)]
+    ratios = [jaws["queries_per_second"] / base["queries_per_second"] for base, jaws in pairs]
+    return {"pairs": [{"noshare_seconds": base["seconds"], "jaws_seconds": jaws["seconds"], "ratio": ratio,
+                       "noshare_cores_busy": base["cores_busy"], "jaws_cores_busy": jaws["cores_busy"]}
+                      for (base, jaws), ratio in zip(pairs, ratios)],
+            "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def clients_lines(rows: list[dict]) -> list[str]:
@@ -303,11 +328,13 @@ def io_rates(dataset: Path, rows: list[dict], in_flight: int = 4) -> dict:
     return rates
 
 
-def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS, rates: dict | None = None) -> dict:
+def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS, rates: dict | None = None,
+                   pairs: dict | None = None) -> dict:
     """jaws and liferaft against noshare (same policy): throughput and bytes read; urc's hit
     ratio against lruk's; small-query p99 of jaws against noshare. With ``rates`` (io_rates),
     also the I/O bound: noshare's time over the time the scheduler's reads take at the disk's
-    rate for its request size."""
+    rate for its request size. With ``pairs`` (repeated_pairs), the throughput target is
+    judged on their median ratio, not on the best of single runs."""
     def find(sch, pol):
         return next(r for r in rows if r["scheduler"] == sch and r["policy"] == pol)
 
@@ -348,6 +375,12 @@ def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS, rates: dic
     best = max((v for k, v in out["throughput_vs_noshare"].items() if k.startswith("jaws/")), default=math.nan)
     out["targets"] = {"jaws_throughput_ge_3x_noshare": best >= TARGET_THROUGHPUT_RATIO,
                       "best_jaws_throughput_ratio": best}
+    if pairs is not None:
+        out["jaws_lru_pairs"] = pairs
+        out["targets"]["jaws_throughput_ge_3x_noshare"] = pairs["median"] >= TARGET_THROUGHPUT_RATIO
+        out["lines"].append(f"jaws/lru over {len(pairs['pairs'])} alternating pairs: median {pairs['median']:.2f}× "
+                            f"noshare (range {pairs['min']:.2f}–{pairs['max']:.2f}×; target "
+                            f"{TARGET_THROUGHPUT_RATIO:.0f}×)")
     return out
 
 
