@@ -4,13 +4,11 @@
 //! the oldest sub-query, whether the atom is cached — and, per time step, the sums that
 //! give its mean aged metric.
 //!
-//! Each atom's priority is kept as a static key ([`static_key`]: the aged metric less the
-//! part that grows with time, which is the same for every atom), so the queues of a time
-//! step sit in a max-heap that is updated lazily: a changed atom pushes a new entry and
-//! stale ones are dropped when they surface. When α or the cost model change (at the end
-//! of a run of queries) every key is recomputed.
-
-use std::collections::BinaryHeap;
+//! Priorities are static keys ([`static_key`]: the aged metric less the part that grows
+//! with time, which is the same for all work), computed when a scheduler ranks the regions
+//! of a step ([`Workload::top_regions`], [`Workload::best_region`]) from each atom's
+//! `U_t`, which is kept current. When α or the cost model change (at the end of a run of
+//! queries) every `U_t` is recomputed.
 
 use rustc_hash::FxHashMap;
 
@@ -65,38 +63,14 @@ pub struct AtomQueue {
     pub cached: bool,
     /// `U_t` as last computed.
     u_t: f64,
-    /// Bumped on every change, so stale heap entries are recognised.
-    version: u64,
-}
-
-/// A heap entry: (static key, atom code, version).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ranked(f64, u64, u64);
-
-impl Eq for Ranked {}
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // Higher key first; ties to the lower code (storage order).
-        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
-    }
 }
 
 /// The queues of one time step.
 #[derive(Debug, Default)]
 pub struct StepQueue {
     atoms: FxHashMap<u64, AtomQueue>,
-    heap: BinaryHeap<Ranked>,
     sum_u_t: f64,
     sum_oldest: f64,
-    /// The last version given to any of its atoms: versions are never reused within a
-    /// step's queue, so a heap entry left from an atom's earlier queue (taken, then
-    /// queued again) stays stale instead of matching the new queue's version.
-    last_version: u64,
 }
 
 impl StepQueue {
@@ -160,7 +134,7 @@ impl Workload {
 
     /// Adds a sub-query to its atom's queue; `cached` says whether the atom is cached now.
     pub fn push(&mut self, step: StepKey, code: u64, entry: Entry, arrival: f64, cached: bool) {
-        let (alpha, cost) = (self.alpha, self.cost);
+        let cost = self.cost;
         let queue = self.steps.entry(step).or_default();
         let atom = queue.atoms.entry(code).or_insert_with(|| AtomQueue {
             entries: Vec::new(),
@@ -169,7 +143,6 @@ impl Workload {
             oldest: arrival,
             cached,
             u_t: 0.0,
-            version: 0,
         });
         let fresh = atom.entries.is_empty();
         atom.entries.push(entry);
@@ -183,13 +156,6 @@ impl Workload {
         let old_u_t = atom.u_t;
         atom.u_t = workload_throughput(atom.points as f64, atom.cached, &cost);
         queue.sum_u_t += atom.u_t - old_u_t;
-        queue.last_version += 1;
-        atom.version = queue.last_version;
-        queue.heap.push(Ranked(
-            static_key(atom.u_t, atom.oldest, alpha),
-            code,
-            atom.version,
-        ));
     }
 
     /// Takes an atom's whole queue (every sub-query waiting on it).
@@ -238,7 +204,7 @@ impl Workload {
         let oldest = atom.arrivals.iter().copied().fold(f64::INFINITY, f64::min);
         queue.sum_oldest += oldest - atom.oldest;
         atom.oldest = oldest;
-        Self::rerank(queue, code, self.alpha, &self.cost);
+        Self::rerank(queue, code, &self.cost);
         taken
     }
 
@@ -254,7 +220,7 @@ impl Workload {
         let points = u64::from(points).min(atom.points);
         atom.points -= points;
         self.points -= points;
-        Self::rerank(queue, code, self.alpha, &self.cost);
+        Self::rerank(queue, code, &self.cost);
     }
 
     /// Notes that an atom entered or left the cache.
@@ -270,35 +236,15 @@ impl Workload {
             Some(atom) if atom.cached != cached => atom.cached = cached,
             _ => return,
         }
-        Self::rerank(queue, key.code, self.alpha, &self.cost);
+        Self::rerank(queue, key.code, &self.cost);
     }
 
-    /// Recomputes an atom's `U_t` and pushes its new key.
-    fn rerank(queue: &mut StepQueue, code: u64, alpha: f64, cost: &CostModel) {
+    /// Recomputes an atom's `U_t` and its step's sum.
+    fn rerank(queue: &mut StepQueue, code: u64, cost: &CostModel) {
         let atom = queue.atoms.get_mut(&code).expect("present");
         let old = atom.u_t;
         atom.u_t = workload_throughput(atom.points as f64, atom.cached, cost);
         queue.sum_u_t += atom.u_t - old;
-        queue.last_version += 1;
-        atom.version = queue.last_version;
-        queue.heap.push(Ranked(
-            static_key(atom.u_t, atom.oldest, alpha),
-            code,
-            atom.version,
-        ));
-        if queue.heap.len() > 2 * queue.atoms.len() + 64 {
-            Self::rebuild(queue, alpha);
-        }
-    }
-
-    fn rebuild(queue: &mut StepQueue, alpha: f64) {
-        queue.heap = queue
-            .atoms
-            .iter()
-            .map(|(&code, atom)| {
-                Ranked(static_key(atom.u_t, atom.oldest, alpha), code, atom.version)
-            })
-            .collect();
     }
 
     /// New α and costs (end of a run): every `U_t`, key and sum is recomputed.
@@ -313,7 +259,6 @@ impl Workload {
                 queue.sum_u_t += atom.u_t;
                 queue.sum_oldest += atom.oldest;
             }
-            Self::rebuild(queue, alpha);
         }
     }
 
@@ -350,30 +295,7 @@ impl Workload {
         let Some(queue) = self.steps.get(&step) else {
             return Vec::new();
         };
-        let (alpha, cost) = (self.alpha, self.cost);
-        // Region → (pending points, uncached atoms, oldest arrival, atoms).
-        let mut regions: FxHashMap<u64, (f64, f64, f64, Vec<u64>)> = FxHashMap::default();
-        for (&code, atom) in &queue.atoms {
-            let region =
-                regions
-                    .entry(code >> (3 * bits))
-                    .or_insert((0.0, 0.0, f64::INFINITY, Vec::new()));
-            region.0 += atom.points as f64;
-            region.1 += f64::from(u8::from(!atom.cached));
-            region.2 = region.2.min(atom.oldest);
-            region.3.push(code);
-        }
-        let mut ranked: Vec<(f64, u64, Vec<u64>)> = regions
-            .into_iter()
-            .map(|(region, (points, uncached, oldest, codes))| {
-                let u_t = if points > 0.0 {
-                    points / (cost.t_b * uncached + cost.t_m * points)
-                } else {
-                    0.0
-                };
-                (static_key(u_t, oldest, alpha), region, codes)
-            })
-            .collect();
+        let mut ranked = self.ranked_regions(queue, bits);
         let mean = ranked.iter().map(|r| r.0).sum::<f64>() / ranked.len().max(1) as f64;
         // Highest first; ties to the lower region (storage order).
         ranked.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -392,25 +314,55 @@ impl Workload {
         chosen
     }
 
-    /// The atom with the highest aged metric over every time step (LifeRaft).
-    pub fn best_atom(&mut self) -> Option<(StepKey, u64)> {
-        let mut best: Option<(Ranked, StepKey)> = None;
-        for (&step, queue) in self.steps.iter_mut() {
-            while let Some(&top) = queue.heap.peek() {
-                match queue.atoms.get(&top.1) {
-                    Some(atom) if atom.version == top.2 => break,
-                    _ => {
-                        queue.heap.pop();
-                    }
-                }
-            }
-            if let Some(&top) = queue.heap.peek() {
-                if best.is_none_or(|(b, s)| top > b || (top == b && step < s)) {
-                    best = Some((top, step));
+    /// LifeRaft's pick: the region (as in [`Self::top_regions`]) with the highest aged
+    /// metric over every time step, and its pending atoms in storage order, at most
+    /// `max_atoms`; ties to the lower step, then the lower region.
+    pub fn best_region(&self, max_atoms: usize, bits: u32) -> Option<(StepKey, Vec<u64>)> {
+        let mut best: Option<(f64, StepKey, u64, Vec<u64>)> = None;
+        for (&step, queue) in &self.steps {
+            for (key, region, codes) in self.ranked_regions(queue, bits) {
+                let better = best.as_ref().is_none_or(|(k, s, r, _)| {
+                    key.total_cmp(k).then((*s, *r).cmp(&(step, region)))
+                        == std::cmp::Ordering::Greater
+                });
+                if better {
+                    best = Some((key, step, region, codes));
                 }
             }
         }
-        best.map(|(top, step)| (step, top.1))
+        best.map(|(_, step, _, mut codes)| {
+            codes.sort_unstable();
+            codes.truncate(max_atoms.max(1));
+            (step, codes)
+        })
+    }
+
+    /// Each region of `queue` with pending atoms: `(static key, region, its atoms)`.
+    fn ranked_regions(&self, queue: &StepQueue, bits: u32) -> Vec<(f64, u64, Vec<u64>)> {
+        let (alpha, cost) = (self.alpha, self.cost);
+        // Region → (pending points, uncached atoms, oldest arrival, atoms).
+        let mut regions: FxHashMap<u64, (f64, f64, f64, Vec<u64>)> = FxHashMap::default();
+        for (&code, atom) in &queue.atoms {
+            let region =
+                regions
+                    .entry(code >> (3 * bits))
+                    .or_insert((0.0, 0.0, f64::INFINITY, Vec::new()));
+            region.0 += atom.points as f64;
+            region.1 += f64::from(u8::from(!atom.cached));
+            region.2 = region.2.min(atom.oldest);
+            region.3.push(code);
+        }
+        regions
+            .into_iter()
+            .map(|(region, (points, uncached, oldest, codes))| {
+                let u_t = if points > 0.0 {
+                    points / (cost.t_b * uncached + cost.t_m * points)
+                } else {
+                    0.0
+                };
+                (static_key(u_t, oldest, alpha), region, codes)
+            })
+            .collect()
     }
 
     /// `(mean key of its step, pending points)` of a queued atom, for the URC cache.
@@ -518,6 +470,32 @@ mod tests {
     }
 
     #[test]
+    fn liferafts_region_is_the_best_over_every_step_taken_whole() {
+        let mut w = Workload::new(0.0, COST);
+        // Step 1: one hot region among cold ones (a low mean); step 2: lukewarm regions
+        // (a higher mean, so JAWS's first level picks it).
+        for i in 0..4 {
+            w.push(step(1), code(3, i), entry(1, i as u32, 200), 0.0, false);
+            w.push(step(1), code(4, i), entry(2, i as u32, 1), 0.0, false);
+            w.push(step(1), code(6, i), entry(2, 4 + i as u32, 1), 0.0, false);
+        }
+        for r in [0, 1] {
+            for i in 0..4 {
+                w.push(step(2), code(r, i), entry(3, i as u32, 60), 0.0, false);
+            }
+        }
+        assert_eq!(w.best_step(), Some(step(2)));
+        let hot = (0..4).map(|i| code(3, i)).collect::<Vec<_>>();
+        assert_eq!(w.best_region(4096, 1), Some((step(1), hot)));
+        // At most the atom budget, from the start of the region.
+        assert_eq!(
+            w.best_region(2, 1),
+            Some((step(1), vec![code(3, 0), code(3, 1)]))
+        );
+        assert_eq!(Workload::new(0.0, COST).best_region(4096, 1), None);
+    }
+
+    #[test]
     fn a_cached_region_ranks_above_one_that_must_be_read() {
         let mut w = Workload::new(0.0, COST);
         for i in 0..4 {
@@ -534,7 +512,7 @@ mod tests {
     fn an_atom_queued_again_after_it_was_taken_is_chosen_once() {
         let mut w = Workload::new(0.0, COST);
         // Atom 9 keeps the step's queue alive while atom 5 is queued, taken and queued
-        // again: the heap entries of its first queue must not match the second.
+        // again: its second queue is ranked as itself, not with its first.
         w.push(step(1), 9, entry(1, 0, 1), 0.0, false);
         for q in 2..5 {
             w.push(step(1), 5, entry(q, 0, 50), 0.0, false);
@@ -543,10 +521,9 @@ mod tests {
         for q in 5..8 {
             w.push(step(1), 5, entry(q, 0, 50), 1.0, false);
         }
-        assert_eq!(w.best_atom(), Some((step(1), 5)));
+        assert_eq!(w.best_region(4096, 0), Some((step(1), vec![5])));
         w.take_atom(step(1), 5).unwrap();
-        // No stale entry of atom 5's first queue surfaces.
-        assert_eq!(w.best_atom(), Some((step(1), 9)));
+        assert_eq!(w.best_region(4096, 0), Some((step(1), vec![9])));
     }
 
     #[test]
@@ -554,9 +531,9 @@ mod tests {
         let mut w = Workload::new(0.0, COST);
         w.push(step(1), 1, entry(1, 0, 1), 0.0, false); // old and quiet
         w.push(step(2), 2, entry(2, 0, 900), 5000.0, false); // new and busy
-        assert_eq!(w.best_atom(), Some((step(2), 2)));
+        assert_eq!(w.best_region(4096, 0), Some((step(2), vec![2])));
         w.reweigh(1.0, COST);
-        assert_eq!(w.best_atom(), Some((step(1), 1)));
+        assert_eq!(w.best_region(4096, 0), Some((step(1), vec![1])));
         assert_eq!(w.best_step(), Some(step(1)));
     }
 
@@ -566,9 +543,9 @@ mod tests {
         w.push(step(1), 1, entry(1, 0, 10), 0.0, false);
         w.push(step(1), 2, entry(1, 1, 10), 0.0, false);
         w.push(step(1), 2, entry(2, 0, 5), 1.0, false);
-        assert_eq!(w.best_atom(), Some((step(1), 2)));
+        assert_eq!(w.best_region(4096, 0), Some((step(1), vec![2])));
         w.set_cached(&step(1).atom(1), true);
-        assert_eq!(w.best_atom(), Some((step(1), 1)));
+        assert_eq!(w.best_region(4096, 0), Some((step(1), vec![1])));
         assert_eq!((w.entries(), w.points()), (3, 25));
         let taken = w.take_atom(step(1), 2).unwrap();
         assert_eq!(taken.entries.len(), 2);
