@@ -16,11 +16,12 @@
 //! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) have their own lane:
 //! the paper's batching is for throughput, while a small query is usually someone waiting
 //! at a prompt. Small queries are served in arrival order, each whole, as soon as they
-//! are queued, ahead of the metric batches — sharing their atoms' reads with every other
-//! query waiting on them. So a small query waits only for the small queries before it and
-//! for at most one metric batch per [`LANE_BURST`] of them, never for a deadline or a batch
-//! to fill; and the metric batches (the medium and large queries) get at least one batch
-//! in [`LANE_BURST`]` + 1`, so the lane cannot starve them either.
+//! are queued, ahead of the metric batches, with every other pending atom of their regions
+//! (one contiguous read each) — sharing those reads with every query waiting on them. So a
+//! small query waits only for the small queries before it and for at most one metric batch
+//! per [`LANE_BURST`] of them, never for a deadline or a batch to fill; and the metric
+//! batches (the medium and large queries) get at least one batch in [`LANE_BURST`]` + 1`,
+//! so the lane cannot starve them either.
 //!
 //! A query that finds the engine idle is served at once, without queueing (any scheduler):
 //! there is nothing to share it with, and a batch must not wait to fill.
@@ -201,7 +202,7 @@ impl Scheduler {
             }
             SchedulerKind::Jaws => {
                 if self.lane_streak < LANE_BURST {
-                    if let Some(pick) = self.lane_head(queries) {
+                    if let Some(pick) = self.lane_head(workload, queries) {
                         self.lane_streak += 1;
                         return Some(pick);
                     }
@@ -209,7 +210,7 @@ impl Scheduler {
                 self.lane_streak = 0;
                 let Some(step) = workload.best_step() else {
                     // No metric work: the lane may still hold some.
-                    return self.lane_head(queries);
+                    return self.lane_head(workload, queries);
                 };
                 let codes = workload.top_regions(step, JAWS_REGIONS, self.k, REGION_BITS);
                 Some(Pick {
@@ -222,12 +223,17 @@ impl Scheduler {
     }
 
     /// The oldest small query with sub-queries left, whole (up to [`CHUNK_ATOMS`] atoms of
-    /// its first time level with any left), served to every query waiting on its atoms.
-    fn lane_head(&mut self, queries: &mut dyn QueryBook) -> Option<Pick> {
+    /// its first time level with any left), widened to every pending atom of its regions
+    /// (up to `k` atoms) and served to every query waiting on them: a region is one
+    /// contiguous read, and small queries crowd into the same regions of interest, so one
+    /// lane batch serves many of them (bench/workload.py, lru, 3 alternating pairs:
+    /// median 1.53× → 1.71× `noshare`, small p99 866 → 720 ms at 1 024 clients).
+    fn lane_head(&mut self, workload: &Workload, queries: &mut dyn QueryBook) -> Option<Pick> {
         while let Some(&q) = self.lane.front() {
             if queries.alive(q) {
                 if let Some((step, codes)) = queries.remaining(q, CHUNK_ATOMS) {
                     if !codes.is_empty() {
+                        let codes = workload.regions_of(step, &codes, self.k, REGION_BITS);
                         return Some(Pick {
                             step,
                             codes,
@@ -377,18 +383,20 @@ mod tests {
     }
 
     #[test]
-    fn a_small_query_shares_its_reads_with_every_query_waiting_on_its_atoms() {
+    fn a_small_query_is_widened_to_its_regions_and_shares_their_reads() {
         let mut w = Workload::new(0.0, CostModel::default());
         let mut book = Book::default();
-        let mut s = Scheduler::new(SchedulerKind::Jaws, 15);
-        push(&mut w, &mut book, 1, 0, &[1, 2, 9], 5_000, 0.0);
+        let mut s = Scheduler::new(SchedulerKind::Jaws, 4096);
+        // Query 1 has atoms in region 0 (codes below 512) and in region 1.
+        push(&mut w, &mut book, 1, 0, &[1, 2, 9, 600], 5_000, 0.0);
         push(&mut w, &mut book, 2, 0, &[2], 3, 1.0);
         s.queued(1, false);
         s.queued(2, true);
         let pick = serve(&mut s, &mut w, &mut book).unwrap();
-        assert_eq!((pick.codes, pick.serve), (vec![2], Serve::All));
-        // Query 1's sub-query on atom 2 was served by the same read.
-        assert_eq!(book.0[&1], vec![(step(0), 1), (step(0), 9)]);
+        // The small query's region is read whole, in storage order, for every query.
+        assert_eq!((pick.codes, pick.serve), (vec![1, 2, 9], Serve::All));
+        assert!(!book.0.contains_key(&2));
+        assert_eq!(book.0[&1], vec![(step(0), 600)]);
     }
 
     proptest::proptest! {

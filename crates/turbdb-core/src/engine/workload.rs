@@ -337,6 +337,36 @@ impl Workload {
         })
     }
 
+    /// Every pending atom of `step` in the regions (aligned cubes of `2^bits` atoms a side)
+    /// of `codes`, in storage order: a small query's atoms widened to whole regions, read
+    /// as contiguous runs and served to every query waiting on them. `codes` alone when
+    /// that would exceed `max_atoms`.
+    pub fn regions_of(
+        &self,
+        step: StepKey,
+        codes: &[u64],
+        max_atoms: usize,
+        bits: u32,
+    ) -> Vec<u64> {
+        let Some(queue) = self.steps.get(&step) else {
+            return codes.to_vec();
+        };
+        let regions: rustc_hash::FxHashSet<u64> = codes.iter().map(|c| c >> (3 * bits)).collect();
+        let mut wide: Vec<u64> = queue
+            .atoms
+            .keys()
+            .copied()
+            .filter(|c| regions.contains(&(c >> (3 * bits))))
+            .collect();
+        wide.extend_from_slice(codes);
+        wide.sort_unstable();
+        wide.dedup();
+        if wide.len() > max_atoms.max(codes.len()) {
+            return codes.to_vec();
+        }
+        wide
+    }
+
     /// Each region of `queue` with pending atoms: `(static key, region, its atoms)`.
     fn ranked_regions(&self, queue: &StepQueue, bits: u32) -> Vec<(f64, u64, Vec<u64>)> {
         let (alpha, cost) = (self.alpha, self.cost);
@@ -493,6 +523,33 @@ mod tests {
             Some((step(1), vec![code(3, 0), code(3, 1)]))
         );
         assert_eq!(Workload::new(0.0, COST).best_region(4096, 1), None);
+    }
+
+    #[test]
+    fn a_small_querys_atoms_are_widened_to_their_regions_within_the_budget() {
+        let mut w = Workload::new(0.0, COST);
+        for i in 0..4 {
+            w.push(step(1), code(3, i), entry(1, i as u32, 5), 0.0, false);
+            w.push(step(1), code(5, i), entry(1, 4 + i as u32, 5), 0.0, false);
+        }
+        let region3 = (0..4).map(|i| code(3, i)).collect::<Vec<_>>();
+        assert_eq!(w.regions_of(step(1), &[code(3, 2)], 4096, 1), region3);
+        // An atom not pending any more is kept, the others of its region added.
+        let mut with_gone = region3.clone();
+        with_gone.push(code(7, 0));
+        assert_eq!(
+            w.regions_of(step(1), &[code(3, 1), code(7, 0)], 4096, 1),
+            with_gone
+        );
+        // Over the budget, or at a step with nothing pending: the atoms asked for alone.
+        assert_eq!(
+            w.regions_of(step(1), &[code(3, 2), code(5, 0)], 6, 1),
+            vec![code(3, 2), code(5, 0)]
+        );
+        assert_eq!(
+            w.regions_of(step(2), &[code(3, 2)], 4096, 1),
+            vec![code(3, 2)]
+        );
     }
 
     #[test]
