@@ -620,7 +620,7 @@ impl<T: Lane> Rows<'_, T> {
 }
 
 /// Adds one block's contribution for one point, for any component count, on the path
-/// queries use ([`KernelPath::selected`]; the fastest the CPU has if `TURBDB_KERNEL` is
+/// queries use ([`KernelPath::selected`]; the preferred one the CPU has if `TURBDB_KERNEL` is
 /// bad, an error the query's plan reports).
 #[inline]
 pub fn accumulate_any<T: Value>(
