@@ -337,19 +337,25 @@ mod tests {
 
     fn read_all(reader: &FieldReader, locals: &[[usize; 3]], mode: IoMode) -> Vec<Vec<f32>> {
         let mut out = vec![Vec::new(); locals.len()];
-        let mut counts = ReadCounts::default();
-        read_atoms(
-            reader,
-            0,
-            [0, 0, 0],
-            locals,
-            0,
-            mode,
-            &mut counts,
-            |i, r| out[i] = r.unwrap().to_vec(),
-        );
+        let counts = read_direct(reader, 0, locals, 0, mode, |i, r| {
+            out[i] = r.unwrap().to_vec()
+        });
         assert!(counts.requests >= 1);
         out
+    }
+
+    /// [`read_atoms`] of step `t`'s atoms `locals` in shard (0, 0, 0); its counts.
+    fn read_direct(
+        reader: &FieldReader,
+        t: usize,
+        locals: &[[usize; 3]],
+        spare: usize,
+        mode: IoMode,
+        put: impl FnMut(usize, Result<Arc<[f32]>>),
+    ) -> ReadCounts {
+        let mut counts = ReadCounts::default();
+        read_atoms(reader, t, [0, 0, 0], locals, spare, mode, &mut counts, put);
+        counts
     }
 
     #[test]
@@ -376,25 +382,15 @@ mod tests {
         let (_dir, reader, _) = field();
         let locals = [[1, 2, 3], [0, 0, 0]];
         let plain = read_all(&reader, &locals, IoMode::Direct);
-        let mut counts = ReadCounts::default();
         let mut seen = 0;
-        read_atoms(
-            &reader,
-            0,
-            [0, 0, 0],
-            &locals,
-            5,
-            IoMode::Direct,
-            &mut counts,
-            |i, r| {
-                let atom = r.unwrap();
-                let n = plain[i].len();
-                assert_eq!(atom.len(), n + 5);
-                assert_eq!(&atom[..n], &plain[i][..]);
-                assert!(atom[n..].iter().all(|&v| v == 0.0));
-                seen += 1;
-            },
-        );
+        read_direct(&reader, 0, &locals, 5, IoMode::Direct, |i, r| {
+            let atom = r.unwrap();
+            let n = plain[i].len();
+            assert_eq!(atom.len(), n + 5);
+            assert_eq!(&atom[..n], &plain[i][..]);
+            assert!(atom[n..].iter().all(|&v| v == 0.0));
+            seen += 1;
+        });
         assert_eq!(seen, 2);
     }
 
@@ -409,17 +405,9 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let locals = [[0, 0, 0], [1, 0, 0]];
         let mut results = Vec::new();
-        let mut counts = ReadCounts::default();
-        read_atoms(
-            &reader,
-            0,
-            [0, 0, 0],
-            &locals,
-            0,
-            IoMode::Direct,
-            &mut counts,
-            |i, r| results.push((i, r.is_ok())),
-        );
+        read_direct(&reader, 0, &locals, 0, IoMode::Direct, |i, r| {
+            results.push((i, r.is_ok()))
+        });
         results.sort();
         assert_eq!(results, vec![(0, false), (1, true)]);
     }
@@ -462,15 +450,12 @@ mod tests {
     fn a_missing_step_is_reported_for_every_atom() {
         let (_dir, reader, _) = field();
         let mut errors = 0;
-        let mut counts = ReadCounts::default();
-        read_atoms(
+        read_direct(
             &reader,
             5,
-            [0, 0, 0],
             &[[0, 0, 0], [1, 1, 1]],
             0,
             IoMode::Direct,
-            &mut counts,
             |_, r| {
                 assert!(matches!(r, Err(Error::Missing(_))));
                 errors += 1;
