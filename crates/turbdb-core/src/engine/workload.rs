@@ -351,13 +351,26 @@ impl Workload {
         let Some(queue) = self.steps.get(&step) else {
             return codes.to_vec();
         };
-        let regions: rustc_hash::FxHashSet<u64> = codes.iter().map(|c| c >> (3 * bits)).collect();
-        let mut wide: Vec<u64> = queue
-            .atoms
-            .keys()
-            .copied()
-            .filter(|c| regions.contains(&(c >> (3 * bits))))
-            .collect();
+        let shift = 3 * bits;
+        let mut regions: Vec<u64> = codes.iter().map(|c| c >> shift).collect();
+        regions.sort_unstable();
+        regions.dedup();
+        // A region's atoms are one run of Morton codes: probe them where that is fewer
+        // lookups than scanning every pending atom of the step (a big step, few regions).
+        let mut wide: Vec<u64> = if regions.len() << shift < queue.atoms.len() {
+            regions
+                .iter()
+                .flat_map(|r| (r << shift)..((r + 1) << shift))
+                .filter(|c| queue.atoms.contains_key(c))
+                .collect()
+        } else {
+            queue
+                .atoms
+                .keys()
+                .copied()
+                .filter(|c| regions.binary_search(&(c >> shift)).is_ok())
+                .collect()
+        };
         wide.extend_from_slice(codes);
         wide.sort_unstable();
         wide.dedup();
@@ -549,6 +562,23 @@ mod tests {
         assert_eq!(
             w.regions_of(step(2), &[code(3, 2)], 4096, 1),
             vec![code(3, 2)]
+        );
+        // With more atoms pending than the regions hold, the regions' codes are probed
+        // instead of every pending atom scanned: the same answer.
+        for r in 10..30 {
+            w.push(step(1), code(r, 1), entry(2, r as u32, 5), 0.0, false);
+        }
+        assert_eq!(w.regions_of(step(1), &[code(3, 2)], 4096, 1), region3);
+        assert_eq!(
+            w.regions_of(step(1), &[code(12, 0), code(5, 3)], 4096, 1),
+            vec![
+                code(5, 0),
+                code(5, 1),
+                code(5, 2),
+                code(5, 3),
+                code(12, 0),
+                code(12, 1)
+            ]
         );
     }
 
