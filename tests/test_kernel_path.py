@@ -31,9 +31,12 @@ def run_on(path: str, ds: turbdb.Dataset) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_the_default_path_is_the_fastest_this_cpu_has():
+def test_the_default_path_is_the_preferred_one_this_cpu_has():
     paths = turbdb.kernel_paths()
     assert paths[-1] == "portable"
+    # AVX2 before AVX-512: it measured as fast or faster on both AVX-512 machines we have.
+    if "avx2" in paths:
+        assert paths[0] == "avx2"
     if "TURBDB_KERNEL" not in os.environ:
         assert turbdb.kernel_path() == paths[0]
 

@@ -68,8 +68,8 @@ pub struct EngineConfig {
     /// How long a job's query may be held at its gate, ms. Under a saturating load a held
     /// medium query waits this long for its partner: 2 s held the medium p99 at about 2 s
     /// against noshare's 1.4–1.5 s; 1 s brought it to 1.35–1.55 s, throughput +5 %, small
-    /// p99 +5–10 % (bench/workload.py, lru, 1 024 clients; 0.2–0.4 s cut the medium p99
-    /// further but raised the small p99 by 30–50 %).
+    /// p99 +5–10 % (bench/workload.py, lru, 1 024 clients, 2-core Intel Xeon AVX-512, load
+    /// about 1.5; 0.2–0.4 s cut the medium p99 further but raised the small p99 by 30–50 %).
     pub gate_timeout_ms: f64,
     /// A job with no activity for this long is closed, ms.
     pub job_idle_ms: f64,

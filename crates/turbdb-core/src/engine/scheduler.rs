@@ -226,8 +226,9 @@ impl Scheduler {
     /// its first time level with any left), widened to every pending atom of its regions
     /// (up to `k` atoms) and served to every query waiting on them: a region is one
     /// contiguous read, and small queries crowd into the same regions of interest, so one
-    /// lane batch serves many of them (bench/workload.py, lru, 3 alternating pairs:
-    /// median 1.53× → 1.71× `noshare`, small p99 866 → 720 ms at 1 024 clients).
+    /// lane batch serves many of them (bench/workload.py, lru, 3 alternating pairs, 2-core
+    /// AMD EPYC AVX-512, load 1.5–2.2: median 1.53× → 1.71× `noshare`, small p99 866 →
+    /// 720 ms at 1 024 clients).
     fn lane_head(&mut self, workload: &Workload, queries: &mut dyn QueryBook) -> Option<Pick> {
         while let Some(&q) = self.lane.front() {
             if queries.alive(q) {

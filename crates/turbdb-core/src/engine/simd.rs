@@ -42,9 +42,10 @@ pub enum KernelPath {
 
 /// Every path, in the order queries prefer them. AVX2 comes before AVX-512: on both
 /// AVX-512 machines measured (`bench/query.py --threads 1,2`, 10⁶ uniform points, warm) it
-/// was as fast or faster — a 2-core AMD EPYC Zen 4 class core (lag8 field 2.52 against 2.33
-/// M/s on one thread, 5.00 against 4.28 on two) and a 2-core Intel Xeon (2.30 against 1.95
-/// and 4.35 against 4.15; lag6 field 5.15 against 3.73 on two), gradients within ±10 %. A
+/// was as fast or faster — a 2-core AMD EPYC Zen 4 class core, load 0.2–0.9 (lag8 field
+/// 2.52 against 2.33 M/s on one thread, 5.00 against 4.28 on two) and a 2-core Intel Xeon,
+/// load 1.6–1.9 (2.30 against 1.95 and 4.35 against 4.15; lag6 field 5.15 against 3.73 on
+/// two), gradients within ±10 %. A
 /// stencil cut by a cell boundary leaves short rows that fill few of AVX-512's eight lanes.
 /// `TURBDB_KERNEL=avx512` still chooses it.
 const ALL: [KernelPath; 4] = [
@@ -248,6 +249,18 @@ mod tests {
         assert!(KernelPath::parse("sse9").is_err());
         assert!(KernelPath::supported().contains(&KernelPath::Portable));
         assert!(KernelPath::best().is_supported());
+    }
+
+    #[test]
+    fn avx2_is_preferred_over_avx512_where_the_cpu_has_both() {
+        let supported = KernelPath::supported();
+        if supported.contains(&KernelPath::Avx2) {
+            assert_eq!(KernelPath::best(), KernelPath::Avx2);
+            assert_eq!(supported[0], KernelPath::Avx2);
+        }
+        let at = |p| ALL.iter().position(|&q| q == p).unwrap();
+        assert!(at(KernelPath::Avx2) < at(KernelPath::Avx512));
+        assert_eq!(at(KernelPath::Portable), ALL.len() - 1);
     }
 
     #[test]
