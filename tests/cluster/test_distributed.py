@@ -353,6 +353,18 @@ def test_lost_worker_leaves_cluster_degraded_until_repair(tmp_path, database):
         run.close()
 
 
+def test_a_removal_reported_after_the_worker_left_its_list_does_not_break_close(database):
+    # The race distributed loses now and then after a worker leaves: the scheduler reports
+    # the removal once the cluster's periodic sync has already dropped the worker.
+    run = start_local(database, 1, threads=1, dashboard_address=":0")
+    try:
+        run.local._update_worker_status("remove", "tcp://127.0.0.1:1")
+        assert len(run.client.scheduler_info()["workers"]) == 1
+    finally:
+        run.close()
+    assert run.local.status.name == "closed"
+
+
 @pytest.mark.parametrize("workers,declustering", [(1, "graduated"), (2, "graduated"), (2, "static")])
 def test_workers_holding_everything_share_points_without_routing(tmp_path, database, workers, declustering):
     run = start_local(database, workers, threads=1, dashboard_address=":0")

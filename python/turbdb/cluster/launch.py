@@ -22,6 +22,21 @@ from .membership import Membership
 from .mediator import connect_client
 
 
+class _LocalCluster(LocalCluster):
+    """``LocalCluster`` that survives a worker's removal reported after it left its list.
+
+    distributed (2026.8) looks a removed worker up in ``scheduler_info`` to name it; when
+    the periodic sync has already dropped it (a worker scaled away or lost just before),
+    the lookup raises ``KeyError``, which ends the task watching the workers and is raised
+    again by ``close()``, leaving the cluster half closed. Such a worker has nothing left
+    to update."""
+
+    def _update_worker_status(self, op, msg):
+        if op == "remove" and msg not in self.scheduler_info.get("workers", {}):
+            return
+        super()._update_worker_status(op, msg)
+
+
 @dataclasses.dataclass
 class Running:
     """A cluster serving a database: its client, the local cluster if this process runs one,
@@ -57,7 +72,7 @@ def start_local(database: str | os.PathLike[str], workers: int, *, replicas: int
     # A worker's engine sizes its own buffers; the nanny's default of trimming freed memory
     # back to the OS at 64 KiB would refault the engine's large buffers on every query.
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-        local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+        local = _LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                              dashboard_address=dashboard_address, env={"RAYON_NUM_THREADS": str(threads)})
     client = Client(local, direct_to_workers=True, set_as_default=False)
     try:
