@@ -16,8 +16,12 @@ struct Fixture {
 }
 
 fn fixture(periodic: bool) -> Fixture {
+    fixture_of([20, 16, 12], periodic)
+}
+
+fn fixture_of([nx, ny, nz]: [usize; 3], periodic: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let (nx, ny, nz, nc) = (20, 16, 12, 3);
+    let nc = 3;
     let geometry = FieldGeometry::new([nx, ny, nz], nc, 4, 8).unwrap();
     for t in 0..3 {
         let data: Vec<f32> = (0..nx * ny * nz * nc)
@@ -97,6 +101,30 @@ proptest! {
         // each needed atom is read once per time level
         let (atoms, _, _) = stats.snapshot();
         prop_assert!(atoms <= levels.len() as u64 * 5 * 4 * 3);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn cells_in_parallel_give_the_bits_of_the_colours_in_turn(seed in any::<u64>(), m in 0usize..6, periodic in any::<bool>(), op in 0usize..4) {
+        // A cell runs as soon as its neighbours of earlier colours are done, not after the
+        // whole colour: every point must still get its cells' sums in colour order.
+        let f = fixture_of([40, 24, 16], periodic);
+        let method = METHODS[m];
+        let operator = [Operator::Field, Operator::Gradient, Operator::Hessian, Operator::Laplacian][op];
+        prop_assume!(method.check_supports(operator).is_ok());
+        let pts = points(seed, 2_000, [19.5, 11.5, 7.5]);
+        let levels = [TimeLevel { t: 2, weight: 1.0 }];
+        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), 1).unwrap();
+        prop_assert!(plan.graph.len() > 8, "{} cells", plan.graph.len());
+        let in_turn = execute(&plan, &f.reader, &levels, Order::Colours, &StreamStats::default()).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+        for _ in 0..3 {
+            let parallel = pool.install(|| execute(&plan, &f.reader, &levels, Order::Storage, &StreamStats::default())).unwrap();
+            prop_assert!(parallel.iter().zip(&in_turn).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Evaluation by partial sums (Kanov et al.): the [`plan`] groups a batch's points by the
 //! cells their stencils touch ([`atomset`], [`cell_finder`], [`colouring`],
-//! [`counting_sort`]); the [`stream`] executor reads each needed atom once and adds its
+//! [`counting_sort`]) and orders them ([`cell_graph`]); the [`stream`] executor reads each needed atom once and adds its
 //! contribution to every point that needs it ([`accumulate`], on the SIMD path the CPU
 //! has: [`simd`]); the [`direct`] baselines evaluate point by point; [`query`] runs a batch
 //! end to end. Large scratch buffers are kept from query to query ([`buffers`]).
@@ -21,6 +21,7 @@ pub mod accumulate;
 pub mod alpha;
 pub(crate) mod atomset;
 pub mod batch;
+pub mod cell_graph;
 pub(crate) mod buffers;
 pub mod cache;
 pub(crate) mod cache_sets;

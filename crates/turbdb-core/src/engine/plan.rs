@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 use crate::engine::atomset::{AtomSet, MAX_SIDE};
 use crate::engine::buffers::{pooled, Buffer};
+use crate::engine::cell_graph::CellGraph;
 use crate::engine::cell_finder::CellFinder;
 use crate::engine::colouring::Colouring;
 use crate::engine::counting_sort::{bucket_sort, Buckets};
@@ -99,6 +100,8 @@ pub struct Plan {
     /// the colours run one after the other, always in the same order, so a point's sum is
     /// the same whichever worker finishes first.
     pub colours: Vec<Vec<usize>>,
+    /// When each cell may run: after its neighbours of earlier colours (see [`CellGraph`]).
+    pub graph: CellGraph,
     /// The points (executor's numbers) each cell serves, cell after cell, ascending.
     pub entries: Buffer<u32>,
     /// Atoms along each side of a cell, `[x, y, z]`.
@@ -141,12 +144,22 @@ impl Plan {
         let (cells, entries) = group_by_cell(&sorted, &finder, &geometry, cell_atoms);
         let side = cell_atoms.map(|c| c * geometry.atom);
         let colouring = Colouring::new(&axes, side, kernel.width());
+        let coords: Vec<[usize; 3]> = cells
+            .iter()
+            .map(|cell| [0, 1, 2].map(|a| cell.first_atom[a] / cell_atoms[a]))
+            .collect();
         let mut colours = vec![Vec::new(); colouring.colours()];
-        for (i, cell) in cells.iter().enumerate() {
-            let coords = [0, 1, 2].map(|a| cell.first_atom[a] / cell_atoms[a]);
-            colours[colouring.colour(coords)].push(i);
+        for (i, &c) in coords.iter().enumerate() {
+            colours[colouring.colour(c)].push(i);
         }
         colours.retain(|c| !c.is_empty());
+        let mut rank = vec![0; cells.len()];
+        for (r, colour) in colours.iter().enumerate() {
+            for &c in colour {
+                rank[c] = r;
+            }
+        }
+        let graph = CellGraph::new(&coords, &rank, &colouring);
         Ok(Self {
             kernel,
             operator,
@@ -156,6 +169,7 @@ impl Plan {
             sorted,
             cells,
             colours,
+            graph,
             entries,
             cell_atoms,
             kernel_path: KernelPath::selected()?,

@@ -1,8 +1,9 @@
 //! The streaming executor (Kanov et al.): each needed atom is read once per batch, in
 //! storage order, and added to the partial sums of every point whose stencil touches it.
-//! Cells of one colour (see [`Plan::colours`]) run in parallel and add straight into their
-//! points' result rows; the colours run in turn, so the answer does not depend on the
-//! order atoms arrive in nor on which worker finishes first.
+//! Cells run in parallel and add straight into their points' result rows; a cell waits for
+//! its neighbours of earlier colours (see [`Plan::colours`] and [`Plan::graph`]), so every
+//! point gets its cells' sums in colour order and the answer does not depend on the order
+//! atoms arrive in nor on which worker finishes first.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,8 +108,11 @@ impl PhaseTimes {
 /// In which order atoms are visited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
-    /// Storage order, cells in parallel.
+    /// Storage order, cells in parallel, each after its neighbours of earlier colours.
     Storage,
+    /// The colours one after the other, one thread: the order the cell graph keeps, to test
+    /// that it gives the same bits.
+    Colours,
     /// A pseudo-random order from this seed, one thread (for testing order independence).
     Shuffled(u64),
 }
@@ -139,26 +143,32 @@ pub fn execute_within(
     let out_len = plan.geometry.ncomp * terms.slots();
     stats.ran_on(plan.kernel_path());
     // Cells add their partial sums straight into the result rows of their points. Cells of
-    // one colour never share a point, so they run together; the colours run in turn.
+    // one colour never share a point, so they run together; a cell runs once its neighbours
+    // of earlier colours are done.
     let mut result = Buffer::filled(plan.order.len() * out_len, 0.0f64);
     let target = ResultPtr(result.as_mut_ptr());
     let target = &target;
     match order {
-        Order::Storage => {
-            for colour in &plan.colours {
-                colour.par_iter().try_for_each(|&c| {
-                    let cell = &plan.cells[c];
-                    let kept = kept(cell);
-                    let levels = kept.as_deref().unwrap_or(levels);
-                    if levels.is_empty() {
-                        return Ok(());
-                    }
-                    SCRATCH.with_borrow_mut(|scratch| {
-                        run_cell(
-                            plan, cell, source, levels, &terms, None, stats, scratch, target,
-                        )
-                    })
-                })?;
+        Order::Storage => plan.graph.run(&|c| {
+            let cell = &plan.cells[c];
+            let kept = kept(cell);
+            let levels = kept.as_deref().unwrap_or(levels);
+            if levels.is_empty() {
+                return Ok(());
+            }
+            SCRATCH.with_borrow_mut(|scratch| {
+                run_cell(plan, cell, source, levels, &terms, None, stats, scratch, target)
+            })
+        })?,
+        Order::Colours => {
+            let mut scratch = Scratch::default();
+            for &c in plan.colours.iter().flatten() {
+                let cell = &plan.cells[c];
+                let kept = kept(cell);
+                let levels = kept.as_deref().unwrap_or(levels);
+                if !levels.is_empty() {
+                    run_cell(plan, cell, source, levels, &terms, None, stats, &mut scratch, target)?;
+                }
             }
         }
         Order::Shuffled(seed) => {
