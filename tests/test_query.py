@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import turbdb
+from turbdb.arguments import axes_of
 
 TWO_PI = 2 * math.pi
 
@@ -214,6 +215,29 @@ def test_results_have_the_documented_shapes_and_dtypes(tmp_path):
     assert ds.query("velocity", pts, time=0).dtype == np.float32
     assert ds.query("velocity", pts.astype(np.float32), time=0, dtype=np.float64).dtype == np.float64
     assert ds.query("velocity", np.zeros((0, 3)), time=0).shape == (0, 3)
+
+
+@pytest.mark.parametrize("strategy", ["streaming", "direct"])
+@pytest.mark.parametrize("operator", ["field", "gradient"])
+def test_a_float32_answer_is_the_float64_answer_rounded_once(tmp_path, strategy, operator):
+    # The engine rounds its float64 sums to float32 as it puts them in the caller's order:
+    # the same bits as casting the float64 answer.
+    ds = trig_dataset(tmp_path, 16)
+    pts = random_points(2000)
+    single = ds.query("velocity", pts, time=0, method="lag6", operator=operator, strategy=strategy)
+    double = ds.query("velocity", pts, time=0, method="lag6", operator=operator, strategy=strategy,
+                      dtype=np.float64)
+    assert single.dtype == np.float32 and double.dtype == np.float64
+    np.testing.assert_array_equal(single, double.astype(np.float32))
+
+
+def test_the_store_refuses_an_answer_dtype_it_cannot_give(tmp_path):
+    ds = trig_dataset(tmp_path, 16)
+    store = ds.field_store("velocity")
+    info = ds.metadata
+    with pytest.raises(turbdb.InvalidRequestError, match="float32 or float64, not int16"):
+        store.query(random_points(3), axes=axes_of(info), times=info.times, time=0.0, method="lag4",
+                    operator="field", temporal="none", strategy="streaming", dtype=np.dtype(np.int16))
 
 
 @pytest.mark.parametrize(

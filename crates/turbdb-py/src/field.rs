@@ -1,7 +1,7 @@
 //! `FieldStore`: one field's Zarr array directory, for writing time steps and verifying.
 
 use numpy::{
-    IntoPyArray, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
     PyUntypedArray, PyUntypedArrayMethods,
 };
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
-    evaluate_within, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
+    evaluate_as, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
     Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
 };
 
@@ -160,11 +160,18 @@ impl FieldStore {
         Ok(out)
     }
 
+    /// Whether [`Self::query`] takes the answer's dtype (`turbdb.query` asks).
+    #[classattr]
+    fn takes_dtype() -> bool {
+        true
+    }
+
     /// Evaluates a batch query. `points` is `(N, 3)` float64 physical x, y, z; `axes` is
     /// `((n, origin, spacing, periodic),)*3` for x, y, z; `times` the stored times. Returns
-    /// the flat float64 values (`N × ncomp × slots`) and a dict of counters. `partitions`,
-    /// a list of `(t, (sx, sy, sz))`, restricts the sums to the atoms of those partitions.
-    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None))]
+    /// the flat values (`N × ncomp × slots`; float64, or `dtype` float32: the sums are
+    /// float64 either way) and a dict of counters. `partitions`, a list of
+    /// `(t, (sx, sy, sz))`, restricts the sums to the atoms of those partitions.
+    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None, dtype=None))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -178,7 +185,16 @@ impl FieldStore {
         temporal: &str,
         strategy: &str,
         partitions: Option<Vec<(usize, [usize; 3])>>,
-    ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
+        dtype: Option<Bound<'py, PyAny>>,
+    ) -> Result<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+        let single = match dtype.map(|d| d.str()).transpose()? {
+            None => false,
+            Some(name) => match name.to_str()? {
+                "float64" => false,
+                "float32" => true,
+                other => return Err(invalid(format!("dtype must be float32 or float64, not {other}"))),
+            },
+        };
         let spec = QuerySpec {
             method: Method::parse(method)?,
             operator: Operator::parse(operator)?,
@@ -196,17 +212,18 @@ impl FieldStore {
         let stats = StreamStats::default();
         let axes = axes_from(axes);
         let within = partitions.map(Partitions::new);
-        let values = without_gil(py, || {
-            evaluate_within(
-                &self.reader,
-                axes,
-                times,
-                points3,
-                &spec,
-                within.as_ref(),
-                &stats,
-            )
-        })?;
+        let reader = &self.reader;
+        let values = if single {
+            let values = without_gil(py, || {
+                evaluate_as::<f32>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+            })?;
+            values.into_pyarray(py).into_any()
+        } else {
+            let values = without_gil(py, || {
+                evaluate_as::<f64>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+            })?;
+            values.into_pyarray(py).into_any()
+        };
         let (atoms, calls, contributions) = stats.snapshot();
         let counters = PyDict::new(py);
         counters.set_item("atoms_read", atoms)?;
@@ -216,7 +233,7 @@ impl FieldStore {
             counters.set_item(format!("{phase}_seconds"), seconds)?;
         }
         counters.set_item("kernel", stats.kernel().map(|p| p.name()))?;
-        Ok((values.into_pyarray(py), counters))
+        Ok((values, counters))
     }
 
     /// The stored time steps and weights the temporal method uses for `time`.

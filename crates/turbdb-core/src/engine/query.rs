@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::engine::direct::execute_direct;
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::Plan;
-use crate::engine::stream::{execute, execute_within, Order, PhaseTimes, StreamStats, TimeLevel};
+use crate::engine::stream::{execute, execute_as, AnswerValue, Order, PhaseTimes, StreamStats, TimeLevel};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -82,6 +82,19 @@ pub fn evaluate_within(
     within: Option<&Partitions>,
     stats: &StreamStats,
 ) -> Result<Vec<f64>> {
+    evaluate_as(reader, axes, times, points, spec, within, stats)
+}
+
+/// [`evaluate_within`] with answers of type `T` (float32 or float64; the sums are float64).
+pub fn evaluate_as<T: AnswerValue>(
+    reader: &FieldReader,
+    axes: [Axis; 3],
+    times: &[f64],
+    points: &[[f64; 3]],
+    spec: &QuerySpec,
+    within: Option<&Partitions>,
+    stats: &StreamStats,
+) -> Result<Vec<T>> {
     if within.is_some() && spec.strategy != Strategy::Streaming {
         return Err(Error::InvalidArgument(
             "partial sums of some partitions need the streaming strategy".into(),
@@ -101,16 +114,15 @@ pub fn evaluate_within(
         levels.len(),
     )?;
     PhaseTimes::add(&stats.phases.plan, planning.elapsed());
-    match within {
-        Some(partitions) => execute_within(
-            &plan,
-            reader,
-            &levels,
-            Some(partitions),
-            Order::Storage,
-            stats,
-        ),
-        None => run(&plan, reader, &levels, spec.strategy, stats),
+    match (within, spec.strategy) {
+        (Some(_), _) | (None, Strategy::Streaming) => {
+            execute_as(&plan, reader, &levels, within, Order::Storage, stats)
+        }
+        // The baselines, for comparison only: cast afterwards.
+        (None, strategy) => Ok(run(&plan, reader, &levels, strategy, stats)?
+            .into_iter()
+            .map(T::from_sum)
+            .collect()),
     }
 }
 
