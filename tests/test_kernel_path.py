@@ -4,6 +4,7 @@ and every path this CPU has gives the same answers."""
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -69,3 +70,15 @@ def test_a_path_this_cpu_lacks_is_refused_with_the_ones_it_has(synthetic32):
     run = run_on(missing[0], synthetic32)
     assert run.returncode != 0
     assert f"cannot run the {missing[0]} kernel" in run.stderr and "portable" in run.stderr
+
+
+def test_the_benchmark_measures_the_core_clock_instead_of_reading_it():
+    # bench/kernel_scaling.py computes its arithmetic bound from this clock (a chain of
+    # dependent additions): a chain the CPU or compiler shortcut would give tens of GHz.
+    from turbdb import _core
+
+    ghz = _core.measured_clock_ghz()
+    if platform.machine() in ("x86_64", "AMD64", "aarch64", "arm64"):
+        assert 0.3 < ghz < 7.0
+    else:
+        assert ghz is None

@@ -26,6 +26,7 @@ pub use engine::plan::Plan;
 pub use engine::query::{evaluate, evaluate_as, evaluate_within, run, QuerySpec, Strategy, STRATEGY_NAMES};
 pub use engine::reach::stencil_reach;
 pub use engine::scheduler::SchedulerKind;
+pub use engine::core_clock::measured_clock_hz;
 pub use engine::simd::KernelPath;
 pub use engine::stream::{execute, execute_as, execute_within, AnswerValue, Order, StreamStats, TimeLevel};
 pub use engine::telemetry::{EngineStats, Histogram, SIZE_CLASSES};

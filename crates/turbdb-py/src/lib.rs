@@ -51,6 +51,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::kernel_path, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::measured_clock_ghz, m)?)?;
     m.add_function(wrap_pyfunction!(check_layout, m)?)?;
     m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;
     m.add_function(wrap_pyfunction!(routing::split_points, m)?)?;

@@ -29,6 +29,7 @@ pub(crate) mod cached_source;
 pub(crate) mod cell_finder;
 pub(crate) mod colouring;
 pub(crate) mod counting_sort;
+pub mod core_clock;
 pub mod direct;
 pub(crate) mod gather;
 pub(crate) mod home_block;
