@@ -185,27 +185,23 @@ pub fn execute_as<T: AnswerValue>(
     result.par_chunks_mut(1 << 15).for_each(|chunk| chunk.fill(0.0));
     let target = ResultPtr(result.as_mut_ptr());
     let target = &target;
+    // One cell at the time levels it holds (none, outside `within`).
+    let serve = |cell: &Cell, shuffle: Option<&mut SplitMix>, scratch: &mut Scratch| {
+        let kept = kept(cell);
+        let levels = kept.as_deref().unwrap_or(levels);
+        if levels.is_empty() {
+            return Ok(());
+        }
+        run_cell(plan, cell, source, levels, &terms, shuffle, stats, scratch, target)
+    };
     match order {
         Order::Storage => plan.graph.run(&|c| {
-            let cell = &plan.cells[c];
-            let kept = kept(cell);
-            let levels = kept.as_deref().unwrap_or(levels);
-            if levels.is_empty() {
-                return Ok(());
-            }
-            SCRATCH.with_borrow_mut(|scratch| {
-                run_cell(plan, cell, source, levels, &terms, None, stats, scratch, target)
-            })
+            SCRATCH.with_borrow_mut(|scratch| serve(&plan.cells[c], None, scratch))
         })?,
         Order::Colours => {
             let mut scratch = Scratch::default();
             for &c in plan.colours.iter().flatten() {
-                let cell = &plan.cells[c];
-                let kept = kept(cell);
-                let levels = kept.as_deref().unwrap_or(levels);
-                if !levels.is_empty() {
-                    run_cell(plan, cell, source, levels, &terms, None, stats, &mut scratch, target)?;
-                }
+                serve(&plan.cells[c], None, &mut scratch)?;
             }
         }
         Order::Shuffled(seed) => {
@@ -214,22 +210,7 @@ pub fn execute_as<T: AnswerValue>(
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
-                let kept = kept(cell);
-                let levels = kept.as_deref().unwrap_or(levels);
-                if levels.is_empty() {
-                    continue;
-                }
-                run_cell(
-                    plan,
-                    cell,
-                    source,
-                    levels,
-                    &terms,
-                    Some(&mut rng),
-                    stats,
-                    &mut scratch,
-                    target,
-                )?;
+                serve(cell, Some(&mut rng), &mut scratch)?;
             }
         }
     }
