@@ -67,7 +67,8 @@ def query(
             temporal=temporal, job=job,
         )
     else:
-        # A cluster's store casts whole answers on its workers: half the bytes back for float32.
+        # Stores that take the dtype round the float64 sums once, in parallel: the local engine as
+        # it scatters the answer, a cluster's workers on whole answers (half the bytes back).
         cast = {"dtype": dtype} if getattr(store, "takes_dtype", False) else {}
         values, counters = store.query(
             xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,

@@ -89,7 +89,7 @@ proptest! {
         }
         let mut sum = vec![0.0; whole.len()];
         for partitions in split {
-            let part = execute_within(&plan, &reader, &levels, Some(&Partitions::new(partitions)),
+            let part = execute_within::<f64>(&plan, &reader, &levels, Some(&Partitions::new(partitions)),
                                       Order::Storage, &StreamStats::default()).unwrap();
             for (s, p) in sum.iter_mut().zip(part) {
                 *s += p;
@@ -132,7 +132,7 @@ fn a_node_reads_only_the_partitions_it_was_given() {
     let pts = points(3, 200);
     let evaluate = |root: &Path, within: Option<&Partitions>| {
         let reader = FieldReader::new(root, g.clone(), ChunkCodec::TURBDB, IndexLocation::End);
-        evaluate_within(
+        evaluate_within::<f64>(
             &reader,
             axes(true),
             &times,
@@ -198,7 +198,7 @@ fn reach_covers_every_node_a_stencil_uses() {
                 1,
             )
             .unwrap();
-            let none = execute_within(
+            let none = execute_within::<f64>(
                 &plan,
                 &reader,
                 &levels,

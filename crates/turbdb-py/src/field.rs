@@ -1,8 +1,8 @@
 //! `FieldStore`: one field's Zarr array directory, for writing time steps and verifying.
 
 use numpy::{
-    IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
-    PyUntypedArray, PyUntypedArrayMethods,
+    IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArray,
+    PyUntypedArrayMethods,
 };
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
-    evaluate_as, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
+    evaluate_within, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
     Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
 };
 
@@ -192,7 +192,11 @@ impl FieldStore {
             Some(name) => match name.to_str()? {
                 "float64" => false,
                 "float32" => true,
-                other => return Err(invalid(format!("dtype must be float32 or float64, not {other}"))),
+                other => {
+                    return Err(invalid(format!(
+                        "dtype must be float32 or float64, not {other}"
+                    )))
+                }
             },
         };
         let spec = QuerySpec {
@@ -215,12 +219,12 @@ impl FieldStore {
         let reader = &self.reader;
         let values = if single {
             let values = without_gil(py, || {
-                evaluate_as::<f32>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+                evaluate_within::<f32>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
             })?;
             values.into_pyarray(py).into_any()
         } else {
             let values = without_gil(py, || {
-                evaluate_as::<f64>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+                evaluate_within::<f64>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
             })?;
             values.into_pyarray(py).into_any()
         };

@@ -24,38 +24,28 @@ pub fn measured_clock_hz() -> Option<f64> {
 }
 
 /// `rounds` × 16 dependent additions; the loop's own counting runs beside the chain.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn add_chain(rounds: u64) -> Option<u64> {
-    let mut x: u64 = 0;
-    for _ in 0..rounds {
-        // SAFETY: register arithmetic only.
-        unsafe {
-            std::arch::asm!(
-                "add {x}, {one}", "add {x}, {one}", "add {x}, {one}", "add {x}, {one}",
-                "add {x}, {one}", "add {x}, {one}", "add {x}, {one}", "add {x}, {one}",
-                "add {x}, {one}", "add {x}, {one}", "add {x}, {one}", "add {x}, {one}",
-                "add {x}, {one}", "add {x}, {one}", "add {x}, {one}", "add {x}, {one}",
-                x = inout(reg) x,
-                one = in(reg) 1u64,
-                options(nomem, nostack, pure),
-            );
-        }
+    // `x += one` in the architecture's syntax.
+    #[cfg(target_arch = "x86_64")]
+    macro_rules! add {
+        () => {
+            "add {x}, {one}"
+        };
     }
-    Some(x)
-}
-
-/// `rounds` × 16 dependent additions; the loop's own counting runs beside the chain.
-#[cfg(target_arch = "aarch64")]
-fn add_chain(rounds: u64) -> Option<u64> {
+    #[cfg(target_arch = "aarch64")]
+    macro_rules! add {
+        () => {
+            "add {x}, {x}, {one}"
+        };
+    }
     let mut x: u64 = 0;
     for _ in 0..rounds {
         // SAFETY: register arithmetic only.
         unsafe {
             std::arch::asm!(
-                "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}",
-                "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}",
-                "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}",
-                "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}", "add {x}, {x}, {one}",
+                add!(), add!(), add!(), add!(), add!(), add!(), add!(), add!(),
+                add!(), add!(), add!(), add!(), add!(), add!(), add!(), add!(),
                 x = inout(reg) x,
                 one = in(reg) 1u64,
                 options(nomem, nostack, pure),

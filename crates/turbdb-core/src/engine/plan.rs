@@ -10,8 +10,8 @@ use rustc_hash::FxHashMap;
 
 use crate::engine::atomset::{AtomSet, MAX_SIDE};
 use crate::engine::buffers::{pooled, Buffer};
-use crate::engine::cell_graph::CellGraph;
 use crate::engine::cell_finder::CellFinder;
+use crate::engine::cell_graph::CellGraph;
 use crate::engine::colouring::Colouring;
 use crate::engine::counting_sort::{bucket_sort, Buckets};
 use crate::engine::simd::KernelPath;

@@ -6,7 +6,9 @@ use std::time::Instant;
 use crate::engine::direct::execute_direct;
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::Plan;
-use crate::engine::stream::{execute, execute_as, AnswerValue, Order, PhaseTimes, StreamStats, TimeLevel};
+use crate::engine::stream::{
+    execute, execute_within, AnswerValue, Order, PhaseTimes, StreamStats, TimeLevel,
+};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -72,21 +74,9 @@ pub fn evaluate(
 }
 
 /// Like [`evaluate`], adding only the atoms of the partitions `within` (all when `None`):
-/// the partial sums a node of a cluster contributes. Needs the streaming strategy.
-pub fn evaluate_within(
-    reader: &FieldReader,
-    axes: [Axis; 3],
-    times: &[f64],
-    points: &[[f64; 3]],
-    spec: &QuerySpec,
-    within: Option<&Partitions>,
-    stats: &StreamStats,
-) -> Result<Vec<f64>> {
-    evaluate_as(reader, axes, times, points, spec, within, stats)
-}
-
-/// [`evaluate_within`] with answers of type `T` (float32 or float64; the sums are float64).
-pub fn evaluate_as<T: AnswerValue>(
+/// the partial sums a node of a cluster contributes (needs the streaming strategy), as
+/// answers of type `T` (float32 or float64; the sums are float64 either way).
+pub fn evaluate_within<T: AnswerValue>(
     reader: &FieldReader,
     axes: [Axis; 3],
     times: &[f64],
@@ -116,7 +106,7 @@ pub fn evaluate_as<T: AnswerValue>(
     PhaseTimes::add(&stats.phases.plan, planning.elapsed());
     match (within, spec.strategy) {
         (Some(_), _) | (None, Strategy::Streaming) => {
-            execute_as(&plan, reader, &levels, within, Order::Storage, stats)
+            execute_within(&plan, reader, &levels, within, Order::Storage, stats)
         }
         // The baselines, for comparison only: cast afterwards.
         (None, strategy) => Ok(run(&plan, reader, &levels, strategy, stats)?
