@@ -100,7 +100,16 @@ pub fn read_atoms(
         let slot = geometry.index_slot(local);
         match opened.index.range(slot) {
             Some((offset, nbytes)) => stored.push((offset, nbytes, i, slot)),
-            None => put(i, Ok(atom_buffer(n, spare, |values| values.fill(f32::NAN)))),
+            None => {
+                // SAFETY: the fill writes all `n` values.
+                let nan = unsafe {
+                    atom_buffer(n, spare, |values| {
+                        values.fill(MaybeUninit::new(f32::NAN));
+                        Ok(())
+                    })
+                };
+                put(i, nan)
+            }
         }
     }
     if stored.is_empty() {
@@ -117,7 +126,7 @@ pub fn read_atoms(
             return;
         }
     };
-    let mut buffer = AlignedBuffer::default();
+    let mut buffer = READ_BUFFER.take();
     let mut start = 0;
     while start < stored.len() {
         let mut end = start + 1;
@@ -137,11 +146,12 @@ pub fn read_atoms(
                     let decoded = reader
                         .check_atom_place(&opened, slot, atom, &path)
                         .and_then(|()| {
-                            let mut outcome = Ok(());
-                            let values = atom_buffer(n, spare, |values| {
-                                outcome = reader.decode_atom(atom, &path, values);
-                            });
-                            outcome.map(|()| values)
+                            // SAFETY: a decode that succeeds writes every value.
+                            unsafe {
+                                atom_buffer(n, spare, |values| {
+                                    reader.decode_atom_into(atom, &path, values)
+                                })
+                            }
                         });
                     put(i, decoded);
                 }
@@ -154,20 +164,39 @@ pub fn read_atoms(
         }
         start = end;
     }
+    if buffer.capacity <= KEPT_BUFFER {
+        READ_BUFFER.set(buffer);
+    }
 }
+
+thread_local! {
+    /// Each thread's read buffer, kept between calls: made anew for every call, it was
+    /// cleared and faulted in page by page, and a direct read pinned fresh pages each time.
+    static READ_BUFFER: std::cell::Cell<AlignedBuffer> = std::cell::Cell::new(AlignedBuffer::default());
+}
+
+/// Largest read buffer a thread keeps between calls.
+const KEPT_BUFFER: usize = 16 << 20;
 
 /// A shared buffer of `n` values written by `fill`, then `spare` zeros: made in place, where
 /// building a `Vec` and converting it would allocate, clear and copy each atom twice more.
-fn atom_buffer(n: usize, spare: usize, fill: impl FnOnce(&mut [f32])) -> Arc<[f32]> {
+/// The values are written once (by `fill`), not cleared first.
+///
+/// # Safety
+/// `fill` must write every one of the `n` values it is given when it returns `Ok`.
+unsafe fn atom_buffer(
+    n: usize,
+    spare: usize,
+    fill: impl FnOnce(&mut [MaybeUninit<f32>]) -> Result<()>,
+) -> Result<Arc<[f32]>> {
     let mut buffer: Arc<[MaybeUninit<f32>]> = Arc::new_uninit_slice(n + spare);
     let slots = Arc::get_mut(&mut buffer).expect("a buffer just made has one owner");
-    for slot in slots.iter_mut() {
-        slot.write(0.0);
-    }
-    // SAFETY: every element was written just above.
-    let mut buffer = unsafe { buffer.assume_init() };
-    fill(&mut Arc::get_mut(&mut buffer).expect("one owner")[..n]);
-    buffer
+    let (values, padding) = slots.split_at_mut(n);
+    padding.fill(MaybeUninit::new(0.0));
+    fill(values)?;
+    // SAFETY: `fill` wrote the first `n` values (the caller's promise) and the rest were
+    // written just above.
+    Ok(unsafe { buffer.assume_init() })
 }
 
 /// An open shard file and how to read it.
@@ -373,6 +402,37 @@ mod tests {
                     "{mode:?} {local:?}"
                 );
                 assert_eq!(atom.len(), 4 * 4 * 4 * 2);
+            }
+        }
+    }
+
+    /// Every value of the atom at `local`, as stored (x fastest, components innermost).
+    fn expected_atom(data: &[f32], local: [usize; 3]) -> Vec<f32> {
+        let mut out = Vec::new();
+        for z in 0..4 {
+            for y in 0..4 {
+                for x in 0..4 {
+                    let [gx, gy, gz] = [local[0] * 4 + x, local[1] * 4 + y, local[2] * 4 + z];
+                    let node = (gz * 16 + gy) * 16 + gx;
+                    out.extend_from_slice(&data[node * 2..node * 2 + 2]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn reads_of_any_size_one_after_another_give_every_value() {
+        // A thread keeps its read buffer: a long read, short ones and a long one again
+        // must each see only their own bytes.
+        let (_dir, reader, data) = field();
+        let all: Vec<[usize; 3]> = (0..64).map(|i| [i % 4, i / 4 % 4, i / 16]).collect();
+        for mode in [IoMode::Direct, IoMode::Buffered] {
+            for locals in [&all[..], &all[5..6], &all[40..42], &all[..], &all[63..]] {
+                let atoms = read_all(&reader, locals, mode);
+                for (atom, &local) in atoms.iter().zip(locals) {
+                    assert_eq!(atom, &expected_atom(&data, local), "{mode:?} {local:?}");
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -354,6 +355,21 @@ impl FieldReader {
 
     /// Decodes one stored atom into `out`.
     pub fn decode_atom(&self, bytes: &[u8], path: &Path, out: &mut [f32]) -> Result<()> {
+        // SAFETY: `decode_atom_into` writes only initialised values, so `out` stays
+        // initialised whatever it does.
+        let out = unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) };
+        self.decode_atom_into(bytes, path, out)
+    }
+
+    /// Decodes one stored atom into `out`, which need not be initialised: on success every
+    /// value of `out` is written (a buffer made for the atom is filled once, not cleared
+    /// first).
+    pub fn decode_atom_into(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+        out: &mut [MaybeUninit<f32>],
+    ) -> Result<()> {
         let expected = out.len() * 4;
         let bytes = if self.codec.crc32c {
             let Some(split) = bytes.len().checked_sub(4) else {
@@ -383,10 +399,25 @@ impl FieldReader {
                 format!("atom has {} bytes, expected {expected}", bytes.len()),
             ));
         }
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
-        }
+        copy_le_f32(bytes, out);
         Ok(())
+    }
+}
+
+/// Writes the little-endian float32 values `bytes` into `out`, all of it.
+fn copy_le_f32(bytes: &[u8], out: &mut [MaybeUninit<f32>]) {
+    assert_eq!(bytes.len(), out.len() * 4, "one value per 4 bytes");
+    // Stored little-endian: on a little-endian CPU the bytes are the values, and one copy
+    // runs at memory speed (converting value by value took a fifth of a reader's time).
+    #[cfg(target_endian = "little")]
+    // SAFETY: `out` holds exactly `bytes.len()` bytes (asserted above), a shared and a
+    // mutable borrow cannot overlap, and any four bytes are a valid f32.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len());
+    }
+    #[cfg(target_endian = "big")]
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        o.write(f32::from_le_bytes(b.try_into().expect("4 bytes")));
     }
 }
 
