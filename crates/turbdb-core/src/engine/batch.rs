@@ -172,6 +172,10 @@ impl<'q> Part<'q> {
 /// Points whose stencils are prefetched ahead of the one being gathered.
 const AHEAD: usize = 4;
 
+/// Fewest atoms of a stencil at hand for the part in them to be gathered and summed at
+/// once rather than atom by atom.
+const GATHER_PIECES: usize = 2;
+
 /// Points given to one task.
 const TASK_POINTS: usize = 256;
 /// Below this many points a batch runs on the calling thread: handing out tasks would
@@ -547,10 +551,12 @@ fn gather_each(
         let w = &stencil.w;
         // SAFETY: each point is in one task of the batch and the sums outlive it.
         let row = unsafe { sums.row(p, work.out_len()) };
-        if let Some(g) = gathered.as_mut().filter(|_| stencil.complete()) {
+        // A stencil split between batches is gathered too where most of it is at hand:
+        // its pieces summed one by one each pay the kernel's fixed cost.
+        if let Some(g) = gathered.as_mut().filter(|_| stencil.present() >= GATHER_PIECES) {
             let (block, runs) = g.gather(stencil, a, data);
             accumulate_any(nc, block, runs, w, &work.terms, scale, row);
-            added += work.point_atoms.row(p as usize).len() as u64;
+            added += stencil.present() as u64;
             continue;
         }
         added += by_atom(p, w, row);

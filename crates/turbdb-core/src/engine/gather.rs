@@ -75,11 +75,17 @@ pub(crate) struct Stencil {
     /// The weights per axis.
     pub(crate) w: [AxisWeights; 3],
     spans: [Spans; 3],
-    /// Atom slot per `(z span, y span, x span)`; meaningful only if `complete`.
+    /// Atom slot per `(z span, y span, x span)`, [`ABSENT`] where the batch does not hold
+    /// that atom; meaningful only if `present` > 0.
     slots: [u32; MAX_SPANS * MAX_SPANS * MAX_SPANS],
+    /// Atoms of the stencil at hand (0 where it spans too many atoms to be gathered).
+    present: u8,
     /// Whether every atom the stencil spans is at hand.
     complete: bool,
 }
+
+/// The slot of an atom of the stencil that is not at hand.
+const ABSENT: u32 = u32::MAX;
 
 impl Stencil {
     /// Places the stencil of weights `self.w` (set by the caller) among the point's atoms
@@ -94,6 +100,7 @@ impl Stencil {
         atoms: impl Iterator<Item = ([u32; 3], Option<u32>)>,
     ) {
         self.complete = false;
+        self.present = 0;
         for k in 0..3 {
             match Spans::new(self.w[k].wrapped, width, n[k], atom) {
                 Some(spans) => self.spans[k] = spans,
@@ -102,20 +109,23 @@ impl Stencil {
         }
         let [sx, sy, sz] = &self.spans;
         let cells = sx.count() * sy.count() * sz.count();
-        let mut found = 0;
+        self.slots[..cells].fill(ABSENT);
+        let mut present = 0;
         for (coords, slot) in atoms {
-            let Some(slot) = slot else { return };
             let (Some(ix), Some(iy), Some(iz)) =
                 (sx.find(coords[0]), sy.find(coords[1]), sz.find(coords[2]))
             else {
                 continue;
             };
-            let cell = self.cell(ix, iy, iz);
-            self.slots[cell] = slot;
-            found += 1;
+            if let Some(slot) = slot {
+                let cell = self.cell(ix, iy, iz);
+                self.slots[cell] = slot;
+                present += 1;
+            }
         }
-        // A point's atoms are distinct, so as many found as cells means every cell is set.
-        self.complete = found == cells;
+        // A point's atoms are distinct, so as many present as cells means every cell is set.
+        self.present = present as u8;
+        self.complete = present == cells;
     }
 
     /// The index in `slots` of the atom of x, y and z spans `ix`, `iy`, `iz`.
@@ -125,9 +135,9 @@ impl Stencil {
         (iz * sy.count() + iy) * sx.count() + ix
     }
 
-    /// Whether the stencil can be gathered.
-    pub(crate) fn complete(&self) -> bool {
-        self.complete
+    /// How many of the stencil's atoms are at hand (0 where it cannot be gathered).
+    pub(crate) fn present(&self) -> usize {
+        self.present as usize
     }
 
     /// Asks the CPU to start loading the cache lines of the atom rows the gather will copy:
@@ -190,8 +200,10 @@ impl Gathered {
         })
     }
 
-    /// Copies a complete stencil (see [`Stencil::complete`]) out of its atoms `data`, of
-    /// side `atom`, into the block; returns the block and its runs.
+    /// Copies a stencil with atoms at hand (see [`Stencil::present`]) out of its atoms
+    /// `data`, of side `atom`, into the block, zeros where its atoms are not at hand;
+    /// returns the block and its runs. Summed, the block adds the part of the point's sum
+    /// in the atoms at hand, as their pieces summed one by one would.
     ///
     /// Each row is copied exactly: reading past a span would load cache lines of the atom
     /// the stencil does not use, and the gather is bound by those loads.
@@ -202,17 +214,23 @@ impl Gathered {
         atom: usize,
         data: &[AtomData],
     ) -> (Block<'s, f32>, &'s [Runs; 3]) {
-        debug_assert!(stencil.complete);
+        debug_assert!(stencil.present > 0);
         let (width, nc) = (self.width, self.ncomp);
         let [sx, sy, sz] = &stencil.spans;
         let (row_out, plane_out) = (width * nc, width * width * nc);
         let (row_in, plane_in) = (atom * nc, atom * atom * nc);
         assert!(self.values.len() >= width * plane_out);
+        if !stencil.complete {
+            self.values[..width * plane_out].fill(0.0);
+        }
         for (ix, &(_, kx, lx, xlen)) in sx.spans[..sx.count()].iter().enumerate() {
             let len = xlen as usize * nc;
             for (iz, &(_, kz, lz, zlen)) in sz.spans[..sz.count()].iter().enumerate() {
                 for (iy, &(_, ky, ly, ylen)) in sy.spans[..sy.count()].iter().enumerate() {
                     let slot = stencil.slots[stencil.cell(ix, iy, iz)];
+                    if slot == ABSENT {
+                        continue;
+                    }
                     let values = &data[slot as usize];
                     let first = lz as usize * plane_in + ly as usize * row_in + lx as usize * nc;
                     let last =
