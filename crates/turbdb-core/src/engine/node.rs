@@ -458,7 +458,10 @@ impl NodeEngine {
             response_seconds: response,
             ..QueryStats::default()
         };
-        drop(atoms);
+        // Letting go of the pinned atoms (a reference count each, scattered over memory:
+        // 47 µs of a warm 1 000-point lag8 query's 0.8 ms) is left to the pool, off the
+        // caller's path.
+        rayon::spawn(move || drop(atoms));
         let values = match (work, progress) {
             (Work::Points(work), Progress::Points { sums, .. }) => Values::Sums {
                 sums,
