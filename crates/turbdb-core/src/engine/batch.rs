@@ -551,9 +551,12 @@ fn gather_each(
         let w = &stencil.w;
         // SAFETY: each point is in one task of the batch and the sums outlive it.
         let row = unsafe { sums.row(p, work.out_len()) };
-        // A stencil split between batches is gathered too where most of it is at hand:
-        // its pieces summed one by one each pay the kernel's fixed cost.
-        if let Some(g) = gathered.as_mut().filter(|_| stencil.present() >= GATHER_PIECES) {
+        // A stencil split between batches is gathered too where two or more of its atoms are
+        // at hand: its pieces summed one by one each pay the kernel's fixed cost.
+        if let Some(g) = gathered
+            .as_mut()
+            .filter(|_| stencil.present() >= GATHER_PIECES)
+        {
             let (block, runs) = g.gather(stencil, a, data);
             accumulate_any(nc, block, runs, w, &work.terms, scale, row);
             added += stencil.present() as u64;
