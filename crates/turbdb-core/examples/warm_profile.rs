@@ -23,12 +23,7 @@ fn main() {
     let operator = Operator::parse(args.get(4).map_or("field", |s| s.as_str())).unwrap();
     let (grid, atom) = (128, 8);
     let geometry = FieldGeometry::new([grid; 3], 3, atom, 64).unwrap();
-    let axes = [0; 3].map(|_| Axis {
-        n: grid,
-        origin: 0.0,
-        spacing: 1.0,
-        periodic: true,
-    });
+    let axes = [Axis::unit(grid, true); 3];
     let mut next = uniform::uniform();
     let points: Vec<[f64; 3]> = (0..n)
         .map(|_| [0; 3].map(|_| next() * grid as f64))

@@ -97,12 +97,7 @@ proptest! {
 #[test]
 fn a_path_this_cpu_lacks_is_refused_and_the_plan_keeps_its_own() {
     let geometry = FieldGeometry::new([8, 8, 8], 1, 4, 8).unwrap();
-    let axes = [0; 3].map(|_| Axis {
-        n: 8,
-        origin: 0.0,
-        spacing: 1.0,
-        periodic: true,
-    });
+    let axes = [Axis::unit(8, true); 3];
     let mut plan = Plan::new(
         &[[1.0; 3]],
         Method::Lagrange(4),

@@ -145,7 +145,7 @@ proptest! {
         let method = METHODS[m];
         let atom = 1 << atom_log;
         let geometry = FieldGeometry::new(grid, 3, atom, 16.max(atom)).unwrap();
-        let axes = [0, 1, 2].map(|a| Axis { n: grid[a], origin: 0.0, spacing: 1.0, periodic: periodic[a] });
+        let axes = [0, 1, 2].map(|a| Axis::unit(grid[a], periodic[a]));
         let extent = grid.map(|n| (n - 1) as f64);
         let pts = points(seed, 300, extent);
         let plan = Plan::new(&pts, method, Operator::Gradient, axes, geometry, levels).unwrap();

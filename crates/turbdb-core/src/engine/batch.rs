@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::engine::accumulate::{accumulate_any, Block, Runs};
+use crate::engine::buffers::zeros_to_update;
 use crate::engine::cache::AtomData;
 use crate::engine::gather::{Gathered, Stencil};
 use crate::engine::home_block::{HomeBlock, Neighbour};
@@ -141,23 +142,6 @@ impl Progress {
             Progress::Cutout { values } => values.len() * 4,
         }
     }
-}
-
-/// `n` zeros that are read before they are written (sums, marks), each page written once
-/// first. A large `vec![0; n]` is fresh memory from the kernel: read first, each page is
-/// mapped to the shared zero page and copied at its first write, with a TLB shootdown on
-/// every core the process runs on (6 % of the engine's and kernel's CPU in a saturated
-/// workload, `perf`: `do_wp_page`, `flush_tlb_mm_range`).
-fn zeros_to_update<T: Copy + Default>(n: usize) -> Vec<T> {
-    let mut v = vec![T::default(); n];
-    let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
-    // The last value too: the buffer need not start on a page.
-    for i in (0..n).step_by(per_page).chain(n.checked_sub(1)) {
-        // SAFETY: `i < n`, the vector's length. Volatile, because a plain store of a zero
-        // into memory known to be zero is dropped by the compiler.
-        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), T::default()) };
-    }
-    v
 }
 
 /// One query's share of a batch: the sub-queries served (its atom numbers, each with the

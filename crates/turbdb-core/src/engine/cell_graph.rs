@@ -128,15 +128,6 @@ mod tests {
     use super::*;
     use crate::storage::axis::Axis;
 
-    fn axis(n: usize, periodic: bool) -> Axis {
-        Axis {
-            n,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic,
-        }
-    }
-
     /// Every cell of a grid of cells, with its colour rank.
     fn grid_of_cells(colouring: &Colouring, cells: [usize; 3]) -> (Vec<[usize; 3]>, Vec<usize>) {
         let mut coords = Vec::new();
@@ -155,7 +146,11 @@ mod tests {
     fn a_cell_waits_for_its_neighbours_of_earlier_colours_only() {
         // 4 cells of 8 nodes along each periodic axis, width 8: a stencil spans 2 cells,
         // so 2 colours an axis; a cell's neighbours are the cells one step away.
-        let axes = [axis(32, true), axis(32, true), axis(32, true)];
+        let axes = [
+            Axis::unit(32, true),
+            Axis::unit(32, true),
+            Axis::unit(32, true),
+        ];
         let colouring = Colouring::new(&axes, [8; 3], 8);
         let (coords, rank) = grid_of_cells(&colouring, [4; 3]);
         let graph = CellGraph::new(&coords, &rank, &colouring);
@@ -172,7 +167,11 @@ mod tests {
 
     #[test]
     fn every_cell_runs_once_after_the_cells_it_waits_for() {
-        let axes = [axis(40, true), axis(24, false), axis(16, true)];
+        let axes = [
+            Axis::unit(40, true),
+            Axis::unit(24, false),
+            Axis::unit(16, true),
+        ];
         let colouring = Colouring::new(&axes, [8; 3], 6);
         let (coords, rank) = grid_of_cells(&colouring, [5, 3, 2]);
         let graph = CellGraph::new(&coords, &rank, &colouring);
@@ -195,7 +194,11 @@ mod tests {
 
     #[test]
     fn an_error_stops_the_run_and_is_returned() {
-        let axes = [axis(64, true), axis(64, true), axis(64, true)];
+        let axes = [
+            Axis::unit(64, true),
+            Axis::unit(64, true),
+            Axis::unit(64, true),
+        ];
         let colouring = Colouring::new(&axes, [8; 3], 4);
         let (coords, rank) = grid_of_cells(&colouring, [8; 3]);
         let graph = CellGraph::new(&coords, &rank, &colouring);

@@ -1425,12 +1425,7 @@ mod tests {
             ChunkCodec::TURBDB,
             IndexLocation::End,
         ));
-        let axes = [0; 3].map(|_| Axis {
-            n: 16,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic: true,
-        });
+        let axes = [Axis::unit(16, true); 3];
         (dir, reader, axes)
     }
 

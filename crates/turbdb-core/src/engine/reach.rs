@@ -52,18 +52,13 @@ pub fn stencil_reach(
 mod tests {
     use super::*;
 
-    fn axis(n: usize, periodic: bool) -> Axis {
-        Axis {
-            n,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic,
-        }
-    }
-
     #[test]
     fn lagrange_stencils_start_below_the_point_and_wrap() {
-        let axes = [axis(16, true), axis(16, true), axis(16, false)];
+        let axes = [
+            Axis::unit(16, true),
+            Axis::unit(16, true),
+            Axis::unit(16, false),
+        ];
         let (first, width) = stencil_reach(
             &[[5.5, 0.5, 0.5]],
             Method::Lagrange(4),
@@ -78,7 +73,11 @@ mod tests {
 
     #[test]
     fn points_outside_a_bounded_axis_are_refused_by_number() {
-        let axes = [axis(16, true), axis(16, true), axis(16, false)];
+        let axes = [
+            Axis::unit(16, true),
+            Axis::unit(16, true),
+            Axis::unit(16, false),
+        ];
         let err = stencil_reach(
             &[[1.0, 1.0, 1.0], [1.0, 1.0, 99.0]],
             Method::Lagrange(4),

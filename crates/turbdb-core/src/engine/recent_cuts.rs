@@ -125,12 +125,7 @@ mod tests {
     use super::*;
 
     fn axes() -> [Axis; 3] {
-        [0; 3].map(|_| Axis {
-            n: 32,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic: true,
-        })
+        [Axis::unit(32, true); 3]
     }
 
     fn cut(key: &CutKey<'_>) -> Arc<PointWork> {

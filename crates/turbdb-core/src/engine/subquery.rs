@@ -284,13 +284,10 @@ pub(crate) fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
 /// points). `alone`: sorted in the calling thread (a query of one chunk).
 fn by_home(placed: &[([f64; 3], u64)], alone: bool) -> Vec<u32> {
     if alone {
-        let mut keys: Vec<(u64, u32)> = placed
-            .iter()
-            .enumerate()
-            .map(|(i, &(_, code))| (code, i as u32))
-            .collect();
-        keys.sort_unstable();
-        return keys.into_iter().map(|(_, i)| i).collect();
+        // At most one chunk of points: their keys stay in the core's caches.
+        let mut order: Vec<u32> = (0..placed.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| (placed[i as usize].1, i));
+        return order;
     }
     if placed.iter().all(|&(_, code)| code <= u64::from(u32::MAX)) {
         let mut keys: Vec<u64> = placed
@@ -476,12 +473,7 @@ mod tests {
     use super::*;
 
     fn axes(n: usize, periodic: bool) -> [Axis; 3] {
-        [Axis {
-            n,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic,
-        }; 3]
+        [Axis::unit(n, periodic); 3]
     }
 
     #[test]
@@ -610,12 +602,7 @@ mod tests {
     fn stencil_atoms_are_those_of_its_nodes_in_order_even_where_it_wraps() {
         for (n, atom) in [(32, 8), (30, 8), (20, 4)] {
             for periodic in [true, false] {
-                let axis = Axis {
-                    n,
-                    origin: 0.0,
-                    spacing: 1.0,
-                    periodic,
-                };
+                let axis = Axis::unit(n, periodic);
                 for method in [Method::Lagrange(8), Method::Lagrange(4), Method::Nearest] {
                     let kernel = Kernel::new(method, 0).unwrap();
                     let mut got = Vec::new();

@@ -17,6 +17,16 @@ pub struct Axis {
 }
 
 impl Axis {
+    /// `n` nodes at 0, 1, …, n − 1: positions are grid units (tests, profiling examples).
+    pub fn unit(n: usize, periodic: bool) -> Self {
+        Self {
+            n,
+            origin: 0.0,
+            spacing: 1.0,
+            periodic,
+        }
+    }
+
     /// The position in grid units (node i at i); wrapped into `[0, n)` on a periodic axis,
     /// refused outside `[0, n − 1]` on a non-periodic one.
     #[inline]

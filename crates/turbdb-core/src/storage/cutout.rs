@@ -184,12 +184,7 @@ mod tests {
     use super::*;
 
     fn periodic(n: usize) -> Axis {
-        Axis {
-            n,
-            origin: 0.0,
-            spacing: 1.0,
-            periodic: true,
-        }
+        Axis::unit(n, true)
     }
 
     #[test]
