@@ -95,6 +95,9 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
            "clients": clients, "busy_seconds": stats["busy_seconds"],
            "read_wait_seconds": stats["read_wait_seconds"], "schedule_seconds": stats["schedule_seconds"],
            "idle_seconds": stats["idle_seconds"],
+           # Points summed out of one block of their home atom's stencils, and of those the
+           # ones whose block also served another query's points (the batch's sharing of work).
+           "block_points": stats.get("block_points", 0), "block_points_shared": stats.get("block_points_shared", 0),
            # The whole process (clients, engine, readers, kernel threads): near the core count,
            # the run is bound by CPU, and reads saved help only by the CPU they cost.
            "cpu_seconds": cpu_seconds, "cores_busy": cpu_seconds / max(report.seconds, 1e-9)}
@@ -106,6 +109,8 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
           f"p99 small {small.get('p99', math.nan) * 1e3:7.1f} ms, medium {medium.get('p99', math.nan) * 1e3:7.1f} ms; "
           f"engine thread: compute {row['busy_seconds']:.2f} s, read wait {row['read_wait_seconds']:.2f} s, "
           f"scheduling {row['schedule_seconds']:.2f} s, idle {row['idle_seconds']:.2f} s of {row['seconds']:.2f} s; "
+          f"points from home blocks {row['block_points'] / max(row['points'], 1):.0%} "
+          f"({row['block_points_shared'] / max(row['points'], 1):.0%} shared across queries); "
           f"process CPU {row['cpu_seconds']:.2f} s ({row['cores_busy']:.2f} cores busy)",
           flush=True)
     del db

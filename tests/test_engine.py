@@ -86,6 +86,38 @@ def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(databas
     assert 2 * read["jaws"] <= read["noshare"], read
 
 
+def test_small_queries_in_one_region_are_summed_from_shared_blocks_with_the_lone_answers(database):
+    # Each query has a dozen points in a region of two atoms: too few for a block of its
+    # own, enough with the others. Asked at once, they wait together and share batches.
+    lone = turbdb.open(database)["box"]
+    rng = np.random.default_rng(3)
+    work = [rng.uniform(1.2, 1.6, (12, 3)) for _ in range(24)]
+    for attempt in range(3):
+        db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+        ds = db["box"]
+        ready = threading.Barrier(len(work))
+        answers = {}
+
+        def ask(i):
+            ready.wait()
+            answers[i] = ds.query("velocity", work[i], time=0.1, method="lag8", dtype=np.float64)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(work))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, points in enumerate(work):
+            expected = lone.query("velocity", points, time=0.1, method="lag8", dtype=np.float64)
+            np.testing.assert_allclose(answers[i], expected, rtol=1e-9, atol=1e-9)
+        stats = db.engine_stats()
+        assert stats["block_points_shared"] <= stats["block_points"]
+        if stats["block_points_shared"] > 0:
+            break
+    else:
+        pytest.fail(f"no block served two queries in three bursts of {len(work)}: {stats}")
+
+
 def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
     db = turbdb.open(database, cache_policy="lru")
     ds = db["box"]

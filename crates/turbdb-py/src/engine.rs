@@ -314,6 +314,8 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("batches", s.batches)?;
     d.set_item("batch_sizes", s.batch_sizes.counts.clone())?;
     d.set_item("contributions", s.contributions)?;
+    d.set_item("block_points", s.block_points)?;
+    d.set_item("block_points_shared", s.block_points_shared)?;
     d.set_item("alpha", s.alpha)?;
     d.set_item("busy_seconds", s.busy_seconds)?;
     d.set_item("read_wait_seconds", s.read_wait_seconds)?;

@@ -1,24 +1,26 @@
 //! Serving a batch: the atoms the scheduler chose, for the pending sub-queries of every
 //! query that waits on them. Each point of a point query adds the part of its stencil
 //! that lies in the batch's atoms to its partial sums, through the same kernel as the
-//! streaming executor ([`accumulate_any`]): with the cached atom itself as the block, one
-//! contribution per atom, or — where the batch holds every atom of the point — with the
-//! whole stencil gathered into one block ([`Gathered`]), or, for the points of a dense
-//! query that share a home atom, out of one block of all their stencils ([`HomeBlock`]).
-//! The sums do not depend on how
-//! atoms are split into batches, nor on their order (up to rounding). A cutout's
+//! streaming executor ([`accumulate_any`]): where enough points of the batch — of one query
+//! or of several — lie in one atom or one cube of atoms ([`HomeGroups`]), out of one block
+//! of all their stencils ([`HomeBlock`]); else each with its whole stencil gathered into a
+//! block ([`Gathered`]), or, with the cached atom itself as the block, one contribution
+//! per atom. The sums do not depend on how atoms are split into batches, nor on their
+//! order, nor on which other queries share the batch (up to rounding). A cutout's
 //! sub-query copies its nodes out of the atom.
 
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 
 use crate::engine::accumulate::{accumulate_any, Block, Runs};
 use crate::engine::buffers::zeros_to_update;
 use crate::engine::cache::AtomData;
 use crate::engine::gather::{Gathered, Stencil};
 use crate::engine::home_block::{HomeBlock, Neighbour};
-use crate::engine::subquery::{home_atom, CutoutWork, PointWork};
+use crate::engine::home_groups::{HomeGroups, HomeKey, Piece, Run};
+use crate::engine::subquery::{CutoutWork, PointWork};
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
 
@@ -182,17 +184,88 @@ const TASK_POINTS: usize = 256;
 /// Below this many points a batch runs on the calling thread: handing out tasks would
 /// cost more than it saves.
 const SERIAL_POINTS: usize = 512;
+/// Below this many atoms (of all its queries together) a batch is set up on the calling
+/// thread.
+const PARALLEL_ATOMS: usize = 256;
 
-/// Serves the sub-queries of `parts` from the atoms `data` (by batch slot); returns the
-/// partial sums added (point–atom pairs, or nodes copied).
-pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
+/// Fewest points of one home atom, of all the batch's queries together, that are summed
+/// from one block of all their stencils ([`HomeBlock`]) rather than each from its own
+/// gathered stencil: the block copies up to 15³ nodes (lag8), a stencil 8³. Measured
+/// (`warm_profile`, lag8, 1 thread, AMD EPYC Zen 3 AVX2, load ≈ 1.8): at 7 points an atom,
+/// 16 was 5 % faster than 8 and 20 % faster than 4; at 24 an atom all three were 40 %
+/// faster than gathering each stencil. A cube of atoms ([`HomeGroups`]) needs as many
+/// points for each node of its box.
+const GROUP_POINTS: usize = 16;
+
+/// Most bytes of a home block: it stays in the L2 cache beside the task's other data.
+const HOME_BLOCK_BYTES: usize = 768 << 10;
+
+/// The fewest points a cube of `2^level` atoms (of side `atom`, `ncomp` components, on a
+/// grid of `n` nodes) must hold for one block of their stencils `width` wide to pay
+/// ([`GROUP_POINTS`] for each home atom's box of nodes); `None` above level 0 where the
+/// block would be wider than the grid or than [`HOME_BLOCK_BYTES`].
+fn min_points(atom: usize, ncomp: usize, n: [usize; 3], width: u32, level: u32) -> Option<usize> {
+    let side = |level: u32| (atom << level) + width as usize - 1;
+    let nodes = side(level).pow(3);
+    let fits = side(level) <= n.into_iter().min().unwrap_or(0)
+        && nodes * ncomp * std::mem::size_of::<f32>() <= HOME_BLOCK_BYTES;
+    (level == 0 || fits).then(|| (GROUP_POINTS * nodes).div_ceil(side(0).pow(3)))
+}
+
+/// What serving a batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// Partial sums added: point–atom pairs, or nodes copied.
+    pub contributions: u64,
+    /// Points summed out of a block of all the stencils of their home.
+    pub from_home_blocks: u64,
+    /// Of those, points whose block also served another query's points.
+    pub across_queries: u64,
+}
+
+impl std::ops::Add for Served {
+    type Output = Served;
+    fn add(self, o: Served) -> Served {
+        Served {
+            contributions: self.contributions + o.contributions,
+            from_home_blocks: self.from_home_blocks + o.from_home_blocks,
+            across_queries: self.across_queries + o.across_queries,
+        }
+    }
+}
+
+impl std::iter::Sum for Served {
+    fn sum<I: Iterator<Item = Served>>(iter: I) -> Served {
+        iter.fold(Served::default(), |a, b| a + b)
+    }
+}
+
+impl Served {
+    /// Only partial sums added.
+    fn added(contributions: u64) -> Self {
+        Served {
+            contributions,
+            ..Served::default()
+        }
+    }
+}
+
+/// Serves the sub-queries of `parts` from the atoms `data` (by batch slot); says what it
+/// added.
+///
+/// The points of all the point queries are grouped by home atom, or by cube of atoms
+/// ([`HomeGroups`], [`min_points`]): where a group has enough of them, of one query or of
+/// several, they are summed out of one block of all their stencils; the others each from
+/// its own gathered stencil, or atom by atom where the batch holds only some of its
+/// atoms.
+pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
     enum Task<'a> {
         Points {
-            work: &'a PointWork,
-            slot_of: &'a [u32],
-            sums: SumsPtr,
-            scale: f64,
+            part: usize,
             points: &'a [u32],
+        },
+        Homes {
+            pieces: &'a [Piece],
         },
         Cutout {
             work: &'a CutoutWork,
@@ -200,11 +273,12 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
             atoms: &'a [(u32, u32)],
         },
     }
-    // Set up each part: mark its atoms' slots and list the points they serve, once each.
-    let mut candidates: Vec<Vec<u32>> = Vec::with_capacity(parts.len());
-    for part in parts.iter_mut() {
-        let mut list = Vec::new();
-        if let (
+    // Set up each part (in parallel: a query of many points has many to list): mark its
+    // atoms' slots, list the points they serve, once each, in the engine's order (by
+    // home), and cut the list into runs of one home where its stencils fit a home block.
+    let total_atoms: usize = parts.iter().map(|p| p.atoms.len()).sum();
+    let prepare = |(i, part): (usize, &mut Part<'_>)| -> (Vec<u32>, Vec<Run>) {
+        let (
             Work::Points(work),
             Progress::Points {
                 slot_of,
@@ -213,78 +287,169 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
                 ..
             },
         ) = (part.work, &mut *part.progress)
-        {
-            *epoch = epoch.wrapping_add(1);
-            if *epoch == 0 {
-                visited.fill(0);
-                *epoch = 1;
-            }
-            let every_atom = part.atoms.len() == work.atoms.len();
-            for &(atom, slot) in &part.atoms {
-                slot_of[atom as usize] = slot;
-                if every_atom {
-                    continue;
-                }
-                for &p in work.atom_points.row(atom as usize) {
-                    if visited[p as usize] != *epoch {
-                        visited[p as usize] = *epoch;
-                        list.push(p);
-                    }
-                }
-            }
-            // Points in the engine's order (by home atom), so points of one home are
-            // together in a task: every point, or, where there are enough of them for
-            // blocks of homes to pay, those found, sorted.
+        else {
+            return Default::default();
+        };
+        *epoch = epoch.wrapping_add(1);
+        if *epoch == 0 {
+            visited.fill(0);
+            *epoch = 1;
+        }
+        let every_atom = part.atoms.len() == work.atoms.len();
+        let mut list = Vec::new();
+        for &(atom, slot) in &part.atoms {
+            slot_of[atom as usize] = slot;
             if every_atom {
-                list.extend(0..work.positions.len() as u32);
-            } else if list.len() >= part.atoms.len() * GROUP_POINTS / 2 {
-                list.par_sort_unstable();
+                continue;
+            }
+            for &p in work.atom_points.row(atom as usize) {
+                if visited[p as usize] != *epoch {
+                    visited[p as usize] = *epoch;
+                    list.push(p);
+                }
             }
         }
-        candidates.push(list);
-    }
-    let mut tasks: Vec<Task<'_>> = Vec::new();
-    let mut points = 0;
-    for (part, list) in parts.iter_mut().zip(&candidates) {
+        // All the points, or those found: picked out of the marks where they are many,
+        // sorted where they are few.
+        if every_atom {
+            list.extend(0..work.positions.len() as u32);
+        } else if list.len() * 16 >= work.positions.len() {
+            list.clear();
+            let marked = visited.iter().enumerate().filter(|(_, &v)| v == *epoch);
+            list.extend(marked.map(|(p, _)| p as u32));
+        } else {
+            list.sort_unstable();
+        }
+        if !groupable(work) {
+            return (list, Vec::new());
+        }
+        let key = HomeKey {
+            width: work.kernel.width() as u32,
+            owner: if work.partial { i as u32 + 1 } else { 0 },
+            level: 0,
+            code: 0,
+        };
+        let runs = HomeGroups::runs_of(i as u32, &list, |p| HomeKey {
+            code: work.homes[p as usize],
+            ..key
+        });
+        (list, runs)
+    };
+    // One query alone is set up on the calling thread (handing it to the pool and waiting
+    // costs more than it saves; a query served from the cache runs in its caller's thread).
+    let prepared: Vec<(Vec<u32>, Vec<Run>)> = if parts.len() < 2 || total_atoms < PARALLEL_ATOMS {
+        parts.iter_mut().enumerate().map(prepare).collect()
+    } else {
+        parts.par_iter_mut().enumerate().map(prepare).collect()
+    };
+    let (candidates, runs): (Vec<Vec<u32>>, Vec<Vec<Run>>) = prepared.into_iter().unzip();
+    // What the tasks need of each point query, and, where several share the batch, the
+    // slot of each atom in the batch.
+    let mut views: Vec<Option<PartView<'_>>> = Vec::with_capacity(parts.len());
+    let point_parts = parts
+        .iter()
+        .filter(|p| matches!(p.work, Work::Points(_)))
+        .count();
+    let mut batch_slots: Option<FxHashMap<u64, u32>> = (point_parts > 1)
+        .then(|| FxHashMap::with_capacity_and_hasher(total_atoms, Default::default()));
+    let mut cutouts = Vec::new();
+    for part in parts.iter_mut() {
         match (part.work, &mut *part.progress) {
             (Work::Points(work), Progress::Points { sums, slot_of, .. }) => {
-                let sums = SumsPtr(sums.as_mut_ptr());
-                points += list.len();
-                // Large tasks for long lists, so fewer homes are split between tasks.
-                let task = TASK_POINTS.max(list.len().div_ceil(8 * rayon::current_num_threads()));
-                for chunk in list.chunks(task) {
-                    tasks.push(Task::Points {
-                        work,
-                        slot_of,
-                        sums,
-                        scale: part.scale,
-                        points: chunk,
-                    });
+                if let Some(batch_slots) = batch_slots.as_mut() {
+                    for &(atom, slot) in &part.atoms {
+                        batch_slots.insert(work.atoms[atom as usize].code, slot);
+                    }
                 }
+                views.push(Some(PartView {
+                    work,
+                    slot_of,
+                    sums: SumsPtr(sums.as_mut_ptr()),
+                    scale: part.scale,
+                }));
             }
             (Work::Cutout(work), Progress::Cutout { values }) => {
-                let values = ValuesPtr(values.as_mut_ptr());
-                points += part.atoms.len() * 64;
-                for chunk in part.atoms.chunks(8) {
-                    tasks.push(Task::Cutout {
-                        work,
-                        values,
-                        atoms: chunk,
-                    });
-                }
+                views.push(None);
+                cutouts.push((work, ValuesPtr(values.as_mut_ptr()), &part.atoms[..]));
             }
             _ => unreachable!("a query's progress matches its work"),
         }
     }
-    let run = |task: &Task<'_>| -> u64 {
-        match *task {
-            Task::Points {
+    // The runs of all the queries grouped by home, or by cube of atoms: the points in no
+    // group go back to their queries, each to be gathered on its own.
+    let threads = rayon::current_num_threads();
+    let runs: Vec<Run> = runs.into_iter().flatten().collect();
+    let geometry = views.iter().flatten().next().map(|v| {
+        let work = v.work;
+        (
+            work.geometry.atom,
+            work.geometry.ncomp,
+            work.axes.map(|axis| axis.n),
+        )
+    });
+    let homes = HomeGroups::new(runs, |width, level| {
+        let (atom, ncomp, n) = geometry?;
+        min_points(atom, ncomp, n, width, level)
+    });
+    let mut points = homes.grouped();
+    let home_tasks = homes.tasks(TASK_POINTS.max(points.div_ceil(8 * threads)));
+    // Each query's points in no group: its whole list where none is in one (no copy).
+    let in_groups = homes.grouped_by_part(views.len());
+    let mut leftover: Vec<Vec<u32>> = vec![Vec::new(); views.len()];
+    for (_, part, range) in &homes.leftover {
+        if in_groups[*part as usize] > 0 {
+            leftover[*part as usize].extend_from_slice(&candidates[*part as usize][range.clone()]);
+        }
+    }
+    let mut tasks: Vec<Task<'_>> = home_tasks
+        .iter()
+        .map(|pieces| Task::Homes { pieces })
+        .collect();
+    for (part, list) in candidates.iter().enumerate() {
+        let list = if in_groups[part] > 0 {
+            &leftover[part]
+        } else {
+            list
+        };
+        points += list.len();
+        // Large tasks for long lists, so fewer tasks start their gathers cold.
+        let task = TASK_POINTS.max(list.len().div_ceil(8 * threads));
+        for chunk in list.chunks(task) {
+            tasks.push(Task::Points {
+                part,
+                points: chunk,
+            });
+        }
+    }
+    for &(work, values, atoms) in &cutouts {
+        points += atoms.len() * 64;
+        for chunk in atoms.chunks(8) {
+            tasks.push(Task::Cutout {
                 work,
-                slot_of,
-                sums,
-                scale,
-                points,
-            } => add_points(work, slot_of, data, sums, scale, points),
+                values,
+                atoms: chunk,
+            });
+        }
+    }
+    let view = |part: usize| views[part].as_ref().expect("a point query's part");
+    let run = |task: &Task<'_>| -> Served {
+        match *task {
+            Task::Points { part, points } => Served::added(gather_each(view(part), data, points)),
+            Task::Homes { pieces } => {
+                let mut blocks = Vec::new();
+                pieces
+                    .iter()
+                    .map(|piece| {
+                        let home = Home {
+                            piece,
+                            lists: &candidates,
+                            views: &views,
+                            batch_slots: batch_slots.as_ref(),
+                        };
+                        home.add(data, &mut blocks)
+                    })
+                    .sum()
+            }
             Task::Cutout {
                 work,
                 values,
@@ -297,7 +462,7 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
                     unsafe { work.copy(atom as usize, &data[slot as usize], values.0) };
                     copied += work.nodes_in(atom as usize) as u64;
                 }
-                copied
+                Served::added(copied)
             }
         }
     };
@@ -306,6 +471,8 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
     } else {
         tasks.par_iter().map(run).sum()
     };
+    drop(tasks);
+    drop(views);
     // Unmark the slots for the next batch.
     for part in parts.iter_mut() {
         if let Progress::Points { slot_of, .. } = &mut *part.progress {
@@ -317,38 +484,62 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> u64 {
     added
 }
 
-/// Fewest points of one home atom that are summed from one block of all their stencils
-/// ([`HomeBlock`]) rather than each from its own gathered stencil: the block copies up to
-/// 15³ nodes (lag8), a stencil 8³. Measured (`warm_profile`, lag8, 1 thread, AMD EPYC
-/// Zen 3 AVX2, load ≈ 1.8): at 7 points an atom, 16 was 5 % faster than 8 and 20 % faster
-/// than 4; at 24 an atom all three were 40 % faster than gathering each stencil.
-const GROUP_POINTS: usize = 16;
-
-/// Adds, for each of `points`, the parts of its stencil in the batch's atoms: for a run of
-/// points with the same home atom, out of one block of all their stencils; else the whole
-/// stencil at once, gathered into a block, where the batch holds all of it; else atom by
-/// atom.
-fn add_points(
-    work: &PointWork,
-    slot_of: &[u32],
-    data: &[AtomData],
+/// What the tasks of a batch need of one point query.
+struct PartView<'a> {
+    work: &'a PointWork,
+    /// Per atom of the query, its slot in the batch, or [`NONE`].
+    slot_of: &'a [u32],
     sums: SumsPtr,
+    /// Weight of the time level.
     scale: f64,
-    points: &[u32],
-) -> u64 {
-    let (a, nc) = (work.geometry.atom, work.geometry.ncomp);
+}
+
+/// Whether a query's stencils fit a home block: rows the kernel takes whole, and no
+/// stencil reaching past the atoms next to its home.
+fn groupable(work: &PointWork) -> bool {
     let width = work.kernel.width();
-    let weights_of = |p: u32, w: &mut [AxisWeights; 3]| {
-        let s = &work.positions[p as usize];
+    Gathered::supports(width, work.geometry.ncomp) && width <= work.geometry.atom + 1
+}
+
+impl PartView<'_> {
+    /// Point `p`'s weights.
+    #[inline]
+    fn weights(&self, p: u32, w: &mut [AxisWeights; 3]) {
+        let s = &self.work.positions[p as usize];
         for k in 0..3 {
-            work.kernel.weights(s[k], &work.axes[k], &mut w[k]);
+            self.work
+                .kernel
+                .weights(s[k], &self.work.axes[k], &mut w[k]);
         }
-    };
-    // The part of the stencil in each of the batch's atoms, one contribution each.
-    let by_atom = |p: u32, w: &[AxisWeights; 3], row: &mut [f64]| -> u64 {
+    }
+
+    /// Whether the batch serves every atom of point `p`'s stencil to this query.
+    #[inline]
+    fn all_at_hand(&self, p: u32) -> bool {
+        let atoms = self.work.point_atoms.row(p as usize);
+        atoms
+            .iter()
+            .all(|&atom| self.slot_of[atom as usize] != NONE)
+    }
+
+    /// Point `p`'s sums.
+    ///
+    /// # Safety
+    /// Only the task that serves the point may touch them (each point is in one task).
+    #[inline]
+    unsafe fn row<'s>(&self, p: u32) -> &'s mut [f64] {
+        // SAFETY: the caller's promise; the sums outlive the batch.
+        unsafe { self.sums.row(p, self.work.out_len()) }
+    }
+
+    /// Adds the part of point `p`'s stencil in each of the batch's atoms, one contribution
+    /// per atom.
+    fn by_atom(&self, p: u32, w: &[AxisWeights; 3], data: &[AtomData], row: &mut [f64]) -> u64 {
+        let work = self.work;
+        let (a, nc, width) = (work.geometry.atom, work.geometry.ncomp, work.kernel.width());
         let mut added = 0;
         for &atom in work.point_atoms.row(p as usize) {
-            let slot = slot_of[atom as usize];
+            let slot = self.slot_of[atom as usize];
             if slot == NONE {
                 continue;
             }
@@ -356,125 +547,160 @@ fn add_points(
             let runs =
                 [0, 1, 2].map(|k| Runs::new(w[k].wrapped, width, work.axes[k].n, start[k], a));
             let block = Block::dense(&data[slot as usize][..], [a, a]);
-            accumulate_any(nc, block, &runs, w, &work.terms, scale, row);
+            accumulate_any(nc, block, &runs, w, &work.terms, self.scale, row);
             added += 1;
         }
         added
-    };
-    let home_of = |p: u32| home_atom(&work.positions[p as usize], a);
-    let mut gathered = Gathered::new(width, nc);
-    // Where a stencil can reach past the atoms next to its home, points are not grouped.
-    // The block's space is made on first use: sparse points never need it.
-    let groupable = gathered.is_some() && width <= a + 1;
-    let mut home_block: Option<HomeBlock> = None;
-    let mut added = 0;
-    let mut i = 0;
-    while i < points.len() {
-        let home = home_of(points[i]);
-        let mut j = i + 1;
-        while j < points.len() && home_of(points[j]) == home {
-            j += 1;
-        }
-        let group = &points[i..j];
-        i = j;
-        if groupable && group.len() >= GROUP_POINTS {
-            let block = home_block.get_or_insert_with(|| HomeBlock::new(width, a, nc));
-            let summed = add_home(
-                work,
-                slot_of,
-                data,
-                block,
-                home,
-                group,
-                &weights_of,
-                &by_atom,
-                sums,
-                scale,
-            );
-            if let Some(summed) = summed {
-                added += summed;
-                continue;
-            }
-        }
-        added += gather_each(
-            work,
-            slot_of,
-            data,
-            &mut gathered,
-            group,
-            &weights_of,
-            &by_atom,
-            sums,
-            scale,
-        );
     }
-    added
 }
 
-/// [`add_points`] for a group of points with home atom `home`, out of one block of all
-/// their stencils; `None` (nothing added) where the block would not fit.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn add_home(
-    work: &PointWork,
-    slot_of: &[u32],
-    data: &[AtomData],
-    block: &mut HomeBlock,
-    home: [u32; 3],
-    group: &[u32],
-    weights_of: &impl Fn(u32, &mut [AxisWeights; 3]),
-    by_atom: &impl Fn(u32, &[AxisWeights; 3], &mut [f64]) -> u64,
-    sums: SumsPtr,
-    scale: f64,
-) -> Option<u64> {
-    let (a, nc) = (work.geometry.atom, work.geometry.ncomp);
-    let n = work.axes.map(|axis| axis.n);
-    let (mut lo, mut hi) = ([i64::MAX; 3], [i64::MIN; 3]);
-    for &p in group {
-        let s = &work.positions[p as usize];
-        for k in 0..3 {
-            let base = work.kernel.base(s[k], &work.axes[k]);
-            lo[k] = lo[k].min(base);
-            hi[k] = hi[k].max(base);
+/// Some points of one home, of one query or several, and what summing them needs.
+struct Home<'h, 'v> {
+    piece: &'h Piece,
+    /// Each part's points, as the piece's runs number them.
+    lists: &'h [Vec<u32>],
+    views: &'h [Option<PartView<'v>>],
+    /// The batch slot of each of the batch's atoms, by Morton code, where the batch
+    /// serves several queries.
+    batch_slots: Option<&'h FxHashMap<u64, u32>>,
+}
+
+impl Home<'_, '_> {
+    fn view(&self, part: u32) -> &PartView<'_> {
+        self.views[part as usize]
+            .as_ref()
+            .expect("a point query's part")
+    }
+
+    /// `(part, point)` of each point of the piece.
+    fn members(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.piece.runs.iter().flat_map(|(part, range)| {
+            self.lists[*part as usize][range.clone()]
+                .iter()
+                .map(move |&p| (*part, p))
+        })
+    }
+
+    /// Sums the points out of one block of all their stencils (`blocks`: the task's, one per
+    /// stencil width); each point whose atoms the batch does not all serve to its query,
+    /// atom by atom. Where the box would not fit (a grid smaller than it), each query's
+    /// points are gathered one by one.
+    fn add(&self, data: &[AtomData], blocks: &mut Vec<HomeBlock>) -> Served {
+        let key = self.piece.key;
+        // Every point's query is on the batch's field: one geometry and grid.
+        let first = self.view(self.piece.runs[0].0).work;
+        let (a, nc, width) = (
+            first.geometry.atom,
+            first.geometry.ncomp,
+            key.width as usize,
+        );
+        let n = first.axes.map(|axis| axis.n);
+        let (mut lo, mut hi) = ([i64::MAX; 3], [i64::MIN; 3]);
+        for (part, p) in self.members() {
+            let work = self.view(part).work;
+            let s = &work.positions[p as usize];
+            for k in 0..3 {
+                let base = work.kernel.base(s[k], &work.axes[k]);
+                lo[k] = lo[k].min(base);
+                hi[k] = hi[k].max(base);
+            }
         }
+        let side = a << key.level;
+        let block = match blocks.iter().position(|b| b.shape() == (width, side)) {
+            Some(i) => &mut blocks[i],
+            None => {
+                blocks.push(HomeBlock::new(width, side, nc));
+                blocks.last_mut().expect("just pushed")
+            }
+        };
+        if !block.fits(lo, hi, n) {
+            let gathered = self.piece.runs.iter().map(|(part, range)| {
+                let points = &self.lists[*part as usize][range.clone()];
+                gather_each(self.view(*part), data, points)
+            });
+            return Served::added(gathered.sum());
+        }
+        // The atoms that may fill the block: any of the batch's, or only its owner's (the
+        // batch's only query's, if it has one).
+        let slot_of_code = |code: u64| -> Option<u32> {
+            let slot = match (key.owner, self.batch_slots) {
+                (0, Some(batch_slots)) => batch_slots.get(&code).copied(),
+                (owner, _) => {
+                    let owner = self.view(owner.checked_sub(1).unwrap_or(self.piece.runs[0].0));
+                    owner
+                        .work
+                        .atoms
+                        .binary_search_by_key(&code, |atom| atom.code)
+                        .ok()
+                        .map(|i| owner.slot_of[i])
+                }
+            };
+            slot.filter(|&s| s != NONE && !data[s as usize].is_empty())
+        };
+        let (neighbours, all_present) = atoms_of_box(first, lo, hi, width, data, slot_of_code);
+        let periodic = first.axes.map(|axis| axis.periodic);
+        block.fill(lo, hi, a, n, periodic, &neighbours, all_present);
+        let mut served = Served::default();
+        let mut w = [AxisWeights::default(); 3];
+        for (part, p) in self.members() {
+            let v = self.view(part);
+            v.weights(p, &mut w);
+            // SAFETY: each point is in one task of the batch.
+            let row = unsafe { v.row(p) };
+            if v.all_at_hand(p) {
+                let runs = block.runs(w.map(|axis| axis.base));
+                accumulate_any(nc, block.block(), &runs, &w, &v.work.terms, v.scale, row);
+                served.contributions += v.work.point_atoms.row(p as usize).len() as u64;
+                served.from_home_blocks += 1;
+            } else {
+                served.contributions += v.by_atom(p, &w, data, row);
+            }
+        }
+        // The runs are in part order: more than one query if the ends differ.
+        let runs = &self.piece.runs;
+        if runs.first().map(|r| r.0) != runs.last().map(|r| r.0) {
+            served.across_queries = served.from_home_blocks;
+        }
+        served
     }
-    if !block.fits(lo, hi, n) {
-        return None;
-    }
-    // The atoms around the home that the batch holds (a tiny grid meets one twice).
+}
+
+/// The atoms that hold the box of stencils `width` wide whose first nodes lie in
+/// `lo ..= hi`, as far as `slot_of_code` gives their slots, and whether it gave all of
+/// them (on a tiny periodic grid the box meets an atom twice: it is listed once).
+fn atoms_of_box<'d>(
+    work: &PointWork,
+    lo: [i64; 3],
+    hi: [i64; 3],
+    width: usize,
+    data: &'d [AtomData],
+    slot_of_code: impl Fn(u64) -> Option<u32>,
+) -> (Vec<Neighbour<'d>>, bool) {
+    let a = work.geometry.atom as i64;
     let per_axis = work.geometry.atoms_per_axis();
-    let mut neighbours: Vec<Neighbour<'_>> = Vec::with_capacity(27);
+    let along: [Vec<u32>; 3] = std::array::from_fn(|k| {
+        let m = per_axis[k] as i64;
+        let mut coords: Vec<u32> = (lo[k].div_euclid(a)..=(hi[k] + width as i64 - 1).div_euclid(a))
+            .filter_map(|c| {
+                if work.axes[k].periodic {
+                    Some(c.rem_euclid(m) as u32)
+                } else {
+                    (0..m).contains(&c).then_some(c as u32)
+                }
+            })
+            .collect();
+        coords.sort_unstable();
+        coords.dedup();
+        coords
+    });
+    let mut found = Vec::with_capacity(along.iter().map(Vec::len).product());
     let mut all_present = true;
-    for dz in -1i64..=1 {
-        for dy in -1i64..=1 {
-            for dx in -1i64..=1 {
-                let mut coords = [0u32; 3];
-                let mut inside = true;
-                for (k, d) in [dx, dy, dz].into_iter().enumerate() {
-                    let c = home[k] as i64 + d;
-                    let m = per_axis[k] as i64;
-                    coords[k] = if work.axes[k].periodic {
-                        c.rem_euclid(m) as u32
-                    } else if (0..m).contains(&c) {
-                        c as u32
-                    } else {
-                        inside = false;
-                        0
-                    };
-                }
-                if !inside || neighbours.iter().any(|nb| nb.coords == coords) {
-                    continue;
-                }
-                let code = morton::encode(coords[0], coords[1], coords[2]);
-                let slot = work
-                    .atoms
-                    .binary_search_by_key(&code, |atom| atom.code)
-                    .ok()
-                    .map(|i| slot_of[i])
-                    .filter(|&slot| slot != NONE);
-                match slot {
-                    Some(slot) => neighbours.push(Neighbour {
-                        coords,
+    for &z in &along[2] {
+        for &y in &along[1] {
+            for &x in &along[0] {
+                match slot_of_code(morton::encode(x, y, z)) {
+                    Some(slot) => found.push(Neighbour {
+                        coords: [x, y, z],
                         values: &data[slot as usize],
                     }),
                     None => all_present = false,
@@ -482,48 +708,21 @@ fn add_home(
             }
         }
     }
-    let periodic = work.axes.map(|axis| axis.periodic);
-    block.fill(lo, hi, a, n, periodic, &neighbours, all_present);
-    let mut added = 0;
-    let mut w = [AxisWeights::default(); 3];
-    for &p in group {
-        weights_of(p, &mut w);
-        let atoms = work.point_atoms.row(p as usize);
-        // SAFETY: each point is in one task of the batch and the sums outlive it.
-        let row = unsafe { sums.row(p, work.out_len()) };
-        if atoms.iter().all(|&atom| slot_of[atom as usize] != NONE) {
-            let runs = block.runs(w.map(|axis| axis.base));
-            accumulate_any(nc, block.block(), &runs, &w, &work.terms, scale, row);
-            added += atoms.len() as u64;
-        } else {
-            added += by_atom(p, &w, row);
-        }
-    }
-    Some(added)
+    (found, all_present)
 }
 
-/// [`add_points`] point by point: each point's whole stencil gathered into a block where
-/// the batch holds all of it (the rows of the next points prefetched meanwhile), else atom
-/// by atom.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn gather_each(
-    work: &PointWork,
-    slot_of: &[u32],
-    data: &[AtomData],
-    gathered: &mut Option<Gathered>,
-    points: &[u32],
-    weights_of: &impl Fn(u32, &mut [AxisWeights; 3]),
-    by_atom: &impl Fn(u32, &[AxisWeights; 3], &mut [f64]) -> u64,
-    sums: SumsPtr,
-    scale: f64,
-) -> u64 {
+/// Adds each of `points`' stencils on its own: gathered whole into a block where the batch
+/// holds at least [`GATHER_PIECES`] of its atoms (the rows of the next points prefetched
+/// meanwhile), else atom by atom.
+fn gather_each(view: &PartView<'_>, data: &[AtomData], points: &[u32]) -> u64 {
+    let work = view.work;
     let (a, nc) = (work.geometry.atom, work.geometry.ncomp);
     let width = work.kernel.width();
     let n = work.axes.map(|axis| axis.n);
+    let mut gathered = Gathered::new(width, nc);
     let atoms_of = |p: u32| {
         work.point_atoms.row(p as usize).iter().map(|&atom| {
-            let slot = slot_of[atom as usize];
+            let slot = view.slot_of[atom as usize];
             (
                 work.atoms[atom as usize].coords,
                 (slot != NONE).then_some(slot),
@@ -534,7 +733,7 @@ fn gather_each(
     let mut ring = [Stencil::default(); AHEAD + 1];
     let gathering = gathered.is_some();
     let plan = |p: u32, stencil: &mut Stencil| {
-        weights_of(p, &mut stencil.w);
+        view.weights(p, &mut stencil.w);
         if gathering {
             stencil.place(width, n, a, atoms_of(p));
             stencil.prefetch(a, nc, data);
@@ -550,8 +749,8 @@ fn gather_each(
         }
         let stencil = &ring[i % (AHEAD + 1)];
         let w = &stencil.w;
-        // SAFETY: each point is in one task of the batch and the sums outlive it.
-        let row = unsafe { sums.row(p, work.out_len()) };
+        // SAFETY: each point is in one task of the batch.
+        let row = unsafe { view.row(p) };
         // A stencil split between batches is gathered too where two or more of its atoms are
         // at hand: its pieces summed one by one each pay the kernel's fixed cost.
         if let Some(g) = gathered
@@ -559,11 +758,11 @@ fn gather_each(
             .filter(|_| stencil.present() >= GATHER_PIECES)
         {
             let (block, runs) = g.gather(stencil, a, data);
-            accumulate_any(nc, block, runs, w, &work.terms, scale, row);
+            accumulate_any(nc, block, runs, w, &work.terms, view.scale, row);
             added += stencil.present() as u64;
             continue;
         }
-        added += by_atom(p, w, row);
+        added += view.by_atom(p, w, data, row);
     }
     added
 }
@@ -752,7 +951,8 @@ mod tests {
                 let (expected, work, data) =
                     streaming_case(&source, &points, method, operator, axes);
                 let mut progress = Progress::new(&work);
-                let added = execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data);
+                let added =
+                    execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data).contributions;
                 let case = format!("{grid:?} {ncomp} {method:?} {operator:?}");
                 assert_streaming_answer(&work, &progress, added, &expected, &case);
             }
@@ -790,7 +990,7 @@ mod tests {
                     scale: 1.0,
                     atoms,
                 }];
-                added += execute(&mut parts, &data);
+                added += execute(&mut parts, &data).contributions;
                 size += 1;
             }
             assert_streaming_answer(&work, &progress, added, &expected, &format!("{method:?}"));
@@ -830,7 +1030,7 @@ mod tests {
                             scale: 1.0,
                             atoms: batch.iter().map(|&i| (i, i)).collect(),
                         }];
-                        added += execute(&mut parts, &data);
+                        added += execute(&mut parts, &data).contributions;
                     }
                     let case = format!("{grid:?} {method:?} {operator:?} batches of {split}");
                     assert_streaming_answer(&work, &progress, added, &expected, &case);
@@ -888,6 +1088,152 @@ mod tests {
                 (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
                 "{got} vs {want}"
             );
+        }
+    }
+
+    /// `count` pseudo-random points in the box of `extent` nodes from node `low` on each
+    /// axis.
+    fn points_near(
+        axes: &[Axis; 3],
+        count: usize,
+        seed: u64,
+        low: f64,
+        extent: f64,
+    ) -> Vec<[f64; 3]> {
+        let mut state = seed;
+        (0..count)
+            .map(|_| {
+                [0, 1, 2].map(|k| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                    axes[k].origin + (low + u * extent) * axes[k].spacing
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queries_sharing_homes_in_one_batch_give_their_own_answers() {
+        // Three queries crowding into one region (each too sparse per atom for a block of
+        // its own, dense together), one with another stencil width and operator, one
+        // spread over the grid (a few points an atom: blocks of cubes of atoms), and one
+        // restricted to some partitions: in one batch whose slots all of them share.
+        let grid = [64, 64, 48];
+        let geometry = FieldGeometry::new(grid, 3, 8, 32).unwrap();
+        let axes = grid.map(|n| Axis {
+            n,
+            origin: 0.0,
+            spacing: 0.5,
+            periodic: true,
+        });
+        let source = Analytic(geometry.clone());
+        let lag8 = (Method::Lagrange(8), Operator::Field);
+        let queries = [
+            (points_near(&axes, 12, 1, 20.0, 6.0), lag8, None),
+            (points_near(&axes, 10, 2, 20.0, 6.0), lag8, None),
+            (points_near(&axes, 9, 3, 21.0, 4.0), lag8, None),
+            (
+                points_near(&axes, 30, 4, 18.0, 10.0),
+                (Method::Lagrange(6), Operator::Gradient),
+                None,
+            ),
+            (points_in(&axes, 2500, 5), lag8, None),
+            (
+                points_near(&axes, 40, 6, 20.0, 30.0),
+                lag8,
+                Some(vec![[0, 0, 0], [1, 0, 1]]),
+            ),
+        ];
+        let works: Vec<Work> = queries
+            .iter()
+            .map(|(points, (method, operator), partitions)| {
+                let work = PointWork::new(
+                    points,
+                    *method,
+                    *operator,
+                    axes,
+                    geometry.clone(),
+                    partitions.as_deref(),
+                );
+                Work::Points(Arc::new(work.unwrap()))
+            })
+            .collect();
+        // One slot per atom any query needs, in storage order.
+        let mut codes: Vec<u64> = works
+            .iter()
+            .flat_map(|w| (0..w.atoms()).map(|i| w.code(i)))
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        let data: Vec<AtomData> = codes
+            .iter()
+            .map(|&code| {
+                let (x, y, z) = morton::decode(code);
+                padded(source.atom([x, y, z]))
+            })
+            .collect();
+        let slot = |code: u64| codes.binary_search(&code).unwrap() as u32;
+        // Each query's answer served alone, whole (the partial one's only this way).
+        let alone: Vec<Vec<f64>> = works
+            .iter()
+            .map(|work| {
+                let own: Vec<AtomData> = (0..work.atoms())
+                    .map(|i| Arc::clone(&data[slot(work.code(i)) as usize]))
+                    .collect();
+                let mut progress = Progress::new(work);
+                execute(&mut [Part::whole(work, &mut progress, 1.0)], &own);
+                let Progress::Points { sums, .. } = progress else {
+                    unreachable!()
+                };
+                sums
+            })
+            .collect();
+        for batch_atoms in [codes.len(), 37] {
+            let mut progress: Vec<Progress> = works.iter().map(Progress::new).collect();
+            let mut served = Served::default();
+            for batch in codes.chunks(batch_atoms) {
+                let mut parts: Vec<Part<'_>> = works
+                    .iter()
+                    .zip(progress.iter_mut())
+                    .map(|(work, progress)| Part {
+                        work,
+                        progress,
+                        scale: 1.0,
+                        atoms: (0..work.atoms() as u32)
+                            .filter(|&i| batch.binary_search(&work.code(i as usize)).is_ok())
+                            .map(|i| (i, slot(work.code(i as usize))))
+                            .collect(),
+                    })
+                    .collect();
+                served = served + execute(&mut parts, &data);
+            }
+            for (q, (work, progress)) in works.iter().zip(&progress).enumerate() {
+                let case = format!("query {q}, batches of {batch_atoms} atoms");
+                let Progress::Points { sums, .. } = progress else {
+                    unreachable!()
+                };
+                for (got, want) in sums.iter().zip(&alone[q]) {
+                    assert!(
+                        (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                        "{case}: {got} vs {want}"
+                    );
+                }
+                if queries[q].2.is_none() {
+                    let (points, (method, operator), _) = &queries[q];
+                    let (expected, _, _) =
+                        streaming_case(&source, points, *method, *operator, axes);
+                    let added = work.contributions();
+                    assert_streaming_answer(work, progress, added, &expected, &case);
+                }
+            }
+            let total: u64 = works.iter().map(Work::contributions).sum();
+            assert_eq!(served.contributions, total, "every point–atom pair once");
+            if batch_atoms == codes.len() {
+                assert!(served.across_queries >= 31, "{served:?}");
+                assert!(served.from_home_blocks >= 1500, "{served:?}");
+            }
         }
     }
 }

@@ -66,7 +66,7 @@ impl PinnedAtoms {
     pub(crate) fn serve(&self, work: &Work, progress: &mut Progress, levels: &[TimeLevel]) -> u64 {
         let mut added = 0;
         for (data, level) in self.levels.iter().zip(levels) {
-            added += execute(&mut [Part::whole(work, progress, level.weight)], data);
+            added += execute(&mut [Part::whole(work, progress, level.weight)], data).contributions;
         }
         added
     }

@@ -185,11 +185,17 @@ pub(crate) struct Gathered {
 }
 
 impl Gathered {
+    /// Whether stencils `width` nodes wide of `ncomp` components have rows the kernel
+    /// takes whole (at most [`MAX_ROW`] values).
+    pub(crate) fn supports(width: usize, ncomp: usize) -> bool {
+        width > 0 && width * ncomp <= MAX_ROW && width <= MAX_WIDTH
+    }
+
     /// Space for stencils `width` nodes wide of `ncomp` components; `None` where a row is
     /// longer than the kernel's fixed-size rows (more than [`MAX_ROW`] values), so the
     /// caller sums atom by atom.
     pub(crate) fn new(width: usize, ncomp: usize) -> Option<Self> {
-        if width == 0 || width * ncomp > MAX_ROW || width > MAX_WIDTH {
+        if !Self::supports(width, ncomp) {
             return None;
         }
         Some(Self {

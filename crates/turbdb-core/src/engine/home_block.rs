@@ -33,20 +33,29 @@ pub(crate) struct HomeBlock {
     /// Nodes along each axis.
     dims: [usize; 3],
     width: usize,
+    /// Side of the home cube the space is made for.
+    home: usize,
     ncomp: usize,
 }
 
 impl HomeBlock {
-    /// Space for the boxes of stencils `width` nodes wide in atoms of side `atom`.
-    pub(crate) fn new(width: usize, atom: usize, ncomp: usize) -> Self {
-        let side = atom + width - 1;
+    /// Space for the boxes of stencils `width` nodes wide of points in a cube of `home`
+    /// nodes a side (an atom, or a cube of atoms).
+    pub(crate) fn new(width: usize, home: usize, ncomp: usize) -> Self {
+        let side = home + width - 1;
         Self {
             values: vec![0.0; side * side * side * ncomp + PADDING],
             origin: [0; 3],
             dims: [0; 3],
             width,
+            home,
             ncomp,
         }
+    }
+
+    /// The stencil width and the side of the home cube the space is made for.
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        (self.width, self.home)
     }
 
     /// Whether a box for stencils whose first nodes lie in `lo ..= hi` fits this space

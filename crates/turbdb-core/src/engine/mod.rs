@@ -33,6 +33,7 @@ pub(crate) mod counting_sort;
 pub mod direct;
 pub(crate) mod gather;
 pub(crate) mod home_block;
+pub(crate) mod home_groups;
 pub mod io_pool;
 pub mod jobs;
 pub mod metric;

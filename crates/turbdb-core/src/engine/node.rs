@@ -1262,8 +1262,11 @@ impl Core {
             }
         };
         let seconds = started.elapsed().as_secs_f64();
-        self.cost.observe_compute(added, seconds * 1e3);
-        self.stats.contributions += added;
+        self.cost
+            .observe_compute(added.contributions, seconds * 1e3);
+        self.stats.contributions += added.contributions;
+        self.stats.block_points += added.from_home_blocks;
+        self.stats.block_points_shared += added.across_queries;
         self.stats.batches += 1;
         self.stats.busy_seconds += seconds;
         self.stats

@@ -113,6 +113,8 @@ pub struct PointWork {
     pub geometry: FieldGeometry,
     /// The points in grid units, in the engine's order (by the atom they lie in).
     pub positions: Vec<[f64; 3]>,
+    /// The Morton code of each point's home atom, in the engine's order (ascending).
+    pub homes: Vec<u64>,
     /// The caller's number of each point, in the engine's order.
     pub order: Vec<u32>,
     /// The atoms the query needs, in storage order; their index is the sub-query's number.
@@ -121,6 +123,9 @@ pub struct PointWork {
     pub atom_points: Rows,
     /// Per point, the atoms its stencil reaches into.
     pub point_atoms: Rows,
+    /// Whether atoms were left out (a query restricted to some partitions): its stencils
+    /// may reach atoms it must not add.
+    pub partial: bool,
 }
 
 /// Points per chunk of the parallel parts of the cut.
@@ -179,6 +184,7 @@ impl PointWork {
         }
         let by_home = by_home(&placed, alone);
         let positions: Vec<[f64; 3]> = by_home.iter().map(|&i| placed[i as usize].0).collect();
+        let homes: Vec<u64> = by_home.iter().map(|&i| placed[i as usize].1).collect();
         drop(placed);
 
         // The atoms of every point's stencil, numbered per chunk, then joined.
@@ -243,10 +249,12 @@ impl PointWork {
             axes,
             geometry,
             positions,
+            homes,
             order: by_home,
             atoms,
             atom_points,
             point_atoms,
+            partial: partitions.is_some(),
         })
     }
 

@@ -110,6 +110,10 @@ pub struct EngineStats {
     pub batch_sizes: Histogram,
     /// Partial sums added (point–atom pairs) and cutout nodes copied.
     pub contributions: u64,
+    /// Points of batches summed out of one block of all the stencils of their home atom.
+    pub block_points: u64,
+    /// Of those, points whose block also served another query's points.
+    pub block_points_shared: u64,
     /// The current age bias.
     pub alpha: f64,
     /// Measured milliseconds per atom read.
@@ -175,6 +179,8 @@ impl EngineStats {
             batches: 0,
             batch_sizes: Histogram::new(&BATCH_BOUNDS),
             contributions: 0,
+            block_points: 0,
+            block_points_shared: 0,
             alpha: 0.0,
             t_b_ms: 0.0,
             t_m_ms: 0.0,
