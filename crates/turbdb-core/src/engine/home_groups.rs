@@ -119,7 +119,8 @@ impl HomeGroups {
                     .extend(same.iter().map(|r| (key, r.1, r.2.clone())));
                 self.runs[start..].sort_by_key(|r| (r.1, r.2.start));
                 self.groups.push((start..self.runs.len(), points));
-            } else if level > 0 {
+            } else if level > 0 && min_points(key.width, 0).is_some_and(|min| points >= min) {
+                // Smaller cubes need fewer points, but never fewer than one atom does.
                 self.split(same, level - 1, min_points);
             } else {
                 self.leftover.extend_from_slice(same);
