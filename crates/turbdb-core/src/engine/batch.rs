@@ -860,6 +860,19 @@ mod tests {
 
     /// `count` pseudo-random points inside `axes` (a fixed seed).
     fn points_in(axes: &[Axis; 3], count: usize, seed: u64) -> Vec<[f64; 3]> {
+        let extent = axes.map(|axis| (axis.n - 1) as f64);
+        points_near(axes, count, seed, [0.0; 3], extent)
+    }
+
+    /// `count` pseudo-random points in the box of `extent` nodes from node `low` on each
+    /// axis (a fixed seed).
+    fn points_near(
+        axes: &[Axis; 3],
+        count: usize,
+        seed: u64,
+        low: [f64; 3],
+        extent: [f64; 3],
+    ) -> Vec<[f64; 3]> {
         let mut state = seed;
         (0..count)
             .map(|_| {
@@ -868,7 +881,7 @@ mod tests {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-                    axes[k].origin + u * (axes[k].n - 1) as f64 * axes[k].spacing
+                    axes[k].origin + (low[k] + u * extent[k]) * axes[k].spacing
                 })
             })
             .collect()
@@ -1091,29 +1104,6 @@ mod tests {
         }
     }
 
-    /// `count` pseudo-random points in the box of `extent` nodes from node `low` on each
-    /// axis.
-    fn points_near(
-        axes: &[Axis; 3],
-        count: usize,
-        seed: u64,
-        low: f64,
-        extent: f64,
-    ) -> Vec<[f64; 3]> {
-        let mut state = seed;
-        (0..count)
-            .map(|_| {
-                [0, 1, 2].map(|k| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-                    axes[k].origin + (low + u * extent) * axes[k].spacing
-                })
-            })
-            .collect()
-    }
-
     #[test]
     fn queries_sharing_homes_in_one_batch_give_their_own_answers() {
         // Three queries crowding into one region (each too sparse per atom for a block of
@@ -1122,26 +1112,24 @@ mod tests {
         // restricted to some partitions: in one batch whose slots all of them share.
         let grid = [64, 64, 48];
         let geometry = FieldGeometry::new(grid, 3, 8, 32).unwrap();
-        let axes = grid.map(|n| Axis {
-            n,
-            origin: 0.0,
-            spacing: 0.5,
-            periodic: true,
-        });
+        let axes = grid.map(|n| Axis::unit(n, true));
         let source = Analytic(geometry.clone());
         let lag8 = (Method::Lagrange(8), Operator::Field);
+        let near = |count, seed, low: f64, extent: f64| {
+            points_near(&axes, count, seed, [low; 3], [extent; 3])
+        };
         let queries = [
-            (points_near(&axes, 12, 1, 20.0, 6.0), lag8, None),
-            (points_near(&axes, 10, 2, 20.0, 6.0), lag8, None),
-            (points_near(&axes, 9, 3, 21.0, 4.0), lag8, None),
+            (near(12, 1, 20.0, 6.0), lag8, None),
+            (near(10, 2, 20.0, 6.0), lag8, None),
+            (near(9, 3, 21.0, 4.0), lag8, None),
             (
-                points_near(&axes, 30, 4, 18.0, 10.0),
+                near(30, 4, 18.0, 10.0),
                 (Method::Lagrange(6), Operator::Gradient),
                 None,
             ),
             (points_in(&axes, 2500, 5), lag8, None),
             (
-                points_near(&axes, 40, 6, 20.0, 30.0),
+                near(40, 6, 20.0, 30.0),
                 lag8,
                 Some(vec![[0, 0, 0], [1, 0, 1]]),
             ),
