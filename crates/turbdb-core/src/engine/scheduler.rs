@@ -34,11 +34,14 @@ use crate::error::{Error, Result};
 /// Largest query (points) that the small-query lane protects: the "small".
 pub const SMALL_POINTS: usize = 1000;
 /// Small queries served in a row while metric batches wait, before one metric batch.
-/// Two, not more: each lane batch reads a small query's atoms alone, so a long burst
-/// gives up most of the sharing (bench/workload.py, lru, 3 alternating pairs: 16 →
-/// median 1.33× `noshare`, 2 → 1.49–1.55×, none → 1.97×), while with no lane at all small
-/// queries waited longer than under `noshare` at 64 and 256 clients (p99 571 vs 229 ms).
-pub const LANE_BURST: usize = 2;
+/// Four, not many more: a long burst gives up the metric batches' sharing
+/// (bench/workload.py, lru, 3 alternating pairs: 16 → median 1.33× `noshare`, 2 →
+/// 1.49–1.55×, none → 1.97×), while with no lane at all small queries waited longer than
+/// under `noshare` at 64 and 256 clients (p99 571 vs 229 ms). Four rather than two since
+/// a lane batch's queries share home blocks (three alternating pairs, 2-core Intel Xeon,
+/// AVX2, load 1.7–2.0: saturating 850–901 vs 886–902 q/s; 64 clients 603–616 vs 559–590
+/// q/s, small p99 136–156 vs 160–181 ms).
+pub const LANE_BURST: usize = 4;
 /// JAWS's batch size in regions: the paper's k = 15 (its atoms are our regions).
 pub const JAWS_REGIONS: usize = 15;
 /// A region is an aligned cube of `2^REGION_BITS` atoms a side (its atoms' Morton codes
