@@ -97,7 +97,7 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
            "idle_seconds": stats["idle_seconds"],
            # Points summed out of one block of their home atom's stencils, and of those the
            # ones whose block also served another query's points (the batch's sharing of work).
-           "block_points": stats.get("block_points", 0), "block_points_shared": stats.get("block_points_shared", 0),
+           "block_points": stats["block_points"], "block_points_shared": stats["block_points_shared"],
            # The whole process (clients, engine, readers, kernel threads): near the core count,
            # the run is bound by CPU, and reads saved help only by the CPU they cost.
            "cpu_seconds": cpu_seconds, "cores_busy": cpu_seconds / max(report.seconds, 1e-9)}

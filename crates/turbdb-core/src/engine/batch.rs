@@ -187,6 +187,9 @@ const SERIAL_POINTS: usize = 512;
 /// Below this many atoms (of all its queries together) a batch is set up on the calling
 /// thread.
 const PARALLEL_ATOMS: usize = 256;
+/// A part whose batch serves at least one in this many of its points lists them by
+/// scanning its marks (already in order) rather than sorting the ones it found.
+const SCAN_MARKS: usize = 16;
 
 /// Fewest points of one home atom, of all the batch's queries together, that are summed
 /// from one block of all their stencils ([`HomeBlock`]) rather than each from its own
@@ -273,74 +276,14 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
             atoms: &'a [(u32, u32)],
         },
     }
-    // Set up each part (in parallel: a query of many points has many to list): mark its
-    // atoms' slots, list the points they serve, once each, in the engine's order (by
-    // home), and cut the list into runs of one home where its stencils fit a home block.
+    // Set up each part (in parallel: a query of many points has many to list).
     let total_atoms: usize = parts.iter().map(|p| p.atoms.len()).sum();
-    let prepare = |(i, part): (usize, &mut Part<'_>)| -> (Vec<u32>, Vec<Run>) {
-        let (
-            Work::Points(work),
-            Progress::Points {
-                slot_of,
-                visited,
-                epoch,
-                ..
-            },
-        ) = (part.work, &mut *part.progress)
-        else {
-            return Default::default();
-        };
-        *epoch = epoch.wrapping_add(1);
-        if *epoch == 0 {
-            visited.fill(0);
-            *epoch = 1;
-        }
-        let every_atom = part.atoms.len() == work.atoms.len();
-        let mut list = Vec::new();
-        for &(atom, slot) in &part.atoms {
-            slot_of[atom as usize] = slot;
-            if every_atom {
-                continue;
-            }
-            for &p in work.atom_points.row(atom as usize) {
-                if visited[p as usize] != *epoch {
-                    visited[p as usize] = *epoch;
-                    list.push(p);
-                }
-            }
-        }
-        // All the points, or those found: picked out of the marks where they are many,
-        // sorted where they are few.
-        if every_atom {
-            list.extend(0..work.positions.len() as u32);
-        } else if list.len() * 16 >= work.positions.len() {
-            list.clear();
-            let marked = visited.iter().enumerate().filter(|(_, &v)| v == *epoch);
-            list.extend(marked.map(|(p, _)| p as u32));
-        } else {
-            list.sort_unstable();
-        }
-        if !groupable(work) {
-            return (list, Vec::new());
-        }
-        let key = HomeKey {
-            width: work.kernel.width() as u32,
-            owner: if work.partial { i as u32 + 1 } else { 0 },
-            level: 0,
-            code: 0,
-        };
-        let runs = HomeGroups::runs_of(i as u32, &list, |p| HomeKey {
-            code: work.homes[p as usize],
-            ..key
-        });
-        (list, runs)
-    };
     // One query alone is set up on the calling thread (handing it to the pool and waiting
     // costs more than it saves; a query served from the cache runs in its caller's thread).
     let prepared: Vec<(Vec<u32>, Vec<Run>)> = if parts.len() < 2 || total_atoms < PARALLEL_ATOMS {
-        parts.iter_mut().enumerate().map(prepare).collect()
+        parts.iter_mut().enumerate().map(prepare_part).collect()
     } else {
-        parts.par_iter_mut().enumerate().map(prepare).collect()
+        parts.par_iter_mut().enumerate().map(prepare_part).collect()
     };
     let (candidates, runs): (Vec<Vec<u32>>, Vec<Vec<Run>>) = prepared.into_iter().unzip();
     // What the tasks need of each point query, and, where several share the batch, the
@@ -482,6 +425,68 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
         }
     }
     added
+}
+
+/// Sets up part `i` of a batch: marks its atoms' slots, lists the points they serve, once
+/// each, in the engine's order (by home), and cuts the list into runs of one home where
+/// its stencils fit a home block.
+fn prepare_part((i, part): (usize, &mut Part<'_>)) -> (Vec<u32>, Vec<Run>) {
+    let (
+        Work::Points(work),
+        Progress::Points {
+            slot_of,
+            visited,
+            epoch,
+            ..
+        },
+    ) = (part.work, &mut *part.progress)
+    else {
+        return Default::default();
+    };
+    *epoch = epoch.wrapping_add(1);
+    if *epoch == 0 {
+        visited.fill(0);
+        *epoch = 1;
+    }
+    let every_atom = part.atoms.len() == work.atoms.len();
+    let mut list = Vec::new();
+    for &(atom, slot) in &part.atoms {
+        slot_of[atom as usize] = slot;
+        if every_atom {
+            continue;
+        }
+        for &p in work.atom_points.row(atom as usize) {
+            if visited[p as usize] != *epoch {
+                visited[p as usize] = *epoch;
+                list.push(p);
+            }
+        }
+    }
+    // All the points, or those found: picked out of the marks where they are many,
+    // sorted where they are few.
+    if every_atom {
+        list.extend(0..work.positions.len() as u32);
+    } else if list.len() * SCAN_MARKS >= work.positions.len() {
+        list.clear();
+        let marked = visited.iter().enumerate().filter(|(_, &v)| v == *epoch);
+        list.extend(marked.map(|(p, _)| p as u32));
+    } else {
+        list.sort_unstable();
+    }
+    if !groupable(work) {
+        return (list, Vec::new());
+    }
+    let key = HomeKey {
+        width: work.kernel.width() as u32,
+        owner: if work.partial { i as u32 + 1 } else { 0 },
+        level: 0,
+        code: 0,
+    };
+    let runs = HomeGroups::runs_of(i as u32, &list, |p| HomeKey {
+        code: work.homes[p as usize],
+        ..key
+    });
+    (list, runs)
 }
 
 /// What the tasks of a batch need of one point query.

@@ -38,9 +38,12 @@ pub const SMALL_POINTS: usize = 1000;
 /// (bench/workload.py, lru, 3 alternating pairs: 16 → median 1.33× `noshare`, 2 →
 /// 1.49–1.55×, none → 1.97×), while with no lane at all small queries waited longer than
 /// under `noshare` at 64 and 256 clients (p99 571 vs 229 ms). Four rather than two since
-/// a lane batch's queries share home blocks (three alternating pairs, 2-core Intel Xeon,
-/// AVX2, load 1.7–2.0: saturating 850–901 vs 886–902 q/s; 64 clients 603–616 vs 559–590
-/// q/s, small p99 136–156 vs 160–181 ms).
+/// a lane batch's queries share home blocks: two runs of three alternating pairs (2-core
+/// Intel Xeon, AVX2, default threads) gave a lower small-query p99 with 64 clients in all
+/// six (136–156 vs 160–181 ms, then 155–210 vs 185–214 at load 1.7–3.9, the replay's own
+/// threads included), throughput at 64 clients 603–616 vs 559–590 q/s, then 455–568 vs
+/// 477–541; at saturation the same, then 719–761 vs 732–801 q/s, and the medium p99 a few
+/// per cent higher.
 pub const LANE_BURST: usize = 4;
 /// JAWS's batch size in regions: the paper's k = 15 (its atoms are our regions).
 pub const JAWS_REGIONS: usize = 15;

@@ -279,10 +279,10 @@ impl PointWork {
     }
 }
 
-/// The atom that grid position `s` lies in (its home): the cut orders points by it, and a
-/// batch groups points that share it.
+/// The atom that grid position `s` lies in (its home): the cut orders points by it and
+/// keeps its code ([`PointWork::homes`]), by which a batch groups points.
 #[inline]
-pub(crate) fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
+fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
     s.map(|v| v.max(0.0) as u32 / atom as u32)
 }
 
