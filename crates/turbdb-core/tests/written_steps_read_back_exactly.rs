@@ -1,5 +1,6 @@
-//! A time step written by the writer reads back exactly through the reader, atoms sit in
-//! Morton order in every shard, and corruption is reported by verify.
+//! A time step written by the writer reads back exactly through the reader (into a buffer
+//! or in place from the mapped shard), atoms sit in Morton order in every shard, and
+//! corruption is reported by verify and by the reads.
 
 use std::fs;
 
@@ -160,4 +161,107 @@ fn a_missing_step_is_reported_as_not_stored() {
     let g = FieldGeometry::new([8, 8, 8], 1, 4, 8).unwrap();
     let err = reader(dir.path(), &g).index(5, [0, 0, 0]).unwrap_err();
     assert!(matches!(err, turbdb_core::Error::Missing(_)), "{err}");
+}
+
+/// Atoms handed by `atoms_in_place`: (slot, values).
+type Handed = Vec<(usize, Vec<f32>)>;
+
+/// The atoms `atoms_in_place` hands over, or `None` where it reads nothing in place.
+fn in_place(
+    r: &FieldReader,
+    t: usize,
+    requests: &[AtomRequest],
+) -> turbdb_core::Result<Option<Handed>> {
+    let mut got = Vec::new();
+    let done = r.atoms_in_place(t, [0, 0, 0], requests, &mut |slot, bytes| {
+        let values = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()));
+        got.push((slot, values.collect()));
+    })?;
+    Ok(done.then_some(got))
+}
+
+#[test]
+fn atoms_read_in_place_from_the_mapped_shard_equal_atoms_read_into_a_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nx, ny, nz, nc) = (30, 32, 27, 3);
+    let g = FieldGeometry::new([nx, ny, nz], nc, 4, 32).unwrap();
+    write_step(dir.path(), &g, 1, &field(nx, ny, nz, nc), false).unwrap();
+    let r = reader(dir.path(), &g);
+    // Every other atom, so that the shard's atoms are not all adjacent; some past the grid.
+    let requests: Vec<AtomRequest> = g
+        .local_atom_order()
+        .into_iter()
+        .step_by(2)
+        .enumerate()
+        .map(|(slot, local)| AtomRequest { local, slot })
+        .collect();
+    let mut buffer = vec![0f32; requests.len() * g.atom_values()];
+    r.read_atoms(1, [0, 0, 0], &requests, &mut buffer).unwrap();
+    let got = in_place(&r, 1, &requests)
+        .unwrap()
+        .expect("an uncompressed shard is mapped");
+    assert_eq!(got.len(), requests.len());
+    for (slot, values) in got {
+        let expected = &buffer[slot * g.atom_values()..(slot + 1) * g.atom_values()];
+        let same = values
+            .iter()
+            .zip(expected)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "atom in slot {slot} differs");
+    }
+}
+
+#[test]
+fn an_atom_corrupted_on_disk_is_refused_in_place_naming_its_shard_and_its_neighbours_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = FieldGeometry::new([16, 16, 16], 3, 4, 16).unwrap();
+    write_step(dir.path(), &g, 0, &field(16, 16, 16, 3), false).unwrap();
+    let r = reader(dir.path(), &g);
+    let first = g.local_atom_order()[0];
+    let second = g.local_atom_order()[1];
+    let (offset, _) = r
+        .index(0, [0, 0, 0])
+        .unwrap()
+        .range(g.index_slot(first))
+        .unwrap();
+    // The reader has mapped the shard (its index was read): flip a value of its first atom
+    // in the file, in place, as a failing disk would.
+    let path = dir.path().join(g.shard_key(0, [0, 0, 0]));
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[offset as usize + 100] ^= 0x10;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
+    let error = in_place(
+        &r,
+        0,
+        &[AtomRequest {
+            local: first,
+            slot: 0,
+        }],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, turbdb_core::Error::Corrupt { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("checksum"), "{error}");
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+    let neighbour = in_place(
+        &r,
+        0,
+        &[AtomRequest {
+            local: second,
+            slot: 0,
+        }],
+    )
+    .unwrap();
+    assert_eq!(neighbour.expect("mapped").len(), 1);
 }

@@ -22,7 +22,7 @@ use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
-use crate::storage::reader::{AtomRequest, AtomSource};
+use crate::storage::reader::{le_f32_into, AtomRequest, AtomSource};
 
 /// One stored time step of a query and its weight in the temporal interpolation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -358,6 +358,26 @@ fn run_cell(
     }
     for (k, level) in level_order.into_iter().enumerate() {
         for (requests, atoms) in requests.chunks(group).zip(atoms.chunks(group)) {
+            // At one stored time, straight from the mapped shard into the block.
+            let place = |slot: usize| AtomPlace {
+                side: a,
+                nc,
+                origin: atoms[slot].map(|v| v * a),
+                dims,
+                plane,
+            };
+            if single
+                && shuffle.is_none()
+                && source.atoms_in_place(level.t, cell.shard, requests, &mut |slot, atom| {
+                    place(slot).copy_stored_rows(atom, block32)
+                })?
+            {
+                stats.read_calls.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .atoms_read
+                    .fetch_add(requests.len() as u64, Ordering::Relaxed);
+                continue;
+            }
             if shuffle.is_some() {
                 for request in requests {
                     source.read_atoms(
@@ -554,18 +574,36 @@ struct AtomPlace {
 }
 
 impl AtomPlace {
+    /// The atom's rows clipped to the block: (first value in the atom, first value in the
+    /// block, values in the row).
+    #[inline(always)]
+    fn rows(&self) -> impl Iterator<Item = (usize, usize, usize)> {
+        let (a, nc, origin, dims, plane) = (self.side, self.nc, self.origin, self.dims, self.plane);
+        let nx = a.min(dims[0] - origin[0]) * nc;
+        let ys = a.min(dims[1] - origin[1]);
+        (0..a.min(dims[2] - origin[2])).flat_map(move |z| {
+            (0..ys).map(move |y| {
+                let dst = ((origin[2] + z) * plane + (origin[1] + y) * dims[0] + origin[0]) * nc;
+                ((z * a + y) * a * nc, dst, nx)
+            })
+        })
+    }
+
     /// Puts the atom's rows (clipped to the block) into `block` with `put(destination row,
     /// stored row)`.
     #[inline(always)]
     fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut [T], &[f32])) {
-        let (a, nc, origin, dims, plane) = (self.side, self.nc, self.origin, self.dims, self.plane);
-        let nx = a.min(dims[0] - origin[0]) * nc;
-        for z in 0..a.min(dims[2] - origin[2]) {
-            for y in 0..a.min(dims[1] - origin[1]) {
-                let src = &atom[(z * a + y) * a * nc..][..nx];
-                let dst = ((origin[2] + z) * plane + (origin[1] + y) * dims[0] + origin[0]) * nc;
-                put(&mut block[dst..dst + nx], src);
-            }
+        for (src, dst, n) in self.rows() {
+            put(&mut block[dst..dst + n], &atom[src..src + n]);
+        }
+    }
+
+    /// Copies the atom's rows (clipped to the block) from its stored bytes (little-endian
+    /// float32 at any alignment, as read in place) into `block`.
+    #[inline(always)]
+    fn copy_stored_rows(&self, atom: &[u8], block: &mut [f32]) {
+        for (src, dst, n) in self.rows() {
+            le_f32_into(&atom[4 * src..4 * (src + n)], &mut block[dst..dst + n]);
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Reads atoms of one field: shard indexes (and the headers binding shards to their place)
 //! are read once and cached, the atoms a caller asks for are read in storage order and
-//! adjacent ones merged into a single read.
+//! adjacent ones merged into a single read — or, uncompressed, taken in place from the
+//! shard file mapped into memory when it was opened.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -37,6 +39,49 @@ pub struct OpenedShard {
     pub index: Arc<ShardIndex>,
     /// The binding header; `None` for a shard written before headers existed.
     pub header: Option<ShardHeader>,
+    /// The file mapped into memory, where its atoms can be read in place
+    /// ([`FieldReader::atoms_in_place`]); `None` for compressed atoms, past
+    /// [`MAX_MAPPED_SHARDS`], or where mapping failed.
+    map: Option<MappedFile>,
+}
+
+/// Shard files mapped at once in this process, at most: the kernel allows a process about
+/// 65 000 mappings in all (`vm.max_map_count`), and the allocator and libraries need theirs.
+/// Past it, shards are read with `preadv`.
+pub const MAX_MAPPED_SHARDS: usize = 16_384;
+
+/// Shard files mapped now.
+static MAPPED_SHARDS: AtomicUsize = AtomicUsize::new(0);
+
+/// A shard file mapped read-only, counted against [`MAX_MAPPED_SHARDS`].
+#[derive(Debug)]
+struct MappedFile(memmap2::Mmap);
+
+impl MappedFile {
+    fn map(file: &File) -> Option<Self> {
+        if MAPPED_SHARDS.fetch_add(1, Ordering::Relaxed) >= MAX_MAPPED_SHARDS {
+            MAPPED_SHARDS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: turbdb never changes a shard file in place: it writes a new file beside
+        // it and renames it over (`writer.rs`), which leaves this mapping on the old file,
+        // as the reader's cached index is (both are dropped by `clear_cache`). Only another
+        // program truncating the file in place while an atom is copied out of it could
+        // fault the process (SIGBUS).
+        match unsafe { memmap2::Mmap::map(file) } {
+            Ok(map) => Some(Self(map)),
+            Err(_) => {
+                MAPPED_SHARDS.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        MAPPED_SHARDS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// An atom to read: its local position in the shard and where its values go.
@@ -119,6 +164,7 @@ impl FieldReader {
         let opened = Arc::new(OpenedShard {
             index: Arc::new(index),
             header,
+            map: (!self.codec.zstd).then(|| MappedFile::map(&file)).flatten(),
         });
         self.shards
             .lock()
@@ -233,6 +279,61 @@ impl FieldReader {
             start = end;
         }
         Ok(())
+    }
+
+    /// Hands `put` each requested atom of shard `shard` at time `t` (its slot, and its
+    /// values as stored: little-endian float32 bytes, not aligned), read in place from the
+    /// mapped shard file and checked as [`Self::read_atoms`] checks them: no read into a
+    /// buffer (the kernel's copy out of the page cache was half of a warm query's read time). Returns `false`, having handed nothing, where the
+    /// shard's atoms cannot be read in place (compressed, not mapped, not of the stored
+    /// size); the caller then reads them with [`Self::read_atoms`].
+    pub fn atoms_in_place(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        put: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool> {
+        let opened = self.shard(t, shard)?;
+        let Some(map) = &opened.map else {
+            return Ok(false);
+        };
+        let n = self.geometry.atom_values();
+        let trailer = if self.codec.crc32c { 4 } else { 0 };
+        let mut places = Vec::with_capacity(atoms.len());
+        for request in atoms {
+            let slot = self.geometry.index_slot(request.local);
+            let range = opened.index.range(slot);
+            if let Some((offset, nbytes)) = range {
+                let fits = offset
+                    .checked_add(nbytes)
+                    .is_some_and(|end| end <= map.0.len() as u64);
+                if nbytes != (n * 4 + trailer) as u64 || !fits {
+                    return Ok(false);
+                }
+            }
+            places.push((request.slot, slot, range));
+        }
+        let path = self.shard_path(t, shard);
+        let mut missing = Vec::new();
+        for (slot, index_slot, range) in places {
+            let Some((offset, nbytes)) = range else {
+                if missing.is_empty() {
+                    missing = f32::NAN.to_le_bytes().repeat(n);
+                }
+                put(slot, &missing);
+                continue;
+            };
+            let bytes = &map.0[offset as usize..(offset + nbytes) as usize];
+            self.check_atom_place(&opened, index_slot, bytes, &path)?;
+            let body = &bytes[..n * 4];
+            if self.codec.crc32c {
+                let crc = u32::from_le_bytes(bytes[n * 4..].try_into().expect("4 bytes"));
+                check_checksum(body, crc, &path)?;
+            }
+            put(slot, body);
+        }
+        Ok(true)
     }
 
     /// Reads a run of adjacent uncompressed atoms `(offset, nbytes, destination slot, index
@@ -405,6 +506,13 @@ impl FieldReader {
 }
 
 /// Writes the little-endian float32 values `bytes` into `out`, all of it.
+pub(crate) fn le_f32_into(bytes: &[u8], out: &mut [f32]) {
+    // SAFETY: `copy_le_f32` writes only initialised values, so `out` stays initialised.
+    let out = unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    copy_le_f32(bytes, out);
+}
+
+/// Writes the little-endian float32 values `bytes` into `out`, all of it.
 fn copy_le_f32(bytes: &[u8], out: &mut [MaybeUninit<f32>]) {
     assert_eq!(bytes.len(), out.len() * 4, "one value per 4 bytes");
     // Stored little-endian: on a little-endian CPU the bytes are the values, and one copy
@@ -431,6 +539,18 @@ pub trait AtomSource: Sync {
         atoms: &[AtomRequest],
         out: &mut [f32],
     ) -> Result<()>;
+
+    /// Hands `put` the requested atoms (slot, values) read in place, where the source can
+    /// do so without a copy; returns `false`, having handed nothing, where it cannot.
+    fn atoms_in_place(
+        &self,
+        _t: usize,
+        _shard: ShardPos,
+        _atoms: &[AtomRequest],
+        _put: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl AtomSource for FieldReader {
@@ -442,6 +562,16 @@ impl AtomSource for FieldReader {
         out: &mut [f32],
     ) -> Result<()> {
         FieldReader::read_atoms(self, t, shard, atoms, out)
+    }
+
+    fn atoms_in_place(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        atoms: &[AtomRequest],
+        put: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool> {
+        FieldReader::atoms_in_place(self, t, shard, atoms, put)
     }
 }
 
