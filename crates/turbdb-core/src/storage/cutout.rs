@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::storage::axis::Axis;
 use crate::storage::morton;
-use crate::storage::reader::{AtomRequest, AtomSource};
+use crate::storage::reader::{le_f32_into, AtomRequest, AtomSource};
 
 /// Checks one axis's half-open range `[start, stop)` (unwrapped) and stride.
 fn check_range(axis: &Axis, start: i64, stop: i64, stride: usize, name: char) -> Result<()> {
@@ -116,7 +116,8 @@ pub fn axis_nodes(
 }
 
 /// Reads the cutout of nodes `nodes[axis]` at time index `t` into `out`
-/// (C order `(z, y, x, c)`). Atoms are read once each, grouped by shard.
+/// (C order `(z, y, x, c)`). Atoms are read once each, grouped by shard: in place from
+/// the mapped shard file where the source can, else through a buffer.
 pub fn read_cutout(
     source: &dyn AtomSource,
     t: usize,
@@ -136,6 +137,21 @@ pub fn read_cutout(
         map
     };
     let (ax, ay, az) = (by_atom(0), by_atom(1), by_atom(2));
+    // Along x, runs of nodes next to each other both in the atom and in the output (stride
+    // 1): (first output position, first atom offset, nodes), each copied at once.
+    let x_runs: BTreeMap<usize, Vec<(usize, usize, usize)>> = ax
+        .iter()
+        .map(|(&a, nodes)| {
+            let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+            for &(o, l) in nodes {
+                match runs.last_mut() {
+                    Some((o0, l0, n)) if *o0 + *n == o && *l0 + *n == l => *n += 1,
+                    _ => runs.push((o, l, 1)),
+                }
+            }
+            (a, runs)
+        })
+        .collect();
     // Every needed atom, grouped by shard, in Morton (storage) order.
     let mut shards: BTreeMap<u64, Vec<[usize; 3]>> = BTreeMap::new();
     for &z in az.keys() {
@@ -161,18 +177,36 @@ pub fn read_cutout(
                 slot,
             })
             .collect();
+        // Each x run of an atom: its first value in the atom and in `out`, and its values.
+        let runs = |a: &[usize; 3]| {
+            let (xs, ys, zs) = (&x_runs[&a[0]], &ay[&a[1]], &az[&a[2]]);
+            zs.iter().flat_map(move |&(oz, lz)| {
+                ys.iter().flat_map(move |&(oy, ly)| {
+                    xs.iter().map(move |&(ox, lx, n)| {
+                        (
+                            ((lz * atom + ly) * atom + lx) * ncomp,
+                            ((oz * ny + oy) * nx + ox) * ncomp,
+                            n * ncomp,
+                        )
+                    })
+                })
+            })
+        };
+        // Straight from the mapped shard where the source can, else through a buffer.
+        let in_place = source.atoms_in_place(t, shard, &requests, &mut |slot, bytes| {
+            for (src, dst, n) in runs(&atoms[slot]) {
+                le_f32_into(&bytes[4 * src..4 * (src + n)], &mut out[dst..dst + n]);
+            }
+        })?;
+        if in_place {
+            continue;
+        }
         let mut buffer = vec![0f32; atoms.len() * values];
         source.read_atoms(t, shard, &requests, &mut buffer)?;
         for (slot, a) in atoms.iter().enumerate() {
             let data = &buffer[slot * values..][..values];
-            for &(oz, lz) in &az[&a[2]] {
-                for &(oy, ly) in &ay[&a[1]] {
-                    for &(ox, lx) in &ax[&a[0]] {
-                        let src = ((lz * atom + ly) * atom + lx) * ncomp;
-                        let dst = ((oz * ny + oy) * nx + ox) * ncomp;
-                        out[dst..dst + ncomp].copy_from_slice(&data[src..src + ncomp]);
-                    }
-                }
+            for (src, dst, n) in runs(a) {
+                out[dst..dst + n].copy_from_slice(&data[src..src + n]);
             }
         }
     }
