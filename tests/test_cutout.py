@@ -219,3 +219,19 @@ def test_the_cutout_command_says_what_times_it_needs(fields, tmp_path):
                      "--out", str(tmp_path / "one.npy")])
     assert one.exit_code == 0 and "t = 1" in one.output
     assert np.load(tmp_path / "one.npy").shape == (1, NY, NX, 1)
+
+
+def test_a_cutout_read_into_a_callers_array_equals_the_returned_one_and_a_wrong_array_is_refused(fields):
+    db, _ = fields
+    ds = db["walls"]
+    store, axes = ds.field_store("velocity"), turbdb.arguments.axes_of(ds.metadata)
+    ranges = ((-3, 13), (2, 11), (1, 9))  # wraps in x; y has walls
+    expected = store.cutout(2, axes, ranges, 1)
+    into = np.full((2,) + expected.shape, np.nan, dtype=np.float32)
+    store.cutout_into(2, axes, ranges, 1, into[1])
+    assert np.array_equal(into[1], expected) and np.isnan(into[0]).all()
+    with pytest.raises(turbdb.InvalidRequestError, match=r"shape .* needs"):
+        store.cutout_into(2, axes, ranges, 1, np.empty(expected.shape[:3] + (2,), dtype=np.float32))
+    strided = np.empty(expected.shape[:2] + (2 * expected.shape[2], 3), dtype=np.float32)[:, :, ::2]
+    with pytest.raises(turbdb.TurbdbError, match="contiguous"):
+        store.cutout_into(2, axes, ranges, 1, strided)

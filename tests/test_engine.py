@@ -66,24 +66,32 @@ def test_threads_querying_through_one_engine_get_the_lone_answers(database, sche
 
 def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(database):
     work = asks(16, seed=2)
-    read = {}
-    for scheduler in ("noshare", "jaws"):
-        ds = turbdb.open(database, scheduler=scheduler, cache_bytes=0, io="direct")["box"]
-        # Every thread asks at once: started one by one, a thread could find the engine idle
-        # (its predecessors served) on a loaded machine, with nothing to share.
-        ready = threading.Barrier(len(work))
+    runs = []
+    # jaws usually reads 220–390 atoms here against noshare's 1 012; once in a full suite
+    # on a busy machine it read 512 (threads that reach the engine late find it has read
+    # alone for those that came first), so a run may be repeated, twice at most.
+    for attempt in range(3):
+        read = {}
+        for scheduler in ("noshare", "jaws"):
+            ds = turbdb.open(database, scheduler=scheduler, cache_bytes=0, io="direct")["box"]
+            # Every thread asks at once: started one by one, a thread could find the engine
+            # idle (its predecessors served) on a loaded machine, with nothing to share.
+            ready = threading.Barrier(len(work))
 
-        def ask_when_all_ready(ask):
-            ready.wait()
-            ds.query("velocity", **ask)
+            def ask_when_all_ready(ask):
+                ready.wait()
+                ds.query("velocity", **ask)
 
-        threads = [threading.Thread(target=ask_when_all_ready, args=(ask,)) for ask in work]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        read[scheduler] = ds.engine.stats()["atoms_read"]
-    assert 2 * read["jaws"] <= read["noshare"], read
+            threads = [threading.Thread(target=ask_when_all_ready, args=(ask,)) for ask in work]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            read[scheduler] = ds.engine.stats()["atoms_read"]
+        runs.append(read)
+        if 2 * read["jaws"] <= read["noshare"]:
+            break
+    assert 2 * read["jaws"] <= read["noshare"], runs
 
 
 def test_small_queries_in_one_region_are_summed_from_shared_blocks_with_the_lone_answers(database):

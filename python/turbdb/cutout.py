@@ -53,7 +53,7 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     data = np.empty((len(t_indices),) + shape, dtype=np.float32)
     for k, t_index in enumerate(t_indices):
         for (z0, z1), (k0, k1) in z_slabs(ranges, strides, width, info.fields[field].ncomp):
-            data[k, k0:k1] = read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width)
+            read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width, out=data[k, k0:k1])
     return cutout_array(dataset.name, info, field, data if np.ndim(time) else data[0], ranges, strides,
                         t_indices if np.ndim(time) else t_indices[0], width)
 
@@ -65,27 +65,33 @@ def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> Non
     read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
 
 
-def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, stride: int) -> np.ndarray:
+def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, stride: int,
+               out: np.ndarray | None = None) -> np.ndarray:
     """Blocking: the stored values on the nodes ``ranges`` with one ``stride``, float32
-    ``(nz, ny, nx, ncomp)``: through the database's node engine when it has one (the atoms
-    come from, and stay in, the cache every query shares), else read alone. Through the
-    engine a large box goes in z-slabs of at most :data:`ENGINE_CUTOUT_NODES` nodes, so
+    ``(nz, ny, nx, ncomp)`` — into ``out`` if given (C-contiguous, that shape), which is
+    returned: through the database's node engine when it has one (the atoms come from, and
+    stay in, the cache every query shares), else read alone, straight into ``out``. Through
+    the engine a large box goes in z-slabs of at most :data:`ENGINE_CUTOUT_NODES` nodes, so
     that one cutout never fills the engine's queue."""
     info = dataset.metadata
     store = dataset.field_store(field)
     axes = axes_of(info)
     engine = dataset.engine
     if engine is None:
-        return store.cutout(t_index, axes, ranges, stride)
+        if out is None:
+            return store.cutout(t_index, axes, ranges, stride)
+        store.cutout_into(t_index, axes, ranges, stride, out)
+        return out
     (x0, x1), (y0, y1), (z0, z1) = ranges
     nz, ny, nx = output_shape(ranges, (stride,) * 3)
     planes = max(1, ENGINE_CUTOUT_NODES // max(nx * ny, 1))
-    if nz <= planes:
+    if nz <= planes and out is None:
         return engine.cutout(store, t_index, axes, ranges, stride)
     ncomp = info.fields[field].ncomp
     check_result_bytes(nz * ny * nx * ncomp * 4, f"a cutout of {nx} x {ny} x {nz} nodes",
                        "ask for a smaller box, a larger stride, or split the box into several cutouts")
-    out = np.empty((nz, ny, nx, ncomp), dtype=np.float32)
+    if out is None:
+        out = np.empty((nz, ny, nx, ncomp), dtype=np.float32)
     for k0 in range(0, nz, planes):
         k1 = min(nz, k0 + planes)
         slab = ((x0, x1), (y0, y1), (z0 + k0 * stride, z0 + (k1 - 1) * stride + 1))
@@ -94,16 +100,27 @@ def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strid
 
 
 def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides: Strides,
-             filter_width: int = 1) -> np.ndarray:
+             filter_width: int = 1, out: np.ndarray | None = None) -> np.ndarray:
     """Blocking: the (filtered, strided) values on the nodes ``ranges`` (x, y, z; half-open,
-    unwrapped) at time index ``t_index``, float32 ``(nz, ny, nx, ncomp)``. The caller has
-    checked the box (:func:`check_box`): the filter clips its reads to the domain."""
+    unwrapped) at time index ``t_index``, float32 ``(nz, ny, nx, ncomp)`` — into ``out`` if
+    given (C-contiguous, that shape), which is returned. The caller has checked the box
+    (:func:`check_box`): the filter clips its reads to the domain."""
     info = dataset.metadata
+    if filter_width == 1 and len(set(strides)) == 1:
+        return read_nodes(dataset, field, t_index, ranges, strides[0], out)
+    values = _read_box(dataset, info, field, t_index, ranges, strides, filter_width)
+    if out is None:
+        return values
+    out[...] = values
+    return out
+
+
+def _read_box(dataset: Dataset, info: DatasetInfo, field: str, t_index: int, ranges: Ranges, strides: Strides,
+              filter_width: int) -> np.ndarray:
+    """:func:`read_box` of a filtered box or one with different strides per axis."""
     if filter_width == 1:
         step = math.gcd(*strides)
         data = read_nodes(dataset, field, t_index, ranges, step)
-        if strides == (step, step, step):
-            return data
         sx, sy, sz = (s // step for s in strides)
         return np.ascontiguousarray(data[::sz, ::sy, ::sx])
     windows = [_windows(a, b, s, filter_width, n, periodic)

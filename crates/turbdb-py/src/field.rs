@@ -263,24 +263,79 @@ impl FieldStore {
         ranges: [(i64, i64); 3],
         stride: usize,
     ) -> Result<Bound<'py, PyArrayDyn<f32>>> {
-        let axes = axes_from(axes);
-        let nc = self.geometry.ncomp;
-        let shape = cutout_shape(&axes, ranges, stride, nc, max_result_bytes())?;
-        let mut nodes: [Vec<usize>; 3] = Default::default();
-        for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
-            nodes[i] = axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name)?;
-        }
+        let (shape, nodes) = self.cutout_nodes(axes, ranges, stride)?;
         let mut out = vec![0f32; shape.iter().product()];
-        let (atom, per_shard) = (self.geometry.atom, self.geometry.atoms_per_side());
-        without_gil(py, || {
-            read_cutout(&*self.reader, t, &nodes, atom, per_shard, nc, &mut out)
-        })?;
+        self.read_nodes(py, t, &nodes, &mut out)?;
         let array = numpy::ndarray::ArrayD::from_shape_vec(shape.to_vec(), out)?;
         Ok(array.into_pyarray(py))
+    }
+
+    /// [`Self::cutout`] into `out`, a C-contiguous float32 array of the cutout's shape
+    /// (a slab of a larger answer, say): the values land where the caller wants them,
+    /// without a second array to allocate and copy.
+    fn cutout_into(
+        &self,
+        py: Python<'_>,
+        t: usize,
+        axes: [AxisTuple; 3],
+        ranges: [(i64, i64); 3],
+        stride: usize,
+        out: &Bound<'_, PyArrayDyn<f32>>,
+    ) -> Result<()> {
+        let (shape, nodes) = self.cutout_nodes(axes, ranges, stride)?;
+        if out.shape() != shape.as_slice() {
+            return Err(invalid(format!(
+                "the output array has shape {:?}; this cutout needs {shape:?}",
+                out.shape()
+            )));
+        }
+        let mut out = out.try_readwrite().map_err(|e| invalid(e.to_string()))?;
+        let out = out.as_slice_mut()?;
+        self.read_nodes(py, t, &nodes, out)
     }
 }
 
 impl FieldStore {
+    /// A cutout's shape (checked against the result size limit) and its nodes per axis.
+    fn cutout_nodes(
+        &self,
+        axes: [AxisTuple; 3],
+        ranges: [(i64, i64); 3],
+        stride: usize,
+    ) -> Result<([usize; 4], [Vec<usize>; 3])> {
+        let axes = axes_from(axes);
+        let shape = cutout_shape(
+            &axes,
+            ranges,
+            stride,
+            self.geometry.ncomp,
+            max_result_bytes(),
+        )?;
+        let mut nodes: [Vec<usize>; 3] = Default::default();
+        for (i, name) in ['x', 'y', 'z'].into_iter().enumerate() {
+            nodes[i] = axis_nodes(&axes[i], ranges[i].0, ranges[i].1, stride, name)?;
+        }
+        Ok((shape, nodes))
+    }
+
+    /// Reads the stored values on `nodes` at time index `t` into `out`, the GIL released.
+    fn read_nodes(
+        &self,
+        py: Python<'_>,
+        t: usize,
+        nodes: &[Vec<usize>; 3],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (atom, per_shard, nc) = (
+            self.geometry.atom,
+            self.geometry.atoms_per_side(),
+            self.geometry.ncomp,
+        );
+        without_gil(py, || {
+            read_cutout(&*self.reader, t, nodes, atom, per_shard, nc, out)
+        })
+    }
+
     /// Refuses a query whose float64 answer (`points × ncomp × slots`) would exceed the
     /// result size limit.
     fn check_answer_size(&self, points: usize, slots: usize) -> Result<()> {

@@ -266,12 +266,22 @@ class DistributedField:
     def cutout(self, t_index: int, axes: Any, ranges: Any, stride: int) -> np.ndarray:
         """Reads a box of nodes at time index ``t_index``, each partition's piece on a
         worker holding it: float32 ``(nz, ny, nx, ncomp)``."""
+        return self._cutout(t_index, ranges, stride, None)
+
+    def cutout_into(self, t_index: int, axes: Any, ranges: Any, stride: int, out: np.ndarray) -> None:
+        """:meth:`cutout` into ``out``, an array of the box's shape (as the field store's)."""
+        self._cutout(t_index, ranges, stride, out)
+
+    def _cutout(self, t_index: int, ranges: Any, stride: int, out: np.ndarray | None) -> np.ndarray:
         db, info = self._db, self.dataset.metadata
         catalogue = db.catalogue
         pmap = catalogue.partition_map(info)
         boxes = split_cutout(info, pmap, ranges, stride)
         shape = tuple(max(b.out[a][1] for b in boxes) for a in (2, 1, 0)) + (info.fields[self.field].ncomp,)
-        out = np.empty(shape, dtype=np.float32)
+        if out is None:
+            out = np.empty(shape, dtype=np.float32)
+        elif out.shape != shape:
+            raise InvalidRequestError(f"the output array has shape {out.shape}; this cutout needs {shape}")
         virtual = pmap.virtual_of(int(t_index), np.array([b.shard for b in boxes]))
         units = [Unit(tuple(catalogue.holders[v]), [(int(t_index), pmap.position(b.shard))], box=b,
                       cost=int(np.prod([hi - lo for lo, hi in b.out])))
