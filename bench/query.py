@@ -153,14 +153,20 @@ def one(payload: str) -> None:
     info = ds.info
     open_seconds = time.perf_counter() - start
     pts = make_points(info, c["workload"], c["n"], seed)
-    rss_before = _status_kb("VmRSS")
+    rss_before, file_before = _status_kb("VmRSS"), _status_kb("RssFile")
     hwm_reset = _reset_peak_rss()
     seconds, stats = run_query(ds, pts, c, query_time(info))
     peak = _status_kb("VmHWM") if hwm_reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # The shard files the reader maps count in RSS as the query touches their pages: page
+    # cache the kernel shares and can take back, not memory the query allocated. They stay
+    # mapped after it, so RssFile then is their share of the peak.
+    mapped = max(0, _status_kb("RssFile") - file_before)
     print(json.dumps({"seconds": seconds, "open_seconds": open_seconds, "stats": stats,
                       "engine_sha256": engine_build()["sha256"],
                       "rss_before_MB": rss_before / 1024, "peak_rss_MB": peak / 1024,
                       "peak_growth_MB": max(0, peak - rss_before) / 1024,
+                      "mapped_file_MB": mapped / 1024,
+                      "peak_growth_allocated_MB": max(0, peak - rss_before - mapped) / 1024,
                       "peak_source": "VmHWM after clear_refs" if hwm_reset else "ru_maxrss"}))
 
 
@@ -310,7 +316,8 @@ def main() -> None:
         print(f"  target {label:<46} {verdict:<12} ({t['measured']})")
     print(f"\n  peak RSS growth of a {memory['n']:.0e}-point {memory['method']} {memory['operator']} "
           f"query in a fresh process: {memory['peak_growth_MB']:.0f} MB (RSS {memory['rss_before_MB']:.0f} MB before, "
-          f"{memory['peak_source']})")
+          f"{memory['peak_source']}), of which {memory['mapped_file_MB']:.0f} MB pages of the mapped shard files "
+          f"(page cache) and {memory['peak_growth_allocated_MB']:.0f} MB allocated")
     print(f"  load average {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} at the end; total {elapsed:.0f} s")
 
     RESULTS.mkdir(exist_ok=True)
@@ -402,7 +409,8 @@ def compute_targets(rows: list[dict], ratios: dict, memory: dict, p: dict) -> di
             "measured": ("cold runs unavailable" if cold is None else f"{cold['ratio']:.1f}×") + note},
         "peak memory of a 1e6-point query < 500 MB": {
             "met": memory["peak_growth_MB"] < TARGET_MEMORY_MB, "value": memory["peak_growth_MB"],
-            "measured": f"{memory['peak_growth_MB']:.0f} MB{note}"},
+            "measured": f"{memory['peak_growth_MB']:.0f} MB ({memory['mapped_file_MB']:.0f} MB of it mapped shard "
+                        f"files){note}"},
     }
 
 
