@@ -358,7 +358,7 @@ fn run_cell(
     }
     for (k, level) in level_order.into_iter().enumerate() {
         for (requests, atoms) in requests.chunks(group).zip(atoms.chunks(group)) {
-            // At one stored time, straight from the mapped shard into the block.
+            // Where the atom of each slot goes in the block.
             let place = |slot: usize| AtomPlace {
                 side: a,
                 nc,
@@ -366,6 +366,7 @@ fn run_cell(
                 dims,
                 plane,
             };
+            // At one stored time, straight from the mapped shard into the block.
             if single
                 && shuffle.is_none()
                 && source.atoms_in_place(level.t, cell.shard, requests, &mut |slot, atom| {
@@ -397,15 +398,9 @@ fn run_cell(
             stats
                 .atoms_read
                 .fetch_add(requests.len() as u64, Ordering::Relaxed);
-            for (slot, l) in atoms.iter().enumerate() {
+            for slot in 0..atoms.len() {
                 let atom = &buffer[slot * atom_values..][..atom_values];
-                let at = AtomPlace {
-                    side: a,
-                    nc,
-                    origin: l.map(|v| v * a),
-                    dims,
-                    plane,
-                };
+                let at = place(slot);
                 if single {
                     at.copy_rows(atom, block32, copy_row);
                 } else if k == 0 {

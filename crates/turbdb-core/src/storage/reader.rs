@@ -284,9 +284,10 @@ impl FieldReader {
     /// Hands `put` each requested atom of shard `shard` at time `t` (its slot, and its
     /// values as stored: little-endian float32 bytes, not aligned), read in place from the
     /// mapped shard file and checked as [`Self::read_atoms`] checks them: no read into a
-    /// buffer (the kernel's copy out of the page cache was half of a warm query's read time). Returns `false`, having handed nothing, where the
-    /// shard's atoms cannot be read in place (compressed, not mapped, not of the stored
-    /// size); the caller then reads them with [`Self::read_atoms`].
+    /// buffer (the kernel's copy out of the page cache was half of a warm query's read
+    /// time). Returns `false`, having handed nothing, where the shard's atoms cannot be
+    /// read in place (compressed, not mapped, not of the stored size); the caller then
+    /// reads them with [`Self::read_atoms`].
     pub fn atoms_in_place(
         &self,
         t: usize,
@@ -326,12 +327,7 @@ impl FieldReader {
             };
             let bytes = &map.0[offset as usize..(offset + nbytes) as usize];
             self.check_atom_place(&opened, index_slot, bytes, &path)?;
-            let body = &bytes[..n * 4];
-            if self.codec.crc32c {
-                let crc = u32::from_le_bytes(bytes[n * 4..].try_into().expect("4 bytes"));
-                check_checksum(body, crc, &path)?;
-            }
-            put(slot, body);
+            put(slot, self.checked_body(bytes, &path)?);
         }
         Ok(true)
     }
@@ -454,6 +450,24 @@ impl FieldReader {
         header.check_atom(slot, stored, path)
     }
 
+    /// The stored atom `bytes` without its checksum, once the checksum is found right
+    /// (where the codec has one).
+    fn checked_body<'a>(&self, bytes: &'a [u8], path: &Path) -> Result<&'a [u8]> {
+        if !self.codec.crc32c {
+            return Ok(bytes);
+        }
+        let Some(split) = bytes.len().checked_sub(4) else {
+            return Err(Error::corrupt(path, "atom is shorter than its checksum"));
+        };
+        let (body, crc) = bytes.split_at(split);
+        check_checksum(
+            body,
+            u32::from_le_bytes(crc.try_into().expect("4 bytes")),
+            path,
+        )?;
+        Ok(body)
+    }
+
     /// Decodes one stored atom into `out`.
     pub fn decode_atom(&self, bytes: &[u8], path: &Path, out: &mut [f32]) -> Result<()> {
         // SAFETY: `decode_atom_into` writes only initialised values, so `out` stays
@@ -472,20 +486,7 @@ impl FieldReader {
         out: &mut [MaybeUninit<f32>],
     ) -> Result<()> {
         let expected = out.len() * 4;
-        let bytes = if self.codec.crc32c {
-            let Some(split) = bytes.len().checked_sub(4) else {
-                return Err(Error::corrupt(path, "atom is shorter than its checksum"));
-            };
-            let (body, crc) = bytes.split_at(split);
-            check_checksum(
-                body,
-                u32::from_le_bytes(crc.try_into().expect("4 bytes")),
-                path,
-            )?;
-            body
-        } else {
-            bytes
-        };
+        let bytes = self.checked_body(bytes, path)?;
         let raw;
         let bytes = if self.codec.zstd {
             raw = zstd::bulk::decompress(bytes, expected)
