@@ -16,7 +16,7 @@ endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-ingest bench-query bench-track bench-service bench-workload fuzz bench-cluster check-aarch64 wheel-aarch64 clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-deps bench-ingest bench-query bench-track bench-service bench-workload fuzz bench-cluster check-aarch64 wheel-aarch64 clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -80,10 +80,14 @@ test-python:
 fuzz: build ## a longer fuzzing run: schemathesis on the HTTP API (300 examples per operation) and the hypothesis argument checks
 	TURBDB_FUZZ_EXAMPLES=300 $(PY) -m pytest -q tests/service/test_schema_fuzz.py tests/test_bad_calls.py --hypothesis-seed=0
 
+# What only the benchmarks need: numba compiles the plain gather that the kernel is measured against.
+bench-deps: setup ## the benchmarks' own dependencies (numba) into .venv
+	$(PY) -m pip install --quiet "numba>=0.60"
+
 bench-ingest: build ## ingest throughput from an in-memory array (bench/results/ingest.json)
 	$(PY) bench/ingest.py
 
-bench-query: build ## point-query throughput, streaming vs sorted/direct vs scipy (bench/results/query.json)
+bench-query: build bench-deps ## point-query throughput, streaming vs sorted/direct vs scipy (bench/results/query.json)
 	$(PY) bench/query.py
 
 bench-track: build ## particle-tracking throughput, track vs client-side loop, in-process and HTTP (bench/results/track.json)

@@ -4,11 +4,13 @@ comparison.
 
 For each thread count T and each SIMD path P this CPU has, a fresh process with
 RAYON_NUM_THREADS=T and TURBDB_KERNEL=P times warm 1e6-point queries (lag4/lag6/lag8, field
-and gradient; best of two after a warm-up) and reports the seconds per phase. The same run
-measures a plain gather baseline (numpy, one thread, the whole field in RAM, lag8 field: every
-point gathers its 8³ nodes and sums them with its weights) that is also the float64 reference
-the kernel's answers are checked against (max |difference| / max |reference| ≤ 1e-6), and the
-arithmetic bound: the multiply-adds a point needs at the FMA peak of the cores used, at
+and gradient; best of two after a warm-up) and reports the seconds per phase. The baseline is a
+plain direct gather compiled with numba (bench/numba_gather.py: the whole field in RAM, every
+point gathers its 8³ nodes and sums them with its weights, lag8 field) on the same T threads,
+timed in the same process; without numba, a numpy gather on one thread, and the report says
+which. A numpy gather (one thread) is also the float64 reference the kernel's and the numba
+gather's answers are checked against (max |difference| / max |reference| ≤ 1e-6), and the
+arithmetic bound is the multiply-adds a point needs at the FMA peak of the cores used, at
 the clock a core runs at (measured: a chain of dependent additions, one a cycle).
 Writes bench/results/query_threads.json and query_threads.png.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+import numba_gather
 import turbdb
 
 CASES = [(m, op) for m in ("lag8", "lag6", "lag4") for op in ("field", "gradient")]
@@ -131,7 +134,16 @@ def measure_one(payload: str) -> None:
         rows.append({"method": method, "operator": operator, "seconds": seconds, "stats": stats})
     accuracy_pts = pts[:ACCURACY_N]
     ours = ds.query(args["field"], accuracy_pts, time=args["time"], method="lag8", dtype=np.float64)
-    print(json.dumps({"rows": rows, "kernel": turbdb.kernel_path(), "lag8_field_f64": ours.tolist()}))
+    out = {"rows": rows, "kernel": turbdb.kernel_path(), "lag8_field_f64": ours.tolist()}
+    if args["gather"] and numba_gather.available():
+        # The baseline on as many threads as the kernel had, in the same process.
+        info = ds.info
+        field = ds.cutout(args["field"], time=args["time"]).values
+        grid_pos = (pts[:GATHER_N] - np.asarray(info.origin)) / np.asarray(info.spacing)
+        gather = numba_gather.measure(field, grid_pos, int(os.environ["RAYON_NUM_THREADS"]))
+        values = gather.pop("values")
+        out["gather"] = {**gather, "lag8_field_f64": values[:ACCURACY_N].tolist()}
+    print(json.dumps(out))
 
 
 def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: float, pts: np.ndarray,
@@ -145,8 +157,11 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
     print(f"kernel benchmark: {field} of {dataset}, N={len(pts):.0e} uniform, warm; threads {threads}, "
           f"paths {paths}; {machine['cpu']}, clock {measured} ({nominal} GHz in /proc/cpuinfo); "
           f"load average {load_start[0]:.2f}", flush=True)
-    gather, reference = measure_gather(ds, field, pts[:GATHER_N], t)
-    print(f"  plain gather ({gather['what']}): {gather['points_per_s'] / 1e6:.3f} M points/s", flush=True)
+    numpy_gather, reference = measure_gather(ds, field, pts[:GATHER_N], t)
+    print(f"  reference ({numpy_gather['what']}): {numpy_gather['points_per_s'] / 1e6:.3f} M points/s", flush=True)
+    if not numba_gather.available():
+        print("  numba is not installed (make bench-query installs it): the baseline is the numpy gather", flush=True)
+    gathers = {}
 
     points_file = results / "query_threads_points.npy"
     np.save(points_file, pts)
@@ -156,7 +171,7 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
             for path in paths:
                 env = {**os.environ, "RAYON_NUM_THREADS": str(n_threads), "TURBDB_KERNEL": path}
                 payload = json.dumps({"data": str(data), "dataset": dataset, "field": field, "time": t,
-                                      "points": str(points_file)})
+                                      "points": str(points_file), "gather": n_threads not in gathers})
                 out = subprocess.run([sys.executable, str(Path(__file__).parent / "query.py"), "--kernel-one", payload],
                                      env=env, check=True, capture_output=True, text=True)
                 result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -164,6 +179,9 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
                 ours = np.asarray(result["lag8_field_f64"])
                 ref = reference[:len(ours)]
                 accuracy = float(np.abs(ours - ref).max() / np.abs(ref).max())
+                if "gather" in result:
+                    gathers[n_threads] = checked_gather(result["gather"], ref)
+                gather = gathers.get(n_threads, numpy_gather)
                 for r in result["rows"]:
                     rows.append(row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy))
                     print_row(rows[-1])
@@ -177,14 +195,27 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
     load_end = os.getloadavg()
     report = {"benchmark": "query --threads", "dataset": dataset, "field": field, "n": len(pts), "time": t,
               "machine": machine, "clock_GHz": ghz, "clock_GHz_cpuinfo": nominal, "paths": paths, "threads": threads,
-              "fma_per_cycle": FMA_PER_CYCLE, "gather": gather, "load_average_start": load_start,
+              "fma_per_cycle": FMA_PER_CYCLE, "gather": gathers or numpy_gather, "numpy_gather": numpy_gather,
+              "load_average_start": load_start,
               "load_average_end": load_end, "elapsed_seconds": time.perf_counter() - began, "results": rows,
               "notes": "read/weights/accumulate are thread time summed over workers; plan and scatter are wall "
                        "time. bound = threads × clock × FMA/cycle / multiply-adds per point, at the clock one core "
                        "measured alone (a chain of dependent additions; with every core busy it may run slower)."}
     (results / "query_threads.json").write_text(json.dumps(report, indent=2))
-    plot(rows, threads, results / "query_threads.png", machine, load_start)
+    plot(rows, threads, results / "query_threads.png", machine, load_start, gathers)
     print(f"  load average {load_end[0]:.2f} at the end; wrote {results / 'query_threads.json'} and .png")
+
+
+def checked_gather(gather: dict, reference: np.ndarray) -> dict:
+    """The numba gather's timing, once its answers match the numpy reference: a baseline that
+    computes something else would make every ratio meaningless."""
+    values = np.asarray(gather.pop("lag8_field_f64"))
+    ref = reference[:len(values)]
+    diff = float(np.abs(values - ref).max() / np.abs(ref).max())
+    assert diff < 1e-9, f"the numba gather differs from the numpy reference by {diff:.1e}"
+    print(f"  baseline ({gather['what']}, {gather['threads']} threads): {gather['points_per_s'] / 1e6:.3f} M points/s, "
+          f"{diff:.1e} from the reference", flush=True)
+    return {**gather, "max_rel_diff_vs_numpy": diff}
 
 
 def row(r: dict, threads: int, path: str, n: int, ncomp: int, ghz: float | None, gather: dict, accuracy: float) -> dict:
@@ -193,6 +224,7 @@ def row(r: dict, threads: int, path: str, n: int, ncomp: int, ghz: float | None,
     return {"threads": threads, "path": path, "method": r["method"], "operator": r["operator"], "n": n,
             "seconds": r["seconds"], "points_per_s": pps, "bound_points_per_s": bound,
             "fraction_of_bound": bound and pps / bound, "vs_gather": pps / gather["points_per_s"],
+            "gather": gather["what"], "gather_threads": gather.get("threads", 1),
             "fmas_per_point": fmas_per_point(r["method"], r["operator"], ncomp),
             "ns_per_point": {ph: r["stats"][f"{ph}_seconds"] / n * 1e9 for ph in PHASES},
             "lag8_field_max_rel_diff_vs_f64_gather": accuracy, "stats": r["stats"]}
@@ -202,11 +234,11 @@ def print_row(r: dict) -> None:
     ns = " ".join(f"{ph} {r['ns_per_point'][ph]:5.0f}" for ph in PHASES)
     bound = "" if r["fraction_of_bound"] is None else f"{100 * r['fraction_of_bound']:4.1f}% of bound"
     print(f"  T={r['threads']:<2} {r['path']:<8} {r['method']} {r['operator']:<8} {r['points_per_s'] / 1e6:6.2f} M points/s "
-          f"{bound}, {r['vs_gather']:5.1f}× gather | ns/point: {ns} | lag8 vs f64 gather "
+          f"{bound}, {r['vs_gather']:5.1f}× {r['gather'].split()[0]} gather | ns/point: {ns} | lag8 vs f64 gather "
           f"{r['lag8_field_max_rel_diff_vs_f64_gather']:.1e}", flush=True)
 
 
-def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: tuple) -> None:
+def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: tuple, gathers: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,6 +250,9 @@ def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: 
             pts = sorted((r["threads"], r["points_per_s"]) for r in rows
                          if r["path"] == p and r["method"] == "lag8" and r["operator"] == op)
             left.plot(*zip(*pts), color=f"C{i}", linestyle=style, marker="o", label=f"{p} lag8 {op}")
+    if gathers:
+        pts = sorted((t, g["points_per_s"]) for t, g in gathers.items())
+        left.plot(*zip(*pts), color="black", linestyle=":", marker="s", label="numba gather, lag8 field")
     left.set_xlabel("threads (RAYON_NUM_THREADS)")
     left.set_ylabel("points/s")
     left.set_xticks(threads)

@@ -246,7 +246,8 @@ def main() -> None:
     parser.add_argument("--threads", type=_thread_counts, metavar="1,2,…",
                         help="instead of the strategy comparison, time the kernel (1e6 points, warm) at these "
                              "RAYON_NUM_THREADS on every SIMD path this CPU has, with per-phase times, the "
-                             "arithmetic bound and a plain gather baseline (bench/results/query_threads.json)")
+                             "arithmetic bound and a plain gather baseline (numba, on as many threads; "
+                             "bench/results/query_threads.json)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
