@@ -273,6 +273,8 @@ def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: 
         v = np.array([r["ns_per_point"][ph] / (1 if ph in ("plan", "scatter") else r["threads"]) for r in mine])
         right.bar(labels, v, bottom=bottom, label=ph)
         bottom += v
+    if len(mine) > 6:
+        right.tick_params(axis="x", labelsize=7, rotation=90)
     right.set_ylabel("ns per point (wall; worker phases ÷ threads)")
     right.set_title("lag8 field, where the time goes", fontsize=10)
     right.legend(fontsize=8)
