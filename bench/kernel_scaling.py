@@ -151,7 +151,10 @@ def measure_one(payload: str) -> None:
 
 
 def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: float, pts: np.ndarray,
-                results: Path, machine: dict) -> None:
+                results: Path, machine: dict, repeats: int = 1) -> None:
+    """``repeats`` > 1 runs every thread count and path that many times, each in a fresh
+    process, one round of all of them after another (so a slow spell of a shared machine
+    falls on every thread count alike), and reports each row's median with its range."""
     began = time.perf_counter()
     ds = turbdb.open(data)[dataset]
     ncomp = ds.info.fields[field].ncomp
@@ -171,36 +174,39 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
     np.save(points_file, pts)
     rows = []
     try:
-        for n_threads in threads:
-            for path in paths:
-                env = {**os.environ, "RAYON_NUM_THREADS": str(n_threads), "TURBDB_KERNEL": path}
-                payload = json.dumps({"data": str(data), "dataset": dataset, "field": field, "time": t,
-                                      "points": str(points_file), "gather": n_threads not in gathers})
-                out = subprocess.run([sys.executable, str(Path(__file__).parent / "query.py"), "--kernel-one", payload],
-                                     env=env, check=True, capture_output=True, text=True)
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                assert result["kernel"] == path, result["kernel"]
-                ours = np.asarray(result["lag8_field_f64"])
-                ref = reference[:len(ours)]
-                accuracy = float(np.abs(ours - ref).max() / np.abs(ref).max())
-                if "gather" in result:
-                    gathers[n_threads] = checked_gather(result["gather"], ref)
-                elif "gather_error" in result:
-                    print(f"  the numba gather failed ({result['gather_error']}): the baseline is the numpy gather",
-                          flush=True)
-                gather = gathers.get(n_threads, numpy_gather)
-                for r in result["rows"]:
-                    rows.append(row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy))
-                    print_row(rows[-1])
+        for n_threads, path, repeat in ((n, p, k) for k in range(repeats) for n in threads for p in paths):
+            env = {**os.environ, "RAYON_NUM_THREADS": str(n_threads), "TURBDB_KERNEL": path}
+            payload = json.dumps({"data": str(data), "dataset": dataset, "field": field, "time": t,
+                                  "points": str(points_file), "gather": n_threads not in gathers})
+            out = subprocess.run([sys.executable, str(Path(__file__).parent / "query.py"), "--kernel-one", payload],
+                                 env=env, check=True, capture_output=True, text=True)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            assert result["kernel"] == path, result["kernel"]
+            ours = np.asarray(result["lag8_field_f64"])
+            ref = reference[:len(ours)]
+            accuracy = float(np.abs(ours - ref).max() / np.abs(ref).max())
+            if "gather" in result:
+                gathers[n_threads] = checked_gather(result["gather"], ref)
+            elif "gather_error" in result:
+                print(f"  the numba gather failed ({result['gather_error']}): the baseline is the numpy gather",
+                      flush=True)
+            gather = gathers.get(n_threads, numpy_gather)
+            for r in result["rows"]:
+                rows.append(row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy))
+                print_row(rows[-1], f"round {repeat + 1}/{repeats} " if repeats > 1 else "")
     finally:
         points_file.unlink(missing_ok=True)
+    rows = medians(rows)
 
     for r in rows:
         one = next((o for o in rows if o["threads"] == min(threads) and o["path"] == r["path"]
                     and (o["method"], o["operator"]) == (r["method"], r["operator"])), None)
         r["speedup_vs_fewest_threads"] = one and r["points_per_s"] / one["points_per_s"]
     load_end = os.getloadavg()
+    if repeats > 1:
+        print_scaling(rows, threads)
     report = {"benchmark": "query --threads", "dataset": dataset, "field": field, "n": len(pts), "time": t,
+              "repeats": repeats,
               "machine": machine, "clock_GHz": ghz, "clock_GHz_cpuinfo": nominal, "paths": paths, "threads": threads,
               "fma_per_cycle": FMA_PER_CYCLE, "gather": gathers or numpy_gather, "numpy_gather": numpy_gather,
               "load_average_start": load_start,
@@ -211,6 +217,31 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
     (results / "query_threads.json").write_text(json.dumps(report, indent=2))
     plot(rows, threads, results / "query_threads.png", machine, load_start, gathers)
     print(f"  load average {load_end[0]:.2f} at the end; wrote {results / 'query_threads.json'} and .png")
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per (threads, path, method, operator): the run of median time (of an even
+    count, the slower of the middle two), with every run's points/s."""
+    out = []
+    for key in dict.fromkeys((r["threads"], r["path"], r["method"], r["operator"]) for r in rows):
+        runs = sorted((r for r in rows if (r["threads"], r["path"], r["method"], r["operator"]) == key),
+                      key=lambda r: r["seconds"])
+        median = dict(runs[len(runs) // 2])
+        median["runs_points_per_s"] = [r["points_per_s"] for r in runs]
+        out.append(median)
+    return out
+
+
+def print_scaling(rows: list[dict], threads: list[int]) -> None:
+    """lag8 field per path: the median points/s per thread count with its range, and the
+    ratio of the medians from the fewest threads to the most."""
+    for path in dict.fromkeys(r["path"] for r in rows):
+        mine = {r["threads"]: r for r in rows if r["path"] == path and (r["method"], r["operator"]) == ("lag8", "field")}
+        cells = ", ".join(f"T={t} {mine[t]['points_per_s'] / 1e6:.2f} ({min(mine[t]['runs_points_per_s']) / 1e6:.2f}–"
+                          f"{max(mine[t]['runs_points_per_s']) / 1e6:.2f})" for t in threads)
+        lo, hi = mine[min(threads)], mine[max(threads)]
+        print(f"  {path} lag8 field, medians (ranges) M/s: {cells}; {min(threads)} → {max(threads)} threads "
+              f"{hi['points_per_s'] / lo['points_per_s']:.1f}× the medians", flush=True)
 
 
 def checked_gather(gather: dict, reference: np.ndarray) -> dict:
@@ -238,10 +269,10 @@ def row(r: dict, threads: int, path: str, n: int, ncomp: int, ghz: float | None,
             "lag8_field_max_rel_diff_vs_f64_gather": accuracy, "stats": r["stats"]}
 
 
-def print_row(r: dict) -> None:
+def print_row(r: dict, prefix: str = "") -> None:
     ns = " ".join(f"{ph} {r['ns_per_point'][ph]:5.0f}" for ph in PHASES)
     bound = "" if r["fraction_of_bound"] is None else f"{100 * r['fraction_of_bound']:4.1f}% of bound"
-    print(f"  T={r['threads']:<2} {r['path']:<8} {r['method']} {r['operator']:<8} {r['points_per_s'] / 1e6:6.2f} M points/s "
+    print(f"  {prefix}T={r['threads']:<2} {r['path']:<8} {r['method']} {r['operator']:<8} {r['points_per_s'] / 1e6:6.2f} M points/s "
           f"{bound}, {r['vs_gather']:5.1f}× {r['gather'].split()[0]} gather | ns/point: {ns} | lag8 vs f64 gather "
           f"{r['lag8_field_max_rel_diff_vs_f64_gather']:.1e}", flush=True)
 

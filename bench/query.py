@@ -6,6 +6,7 @@ run in one process) and cold (page cache dropped, fresh process), plus the peak 
 
     python bench/query.py [--data /tmp/turbdb-bench-data] [--quick] [--seed 0]
     python bench/query.py --threads 1,2 [--data …]   # the kernel per thread count and SIMD path
+    python bench/query.py --threads 1,16 --repeats 5  # medians of 5 fresh processes each, with ranges
 
 Workloads: "3D" = points uniform in the box [0, 2π)³; "128" = points uniform in a 128³-node
 sub-box at a random origin (wrapped). Cold runs need root (sync; echo 3 > drop_caches); if
@@ -248,6 +249,9 @@ def main() -> None:
                              "RAYON_NUM_THREADS on every SIMD path this CPU has, with per-phase times, the "
                              "arithmetic bound and a plain gather baseline (numba, on as many threads; "
                              "bench/results/query_threads.json)")
+    parser.add_argument("--repeats", type=int, default=1, metavar="K",
+                        help="with --threads: run every thread count and path K times, each in a fresh process, "
+                             "round after round, and report medians with their ranges (default 1)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -257,12 +261,15 @@ def main() -> None:
     if args.kernel_one:
         kernel_scaling.measure_one(args.kernel_one)
         return
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.threads:
         ensure_data(args.data)
         info = turbdb.open(args.data)[NAME].info
         RESULTS.mkdir(exist_ok=True)
         kernel_scaling.run_threads(args.threads, args.data, NAME, FIELD, query_time(info),
-                                   make_points(info, "3D", 1_000_000, args.seed), RESULTS, machine_info())
+                                   make_points(info, "3D", 1_000_000, args.seed), RESULTS, machine_info(),
+                                   repeats=args.repeats)
         return
 
     began = time.perf_counter()
