@@ -17,7 +17,7 @@ clients than jobs the load is closed-loop and few whole-step queries are pending
 (2) throughput and small-query p99 against the speed-up for each scheduler with urc (the
 paper's Figure 11); (3) a repeated 1 000-point
 lag8 query served from a warm engine cache against the same query run alone (no engine,
-OS page cache warm). Writes bench/results/workload.json and workload.png (--quick:
+OS page cache warm). Writes bench/results/workload.json, workload.png and workload.svg (--quick:
 workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (seconds) and
 replaces that section of the existing JSON, keeping the others. ``--schedulers``,
 ``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
@@ -300,7 +300,7 @@ def main() -> None:
     (RESULTS / f"workload{suffix}.json").write_text(json.dumps(out, indent=2))
     if not partial:
         plot(out, RESULTS / f"workload{suffix}.png")
-    print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else " and .png"))
+    print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else ", .png and .svg"))
 
 
 def repeated_pairs(first: tuple[dict, dict], saturated) -> dict:
@@ -475,6 +475,9 @@ def plot(out: dict, path: Path) -> None:
                  f"{m['cpu']} ({m['simd']}), {m['cores']} cores, load {out['load_average_start'][0]:.1f}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    # Text, not an image, for the README: labels stay text, and it diffs like the JSON.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
 
 
 if __name__ == "__main__":
