@@ -17,7 +17,8 @@ clients than jobs the load is closed-loop and few whole-step queries are pending
 (2) throughput and small-query p99 against the speed-up for each scheduler with urc (the
 paper's Figure 11); (3) a repeated 1 000-point
 lag8 query served from a warm engine cache against the same query run alone (no engine,
-OS page cache warm). Writes bench/results/workload.json, workload.png and workload.svg (--quick:
+OS page cache warm) and through an engine with no cache and io="direct" (it reads its atoms
+again at every ask). Writes bench/results/workload.json, workload.png and workload.svg (--quick:
 workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (seconds) and
 replaces that section of the existing JSON, keeping the others. ``--schedulers``,
 ``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
@@ -118,8 +119,11 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
 
 
 def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
-    """A 1 000-point lag8 query asked again and again: alone (no engine; its atoms come from
-    the OS page cache) against through an engine whose cache holds them. Also where each
+    """A 1 000-point lag8 query asked again and again through an engine whose cache holds its
+    atoms, against two baselines: alone (no engine; its atoms come from the OS page cache,
+    warm: the strictest) and through an engine with no cache and ``io="direct"`` (every ask
+    reads its atoms again, past the page cache: how the issue's "today's engine" runs under
+    the benchmark's rule that the engine's cache is the only cache). Also where each
     one's time goes: the standalone path's phases (plan, read, weights, accumulate; thread
     time) and, through the engine, its compute (``busy_seconds``: a query whose atoms are
     all cached is served at submission in the caller's thread, without a batch) against the
@@ -141,18 +145,23 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
 
     engine_db = turbdb.open(data, scheduler="jaws", cache_policy="lru", cache_bytes=256 << 20, io="direct")
     engine_ds = engine_db[name]
-    for ds in (lone, engine_ds):
+    uncached_ds = turbdb.open(data, scheduler="noshare", cache_policy="lru", cache_bytes=0, io="direct")[name]
+    for ds in (lone, engine_ds, uncached_ds):
         ds.query(FIELD, points, **kwargs)  # the engine reads the atoms into its cache
-    # Alternating rounds: a burst of other work on this shared machine then falls on both.
+    # Alternating rounds: a burst of other work on this shared machine then falls on all three.
     before = engine_db.engine_stats()
-    alone_times, warm_times, round_ratios = [], [], []
+    alone_times, warm_times, uncached_times, round_ratios, uncached_ratios = [], [], [], [], []
     for _ in range(WARM_ROUNDS):
-        a, w = timed(lone), timed(engine_ds)
+        a, w, u = timed(lone), timed(engine_ds), timed(uncached_ds)
         alone_times += a
         warm_times += w
+        uncached_times += u
         round_ratios.append(float(np.median(a) / np.median(w)))
+        uncached_ratios.append(float(np.median(u) / np.median(w)))
     after = engine_db.engine_stats()
+    uncached_last = uncached_ds.last_query_stats
     alone, warm = float(np.median(alone_times)), float(np.median(warm_times))
+    uncached = float(np.median(uncached_times))
     alone_phases = {k: v for k, v in lone.last_query_stats.items() if k.endswith("_seconds")}
     last = engine_ds.last_query_stats
     asked = repeats * WARM_ROUNDS
@@ -163,6 +172,9 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
               "served_from_cache": after["served_from_cache"] - before["served_from_cache"], "asked": asked}
     return {"points": 1_000, "method": "lag8", "alone_seconds": alone, "warm_engine_seconds": warm,
             "ratio": alone / warm, "round_ratios": round_ratios, "target": TARGET_WARM_RATIO,
+            "uncached_direct_seconds": uncached, "ratio_uncached_direct": uncached / warm,
+            "round_ratios_uncached_direct": uncached_ratios,
+            "uncached_direct_atoms_read": uncached_last["atoms_read"],
             "alone_phases": alone_phases,
             "warm_engine_phases": phases}
 
@@ -172,6 +184,10 @@ def print_warm(warm: dict) -> None:
           f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}× (medians over "
           f"{len(warm['round_ratios'])} alternating rounds; by round "
           + ", ".join(f"{r:.1f}×" for r in warm["round_ratios"]) + ")", flush=True)
+    if "uncached_direct_seconds" in warm:
+        print(f"    against an engine with no cache, io=direct (reads its {warm['uncached_direct_atoms_read']} atoms "
+              f"every time): {warm['uncached_direct_seconds'] * 1e3:.2f} ms, {warm['ratio_uncached_direct']:.1f}× "
+              f"(by round " + ", ".join(f"{r:.1f}×" for r in warm["round_ratios_uncached_direct"]) + ")", flush=True)
     wp = warm["warm_engine_phases"]
     print(f"    engine: compute {wp['compute_seconds'] * 1e3:.2f} ms of {wp['response_in_engine_seconds'] * 1e3:.2f} ms "
           f"in the engine ({wp['batches']} batches, {wp['cache_hits']}/{wp['atoms']} atoms from the cache, "
