@@ -81,11 +81,28 @@ def test_the_cli_generates_and_replays_a_trace_through_an_engine(small_db, tmp_p
     assert made.exit_code == 0, made.output
     count = len(trace.read_text().splitlines())
     ran = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--clients", "8", "--scheduler",
-                               "jaws", "--cache-bytes", str(1 << 20), "--io", "direct", "--json"])
+                               "jaws", "--cache-bytes", "1MiB", "--io", "direct", "--json", "--progress"])
     assert ran.exit_code == 0, ran.output
-    report = json.loads(ran.output)
+    report = json.loads(ran.stdout)
     assert report["queries"] == count and report["failed"] == 0
     assert report["engine"]["atoms_read"] > 0 and 0 <= report["engine"]["hit_ratio"] <= 1
+    # The bar goes to stderr and counts every query answered.
+    assert f"{count}/{count}" in ran.stderr
+
+
+def test_the_replay_command_says_what_is_wrong_with_its_arguments(small_db, tmp_path):
+    from click.testing import CliRunner
+
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace, generate(turbdb.open(small_db)["box"].info, dataset="box", jobs=3, duration=1.0, seed=1))
+    runner = CliRunner()
+    neither = runner.invoke(main, ["workload", "replay", str(trace)])
+    both = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--url", "http://127.0.0.1:1"])
+    assert neither.exit_code == both.exit_code == 2 and "--url (one of them)" in neither.output + both.output
+    not_an_address = runner.invoke(main, ["workload", "replay", str(trace), "--url", str(small_db)])
+    assert not_an_address.exit_code == 2 and "expected an address such as http://" in not_an_address.output
+    bad_size = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--cache-bytes", "4 parsecs"])
+    assert bad_size.exit_code == 2 and "4GiB" in bad_size.output and "'4 parsecs'" in bad_size.output
 
 
 def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):

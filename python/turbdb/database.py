@@ -15,6 +15,7 @@ import numpy as np
 
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
+from .byte_size import parse_byte_size
 from .dataset import Dataset
 from .exceptions import (
     DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError, UnknownNameError,
@@ -47,7 +48,7 @@ class Database(Mapping[str, Dataset]):
         path: str | os.PathLike[str],
         *,
         scheduler: str | None = None,
-        cache_bytes: int | None = None,
+        cache_bytes: int | str | None = None,
         cache_policy: str | None = None,
         io: str | None = None,
     ):
@@ -162,7 +163,7 @@ def open(  # noqa: A001 - the public name is turbdb.open
     path: str | os.PathLike[str],
     *,
     scheduler: str | None = None,
-    cache_bytes: int | None = None,
+    cache_bytes: int | str | None = None,
     cache_policy: str | None = None,
     io: str | None = None,
     cluster: Any = None,
@@ -173,7 +174,8 @@ def open(  # noqa: A001 - the public name is turbdb.open
 
     Giving any engine option makes one node engine for the database, shared by every
     dataset and thread that queries it: ``scheduler`` noshare, liferaft or jaws (the
-    default); ``cache_bytes`` of decoded atoms (default a quarter of RAM, at most 4 GiB);
+    default); ``cache_bytes`` of decoded atoms, an integer or a size such as ``"2GiB"``
+    (default a quarter of RAM, at most 4 GiB);
     ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
     or direct (reads bypass the OS page cache). Without them each query runs alone.
 
@@ -196,12 +198,8 @@ def open(  # noqa: A001 - the public name is turbdb.open
     return Database(path, **engine)
 
 
-def _cache_bytes(value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidRequestError(f"cache_bytes must be a non-negative integer of bytes, not {value!r}")
-    return int(value)
+def _cache_bytes(value: int | str | None) -> int | None:
+    return None if value is None else parse_byte_size(value, "cache_bytes")
 
 
 def create_dataset(

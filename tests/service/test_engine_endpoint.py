@@ -31,8 +31,7 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
                  time=float(ds.info.times[0]), method=["lag4", "lag6", "fd4lag4"][i % 3],
                  operator=["field", "gradient", "laplacian"][i % 3]) for i in range(24)]
     with running_server(service_db, tmp_path / "server.log", "--tokens", str(tokens_file), "--scheduler", scheduler,
-                        "--cache-bytes",
-                        str(1 << 20), "--cache-policy", "urc", "--io", "direct") as server:
+                        "--cache-bytes", "1MiB", "--cache-policy", "urc", "--io", "direct") as server:
         answers = {}
 
         def client(k):
@@ -55,7 +54,8 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
         trace = tmp_path / "trace.jsonl"
         write_trace(trace, generate(local["trig"].info, dataset="trig", jobs=12, duration=1.0, seed=4))
         monkeypatch.setenv("TURBDB_TOKEN", FULL)
-        ran = CliRunner().invoke(main, ["workload", "replay", str(trace), server.url, "--clients", "8", "--json"])
+        ran = CliRunner().invoke(main, ["workload", "replay", str(trace), "--url", server.url, "--clients", "8",
+                                        "--json"])
         assert ran.exit_code == 0, ran.output
         report = json.loads(ran.output)
         assert report["failed"] == 0 and report["queries"] == len(trace.read_text().splitlines())

@@ -64,3 +64,18 @@ def periodic_axes(text: str) -> tuple[bool, bool, bool]:
     if not set(text) <= set("xyz"):
         raise click.BadParameter(f"give the periodic axes as letters, e.g. xyz, xz or none; got {text!r}", param_hint="--periodic")
     return tuple(a in text for a in "xyz")  # type: ignore[return-value]
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes with an optional unit: 4GiB, 512MiB, 2G, 1.5e9 or a plain integer."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from ..byte_size import parse_byte_size
+        from ..exceptions import InvalidRequestError
+
+        try:
+            return parse_byte_size(value, "the size")
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .group import main
+from .inputs import ByteSize
 
 
 @main.command()
@@ -26,8 +27,9 @@ from .group import main
 @click.option("--scheduler", type=click.Choice(["noshare", "liferaft", "jaws"]), default=None,
               help="Run point queries through one node engine scheduled this way (jaws: shared batches; "
                    "noshare: each alone). Without any engine option each request runs alone.")
-@click.option("--cache-bytes", type=click.IntRange(0), default=None,
-              help="Bytes of decoded atoms the node engine keeps (default a quarter of RAM, at most 4 GiB).")
+@click.option("--cache-bytes", type=ByteSize(), default=None, metavar="SIZE",
+              help="Bytes of decoded atoms the node engine keeps, e.g. 2GiB or 500MB (default a quarter of RAM, "
+                   "at most 4 GiB).")
 @click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
               help="The atom cache's replacement policy (default urc: ranked by pending work).")
 @click.option("--io", type=click.Choice(["buffered", "direct"]), default=None,

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .group import main
-from .inputs import database, is_url
+from .inputs import ByteSize, database, is_url
 
 
 @main.group()
@@ -49,7 +49,8 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 
 @workload.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("db_or_url")
+@click.argument("db_or_url", required=False)
+@click.option("--url", default=None, help="A turbdb server's address to replay against (instead of DB_OR_URL).")
 @click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default="∞",
               help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
 @click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
@@ -58,26 +59,44 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
               help="For a database directory: query through a node engine scheduled this way.")
 @click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
               help="For a database directory: the engine cache's policy.")
-@click.option("--cache-bytes", type=click.IntRange(0), default=None, help="For a database directory: the engine cache's bytes.")
+@click.option("--cache-bytes", type=ByteSize(), default=None, metavar="SIZE",
+              help="For a database directory: the engine cache's bytes, e.g. 512MiB or 2GB.")
 @click.option("--io", type=click.Choice(["buffered", "direct"]), default=None, help="For a database directory: how the engine reads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def replay(trace: Path, db_or_url: str, speedup: float, clients: int, scheduler: str | None, cache_policy: str | None,
-           cache_bytes: int | None, io: str | None, as_json: bool) -> None:
-    """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address)
-    and print throughput (queries/s, points/s), response-time percentiles by size class and,
-    where there is a node engine, the bytes it read and its cache hit ratio."""
+@click.option("--progress/--no-progress", default=None,
+              help="A progress bar of queries answered on stderr (default: when stderr is a terminal).")
+def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, clients: int, scheduler: str | None,
+           cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
+           progress: bool | None) -> None:
+    """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address;
+    or give the address with --url) and print throughput (queries/s, points/s),
+    response-time percentiles by size class and, where there is a node engine, the bytes it
+    read and its cache hit ratio."""
+    from tqdm import tqdm
+
     from ..database import open as open_db
     from ..workload import read_trace
     from ..workload import replay as run
 
+    if (db_or_url is None) == (url is None):
+        raise click.UsageError("give the database directory or the server's address as DB_OR_URL, or the address "
+                               "with --url (one of them)")
+    if url is not None:
+        if not is_url(url):
+            raise click.BadParameter(f"expected an address such as http://127.0.0.1:8000, not {url!r}",
+                                     param_hint="--url")
+        db_or_url = url
     queries = read_trace(trace)
     if is_url(db_or_url):
         db = database(db_or_url)
     else:
         db = open_db(db_or_url, scheduler=scheduler, cache_policy=cache_policy, cache_bytes=cache_bytes, io=io)
+    bar = tqdm(total=len(queries), unit="query", desc="replay", disable=None if progress is None else not progress,
+               dynamic_ncols=True)
     try:
-        report = run(db, queries, speedup=speedup, clients=clients)
+        report = run(db, queries, speedup=speedup, clients=clients, progress=lambda done, total: bar.update(1))
     finally:
+        bar.close()
         if is_url(db_or_url):
             db.close()
     summary = report.summary()
