@@ -1,6 +1,6 @@
 """A real server with a node engine (`turbdb serve --scheduler …`): under every scheduler,
 eight concurrent clients get the answers of the engine-less local dataset and replay a
-short trace with every query answered, and GET /v1/engine reports what the engine did."""
+short trace with every query answered, and GET /v1/engine and /metrics report what the engine did."""
 
 import json
 import threading
@@ -11,6 +11,7 @@ import pytest
 
 import turbdb
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
 from servicekit import FULL, running_server
 from turbdb.cli import main
 from turbdb.workload import generate, write_trace
@@ -60,7 +61,37 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
         report = json.loads(ran.output)
         assert report["failed"] == 0 and report["queries"] == len(trace.read_text().splitlines())
         assert report["server_engine"]["completed"] >= len(asks) + report["queries"]
+        check_metrics_match_the_engine_endpoint(server.url)
+
+
+def check_metrics_match_the_engine_endpoint(url):
+    """/metrics carries the engine's figures, the same as GET /v1/engine once it is idle."""
+    state = httpx.get(url + "/v1/engine", timeout=10).json()
+    samples = [s for f in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text)
+               for s in f.samples]
+
+    def value(name, **labels):
+        return next(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    assert value("turbdb_engine_queue_depth") == state["pending"] == 0
+    assert value("turbdb_engine_atoms_read_total") == state["atoms_read"] > 0
+    assert value("turbdb_engine_bytes_read_total") == state["bytes_read"] > 0
+    assert value("turbdb_engine_cache_hit_ratio") == pytest.approx(state["hit_ratio"])
+    assert value("turbdb_engine_alpha") == pytest.approx(state["alpha"])
+    assert value("turbdb_engine_queries_finished_total", outcome="completed") == state["completed"]
+    # Histograms: cumulative buckets ending in +Inf at the total count.
+    assert value("turbdb_engine_batch_atoms_bucket", le="+Inf") == state["batches"] == sum(state["batch_sizes"])
+    assert value("turbdb_engine_batch_atoms_bucket", le="1.0") == state["batch_sizes"][0]
+    answered = 0
+    for size, h in state["response"].items():
+        assert value("turbdb_engine_response_seconds_count", size=size) == h["count"]
+        assert value("turbdb_engine_response_seconds_sum", size=size) == pytest.approx(h["sum_seconds"])
+        below_a_second = sum(h["counts"][:state["response_bounds_seconds"].index(1.0) + 1])
+        assert value("turbdb_engine_response_seconds_bucket", size=size, le="1.0") == below_a_second
+        answered += h["count"]
+    assert answered == state["completed"] + state["failed"] + state["cancelled"] > 0
 
 
 def test_without_engine_options_the_engine_endpoint_says_so(server):
     assert httpx.get(server.url + "/v1/engine", timeout=10).json() == {"enabled": False}
+    assert "turbdb_engine_" not in httpx.get(server.url + "/metrics", timeout=10).text

@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 use turbdb_core::{
     axis_nodes, cutout_shape, default_cache_bytes, CutoutQuery, EngineConfig, EngineStats, IoMode,
     JobId, Method, NodeEngine, Operator, Outcome, PointQuery, PolicyKind, QueryStats,
-    SchedulerKind, Temporal, Ticket, SIZE_CLASSES,
+    SchedulerKind, Temporal, Ticket, BATCH_BOUNDS, RESPONSE_BOUNDS, SIZE_CLASSES,
 };
 
 use crate::error::{invalid, to_py, without_gil, Result};
@@ -313,6 +313,9 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("bytes_read", s.bytes_read)?;
     d.set_item("batches", s.batches)?;
     d.set_item("batch_sizes", s.batch_sizes.counts.clone())?;
+    // Upper bounds of the histograms' buckets (the last bucket, past them, is unbounded).
+    d.set_item("batch_size_bounds", BATCH_BOUNDS.to_vec())?;
+    d.set_item("response_bounds_seconds", RESPONSE_BOUNDS.to_vec())?;
     d.set_item("contributions", s.contributions)?;
     d.set_item("block_points", s.block_points)?;
     d.set_item("block_points_shared", s.block_points_shared)?;

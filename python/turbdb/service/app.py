@@ -29,6 +29,7 @@ from . import cutout as cutouts
 from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
+from .engine_metrics import EngineCollector
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
@@ -68,6 +69,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     backend = Backend(db_path, tokens, metrics, workers=workers or os.cpu_count() or 2,
                       max_points_in_flight=max_points_in_flight, cutout_chunk_bytes=cutout_chunk_bytes,
                       queue_timeout=queue_timeout, engine=engine, cluster=cluster)
+    if backend.database.engine is not None:
+        metrics.registry.register(EngineCollector(backend.database.engine_stats))
     app = FastAPIOffline(
         title="turbdb",
         version=__version__,
