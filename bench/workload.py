@@ -29,6 +29,7 @@ run's workload.json and plot as they are.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -87,6 +88,9 @@ def ensure_data(data: Path, grid: int, steps: int, seed: int) -> turbdb.Dataset:
 def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_bytes: int, speedup: float,
             clients: int) -> dict:
     db = turbdb.open(data, scheduler=scheduler, cache_policy=policy, cache_bytes=cache_bytes, io="direct")
+    if db.engine_stats()["cache_atoms"]:
+        # turbdb.open shares a live engine with the same settings: every run must start cold.
+        raise RuntimeError("the engine of an earlier run with these settings is still alive (its cache is warm)")
     cpu = os.times()
     report = replay(db, trace, speedup=speedup, clients=clients)
     cpu_seconds = sum(getattr(os.times(), k) - getattr(cpu, k) for k in ("user", "system"))
@@ -115,6 +119,7 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
           f"process CPU {row['cpu_seconds']:.2f} s ({row['cores_busy']:.2f} cores busy)",
           flush=True)
     del db
+    gc.collect()  # the engine (and its cache) goes with the last reference to it
     return row
 
 

@@ -1,7 +1,9 @@
-"""The node engine from Python: ``turbdb.open(path, scheduler=...)`` gives every thread one
-shared engine whose answers equal lone queries, whose co-scheduled queries share reads,
+"""The node engine from Python: ``turbdb.open(path, scheduler=...)`` gives every thread (and
+every open of the database with the same options) one shared engine whose answers equal
+lone queries, whose co-scheduled queries share reads,
 and whose bad options are refused with a message."""
 
+import gc
 import threading
 
 import numpy as np
@@ -166,12 +168,35 @@ def test_the_same_points_at_another_time_reuse_their_cut_and_a_moved_point_does_
         (dict(scheduler="fifo"), turbdb.UnknownNameError, "valid schedulers: noshare, liferaft, jaws"),
         (dict(cache_policy="arc"), turbdb.UnknownNameError, "valid cache policy names: lru, lruk, slru, urc"),
         (dict(io="mmap"), turbdb.UnknownNameError, "valid io modes: buffered, direct"),
-        (dict(cache_bytes=-1), turbdb.InvalidRequestError, "non-negative"),
+        (dict(cache_bytes=-1), turbdb.InvalidRequestError, "must not be negative"),
     ],
 )
 def test_bad_engine_options_are_refused_with_a_message(database, options, error, message):
     with pytest.raises(error, match=message):
         turbdb.open(database, **options)
+
+
+def test_every_open_of_a_database_with_the_same_options_shares_one_engine(database):
+    first = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
+    opened = []
+    threads = [threading.Thread(target=lambda: opened.append(
+        turbdb.open(database, scheduler="jaws", cache_bytes=8 << 20, cache_policy="lru"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(db.engine is first.engine for db in opened)
+    assert turbdb.open(database, scheduler="noshare", cache_bytes="8MiB", cache_policy="lru").engine is not first.engine
+    # One cache: what one open read, another is served from.
+    ask = asks(1, seed=5)[0]
+    answer = first["box"].query("velocity", **ask)
+    read = first.engine_stats()["atoms_read"]
+    np.testing.assert_array_equal(opened[0]["box"].query("velocity", **ask), answer)
+    assert opened[1].engine_stats()["atoms_read"] == read > 0 and opened[1].engine_stats()["completed"] == 2
+    # When no open is left the engine goes; the next open starts a fresh one.
+    del first, opened, threads
+    gc.collect()
+    assert turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru").engine_stats()["completed"] == 0
 
 
 def test_without_engine_options_queries_run_alone(database):

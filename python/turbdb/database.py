@@ -7,6 +7,8 @@ import datetime
 import math
 import os
 import shutil
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +67,8 @@ class Database(Mapping[str, Dataset]):
                                f"{self.path.parent}) instead")
         self.engine: Any = None
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
-            self.engine = _core.Engine(
+            self.engine = _shared_engine(
+                self.path,
                 scheduler=choice("scheduler", scheduler or "jaws", SCHEDULERS),
                 cache_bytes=_cache_bytes(cache_bytes),
                 cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
@@ -173,7 +176,9 @@ def open(  # noqa: A001 - the public name is turbdb.open
     (``data/isotropic64``) opens as a database holding that dataset alone.
 
     Giving any engine option makes one node engine for the database, shared by every
-    dataset and thread that queries it: ``scheduler`` noshare, liferaft or jaws (the
+    dataset and thread that queries it, and by every other ``open`` of the same database
+    with the same options in this process (one cache, one scheduler; it goes when none of
+    them is left): ``scheduler`` noshare, liferaft or jaws (the
     default); ``cache_bytes`` of decoded atoms, an integer or a size such as ``"2GiB"``
     (default a quarter of RAM, at most 4 GiB);
     ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
@@ -196,6 +201,24 @@ def open(  # noqa: A001 - the public name is turbdb.open
     if cluster_options:
         raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
     return Database(path, **engine)
+
+
+#: The node engines of this process, by database directory and settings, while in use.
+_ENGINES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
+_ENGINES_LOCK = threading.Lock()
+
+
+def _shared_engine(path: Path, **settings: Any) -> Any:
+    """The process's node engine for the database at ``path`` with these settings, made on
+    first use: every ``turbdb.open`` of one database with the same engine options shares
+    one engine (one cache, one scheduler), from any thread. Other settings get an engine of
+    their own, so that configurations can be compared side by side."""
+    key = (os.path.realpath(path), *sorted(settings.items()))
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = _core.Engine(**settings)
+        return engine
 
 
 def _cache_bytes(value: int | str | None) -> int | None:

@@ -20,8 +20,9 @@ use crate::error::{invalid, to_py, without_gil, Result};
 use crate::field::{as_triples, axes_from, not_contiguous, AxisTuple, FieldStore};
 use crate::limits::max_result_bytes;
 
-/// A node engine.
-#[pyclass(module = "turbdb._core", frozen)]
+/// A node engine. Weakly referenceable: `turbdb.open` keeps one per database and settings
+/// in a process for as long as something uses it.
+#[pyclass(module = "turbdb._core", frozen, weakref)]
 pub struct Engine {
     engine: NodeEngine,
 }
