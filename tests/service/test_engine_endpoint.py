@@ -33,6 +33,8 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
                  operator=["field", "gradient", "laplacian"][i % 3]) for i in range(24)]
     with running_server(service_db, tmp_path / "server.log", "--tokens", str(tokens_file), "--scheduler", scheduler,
                         "--cache-bytes", "1MiB", "--cache-policy", "urc", "--io", "direct") as server:
+        # The server says at start which engine the queries go through.
+        assert f"node engine: {scheduler} scheduler, 1 MiB urc atom cache, direct reads" in server.log.read_text()
         answers = {}
 
         def client(k):

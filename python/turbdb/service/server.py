@@ -52,6 +52,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     behind = f" on the cluster at {cluster}" if cluster else ""
     print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
           f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
+          + node_engine_summary(backend.database, url)
           + access_summary(backend.tokens, tokens), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
@@ -66,6 +67,19 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     if not server.started:
         sys.exit(1)
     print("turbdb: stopped", flush=True)
+
+
+def node_engine_summary(database: Any, url: str) -> str:
+    """A line on the node engine the queries go through, or nothing without one."""
+    if database.engine is None:
+        return ""
+    s = database.engine_stats()
+    return (f"turbdb: node engine: {s['scheduler']} scheduler, {_gib(s['cache_capacity'])} {s['cache_policy']} atom "
+            f"cache, {s['io']} reads; its figures at {url}/v1/engine and {url}/metrics\n")
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.0f} MiB"
 
 
 def access_summary(tokens: Tokens, path: str | None) -> str:
