@@ -141,6 +141,16 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         answer = self.request("POST", "/v1/jobs", json={"queries": queries}).json()
         return RemoteJob(self, answer["job"], answer["queries"], answer["scheduled"])
 
+    def engine_stats(self) -> dict[str, Any]:
+        """What the server's node engine has done and holds (``GET /v1/engine``): the same
+        figures :meth:`turbdb.Database.engine_stats` gives locally. Raises
+        :class:`InvalidRequestError` if the server runs without a node engine."""
+        state = self.request("GET", "/v1/engine").json()
+        if not state.pop("enabled", False):
+            raise exc.InvalidRequestError(f"the server at {self.url} runs without a node engine (start it with "
+                                          "turbdb serve --scheduler jaws, or any other engine option)")
+        return state
+
     def run_batches(self, tasks: list, sizes: list[int], unit: str, description: str,
                     progress: bool | None = None) -> list:
         """Runs one request per task, ``concurrency`` at a time (each paced by :meth:`request`)."""

@@ -52,6 +52,8 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
             np.testing.assert_allclose(answers[i], ds.query(field, dtype=np.float64, **ask), rtol=1e-6, atol=1e-6)
         state = httpx.get(server.url + "/v1/engine", timeout=10).json()
         assert state["enabled"] and state["scheduler"] == scheduler
+        with turbdb.connect(server.url, FULL) as remote:  # the same figures as a local engine_stats()
+            assert remote.engine_stats().keys() == turbdb.open(service_db, scheduler="jaws").engine_stats().keys()
         assert state["completed"] >= len(asks) and state["pending"] == 0 and state["atoms_read"] > 0
         # A short JHTDB-shaped trace replayed by 8 clients over HTTP: every query answered.
         trace = tmp_path / "trace.jsonl"
@@ -63,6 +65,9 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
         report = json.loads(ran.output)
         assert report["failed"] == 0 and report["queries"] == len(trace.read_text().splitlines())
         assert report["server_engine"]["completed"] >= len(asks) + report["queries"]
+        # The replay's own figures: what the engine did while it ran (no other client here).
+        assert 0 < report["engine"]["atoms_read"] <= report["server_engine"]["atoms_read"]
+        assert 0 <= report["engine"]["hit_ratio"] <= 1
         check_metrics_match_the_engine_endpoint(server.url)
 
 
@@ -97,3 +102,5 @@ def check_metrics_match_the_engine_endpoint(url):
 def test_without_engine_options_the_engine_endpoint_says_so(server):
     assert httpx.get(server.url + "/v1/engine", timeout=10).json() == {"enabled": False}
     assert "turbdb_engine_" not in httpx.get(server.url + "/metrics", timeout=10).text
+    with turbdb.connect(server.url, FULL) as remote, pytest.raises(turbdb.InvalidRequestError, match="--scheduler"):
+        remote.engine_stats()

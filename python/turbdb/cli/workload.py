@@ -103,6 +103,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, 
     if is_url(db_or_url):
         import httpx
 
+        # The server's totals since it started, beside the replay's own figures in "engine".
         summary["server_engine"] = httpx.get(db_or_url.rstrip("/") + "/v1/engine", timeout=30).json()
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -112,7 +113,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, 
     for size, r in summary["response"].items():
         click.echo(f"  {size:>6}: {r['count']} queries, response p50 {r['p50'] * 1e3:.1f} ms, "
                    f"p95 {r['p95'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms")
-    engine = summary["engine"] or summary.get("server_engine", {})
+    engine = summary["engine"]  # what the engine did during the replay (the server's: also for other clients)
     if engine.get("bytes_read") is not None:
-        click.echo(f"  engine: {engine['bytes_read'] / 1e6:.1f} MB read, cache hit ratio {engine['hit_ratio']:.3f}"
-                   + (" (since the server started)" if not summary["engine"] else ""))
+        click.echo(f"  engine: {engine['atoms_read']:.0f} atoms, {engine['bytes_read'] / 1e6:.1f} MB read, "
+                   f"cache hit ratio {engine['hit_ratio']:.3f}")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import EngineBusyError, TurbdbError
+from ..exceptions import EngineBusyError, InvalidRequestError, TurbdbError
 from .trace import Query, draw_points
 
 SIZE_CLASSES = ("small", "medium", "large")
@@ -208,7 +208,13 @@ def _ask(dataset: Any, q: Query, points: np.ndarray, job: Any = None) -> tuple[n
 
 
 def _counters(database: Any) -> dict[str, float]:
-    if getattr(database, "engine", None) is None:
+    """The node engine's counters (a local one, or a server's through ``GET /v1/engine``);
+    nothing where the database has no engine."""
+    stats_of = getattr(database, "engine_stats", None)
+    if stats_of is None:
         return {}
-    stats = database.engine_stats()
+    try:
+        stats = stats_of()
+    except InvalidRequestError:  # no node engine
+        return {}
     return {k: float(stats[k]) for k in ENGINE_COUNTERS}
