@@ -95,7 +95,8 @@ class Database(Mapping[str, Dataset]):
 
     def close(self) -> None:
         """Lets go of the node engine (its cache and I/O threads go once the datasets
-        opened from it are gone too); a database read without an engine holds nothing."""
+        opened from it, and every other open sharing it, are gone too); a database read
+        without an engine holds nothing."""
         self.engine = None
 
     def __enter__(self) -> Database:
