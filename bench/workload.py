@@ -458,7 +458,9 @@ def plot(out: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    warm = out.get("warm_repeat") or {}
+    fig, axes = plt.subplots(1, 4 if "uncached_direct_seconds" in warm else 3,
+                             figsize=(21 if "uncached_direct_seconds" in warm else 16, 4.8))
     sweep = out["sweep"]
     finite = [sp for sp in out["setup"]["speedups"] if sp != "inf"]
     x_inf = (max(finite) * 4) if finite else 1.0
@@ -490,6 +492,16 @@ def plot(out: dict, path: Path) -> None:
     axes[2].set_ylabel("cache hit ratio")
     axes[2].set_title("cache policies at saturation")
     axes[2].legend()
+    if "uncached_direct_seconds" in warm:
+        labels = ["engine cache\n(warm)", "alone\n(OS page cache warm)", "engine, no cache\n(io=direct)"]
+        times = [warm[k] * 1e3 for k in ("warm_engine_seconds", "alone_seconds", "uncached_direct_seconds")]
+        bars = axes[3].bar(labels, times, color=("C2", "C7", "C3"))
+        axes[3].bar_label(bars, [f"{t:.2f} ms" for t in times])
+        axes[3].axhline(times[2] / warm["target"], color="k", ls="--", lw=1,
+                        label=f"target: {warm['target']:g}× faster than no cache")
+        axes[3].set_ylabel("ms a query (median)")
+        axes[3].set_title(f"a repeated {warm['points']:,}-point {warm['method']} query")
+        axes[3].legend()
     m = out["machine"]
     fig.suptitle(f"{out['setup']['queries']} queries, data {out['setup']['data_bytes'] / 1e6:.0f} MB, cache "
                  f"{out['setup']['cache_bytes'] / 1e6:.0f} MB, io=direct, {out['setup']['clients']} clients — "
