@@ -96,6 +96,19 @@ def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(databas
     assert 2 * read["jaws"] <= read["noshare"], runs
 
 
+def test_queries_submitted_from_one_thread_run_through_the_engine_with_the_lone_answers(database):
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+    alone = turbdb.open(database)["box"]
+    work = asks(16, seed=6)
+    futures = [db["box"].submit("velocity", **ask) for ask in work]
+    for future, ask in zip(futures, work):
+        np.testing.assert_allclose(future.result(timeout=120), alone.query("velocity", **ask), rtol=1e-6, atol=1e-6)
+    assert db.engine_stats()["completed"] == len(work)
+    bad = db["box"].submit("velocity", np.array([[np.nan, 0.0, 0.0]]), time=0.0)
+    with pytest.raises(turbdb.InvalidRequestError, match="not finite|NaN|nan"):
+        bad.result(timeout=60)
+
+
 def test_small_queries_in_one_region_are_summed_from_shared_blocks_with_the_lone_answers(database):
     # Each query has a dozen points in a region of two atoms: too few for a block of its
     # own, enough with the others. Asked at once, they wait together and share batches.

@@ -7,12 +7,13 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _core, submission
 from .exceptions import (
     DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, UnknownNameError,
 )
@@ -299,6 +300,18 @@ class Dataset:
 
         return query(self, field, points, time=time, method=method, operator=operator, temporal=temporal,
                      dtype=dtype, strategy=strategy, job=job, cancel=cancel)
+
+    def submit(self, field: str, points: Any, **options: Any) -> Future:
+        """:meth:`query` without waiting: returns a :class:`concurrent.futures.Future` at
+        once, whose ``result()`` is the answer (or raises the query's error). Queries
+        submitted together run together (up to 64 at a time in this process), so a node
+        engine serves them with shared reads::
+
+            futures = [ds.submit("velocity", pts, time=t, method="lag6") for t in ds.info.times]
+            answers = [f.result() for f in futures]
+
+        ``options`` are those of :meth:`query` (``cancel=`` an event still abandons it)."""
+        return submission.submit(self.query, field, points, **options)
 
     def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
                filter_width: int = 1) -> Any:

@@ -13,6 +13,7 @@ import random
 import time as _time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -21,6 +22,7 @@ import numpy as np
 from . import __version__
 from . import exceptions as exc
 from . import remote_batches as batches
+from . import submission
 from .arguments import as_points, finite_number, result_dtype, time_list
 from .cutout import as_filter_width, as_strides, box_ranges, cutout_array, output_shape
 from .info import DatasetInfo, is_plain_name
@@ -239,6 +241,12 @@ class RemoteDataset:
     def metadata(self) -> DatasetInfo:
         """The metadata as last fetched (no request)."""
         return self._metadata
+
+    def submit(self, field: str, points: Any, **options: Any) -> Future:
+        """:meth:`query` without waiting, as :meth:`turbdb.Dataset.submit`: a
+        :class:`concurrent.futures.Future` of the answer at once; queries submitted
+        together are in flight together, so the server's node engine shares their reads."""
+        return submission.submit(self.query, field, points, **options)
 
     def query(self, field: str, points: Any, *, time: Any, method: str = "lag6", operator: str = "field",
               temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming",

@@ -62,6 +62,18 @@ def test_scalar_fields_float32_and_empty_batches_match_too(remote, local):
                                rtol=1e-12)
 
 
+def test_submitted_remote_queries_return_futures_of_the_local_answers(remote, local):
+    times = (0.5, 0.6, 0.7)
+    pts = random_points(200, seed=3)
+    futures = [remote["trig"].submit("velocity", pts, time=t, method="lag4", dtype=np.float64) for t in times]
+    for future, t in zip(futures, times):
+        np.testing.assert_allclose(future.result(timeout=60),
+                                   local["trig"].query("velocity", pts, time=t, method="lag4", dtype=np.float64),
+                                   rtol=1e-12, atol=1e-12)
+    with pytest.raises(turbdb.UnknownNameError):
+        remote["trig"].submit("nonesuch", pts, time=0.5).result(timeout=60)
+
+
 def test_a_remote_cutout_is_the_local_dataarray(remote, local):
     kwargs = dict(time=0.9, x=(-3, 5), y=(2, 9), z=(14, 40), stride=2)
     xarray.testing.assert_identical(remote["trig"].cutout("velocity", **kwargs), local["trig"].cutout("velocity", **kwargs))
