@@ -212,6 +212,31 @@ def test_every_open_of_a_database_with_the_same_options_shares_one_engine(databa
     assert turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru").engine_stats()["completed"] == 0
 
 
+def _query_in_child(database, ask, answers):
+    db = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
+    answers.put(db["box"].query("velocity", **ask))
+
+
+def test_a_forked_process_gets_an_engine_of_its_own(database):
+    import multiprocessing
+
+    parent = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
+    first, ask = asks(2, seed=8)
+    parent["box"].query("velocity", **first)  # the parent's engine threads are running
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_query_in_child, args=(database, ask, answers))
+    child.start()
+    try:
+        # The parent's engine has no threads in the child: a query through it there hangs.
+        answer = answers.get(timeout=30)
+        child.join(timeout=30)
+    finally:
+        child.kill()
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(answer, parent["box"].query("velocity", **ask))
+
+
 def test_without_engine_options_queries_run_alone(database):
     db = turbdb.open(database)
     assert db.engine is None

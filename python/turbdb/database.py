@@ -207,6 +207,8 @@ def open(  # noqa: A001 - the public name is turbdb.open
 #: The node engines of this process, by database directory and settings, while in use.
 _ENGINES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
 _ENGINES_LOCK = threading.Lock()
+# A forked child has none of its parent's engine threads: it must make engines of its own.
+os.register_at_fork(after_in_child=_ENGINES.clear)
 
 
 def _shared_engine(path: Path, **settings: Any) -> Any:
