@@ -214,15 +214,16 @@ def test_every_open_of_a_database_with_the_same_options_shares_one_engine(databa
 
 def _query_in_child(database, ask, answers):
     db = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
-    answers.put(db["box"].query("velocity", **ask))
+    answers.put(db["box"].submit("velocity", **ask).result(timeout=30))
 
 
-def test_a_forked_process_gets_an_engine_of_its_own(database):
+def test_a_forked_process_gets_an_engine_and_a_submission_pool_of_its_own(database):
     import multiprocessing
 
     parent = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
     first, ask = asks(2, seed=8)
-    parent["box"].query("velocity", **first)  # the parent's engine threads are running
+    # The parent's engine threads and submission pool are running.
+    parent["box"].submit("velocity", **first).result(timeout=30)
     context = multiprocessing.get_context("fork")
     answers = context.Queue()
     child = context.Process(target=_query_in_child, args=(database, ask, answers))

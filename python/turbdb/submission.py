@@ -6,6 +6,7 @@ threads only wait (the evaluation releases the GIL)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,6 +17,15 @@ MAX_IN_FLIGHT = 64
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a fork's child: the parent's pool threads do not exist there; make a new pool."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def submit(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
