@@ -1,6 +1,8 @@
 """Sizes in bytes as people write them: ``4GiB``, ``512 MiB``, ``2G``, ``1.5e9``, or a plain
 integer. Binary suffixes (``KiB`` … ``TiB``, and the bare ``K`` … ``T`` of GNU tools) count
-in powers of 1024; ``kB`` … ``TB`` in powers of 1000, as their SI names say."""
+in powers of 1024; ``kB`` … ``TB`` in powers of 1000, as their SI names say. (Not
+``dask.utils.parse_bytes``: it truncates ``4.1GB`` to 4 099 999 999, reads ``""`` as 1 and
+``-1`` as -1, and takes a fifth of a second to import on a command's start.)"""
 
 from __future__ import annotations
 

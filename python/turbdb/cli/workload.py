@@ -3,12 +3,14 @@ against a database directory or a server from concurrent clients."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
 
 import click
 
+from ..exceptions import InvalidRequestError
 from .group import main
 from .inputs import ByteSize, database, is_url
 
@@ -95,16 +97,15 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, 
                dynamic_ncols=True)
     try:
         report = run(db, queries, speedup=speedup, clients=clients, progress=lambda done, total: bar.update(1))
+        summary = report.summary()
+        if is_url(db_or_url):
+            # The server's totals since it started, beside the replay's own figures in "engine".
+            with contextlib.suppress(InvalidRequestError):  # a server without a node engine
+                summary["server_engine"] = db.engine_stats()
     finally:
         bar.close()
         if is_url(db_or_url):
             db.close()
-    summary = report.summary()
-    if is_url(db_or_url):
-        import httpx
-
-        # The server's totals since it started, beside the replay's own figures in "engine".
-        summary["server_engine"] = httpx.get(db_or_url.rstrip("/") + "/v1/engine", timeout=30).json()
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
