@@ -5,14 +5,16 @@ Every ratio is against noshare measured in the same run on the same trace.
 
     python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 1024]
                              [--only warm_repeat] [--schedulers noshare,jaws] [--policies urc] [--no-sweep]
+                             [--pairs 7]
 
 Measures: (1) at a saturating load — speed-up ∞ (every job ready at once) and more clients
 than jobs (1024 > 600), so every job is in flight from the start and the queue only grows,
 the paper's saturation — each scheduler × policy: queries/s, points/s, atoms and bytes read,
 cache hit ratio, response-time percentiles by query size (the paper's Table I for the
 cache), and where the engine's thread spent the run (computing, waiting for reads,
-scheduling, idle), and noshare and jaws (lru) twice more, alternating, so the headline
-ratio is the median of three pairs; (1b) noshare and jaws (lru) at 64, 256 and 1024 clients: with fewer
+scheduling, idle); noshare and jaws (lru) again, alternating, so the headline ratio is
+the median of seven pairs, and lruk and urc under jaws the same way for the cache's hit
+ratio (``--pairs``); (1b) noshare and jaws (lru) at 64, 256 and 1024 clients: with fewer
 clients than jobs the load is closed-loop and few whole-step queries are pending together;
 (2) throughput and small-query p99 against the speed-up for each scheduler with urc (the
 paper's Figure 11); (3) a repeated 1 000-point
@@ -54,9 +56,11 @@ POLICIES = ("lru", "lruk", "slru", "urc")
 TARGET_THROUGHPUT_RATIO, TARGET_WARM_RATIO = 3.0, 5.0
 #: Client counts of the closed-loop comparison (the trace has 600 jobs).
 CLIENT_COUNTS = (64, 256, 1024)
-#: Alternating noshare/jaws (lru) pairs behind the headline ratio: on a shared 2-core
-#: machine one run's throughput moves by ±20 %, so a single pair can say 1.2× or 1.7×.
-PAIRS = 3
+#: Alternating pairs behind the headline ratio (noshare/jaws, lru) and behind urc against
+#: lruk (under jaws): on a shared 2-core machine one run's throughput moves by ±20 %, so a
+#: single pair can say 1.2× or 1.7×, and one run's hit ratio moves by a few hundredths, as
+#: much as the policies differ (urc was above lruk in 18 of 30 pairs over three full runs).
+PAIRS = 7
 #: Alternating rounds of the warm repeat (each query asked ``repeats`` times a round).
 WARM_ROUNDS = 3
 
@@ -248,6 +252,9 @@ def main() -> None:
                              "writes workload_partial.json")
     parser.add_argument("--policies", type=names(POLICIES),
                         help="comma-separated cache policies to run at saturation; writes workload_partial.json")
+    parser.add_argument("--pairs", type=int, default=PAIRS,
+                        help=f"alternating pairs for jaws against noshare and urc against lruk (default {PAIRS}; "
+                             "each pair is two saturating replays of a few seconds)")
     parser.add_argument("--no-sweep", action="store_true",
                         help="skip the speed-up sweep and the warm repeat; writes workload_partial.json")
     args = parser.parse_args()
@@ -281,13 +288,14 @@ def main() -> None:
             return run_one(args.data, name, trace, sch, "lru", cache_bytes, math.inf, args.clients)
         first = tuple(next(r for r in saturating if (r["scheduler"], r["policy"]) == (sch, "lru"))
                       for sch in ("noshare", "jaws"))
-        pairs = repeated_pairs(first, saturated)
+        pairs = repeated_pairs(first, saturated, args.pairs)
     cache_pairs = None
     if {"lruk", "urc"} <= set(s["policies"]) and "jaws" in schedulers:
         first = tuple(next(r for r in saturating if (r["scheduler"], r["policy"]) == ("jaws", pol))
                       for pol in ("lruk", "urc"))
         cache_pairs = repeated_cache_pairs(
-            first, lambda pol: run_one(args.data, name, trace, "jaws", pol, cache_bytes, math.inf, args.clients))
+            first, lambda pol: run_one(args.data, name, trace, "jaws", pol, cache_bytes, math.inf, args.clients),
+            args.pairs)
 
     def at_clients(scheduler: str, clients: int) -> dict:
         """The lru row at ``clients``: the saturating run's where it is the same setting."""
@@ -324,11 +332,11 @@ def main() -> None:
     print(f"wrote {RESULTS / f'workload{suffix}.json'}" + ("" if partial else ", .png and .svg"))
 
 
-def repeated_pairs(first: tuple[dict, dict], saturated) -> dict:
-    """jaws against noshare (lru, saturating) over :data:`PAIRS` pairs run one after the
+def repeated_pairs(first: tuple[dict, dict], saturated, count: int = PAIRS) -> dict:
+    """jaws against noshare (lru, saturating) over ``count`` pairs run one after the
     other, noshare first (``first`` is the grid's pair; ``saturated(scheduler)`` runs
     another): the ratio of each pair, their median and range."""
-    pairs = [first] + [(saturated("noshare"), saturated("jaws")) for _ in range(PAIRS - 1)]
+    pairs = [first] + [(saturated("noshare"), saturated("jaws")) for _ in range(count - 1)]
     ratios = [jaws["queries_per_second"] / base["queries_per_second"] for base, jaws in pairs]
     return {"pairs": [{"noshare_seconds": base["seconds"], "jaws_seconds": jaws["seconds"], "ratio": ratio,
                        "noshare_cores_busy": base["cores_busy"], "jaws_cores_busy": jaws["cores_busy"]}
@@ -336,18 +344,24 @@ def repeated_pairs(first: tuple[dict, dict], saturated) -> dict:
             "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
-def repeated_cache_pairs(first: tuple[dict, dict], saturated) -> dict:
-    """urc against lruk under jaws (saturating) over :data:`PAIRS` pairs run one after the
+def repeated_cache_pairs(first: tuple[dict, dict], saturated, count: int = PAIRS) -> dict:
+    """urc against lruk under jaws (saturating) over ``count`` pairs run one after the
     other, lruk first (``first`` is the grid's pair; ``saturated(policy)`` runs another):
-    each pair's hit ratios and throughputs, and their medians. One run's hit ratio moves by
-    a few hundredths with how batches happen to form, as much as the policies differ."""
-    pairs = [first] + [(saturated("lruk"), saturated("urc")) for _ in range(PAIRS - 1)]
+    each pair's hit ratios and throughputs, their medians, and how often urc was above with
+    the one-sided sign test's p (the chance of that many or more if neither were better).
+    One run's hit ratio moves by a few hundredths with how batches happen to form."""
+    pairs = [first] + [(saturated("lruk"), saturated("urc")) for _ in range(count - 1)]
     rows = [{"lruk_hit_ratio": lruk["engine"]["hit_ratio"], "urc_hit_ratio": urc["engine"]["hit_ratio"],
              "lruk_queries_per_second": lruk["queries_per_second"], "urc_queries_per_second": urc["queries_per_second"]}
             for lruk, urc in pairs]
     median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    return {"pairs": rows, "median": median,
-            "urc_above_in": sum(r["urc_hit_ratio"] > r["lruk_hit_ratio"] for r in rows)}
+    above = sum(r["urc_hit_ratio"] > r["lruk_hit_ratio"] for r in rows)
+    return {"pairs": rows, "median": median, "urc_above_in": above, "sign_test_p": sign_test_p(above, len(rows))}
+
+
+def sign_test_p(wins: int, n: int) -> float:
+    """One-sided sign test: the chance of ``wins`` or more of ``n`` fair coin flips."""
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
 
 
 def clients_lines(rows: list[dict]) -> list[str]:
@@ -447,7 +461,8 @@ def compute_ratios(rows: list[dict], policies, schedulers=SCHEDULERS, rates: dic
         out["targets"]["urc_hit_ratio_above_lruk"] = m["urc_hit_ratio"] > m["lruk_hit_ratio"]
         out["lines"].append(f"jaws over {len(cache_pairs['pairs'])} alternating lruk/urc pairs: median hit ratio urc "
                             f"{m['urc_hit_ratio']:.3f} against lruk {m['lruk_hit_ratio']:.3f} (urc above in "
-                            f"{cache_pairs['urc_above_in']} of {len(cache_pairs['pairs'])}); median throughput urc "
+                            f"{cache_pairs['urc_above_in']} of {len(cache_pairs['pairs'])}, sign test p = "
+                            f"{cache_pairs['sign_test_p']:.3f}); median throughput urc "
                             f"{m['urc_queries_per_second']:.0f} against lruk {m['lruk_queries_per_second']:.0f} q/s")
     return out
 

@@ -3,6 +3,7 @@ step, most queries small and concentrated), written and read back exactly, and r
 from the command line through a node engine with every query answered."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +126,30 @@ def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):
     assert wrong.failed == 1, "the job's first answer is wrong, and its later queries are not sent"
     assert len(wrong.log) == len(trace) - sum(q.job == multi for q in trace) + 1
     assert sum(len(v) for v in wrong.response.values()) == wrong.queries
+
+
+def test_the_benchmark_judges_urc_against_lruk_on_alternating_pairs_with_a_sign_test(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
+    import workload as bench
+
+    assert bench.sign_test_p(7, 7) == 1 / 128
+    assert bench.sign_test_p(0, 5) == 1.0
+    assert bench.sign_test_p(4, 6) == pytest.approx(22 / 64)
+
+    def run(policy: str, hit: float) -> dict:
+        return {"engine": {"hit_ratio": hit}, "queries_per_second": 100.0 if policy == "urc" else 90.0}
+
+    hits = iter([(0.10, 0.12), (0.13, 0.11), (0.10, 0.14)])  # (lruk, urc) of the pairs after the first
+    pending: list[float] = []
+
+    def saturated(policy: str) -> dict:
+        if not pending:
+            pending.extend(next(hits))
+        return run(policy, pending.pop(0))
+
+    out = bench.repeated_cache_pairs((run("lruk", 0.11), run("urc", 0.15)), saturated, count=4)
+    assert [(p["lruk_hit_ratio"], p["urc_hit_ratio"]) for p in out["pairs"]] == [
+        (0.11, 0.15), (0.10, 0.12), (0.13, 0.11), (0.10, 0.14)]
+    assert out["urc_above_in"] == 3
+    assert out["sign_test_p"] == 5 / 16
+    assert out["median"]["urc_hit_ratio"] == pytest.approx(0.13)
