@@ -153,3 +153,18 @@ def test_the_benchmark_judges_urc_against_lruk_on_alternating_pairs_with_a_sign_
     assert out["urc_above_in"] == 3
     assert out["sign_test_p"] == 5 / 16
     assert out["median"]["urc_hit_ratio"] == pytest.approx(0.13)
+
+
+def test_a_replay_paced_by_the_servers_rate_limit_says_so():
+    from turbdb.cli.workload import throttling_lines
+
+    # 8 clients for 10 s waited 30 s on the limit in all (more than a tenth of their 80 s).
+    waits = {"paced": 40, "paced_seconds": 29.0, "rate_limited": 1, "rate_limited_seconds": 1.0,
+             "busy": 2, "busy_seconds": 0.5}
+    lines = throttling_lines(waits, seconds=10.0, clients=8)
+    assert lines[0] == "  rate limit: 40 requests held back by the client and 1 answered 429, 30.0 s waited in all"
+    assert lines[1] == "  engine busy: 2 answers of 503 (queue full) retried, 0.5 s waited in all"
+    assert "set the pace of this replay" in lines[2] and "--requests-per-minute" in lines[2]
+    # A few short waits are reported without the warning; none, nothing.
+    assert len(throttling_lines({**waits, "paced_seconds": 2.0, "rate_limited_seconds": 0.0}, 10.0, 8)) == 2
+    assert throttling_lines({}, 10.0, 8) == []

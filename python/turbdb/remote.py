@@ -7,9 +7,11 @@ limit (:mod:`turbdb.remote_batches`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
+import threading
 import time as _time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
@@ -88,6 +90,8 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         self.progress = progress
         self._limits: batches.ServerLimits | None = None
         self._pacer: batches.Pacer | None = None
+        self._waits = Throttling()
+        self._waits_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<turbdb.RemoteDatabase {self.url!r}>"
@@ -159,6 +163,18 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         return batches.run(tasks, concurrency=self.concurrency, progress=self.progress if progress is None else progress,
                            sizes=sizes, unit=unit, description=description)
 
+    def throttling(self) -> Throttling:
+        """How long this client has waited on the server's limits so far, from every
+        thread: requests held back to stay under the token's rate limit, and answers of
+        429 (rate limited) or 503 (busy) retried after their ``Retry-After``."""
+        with self._waits_lock:
+            return dataclasses.replace(self._waits)
+
+    def _waited(self, **seconds: float) -> None:
+        with self._waits_lock:
+            for name, value in seconds.items():
+                setattr(self._waits, name, getattr(self._waits, name) + value)
+
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends a request, retrying transport failures and busy answers (429, 503: after
         the ``Retry-After`` they ask for); raises the server's error as its turbdb exception."""
@@ -166,7 +182,9 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         while True:
             if path != "/v1/limits":  # asking for the limits is free; everything else is paced
                 self.limits  # noqa: B018 - asks for them once, and makes the pacer
-                self._pacer.wait()  # type: ignore[union-attr]
+                paced = self._pacer.wait()  # type: ignore[union-attr]
+                if paced > 0:
+                    self._waited(paced=1, paced_seconds=paced)
             try:
                 response = self._client.request(method, path, **kwargs)
             except _RETRIED as e:
@@ -184,10 +202,38 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 if wait is not None and wait <= _MAX_RETRY_AFTER:
                     _time.sleep(wait)
                     busy += 1
+                    if response.status_code == 429:
+                        self._waited(rate_limited=1, rate_limited_seconds=wait)
+                    else:
+                        self._waited(busy=1, busy_seconds=wait)
                     continue
             if response.status_code >= 400:
                 raise _error(response)
             return response
+
+
+@dataclasses.dataclass
+class Throttling:
+    """Waits on a server's limits (:meth:`RemoteDatabase.throttling`): requests the client
+    held back under the token's rate limit (``paced``), answers of 429 retried
+    (``rate_limited``) and of 503, the engine's queue full (``busy``), each with the
+    seconds waited."""
+
+    paced: int = 0
+    paced_seconds: float = 0.0
+    rate_limited: int = 0
+    rate_limited_seconds: float = 0.0
+    busy: int = 0
+    busy_seconds: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Seconds waited on the token's rate limit (paced or answered 429)."""
+        return self.paced_seconds + self.rate_limited_seconds
+
+    def __sub__(self, other: Throttling) -> Throttling:
+        return Throttling(**{f.name: getattr(self, f.name) - getattr(other, f.name)
+                             for f in dataclasses.fields(self)})
 
 
 class RemoteJob:

@@ -140,10 +140,14 @@ def test_requests_are_paced_under_the_rate_limit_without_a_single_429(paced_serv
         began = time.perf_counter()
         got = ds.query("velocity", points, time=0.5)
         seconds = time.perf_counter() - began
+        waits = db.throttling()
     np.testing.assert_array_equal(got, local["trig"].query("velocity", points, time=0.5))
     assert paced_server.metric("turbdb_requests_total", endpoint="/v1/datasets/{name}/query", status="429") == 0
     # The bucket started full (120, less the metadata request); ~10 more at 2/s.
     assert seconds > 3.5
+    # The client says how long it held requests back (summed over its concurrent batches).
+    assert waits.paced >= 5 and waits.paced_seconds > 3.0
+    assert waits.rate_limited == waits.busy == 0 and waits.seconds == waits.paced_seconds
 
 
 def test_a_429_is_waited_out_for_as_long_as_the_server_asks(paced_server, local):
@@ -154,7 +158,9 @@ def test_a_429_is_waited_out_for_as_long_as_the_server_asks(paced_server, local)
     began = time.perf_counter()
     with turbdb.connect(paced_server.url, token="paced-secret") as db:
         got = db["trig"].query("velocity", points, time=0.5)
+        waits = db.throttling()
     assert time.perf_counter() - began >= 1.0
+    assert waits.rate_limited >= 1 and waits.rate_limited_seconds >= 1.0
     np.testing.assert_array_equal(got, local["trig"].query("velocity", points, time=0.5))
 
 

@@ -32,14 +32,15 @@ def workload() -> None:
 @click.option("--regions", type=click.IntRange(1), default=6, show_default=True,
               help="Regions of interest that users share.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of everything drawn.")
+@click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
 def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, duration: float, regions: int,
-             seed: int) -> None:
+             seed: int, token: str | None) -> None:
     """Write a trace for dataset NAME of DB_OR_URL shaped like the JHTDB log: bursty arrivals,
     about 88 % of jobs on one time step, some over a few steps, a few iterating over every
     step; mostly small queries in shared regions, some large uniform batches."""
     from ..workload import generate as make, write_trace
 
-    info = database(db_or_url)[name].info
+    info = database(db_or_url, token)[name].info
     if field not in info.fields:
         raise click.BadParameter(f"dataset {name!r} has no field {field!r}; it has {', '.join(info.fields)}",
                                  param_hint="--field")
@@ -53,6 +54,9 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("db_or_url", required=False)
 @click.option("--url", default=None, help="A turbdb server's address to replay against (instead of DB_OR_URL).")
+@click.option("--token", default=None, envvar="TURBDB_TOKEN",
+              help="Token for a server (default: $TURBDB_TOKEN). Without one the server's anonymous rate limit "
+                   "paces the replay, and the figures measure that limit.")
 @click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default="∞",
               help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
 @click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
@@ -67,7 +71,8 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar of queries answered on stderr (default: when stderr is a terminal).")
-def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, clients: int, scheduler: str | None,
+def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | None, speedup: float, clients: int,
+           scheduler: str | None,
            cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
            progress: bool | None) -> None:
     """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address;
@@ -90,7 +95,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, 
         db_or_url = url
     queries = read_trace(trace)
     if is_url(db_or_url):
-        db = database(db_or_url)
+        db = database(db_or_url, token)
     else:
         db = open_db(db_or_url, scheduler=scheduler, cache_policy=cache_policy, cache_bytes=cache_bytes, io=io)
     bar = tqdm(total=len(queries), unit="query", desc="replay", disable=None if progress is None else not progress,
@@ -118,3 +123,25 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, speedup: float, 
     if engine.get("bytes_read") is not None:
         click.echo(f"  engine: {engine['atoms_read']:.0f} atoms, {engine['bytes_read'] / 1e6:.1f} MB read, "
                    f"cache hit ratio {engine['hit_ratio']:.3f}")
+    for line in throttling_lines(summary.get("throttling", {}), summary["seconds"], clients):
+        click.echo(line)
+
+
+def throttling_lines(waits: dict[str, float], seconds: float, clients: int) -> list[str]:
+    """What the replay's clients waited on the server's limits, and a warning where the
+    rate limit, not the server, set the pace."""
+    lines = []
+    limited = waits.get("paced_seconds", 0.0) + waits.get("rate_limited_seconds", 0.0)
+    if waits.get("paced") or waits.get("rate_limited"):
+        lines.append(f"  rate limit: {waits.get('paced', 0):.0f} requests held back by the client and "
+                     f"{waits.get('rate_limited', 0):.0f} answered 429, {limited:.1f} s waited in all")
+    if waits.get("busy"):
+        lines.append(f"  engine busy: {waits['busy']:.0f} answers of 503 (queue full) retried, "
+                     f"{waits['busy_seconds']:.1f} s waited in all")
+    # The clients' waits against the time they had: a tenth or more of it is the limit's pace.
+    if limited > 0.1 * seconds * clients:
+        lines.append("  warning: the token's rate limit set the pace of this replay, so these figures measure the "
+                     "limit, not the server. Give a token with a higher limit (`turbdb token NAME --requests-per-minute 1e6 >> "
+                     "tokens.toml`, `turbdb serve DB --tokens tokens.toml`, then --token or $TURBDB_TOKEN), or replay "
+                     "the database directory itself.")
+    return lines

@@ -46,11 +46,14 @@ class Answered:
 class ReplayReport:
     """What a replay measured: every query sent (``log``), the wall time, and ``engine``,
     the change in the engine's counters (atoms and bytes read, cache hits and misses),
-    empty without an engine. Queries of a job after one that failed are not sent."""
+    empty without an engine; against a server, ``throttling``, how long the clients waited
+    on its limits (:class:`turbdb.remote.Throttling`, summed over the clients; empty for a
+    local database). Queries of a job after one that failed are not sent."""
 
     log: list[Answered]
     seconds: float
     engine: dict[str, float]
+    throttling: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def queries(self) -> int:
@@ -98,6 +101,7 @@ class ReplayReport:
                 for c in SIZE_CLASSES if response.get(c)
             },
             "engine": self.engine,
+            **({"throttling": self.throttling} if self.throttling else {}),
         }
 
 
@@ -135,6 +139,7 @@ def replay(
     infos = {name: ds.info for name, ds in datasets.items()}
     drawn = {(q.job, q.index): draw_points(q, infos[q.dataset]) for q in trace}
     before = _counters(database)
+    waits_before = _throttling(database)
     lock = threading.Lock()
     next_job = iter(jobs)
     log: list[Answered] = []
@@ -180,7 +185,9 @@ def replay(
     if engine:
         lookups = engine["cache_hits"] + engine["cache_misses"]
         engine["hit_ratio"] = engine["cache_hits"] / lookups if lookups else 0.0
-    return ReplayReport(log=log, seconds=seconds, engine=engine)
+    waits = _throttling(database)
+    throttling = {} if waits is None else dataclasses.asdict(waits - waits_before)
+    return ReplayReport(log=log, seconds=seconds, engine=engine, throttling=throttling)
 
 
 def _declare(database: Any, job: list[Query]) -> Any:
@@ -205,6 +212,12 @@ def _ask(dataset: Any, q: Query, points: np.ndarray, job: Any = None) -> tuple[n
             time.sleep(e.retry_after or 0.1)
         except TurbdbError as e:
             return None, f"{type(e).__name__}: {e}"
+
+
+def _throttling(database: Any) -> Any:
+    """A server client's waits on the server's limits so far (None for a local database)."""
+    waits = getattr(database, "throttling", None)
+    return None if waits is None else waits()
 
 
 def _counters(database: Any) -> dict[str, float]:
