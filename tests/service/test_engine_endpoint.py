@@ -100,6 +100,8 @@ def check_metrics_match_the_engine_endpoint(url):
 
 
 def test_without_engine_options_the_engine_endpoint_says_so(server):
+    assert "no node engine: each request runs alone" in server.log.read_text()
+    assert "--scheduler jaws" in server.log.read_text()
     assert httpx.get(server.url + "/v1/engine", timeout=10).json() == {"enabled": False}
     assert "turbdb_engine_" not in httpx.get(server.url + "/metrics", timeout=10).text
     with turbdb.connect(server.url, FULL) as remote, pytest.raises(turbdb.InvalidRequestError, match="--scheduler"):
