@@ -170,9 +170,10 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         with self._waits_lock:
             return dataclasses.replace(self._waits)
 
-    def _waited(self, **seconds: float) -> None:
+    def _waited(self, **amounts: float) -> None:
+        """Adds to the waits' counts and seconds (from any thread)."""
         with self._waits_lock:
-            for name, value in seconds.items():
+            for name, value in amounts.items():
                 setattr(self._waits, name, getattr(self._waits, name) + value)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
