@@ -227,11 +227,6 @@ class Throttling:
     busy: int = 0
     busy_seconds: float = 0.0
 
-    @property
-    def seconds(self) -> float:
-        """Seconds waited on the token's rate limit (paced or answered 429)."""
-        return self.paced_seconds + self.rate_limited_seconds
-
     def __sub__(self, other: Throttling) -> Throttling:
         return Throttling(**{f.name: getattr(self, f.name) - getattr(other, f.name)
                              for f in dataclasses.fields(self)})

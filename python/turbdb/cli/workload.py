@@ -72,8 +72,7 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar of queries answered on stderr (default: when stderr is a terminal).")
 def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | None, speedup: float, clients: int,
-           scheduler: str | None,
-           cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
+           scheduler: str | None, cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
            progress: bool | None) -> None:
     """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address;
     or give the address with --url) and print throughput (queries/s, points/s),
@@ -141,7 +140,7 @@ def throttling_lines(waits: dict[str, float], seconds: float, clients: int) -> l
     # The clients' waits against the time they had: a tenth or more of it is the limit's pace.
     if limited > 0.1 * seconds * clients:
         lines.append("  warning: the token's rate limit set the pace of this replay, so these figures measure the "
-                     "limit, not the server. Give a token with a higher limit (`turbdb token NAME --requests-per-minute 1e6 >> "
-                     "tokens.toml`, `turbdb serve DB --tokens tokens.toml`, then --token or $TURBDB_TOKEN), or replay "
-                     "the database directory itself.")
+                     "limit, not the server. Give a token with a higher limit (`turbdb token NAME "
+                     "--requests-per-minute 1e6 >> tokens.toml`, `turbdb serve DB --tokens tokens.toml`, then "
+                     "--token or $TURBDB_TOKEN), or replay the database directory itself.")
     return lines
