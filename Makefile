@@ -16,7 +16,7 @@ endif
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-deps bench-ingest bench-query bench-track bench-service bench-workload fuzz bench-cluster check-aarch64 wheel-aarch64 clean
+.PHONY: help setup build wheel demo serve dataset test test-rust test-python bench bench-deps bench-ingest bench-query bench-track bench-service bench-workload bench-http-workload fuzz bench-cluster check-aarch64 wheel-aarch64 clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -99,10 +99,13 @@ bench-service: build ## HTTP latency (1, 100, 1e4 points) and 1e6-point throughp
 bench-workload: build ## many users at once: schedulers × cache policies on one trace (bench/results/workload.json)
 	$(PY) bench/workload.py
 
+bench-http-workload: build ## many users over HTTP: turbdb serve without an engine vs --scheduler jaws (bench/results/http_workload.json)
+	$(PY) bench/http_workload.py
+
 bench-cluster: build ## Dask cluster: 1 vs 2 workers vs in-process, a half-speed worker, kill -9 replay (bench/results/cluster.json)
 	$(PY) bench/cluster.py
 
-bench: bench-ingest bench-query bench-track bench-service bench-workload bench-cluster ## every benchmark
+bench: bench-ingest bench-query bench-track bench-service bench-workload bench-http-workload bench-cluster ## every benchmark
 
 clean: ## remove build products and the venv (keeps data/)
 	rm -rf target dist $(VENV) .pytest_cache .hypothesis

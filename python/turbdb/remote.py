@@ -80,8 +80,11 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 where = "the token in $TURBDB_TOKEN" if from_environment else "the token"
                 raise exc.InvalidRequestError(f"{where} cannot be sent to {self.url}: {problem}")
             headers["Authorization"] = f"Bearer {token}"
-        # Enough connections for the concurrent batches, kept alive between them.
-        pool = httpx.Limits(max_connections=max(10, concurrency), max_keepalive_connections=max(10, concurrency))
+        # A connection for every thread that asks at once, kept alive until it expires: with
+        # a bounded pool, requests queue for a connection, and httpcore 1.0.9 can close one it
+        # has given to a queued request, which then hangs until its read timeout
+        # (encode/httpcore#1110: one 64-thread replay in about eight waited 300 s).
+        pool = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         self._client = httpx.Client(base_url=self.url, headers=headers, transport=transport, limits=pool,
                                     timeout=httpx.Timeout(timeout, connect=10.0))
         self.retries = retries

@@ -3,6 +3,7 @@ exception types as turbdb.open, for every method and operator, for cutouts and t
 
 import subprocess
 import sys
+import threading
 
 import httpx
 import numpy as np
@@ -120,6 +121,34 @@ def test_remote_errors_are_the_local_exception_with_the_local_message(remote, lo
     assert type(there.value) is type(here.value)
     if "on this server" not in str(there.value) and " at http" not in str(there.value):  # names the place
         assert str(there.value) == str(here.value)
+
+
+def test_threads_sharing_one_client_each_get_a_connection_and_the_local_answers(server, local):
+    # A bounded pool made threads queue for connections, where httpcore 1.0.9 can close one
+    # it has given to a queued request (encode/httpcore#1110): a replay hung for 300 s.
+    threads, rounds = 24, 4
+    start = threading.Barrier(threads)
+    answers: dict[int, list[np.ndarray]] = {}
+
+    def client(db, k):
+        start.wait()
+        answers[k] = [db["trig"].query("velocity", random_points(50, seed=k * rounds + r), time=0.5,
+                                       dtype=np.float64) for r in range(rounds)]
+
+    with turbdb.connect(server.url, token=FULL) as db:
+        workers = [threading.Thread(target=client, args=(db, k)) for k in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=120)
+        assert not any(w.is_alive() for w in workers), "a client thread hung"
+        opened = len(db._client._transport._pool.connections)
+    assert opened > 10, f"{opened} connections for {threads} threads asking at once: they queued for the pool"
+    for k in range(threads):
+        for r in range(rounds):
+            expected = local["trig"].query("velocity", random_points(50, seed=k * rounds + r), time=0.5,
+                                           dtype=np.float64)
+            np.testing.assert_allclose(answers[k][r], expected, rtol=1e-6, atol=1e-6)
 
 
 def test_connection_failures_are_retried_with_backoff(server):

@@ -648,6 +648,94 @@ proptest! {
     }
 }
 
+/// A large query that finds the engine idle runs alone, by the streaming executor, with
+/// the lone answer bit for bit; a query of a job, a smaller one, or any with direct reads
+/// (the engine's cache must be the only one) goes through the queues.
+#[test]
+fn a_large_query_on_an_idle_engine_runs_alone_with_the_lone_answer() {
+    let f = fixture(true);
+    let config = |io| EngineConfig {
+        io,
+        alone_points: 200,
+        ..EngineConfig::default()
+    };
+    let a = ask(21, [11.5, 7.5, 15.5]);
+    let large = Ask {
+        points: a.points.iter().cycle().take(500).copied().collect(),
+        ..a
+    };
+    let engine = NodeEngine::new(config(IoMode::Buffered));
+    assert_eq!(through(&engine, &f, &large), alone(&f, &large));
+    let stats = engine.stats();
+    assert_eq!(
+        (stats.served_alone, stats.completed, stats.batches),
+        (1, 1, 0)
+    );
+    assert_eq!(stats.pending_points, 0);
+    let small = Ask {
+        points: large.points[..150].to_vec(),
+        ..large.clone()
+    };
+    assert!(close(&through(&engine, &f, &small), &alone(&f, &small)));
+    assert_eq!(engine.stats().served_alone, 1);
+    let plan = vec![(Arc::clone(&f.reader), vec![0usize])];
+    let job = engine.declare_job(&plan);
+    let query = job_query(&large.points, &f, 0, job);
+    let Outcome::Done(..) = engine
+        .submit_points(&f.reader, &query, None)
+        .unwrap()
+        .outcome()
+    else {
+        panic!("the job's query should complete");
+    };
+    assert_eq!(engine.stats().served_alone, 1);
+    let direct = NodeEngine::new(config(IoMode::Direct));
+    assert!(close(&through(&direct, &f, &large), &alone(&f, &large)));
+    assert_eq!(direct.stats().served_alone, 0);
+}
+
+/// A job's query whose every atom is cached has no read to share: it is answered at once,
+/// not held at its gate for a partner job that has not started (here until a minute's
+/// timeout), and the job's next query is still its next.
+#[test]
+fn a_cached_query_of_a_job_is_not_held_at_its_gate() {
+    let f = fixture(true);
+    let engine = NodeEngine::new(EngineConfig {
+        scheduler: SchedulerKind::Jaws,
+        gate_timeout_ms: 60_000.0,
+        ..EngineConfig::default()
+    });
+    let a = ask(8, [11.5, 7.5, 15.5]);
+    let at_zero = Ask {
+        time: 0.0,
+        temporal: Temporal::None,
+        method: Method::Lagrange(4),
+        operator: Operator::Field,
+        ..a
+    };
+    // Ungated, the first time: its atoms come into the cache.
+    assert!(close(&through(&engine, &f, &at_zero), &alone(&f, &at_zero)));
+    let plan: Vec<(Arc<FieldReader>, Vec<usize>)> =
+        (0..2).map(|_| (Arc::clone(&f.reader), vec![0])).collect();
+    let (job, _partner) = (engine.declare_job(&plan), engine.declare_job(&plan));
+    let started = std::time::Instant::now();
+    for _ in 0..2 {
+        let query = job_query(&at_zero.points, &f, 0, job);
+        match engine
+            .submit_points(&f.reader, &query, None)
+            .unwrap()
+            .outcome()
+        {
+            Outcome::Done(values, _) => assert!(close(&values.into_sums(), &alone(&f, &at_zero))),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(started.elapsed().as_secs_f64() < 10.0, "held at the gate");
+    let stats = engine.stats();
+    assert_eq!(stats.served_from_cache, 2);
+    assert_eq!(stats.gating.timeouts, 0);
+}
+
 #[test]
 fn a_rewritten_step_is_not_served_from_the_cache() {
     let f = fixture(true);

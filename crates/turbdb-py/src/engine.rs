@@ -90,6 +90,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn submit<'py>(
         &self,
+        py: Python<'py>,
         store: &FieldStore,
         points: PyReadonlyArray2<'py, f64>,
         axes: [AxisTuple; 3],
@@ -101,10 +102,10 @@ impl Engine {
         job: Option<JobId>,
     ) -> Result<PendingQuery> {
         let query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
-        // Cutting the query into sub-queries holds the GIL: it is short against serving it.
-        let ticket = self
-            .engine
-            .submit_points(&store.shared_reader(), &query, None)?;
+        // Without the GIL: cutting a query of 10⁵ points takes about 20 ms, and a large
+        // query that finds the engine idle is served here, alone.
+        let reader = store.shared_reader();
+        let ticket = without_gil(py, || self.engine.submit_points(&reader, &query, None))?;
         Ok(PendingQuery {
             ticket: RwLock::new(ticket),
             cancelled: AtomicBool::new(false),
@@ -326,6 +327,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("schedule_seconds", s.schedule_seconds)?;
     d.set_item("idle_seconds", s.idle_seconds)?;
     d.set_item("served_from_cache", s.served_from_cache)?;
+    d.set_item("served_alone", s.served_alone)?;
     d.set_item("cuts_reused", s.cuts_reused)?;
     d.set_item("jobs", s.jobs)?;
     d.set_item("gating_edges", s.gating_edges)?;

@@ -37,6 +37,8 @@ _COUNTERS = (
     ("turbdb_engine_batches", "batches", "Batches the scheduler ran"),
     ("turbdb_engine_served_from_cache", "served_from_cache",
      "Queries served at submission because all their atoms were cached"),
+    ("turbdb_engine_served_alone", "served_alone",
+     "Large queries that found the engine idle and ran alone by the streaming executor"),
 )
 
 

@@ -72,8 +72,9 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
 def node_engine_summary(database: Any, url: str) -> str:
     """A line on the node engine the queries go through, or how to have one."""
     if database.engine is None:
-        return ("turbdb: no node engine: each request runs alone (the fastest for one large request); with many "
-                "users at once, serve with --scheduler jaws so that requests share their reads (docs/service.md)\n")
+        return ("turbdb: no node engine: each request runs alone, reading through the OS page cache (the fastest while "
+                "the data fits in memory); with many users at once over more data than memory holds, serve with "
+                "--scheduler jaws --io direct so that requests share their reads (docs/service.md)\n")
     s = database.engine_stats()
     return (f"turbdb: node engine: {s['scheduler']} scheduler, {_gib(s['cache_capacity'])} {s['cache_policy']} atom "
             f"cache, {s['io']} reads; its figures at {url}/v1/engine and {url}/metrics\n")

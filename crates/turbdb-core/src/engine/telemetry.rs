@@ -120,8 +120,8 @@ pub struct EngineStats {
     pub t_b_ms: f64,
     /// Measured milliseconds per partial sum.
     pub t_m_ms: f64,
-    /// Seconds spent serving batches (reading excluded when overlapped) and queries served
-    /// from the cache at submission.
+    /// Seconds spent serving batches (reading excluded when overlapped), queries served
+    /// from the cache at submission and queries served alone.
     pub busy_seconds: f64,
     /// Seconds the engine's thread waited for a batch's reads (the part of reading not
     /// overlapped with computing the batch before).
@@ -132,6 +132,8 @@ pub struct EngineStats {
     pub idle_seconds: f64,
     /// Queries served at submission, every atom from the cache, without a batch.
     pub served_from_cache: u64,
+    /// Large queries that found the engine idle and ran alone, by the streaming executor.
+    pub served_alone: u64,
     /// Point queries whose cut was kept from an earlier query with the same points.
     pub cuts_reused: u64,
     /// Response times by size class ([`SIZE_CLASSES`]).
@@ -189,6 +191,7 @@ impl EngineStats {
             schedule_seconds: 0.0,
             idle_seconds: 0.0,
             served_from_cache: 0,
+            served_alone: 0,
             cuts_reused: 0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
             jobs: 0,

@@ -40,6 +40,8 @@ pub enum Values {
         /// Values per point.
         out_len: usize,
     },
+    /// Point-query values in the caller's order, `N × out_len` (a query served alone).
+    Answer(Vec<f64>),
     /// A cutout's values, `(z, y, x, c)`.
     Cutout(Vec<f32>),
 }
@@ -59,6 +61,7 @@ impl Values {
                 }
                 out
             }
+            Values::Answer(values) => values,
             Values::Cutout(v) => v.into_iter().map(f64::from).collect(),
         }
     }

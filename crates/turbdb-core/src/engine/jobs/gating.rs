@@ -436,6 +436,31 @@ impl JobGraph {
         released
     }
 
+    /// The next query of `job` was answered at once, outside the queues (every atom it
+    /// needed was cached: no read to share). It counts as handed in and completed, and
+    /// the queries held for it go; returns those released.
+    pub fn passed(&mut self, job: JobId, now: f64) -> Vec<u64> {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        let index = j.submitted;
+        j.submitted += 1;
+        j.last_activity = now;
+        let mut released: Vec<u64> = j.held.take().map(|(_, q, _)| q).into_iter().collect();
+        if index < j.plan.len() {
+            for (other, theirs) in std::mem::take(&mut j.edges[index]) {
+                if let Some(partner) = self.jobs.get_mut(&other) {
+                    partner.edges[theirs].retain(|&(k, i)| !(k == job && i == index));
+                }
+                if self.state(other, theirs) == Some(QueryState::Ready) {
+                    released.extend(self.try_release(other, theirs));
+                }
+            }
+        }
+        released.extend(self.completed(job, index, now));
+        released
+    }
+
     /// Query `index` of `job` completed; returns queries released as a result.
     pub fn completed(&mut self, job: JobId, index: usize, now: f64) -> Vec<u64> {
         let Some(j) = self.jobs.get_mut(&job) else {
@@ -715,6 +740,30 @@ mod tests {
         // The edge is cut: j2's second query is not held for a partner that has gone.
         let (_, released) = graph.submit(j2, 22, 20.0);
         assert_eq!(released, vec![22]);
+    }
+
+    #[test]
+    fn a_query_answered_outside_the_queues_frees_the_queries_held_for_it() {
+        let mut graph = JobGraph::new(true, 1e9);
+        let j1 = graph.declare(plan(&[5, 6]), 0.0);
+        let j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        let (_, released) = graph.submit(j1, 11, 0.0);
+        assert!(released.is_empty(), "gated with j2's second query");
+        // j2's first two queries are answered from the cache: the second frees j1's.
+        assert!(graph.passed(j2, 1.0).is_empty());
+        assert_eq!(graph.passed(j2, 2.0), vec![11]);
+        assert_eq!(graph.counters().timeouts, 0);
+        // j2's third query is handed in as its third, gated with j1's second.
+        graph.completed(j1, 0, 3.0);
+        let (index, released) = graph.submit(j2, 23, 4.0);
+        assert_eq!(index, Some(2));
+        assert!(released.is_empty());
+        let (_, released) = graph.submit(j1, 12, 5.0);
+        assert_eq!(released.len(), 2);
+        // A job whose every query passed is over.
+        let j3 = graph.declare(plan(&[7]), 6.0);
+        graph.passed(j3, 7.0);
+        assert_eq!(graph.state(j3, 0), None);
     }
 
     #[test]

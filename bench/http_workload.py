@@ -1,0 +1,175 @@
+"""Many users over HTTP: `turbdb serve` without a node engine against `turbdb serve
+--scheduler jaws`, the same JHTDB-shaped trace replayed by real HTTP clients
+(`turbdb.workload.replay` through `turbdb.connect`, as `turbdb workload replay --url` does)
+at several client counts. Where bench/workload.py measures the engine in-process past the
+page cache (`io="direct"`), this measures what a server's users get on data the OS page
+cache holds: the default server reads through it, the engine keeps its own cache too.
+
+    python bench/http_workload.py [--data /tmp/turbdb-bench-workload] [--clients 8,32,64]
+                                  [--rounds 2] [--quick]
+
+Each replay gets a fresh server; the two servers take turns within every round, so a
+shared machine's drifting load weighs on both alike. The token has no rate limit worth the
+name, so the server, not its limit, sets the pace. Prints queries/s and the small and medium
+queries' p50/p99 per server and client count, and the engine's median throughput as a
+ratio of the engine-less server's; writes bench/results/http_workload.json and .svg
+(--quick: http_workload_quick.*, a 64³ × 8 dataset, about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+import turbdb
+from turbdb.workload import generate, replay
+
+sys.path.insert(0, str(Path(__file__).parent))
+from workload import ensure_data, machine_info, setup  # noqa: E402  (bench/workload.py: the same dataset)
+
+RESULTS = Path(__file__).parent / "results"
+TOKEN = "bench-http-workload-token"
+#: The servers compared: name → `turbdb serve` options.
+SERVERS = {"none": [], "jaws": ["--scheduler", "jaws"]}
+
+
+def start_server(data: Path, workdir: Path, options: list[str]) -> tuple[subprocess.Popen, str]:
+    tokens = workdir / "tokens.toml"
+    tokens.write_text(f'[[token]]\ntoken = "{TOKEN}"\nname = "bench"\nmax_points = 10000000\n'
+                      "requests_per_minute = 1e9\n")
+    log = workdir / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(data), "--port", "0", "--tokens",
+                                    str(tokens), "--log-level", "warning", *options],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        found = re.search(r"at (http://\S+)", log.read_text())
+        if found:
+            try:
+                if httpx.get(found.group(1) + "/healthz", timeout=2).status_code == 200:
+                    return process, found.group(1)
+            except httpx.TransportError:
+                pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"turbdb serve did not start:\n{log.read_text()}")
+
+
+def replay_once(data: Path, workdir: Path, server: str, trace, clients: int) -> dict:
+    process, url = start_server(data, workdir, SERVERS[server])
+    try:
+        with turbdb.connect(url, token=TOKEN) as remote:
+            report = replay(remote, trace, clients=clients)
+            engine = remote.engine_stats() if SERVERS[server] else None
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    row = {"server": server, "clients": clients, **report.summary()}
+    if engine is not None:
+        row["engine"] = {k: engine[k] for k in ("completed", "served_from_cache", "served_alone", "batches",
+                                                 "busy_seconds", "idle_seconds", "atoms_read") if k in engine}
+        row["gating"] = engine.get("gating")
+    return row
+
+
+def line(row: dict) -> str:
+    response = row["response"]
+    classes = ", ".join(f"{c} p50 {v['p50'] * 1e3:6.1f} p99 {v['p99'] * 1e3:7.1f} ms" for c, v in response.items()
+                        if c in ("small", "medium"))
+    return (f"  {row['server']:>5} {row['clients']:4d} clients: {row['queries_per_second']:6.1f} q/s "
+            f"({row['failed']} failed); {classes}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "turbdb-bench-workload")
+    parser.add_argument("--clients", default="8,32,64",
+                        help="client counts, comma-separated (on 2 cores, past 64 the replay's own client threads "
+                             "take most of the CPU)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of every server and client count")
+    parser.add_argument("--jobs", type=int, default=300, help="jobs in the trace")
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a 64³ × 8 dataset, one round, 8 and 64 clients")
+    args = parser.parse_args()
+    shape = setup(args.quick)
+    clients = [8, 64] if args.quick else [int(c) for c in args.clients.split(",")]
+    rounds = 1 if args.quick else args.rounds
+    jobs = 100 if args.quick else args.jobs
+    ds = ensure_data(args.data, shape["grid"], shape["steps"], 0)
+    trace = generate(ds.info, dataset=ds.name, jobs=jobs, duration=shape["duration"], seed=args.seed)
+    machine = machine_info()
+    load = [os.getloadavg()[0]]
+    print(f"{len(trace)} queries of {jobs} jobs on {ds.name}; {machine['cpu']} ({machine['simd']}), "
+          f"{machine['affinity']} cores, load {load[0]:.2f}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for r in range(rounds):
+            for c in clients:
+                for server in SERVERS:
+                    row = replay_once(args.data, Path(workdir), server, trace, c)
+                    row["round"] = r
+                    rows.append(row)
+                    print(line(row), flush=True)
+    load.append(os.getloadavg()[0])
+    ratios = {}
+    for c in clients:
+        median = {s: statistics.median(r["queries_per_second"] for r in rows if r["server"] == s and r["clients"] == c)
+                  for s in SERVERS}
+        ratios[c] = median["jaws"] / median["none"]
+        print(f"  {c:4d} clients: jaws {median['jaws']:.1f} q/s against {median['none']:.1f} without an engine: "
+              f"{ratios[c]:.2f}× (median of {rounds})")
+    out = {"machine": machine, "load": load, "dataset": ds.name, "queries": len(trace), "jobs": jobs,
+           "servers": SERVERS, "clients": clients, "rounds": rounds, "rows": rows,
+           "jaws_over_none": {str(c): v for c, v in ratios.items()}}
+    RESULTS.mkdir(exist_ok=True)
+    name = "http_workload_quick" if args.quick else "http_workload"
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1))
+    plot(out, RESULTS / f"{name}.svg")
+    print(f"wrote {RESULTS / name}.json and .svg")
+
+
+def plot(out: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for server, colour in zip(SERVERS, ("C0", "C1")):
+        rows = [r for r in out["rows"] if r["server"] == server]
+        label = "no engine" if server == "none" else f"--scheduler {server}"
+        axes[0].plot([r["clients"] for r in rows], [r["queries_per_second"] for r in rows], "o", color=colour,
+                     label=label, alpha=0.7)
+        axes[1].plot([r["clients"] for r in rows], [r["response"]["small"]["p99"] * 1e3 for r in rows], "o",
+                     color=colour, label=label, alpha=0.7)
+    for ax, title, ylabel in ((axes[0], "throughput over HTTP", "queries / s"),
+                              (axes[1], "small-query p99 response", "ms")):
+        ax.set_xscale("log")
+        ax.set_xticks(out["clients"], [str(c) for c in out["clients"]])
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    m = out["machine"]
+    fig.suptitle(f"{out['queries']} queries, {out['dataset']}; {m['cpu']} ({m['simd']}), {m['affinity']} cores, "
+                 f"load {out['load'][0]:.1f}→{out['load'][1]:.1f}, git {m['git']}", fontsize=9)
+    fig.tight_layout()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
