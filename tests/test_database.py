@@ -1,5 +1,6 @@
 """Creating, writing and opening datasets through the public API."""
 
+import copy
 import math
 
 import numpy as np
@@ -120,6 +121,23 @@ def test_append_times_grows_every_field_and_add_field_adds_one(tmp_path):
     assert info.nt == 6 and info.fields["magneticfield"].units == "T"
     ds.write("magneticfield", 5, np.zeros((16, 18, 20, 3)))
     assert ds.info.fields["magneticfield"].steps_present == (5,)
+
+
+def test_copies_of_a_dataset_share_its_parsed_metadata_until_it_changes(tmp_path, monkeypatch):
+    # The service queries a shallow copy per request: each parsed zarr.json again.
+    import turbdb.dataset
+
+    ds = turbdb.open(make(tmp_path).path.parent)["flow"]
+    reads = []
+    real = turbdb.dataset.read_json
+    monkeypatch.setattr(turbdb.dataset, "read_json", lambda path: reads.append(path) or real(path))
+    assert ds.metadata.nt == 4 and len(reads) == 1
+    copies = [copy.copy(ds) for _ in range(3)]
+    assert all(c.metadata.nt == 4 for c in copies) and len(reads) == 1
+    copies[0].append_times([1.0])  # rewrites zarr.json: every copy sees it, parsed once more
+    reads.clear()
+    assert [c.metadata.nt for c in (ds, *copies)] == [5] * 4
+    assert len(reads) == 1
 
 
 def test_errors_are_turbdb_errors_and_builtin_errors():

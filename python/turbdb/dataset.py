@@ -50,7 +50,9 @@ class Dataset:
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
         self._stores: dict[str, tuple[Any, Any]] = {}
-        self._cache: tuple[Any, dict[str, Any], DatasetInfo] | None = None
+        # A list, not the tuple itself, so that shallow copies (the service makes one per
+        # request) share what one of them parsed: (stat key, attrs, info).
+        self._cache: list[tuple[Any, dict[str, Any], DatasetInfo] | None] = [None]
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
@@ -72,19 +74,20 @@ class Dataset:
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._cache is None or self._cache[0] != key:
+        cached = self._cache[0]
+        if cached is None or cached[0] != key:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
-            self._cache = (key, attrs, DatasetInfo.from_attrs(attrs))
-        return self._cache[1]
+            cached = self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
+        return cached[1]
 
     @property
     def metadata(self) -> DatasetInfo:
         """Like :attr:`info` without scanning which steps are written: cheap, for the hot
         path of queries (a missing step is reported by the engine when it is needed)."""
         self._attrs()
-        return self._cache[2]
+        return self._cache[0][2]
 
     @property
     def info(self) -> DatasetInfo:
