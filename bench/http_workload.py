@@ -21,49 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import httpx
 
 import turbdb
 from turbdb.workload import generate, replay
 
 sys.path.insert(0, str(Path(__file__).parent))
+from service import TOKEN, start_server  # noqa: E402  (bench/service.py: a server with an unreachable rate limit)
 from workload import ensure_data, machine_info, setup  # noqa: E402  (bench/workload.py: the same dataset)
 
 RESULTS = Path(__file__).parent / "results"
-TOKEN = "bench-http-workload-token"
 #: The servers compared: name → `turbdb serve` options.
-SERVERS = {"none": [], "jaws": ["--scheduler", "jaws"]}
-
-
-def start_server(data: Path, workdir: Path, options: list[str]) -> tuple[subprocess.Popen, str]:
-    tokens = workdir / "tokens.toml"
-    tokens.write_text(f'[[token]]\ntoken = "{TOKEN}"\nname = "bench"\nmax_points = 10000000\n'
-                      "requests_per_minute = 1e9\n")
-    log = workdir / "server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(data), "--port", "0", "--tokens",
-                                    str(tokens), "--log-level", "warning", *options],
-                                   stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        found = re.search(r"at (http://\S+)", log.read_text())
-        if found:
-            try:
-                if httpx.get(found.group(1) + "/healthz", timeout=2).status_code == 200:
-                    return process, found.group(1)
-            except httpx.TransportError:
-                pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"turbdb serve did not start:\n{log.read_text()}")
+SERVERS = {"none": (), "jaws": ("--scheduler", "jaws")}
 
 
 def replay_once(data: Path, workdir: Path, server: str, trace, clients: int) -> dict:

@@ -41,14 +41,17 @@ TOKEN = "bench-token"
 TARGET_P50_100_MS, TARGET_THROUGHPUT_RATIO = 5.0, 0.60
 
 
-def start_server(data: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
+def start_server(data: Path, workdir: Path, options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """`turbdb serve DATA OPTIONS…` on a free port with a token (TOKEN) whose rate limit the
+    benchmarks never reach; returns the process and its address once /healthz answers."""
     tokens = workdir / "tokens.toml"
     tokens.write_text(f'[[token]]\ntoken = "{TOKEN}"\nname = "bench"\nmax_points = 2000000\n'
                       "requests_per_minute = 10000000\n")
     log = workdir / "server.log"
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(data), "--port", "0", "--tokens",
-                                    str(tokens), "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT)
+                                    str(tokens), "--log-level", "warning", *options],
+                                   stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = re.search(r"at (http://\S+)", log.read_text())

@@ -462,12 +462,7 @@ impl NodeEngine {
         tally.contributions += contributions;
         tally.response[size_class(n)].observe(&RESPONSE_BOUNDS, response);
         drop(tally);
-        self.shared
-            .inbox
-            .lock()
-            .expect("inbox")
-            .served
-            .push(response);
+        self.count_in_run(response);
         let stats = QueryStats {
             atoms,
             atoms_read: atoms,
@@ -475,16 +470,32 @@ impl NodeEngine {
             response_seconds: response,
             ..QueryStats::default()
         };
+        Ok(Some(self.ended_here(
+            Outcome::Done(Values::Answer(values), stats),
+            notify,
+        )))
+    }
+
+    /// The run (α, SLRU's segments) counts a query served in its caller's thread when the
+    /// engine's thread next wakes; nothing here needs to wake it.
+    fn count_in_run(&self, response: f64) {
+        self.shared
+            .inbox
+            .lock()
+            .expect("inbox")
+            .served
+            .push(response);
+    }
+
+    /// The ticket of a query that ended in its caller's thread.
+    fn ended_here(&self, outcome: Outcome, notify: &Option<Arc<Completions>>) -> Ticket {
         let state = TicketState::new(
             self.shared.ids.fetch_add(1, Ordering::Relaxed),
             notify.clone(),
         );
-        state.finish(Outcome::Done(Values::Answer(values), stats));
+        state.finish(outcome);
         let shared: Arc<dyn Canceller> = self.shared.clone();
-        Ok(Some(Ticket::new(
-            state,
-            Arc::downgrade(&shared) as Weak<dyn Canceller>,
-        )))
+        Ticket::new(state, Arc::downgrade(&shared) as Weak<dyn Canceller>)
     }
 
     /// The query cut into sub-queries: the cut kept from the last time the same points
@@ -551,8 +562,6 @@ impl NodeEngine {
             }
             atoms.serve(&work, &mut progress, levels)
         }));
-        let id = self.shared.ids.fetch_add(1, Ordering::Relaxed);
-        let shared: Arc<dyn Canceller> = self.shared.clone();
         let added = match served {
             Ok(added) => added,
             Err(payload) => {
@@ -561,17 +570,8 @@ impl NodeEngine {
                     field,
                     t: l.t as u32,
                 });
-                let state = TicketState::new(id, notify.clone());
-                state.finish(Outcome::Failed(batch_panic(
-                    &*payload,
-                    step,
-                    atoms.len(),
-                    1,
-                )));
-                return Ok(Ticket::new(
-                    state,
-                    Arc::downgrade(&shared) as Weak<dyn Canceller>,
-                ));
+                let failed = batch_panic(&*payload, step, atoms.len(), 1);
+                return Ok(self.ended_here(Outcome::Failed(failed), notify));
             }
         };
         let busy = started.elapsed().as_secs_f64();
@@ -603,20 +603,8 @@ impl NodeEngine {
             tally.contributions += added;
             tally.response[size_class(size)].observe(&RESPONSE_BOUNDS, response);
         }
-        // The run (α, SLRU's segments) counts it when the engine's thread next wakes;
-        // nothing here needs to wake it.
-        self.shared
-            .inbox
-            .lock()
-            .expect("inbox")
-            .served
-            .push(response);
-        let state = TicketState::new(id, notify.clone());
-        state.finish(Outcome::Done(values, stats));
-        Ok(Ticket::new(
-            state,
-            Arc::downgrade(&shared) as Weak<dyn Canceller>,
-        ))
+        self.count_in_run(response);
+        Ok(self.ended_here(Outcome::Done(values, stats), notify))
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, AtomCache> {
