@@ -166,6 +166,22 @@ def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
     assert stats["served_from_cache"] == 1 and stats["completed"] == 2
 
 
+def test_a_large_query_on_an_idle_engine_runs_alone_with_the_lone_answer(database):
+    points = np.random.default_rng(5).uniform(0.0, 2 * np.pi, (20_000, 3))
+    db = turbdb.open(database, scheduler="jaws")
+    got = db["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip", dtype=np.float64)
+    alone = turbdb.open(database)["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip",
+                                               dtype=np.float64)
+    np.testing.assert_array_equal(got, alone)
+    stats = db.engine_stats()
+    assert stats["served_alone"] == 1 and stats["completed"] == 1 and stats["batches"] == 0
+    # Reading past the page cache, the engine's cache must be the only one: no query runs alone.
+    direct = turbdb.open(database, scheduler="jaws", io="direct")
+    np.testing.assert_allclose(direct["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip",
+                                                   dtype=np.float64), alone, rtol=1e-12, atol=1e-12)
+    assert direct.engine_stats()["served_alone"] == 0
+
+
 def test_the_same_points_at_another_time_reuse_their_cut_and_a_moved_point_does_not(database):
     db = turbdb.open(database, cache_policy="lru")
     ds = db["box"]

@@ -86,6 +86,8 @@ def check_metrics_match_the_engine_endpoint(url):
     assert value("turbdb_engine_cache_hit_ratio") == pytest.approx(state["hit_ratio"])
     assert value("turbdb_engine_alpha") == pytest.approx(state["alpha"])
     assert value("turbdb_engine_queries_finished_total", outcome="completed") == state["completed"]
+    assert value("turbdb_engine_served_alone_total") == state["served_alone"]
+    assert value("turbdb_engine_served_from_cache_total") == state["served_from_cache"]
     # Histograms: cumulative buckets ending in +Inf at the total count.
     assert value("turbdb_engine_batch_atoms_bucket", le="+Inf") == state["batches"] == sum(state["batch_sizes"])
     assert value("turbdb_engine_batch_atoms_bucket", le="1.0") == state["batch_sizes"][0]
