@@ -66,11 +66,36 @@ fn main() {
         strategy: Strategy::Streaming,
     };
     let times = [0.0, 0.01, 0.02, 0.03];
+    // Float32 answers, as `bench/query.py` asks for (`DTYPE=f64` for float64 answers, whose
+    // sums are all float64); checked against the float64 answers.
+    let float64 = std::env::var("DTYPE").is_ok_and(|d| d == "f64");
+    let reference: Vec<f64> = evaluate_within(
+        &reader,
+        axes,
+        &times,
+        &points,
+        &spec,
+        None,
+        &StreamStats::default(),
+    )
+    .unwrap();
+    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     for rep in 0..reps {
         let stats = StreamStats::default();
         let start = Instant::now();
-        let values = evaluate_within(&reader, axes, &times, &points, &spec, None, &stats).unwrap();
+        let values: Vec<f64> = if float64 {
+            evaluate_within(&reader, axes, &times, &points, &spec, None, &stats).unwrap()
+        } else {
+            let answer: Vec<f32> =
+                evaluate_within(&reader, axes, &times, &points, &spec, None, &stats).unwrap();
+            answer.into_iter().map(f64::from).collect()
+        };
         let wall = start.elapsed().as_secs_f64();
+        let error = values
+            .iter()
+            .zip(&reference)
+            .fold(0.0f64, |m, (v, r)| m.max((v - r).abs()))
+            / scale;
         let phases: Vec<String> = stats
             .phases
             .seconds()
@@ -78,7 +103,7 @@ fn main() {
             .map(|(name, s)| format!("{name} {:.0}", s / n as f64 * 1e9))
             .collect();
         println!(
-            "rep {rep}: {:.3} M points/s ({:.0} ns/pt) | {} | check {:.6}",
+            "rep {rep}: {:.3} M points/s ({:.0} ns/pt) | {} | check {:.6} | max error {error:.1e} of max |value|",
             n as f64 / wall / 1e6,
             wall / n as f64 * 1e9,
             phases.join(" "),

@@ -46,9 +46,10 @@ class Node:
             return self._datasets[name]
 
     def partial_sums(self, dataset: str, field: str, points: np.ndarray, *, time: float, method: str, operator: str,
-                     temporal: str, partitions: list[Partition]) -> np.ndarray:
+                     temporal: str, partitions: list[Partition], dtype: str | None = None) -> np.ndarray:
         """The sums the atoms of ``partitions`` contribute to the query at ``points``:
-        float64, ``(N × ncomp × slots)`` point-major."""
+        ``(N × ncomp × slots)`` point-major, float64, or in ``dtype`` for a unit of whole
+        points (evaluated as a local query of that dtype is, so the answers are the same bits)."""
         began = _clock()
         ds = self.dataset(dataset)
         info = ds.metadata
@@ -56,7 +57,8 @@ class Node:
         points = np.require(points, np.float64, ["C", "A"])
         values, _ = ds.field_store(field).query(
             points, axes=axes_of(info), times=info.times, time=float(time), method=method, operator=operator,
-            temporal=temporal, strategy="streaming", partitions=partitions)
+            temporal=temporal, strategy="streaming", partitions=partitions,
+            dtype=None if dtype is None else np.dtype(dtype))
         self._count("query", len(points), began)
         return values
 

@@ -69,7 +69,7 @@ def partial_sums(plugin: str, dataset: str, field: str, points: np.ndarray | Sha
     ``answer_to`` when given (:mod:`~turbdb.cluster.handoff`; the array itself if it cannot)."""
     if isinstance(points, SharedArray):
         points = points.load()
-    values = node_of(plugin).partial_sums(dataset, field, points, partitions=partitions, **spec)
+    values = node_of(plugin).partial_sums(dataset, field, points, partitions=partitions, dtype=dtype, **spec)
     if answer_to is not None and (shared := write_into(answer_to, values, dtype)) is not None:
         return shared  # cast on the way into the file
     return values if dtype is None else values.astype(dtype, copy=False)

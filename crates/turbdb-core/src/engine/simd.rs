@@ -197,6 +197,21 @@ pub(crate) trait Simd: Copy {
     fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// Writes the lanes to `out[..LANES]`.
     fn store(self, v: Self::V, out: &mut [f64]);
+
+    /// A vector of `2 · LANES` float32 lanes: a lag stencil's z sums of the stored float32
+    /// values run in it, half the instructions of widening every value first.
+    type N: Copy;
+    /// All float32 lanes `v`.
+    fn splat_narrow(self, v: f32) -> Self::N;
+    /// `2 · LANES` float32 values from `src`.
+    ///
+    /// # Safety
+    /// `src .. src + 2 · LANES` must be readable.
+    unsafe fn load_narrow(self, src: *const f32) -> Self::N;
+    /// `a · b + c` in float32 (fused where the path has FMA).
+    fn mul_add_narrow(self, a: Self::N, b: Self::N, c: Self::N) -> Self::N;
+    /// The lanes widened to float64: the first `LANES`, then the rest.
+    fn widen(self, v: Self::N) -> [Self::V; 2];
 }
 
 /// Work that runs with one path's instructions: `run` is compiled once per path, inside

@@ -133,11 +133,16 @@ pub fn execute(
 /// cast of a float64 answer afterwards was a serial pass: 1.5–1.7 ms a million points on a
 /// 2-core Intel Xeon, load 1.2).
 pub trait AnswerValue: Copy + Default + Send + Sync + 'static {
+    /// Whether the kernel may sum stored float32 values along z in float32
+    /// ([`TermSet::narrow`]).
+    const NARROW_SUMS: bool;
     /// The answer's value of a sum.
     fn from_sum(sum: f64) -> Self;
 }
 
 impl AnswerValue for f64 {
+    const NARROW_SUMS: bool = false;
+
     #[inline(always)]
     fn from_sum(sum: f64) -> f64 {
         sum
@@ -145,6 +150,7 @@ impl AnswerValue for f64 {
 }
 
 impl AnswerValue for f32 {
+    const NARROW_SUMS: bool = true;
     #[inline(always)]
     fn from_sum(sum: f64) -> f32 {
         sum as f32
@@ -163,7 +169,7 @@ pub fn execute_within<T: AnswerValue>(
     stats: &StreamStats,
 ) -> Result<Vec<T>> {
     let kept = |cell: &Cell| within.map(|p| p.levels_in(cell.shard, levels));
-    let terms = TermSet::new(plan.operator.terms(), plan.operator.slots());
+    let terms = TermSet::new(plan.operator.terms(), plan.operator.slots()).narrow(T::NARROW_SUMS);
     let out_len = plan.geometry.ncomp * terms.slots();
     stats.ran_on(plan.kernel_path());
     // Cells add their partial sums straight into the result rows of their points. Cells of

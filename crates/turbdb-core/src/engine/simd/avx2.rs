@@ -57,4 +57,32 @@ impl Simd for Avx2 {
         // SAFETY: four values fit (checked above); unaligned store.
         unsafe { _mm256_storeu_pd(out.as_mut_ptr(), v) }
     }
+
+    type N = __m256;
+
+    #[inline(always)]
+    fn splat_narrow(self, v: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_narrow(self, src: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees eight readable values; unaligned load.
+        unsafe { _mm256_loadu_ps(src) }
+    }
+
+    #[inline(always)]
+    fn mul_add_narrow(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+
+    #[inline(always)]
+    fn widen(self, v: __m256) -> [__m256d; 2] {
+        unsafe {
+            [
+                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
+            ]
+        }
+    }
 }

@@ -58,4 +58,34 @@ impl Simd for Avx512 {
         // SAFETY: eight values fit (checked above); unaligned store.
         unsafe { _mm512_storeu_pd(out.as_mut_ptr(), v) }
     }
+
+    type N = __m512;
+
+    #[inline(always)]
+    fn splat_narrow(self, v: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_narrow(self, src: *const f32) -> __m512 {
+        // SAFETY: the caller guarantees sixteen readable values; unaligned load.
+        unsafe { _mm512_loadu_ps(src) }
+    }
+
+    #[inline(always)]
+    fn mul_add_narrow(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+
+    #[inline(always)]
+    fn widen(self, v: __m512) -> [__m512d; 2] {
+        // The upper half moved as four float64 lanes: AVX-512F has no float32 extract.
+        unsafe {
+            let high = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v));
+            [
+                _mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                _mm512_cvtps_pd(_mm256_castpd_ps(high)),
+            ]
+        }
+    }
 }

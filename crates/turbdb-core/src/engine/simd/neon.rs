@@ -54,4 +54,27 @@ impl Simd for Neon {
             vst1q_f64(out.as_mut_ptr().add(2), v[1]);
         }
     }
+
+    type N = [float32x4_t; 2];
+
+    #[inline(always)]
+    fn splat_narrow(self, v: f32) -> Self::N {
+        unsafe { [vdupq_n_f32(v); 2] }
+    }
+
+    #[inline(always)]
+    unsafe fn load_narrow(self, src: *const f32) -> Self::N {
+        // SAFETY: the caller guarantees eight readable values.
+        unsafe { [vld1q_f32(src), vld1q_f32(src.add(4))] }
+    }
+
+    #[inline(always)]
+    fn mul_add_narrow(self, a: Self::N, b: Self::N, c: Self::N) -> Self::N {
+        unsafe { [vfmaq_f32(c[0], a[0], b[0]), vfmaq_f32(c[1], a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    fn widen(self, v: Self::N) -> [Self::V; 2] {
+        unsafe { v.map(|half| [vcvt_f64_f32(vget_low_f32(half)), vcvt_high_f64_f32(half)]) }
+    }
 }

@@ -38,4 +38,27 @@ impl Simd for Portable {
     fn store(self, v: [f64; 4], out: &mut [f64]) {
         out[..4].copy_from_slice(&v);
     }
+
+    type N = [f32; 8];
+
+    #[inline(always)]
+    fn splat_narrow(self, v: f32) -> [f32; 8] {
+        [v; 8]
+    }
+
+    #[inline(always)]
+    unsafe fn load_narrow(self, src: *const f32) -> [f32; 8] {
+        // SAFETY: the caller guarantees eight readable values.
+        unsafe { src.cast::<[f32; 8]>().read_unaligned() }
+    }
+
+    #[inline(always)]
+    fn mul_add_narrow(self, a: [f32; 8], b: [f32; 8], c: [f32; 8]) -> [f32; 8] {
+        std::array::from_fn(|i| a[i] * b[i] + c[i])
+    }
+
+    #[inline(always)]
+    fn widen(self, v: [f32; 8]) -> [[f64; 4]; 2] {
+        [0, 4].map(|h| std::array::from_fn(|i| f64::from(v[h + i])))
+    }
 }
