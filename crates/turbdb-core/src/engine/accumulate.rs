@@ -132,6 +132,11 @@ impl TermSet {
         self
     }
 
+    /// Whether the z sums of stored float32 rows run in float32.
+    pub fn is_narrow(&self) -> bool {
+        self.narrow
+    }
+
     /// Output values per component.
     pub fn slots(&self) -> usize {
         self.slots
@@ -266,6 +271,18 @@ impl<T: Lane> Contribution<'_, T> {
     /// `block.values` must extend [`PADDING`] values past the block.
     #[inline(always)]
     pub(crate) fn add<S: Simd>(self, simd: S) {
+        if self.terms.narrow {
+            self.add_as::<S, true>(simd)
+        } else {
+            self.add_as::<S, false>(simd)
+        }
+    }
+
+    /// [`Self::add`], with float32 z sums of float32 rows if `NARROW` (and the terms
+    /// allow it): a caller that adds many contributions chooses once, and each choice
+    /// is compiled on its own.
+    #[inline(always)]
+    pub(crate) fn add_as<S: Simd, const NARROW: bool>(self, simd: S) {
         let row = self.runs[0].runs().iter().map(|r| r.2).max().unwrap_or(0) * self.ncomp;
         if row > MAX_ROW {
             return self.by_component(simd);
@@ -273,20 +290,20 @@ impl<T: Lane> Contribution<'_, T> {
         // A whole number of vectors per row; the fixed count lets the sums stay in registers.
         match row.div_ceil(S::LANES) {
             0 => {}
-            1 => self.add_rows::<S, 1>(simd),
-            2 => self.add_rows::<S, 2>(simd),
-            3 => self.add_rows::<S, 3>(simd),
-            4 => self.add_rows::<S, 4>(simd),
-            5 => self.add_rows::<S, 5>(simd),
-            6 => self.add_rows::<S, 6>(simd),
-            7 => self.add_rows::<S, 7>(simd),
-            _ => self.add_rows::<S, 8>(simd),
+            1 => self.add_rows::<S, 1, NARROW>(simd),
+            2 => self.add_rows::<S, 2, NARROW>(simd),
+            3 => self.add_rows::<S, 3, NARROW>(simd),
+            4 => self.add_rows::<S, 4, NARROW>(simd),
+            5 => self.add_rows::<S, 5, NARROW>(simd),
+            6 => self.add_rows::<S, 6, NARROW>(simd),
+            7 => self.add_rows::<S, 7, NARROW>(simd),
+            _ => self.add_rows::<S, 8, NARROW>(simd),
         }
     }
 
-    /// [`Self::add`] with `V` vectors a row.
+    /// [`Self::add_as`] with `V` vectors a row.
     #[inline(always)]
-    fn add_rows<S: Simd, const V: usize>(self, simd: S) {
+    fn add_rows<S: Simd, const V: usize, const NARROW: bool>(self, simd: S) {
         let Contribution {
             block,
             ncomp,
@@ -316,16 +333,22 @@ impl<T: Lane> Contribution<'_, T> {
                 first,
                 row_stride,
                 plane_stride,
-                y: &runs[1],
-                z: &runs[2],
+                y: runs[1],
+                z: runs[2],
             };
             let wx = |ox: usize| &w[0].w[ox][kx..kx + len];
             if let [(oy, _)] = terms.pairs[..] {
                 let (wy, wz) = (&w[1].w[oy], &w[2].w[terms.z_orders[0]]);
-                let sums = match T::values(rows.values) {
-                    Values::F32(values) if terms.narrow => {
-                        rows.with(values).sum_one_narrow::<S, V>(simd, wy, wz)
+                let sums = match T::values(block.values) {
+                    Values::F32(values) if NARROW => NarrowRows {
+                        values,
+                        first,
+                        row_stride,
+                        plane_stride,
+                        y: &runs[1],
+                        z: &runs[2],
                     }
+                    .sum_one::<S, V>(simd, wy, wz),
                     _ => rows.sum_one::<S, V>(simd, wy, wz),
                 };
                 for &(ox, _, slot) in &terms.terms {
@@ -457,24 +480,11 @@ struct Rows<'a, T> {
     first: usize,
     row_stride: usize,
     plane_stride: usize,
-    y: &'a Runs,
-    z: &'a Runs,
+    y: Runs,
+    z: Runs,
 }
 
-impl<'a, T: Lane> Rows<'a, T> {
-    /// The same rows of `values` (the block's values with their type).
-    #[inline(always)]
-    fn with<U>(&self, values: &'a [U]) -> Rows<'a, U> {
-        Rows {
-            values,
-            first: self.first,
-            row_stride: self.row_stride,
-            plane_stride: self.plane_stride,
-            y: self.y,
-            z: self.z,
-        }
-    }
-
+impl<T: Lane> Rows<'_, T> {
     /// Where the row at atom-local `(ly, lz)` starts.
     #[inline(always)]
     fn start(&self, ly: usize, lz: usize) -> usize {
@@ -654,19 +664,33 @@ impl<'a, T: Lane> Rows<'a, T> {
     }
 }
 
-impl Rows<'_, f32> {
+/// [`Rows`] of stored float32 values, summed along z in float32. The y and z runs are
+/// borrowed: a copy of them (made just before, from the stencil) was read back in wide
+/// loads that stalled on store-to-load forwarding.
+struct NarrowRows<'a> {
+    values: &'a [f32],
+    /// Offset of the run in a row.
+    first: usize,
+    row_stride: usize,
+    plane_stride: usize,
+    y: &'a Runs,
+    z: &'a Runs,
+}
+
+impl NarrowRows<'_> {
+    /// Where the row at atom-local `(ly, lz)` starts.
+    #[inline(always)]
+    fn start(&self, ly: usize, lz: usize) -> usize {
+        lz * self.plane_stride + ly * self.row_stride + self.first
+    }
+
     /// [`Rows::sum_one`] for stored float32 rows: each row column is summed along z in
     /// float32 (`2 · S::LANES` lanes a vector, no widening per value), widened once, and
     /// added along y in float64 — a quarter of the instructions of widening every value,
     /// at a relative error of a few float32 roundings of the z sums (about 1e-7 of the
     /// field's magnitude; a test holds it under 1e-6).
     #[inline(always)]
-    fn sum_one_narrow<S: Simd, const V: usize>(
-        &self,
-        simd: S,
-        wy: &[f64],
-        wz: &[f64],
-    ) -> [S::V; V] {
+    fn sum_one<S: Simd, const V: usize>(&self, simd: S, wy: &[f64], wz: &[f64]) -> [S::V; V] {
         match V {
             1 | 2 => self.sum_narrow::<S, 1, V>(simd, wy, wz),
             3 | 4 => self.sum_narrow::<S, 2, V>(simd, wy, wz),
@@ -675,7 +699,7 @@ impl Rows<'_, f32> {
         }
     }
 
-    /// [`Self::sum_one_narrow`] with `H` float32 vectors a row (`2 · H ≥ V`). Two y rows at
+    /// [`Self::sum_one`] with `H` float32 vectors a row (`2 · H ≥ V`). Two y rows at
     /// a time, so `2 · H` z sums are in flight and the float32 multiply-adds do not wait
     /// on each other.
     #[inline(always)]

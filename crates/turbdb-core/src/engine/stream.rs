@@ -497,6 +497,18 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
     /// row: batch by batch, the weights of the batch's points, then their sums.
     #[inline(always)]
     fn run<S: Simd>(self, simd: S) {
+        if self.terms.is_narrow() {
+            self.add_all::<S, true>(simd)
+        } else {
+            self.add_all::<S, false>(simd)
+        }
+    }
+}
+
+impl<T: Lane> CellPoints<'_, T> {
+    /// [`CellPoints::run`], with the float32 z sums of [`TermSet::narrow`] if `NARROW`.
+    #[inline(always)]
+    fn add_all<S: Simd, const NARROW: bool>(self, simd: S) {
         let CellPoints {
             plan,
             entries,
@@ -549,7 +561,7 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
                     scale: 1.0,
                     out: row,
                 }
-                .add(simd);
+                .add_as::<S, NARROW>(simd);
             }
             let summed = Instant::now();
             weighing += weighed - begin;
