@@ -254,6 +254,19 @@ fn an_atom_corrupted_on_disk_is_refused_in_place_naming_its_shard_and_its_neighb
         error.to_string().contains(&path.display().to_string()),
         "{error}"
     );
+    // A refused atom is not remembered as checked: refused again.
+    let again = in_place(
+        &r,
+        0,
+        &[AtomRequest {
+            local: first,
+            slot: 0,
+        }],
+    );
+    assert!(
+        matches!(again, Err(turbdb_core::Error::Corrupt { .. })),
+        "{again:?}"
+    );
     let neighbour = in_place(
         &r,
         0,
@@ -264,4 +277,43 @@ fn an_atom_corrupted_on_disk_is_refused_in_place_naming_its_shard_and_its_neighb
     )
     .unwrap();
     assert_eq!(neighbour.expect("mapped").len(), 1);
+}
+
+#[test]
+fn an_atom_is_checked_once_per_mapping_and_again_once_the_cache_is_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = FieldGeometry::new([16, 16, 16], 3, 4, 16).unwrap();
+    let values = field(16, 16, 16, 3);
+    write_step(dir.path(), &g, 0, &values, false).unwrap();
+    let r = reader(dir.path(), &g);
+    let first = g.local_atom_order()[0];
+    let request = [AtomRequest {
+        local: first,
+        slot: 0,
+    }];
+    let read = in_place(&r, 0, &request).unwrap().expect("mapped");
+    // Changed in place behind the mapping (turbdb never does: it writes aside and renames),
+    // the atom checked once is handed as the file now holds it, unchecked ...
+    let (offset, _) = r
+        .index(0, [0, 0, 0])
+        .unwrap()
+        .range(g.index_slot(first))
+        .unwrap();
+    let path = dir.path().join(g.shard_key(0, [0, 0, 0]));
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[offset as usize + 100] ^= 0x10;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
+    let unchecked = in_place(&r, 0, &request).unwrap().expect("mapped");
+    assert_ne!(unchecked[0].1, read[0].1);
+    // ... until the reader's cache (index and mapping) is cleared: then checked again.
+    r.clear_cache();
+    let error = in_place(&r, 0, &request).unwrap_err();
+    assert!(
+        matches!(error, turbdb_core::Error::Corrupt { .. }),
+        "{error:?}"
+    );
 }
