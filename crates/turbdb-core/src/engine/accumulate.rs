@@ -328,7 +328,9 @@ impl<T: Lane> Contribution<'_, T> {
                 last_row + first + V.next_multiple_of(2) * S::LANES <= block.values.len(),
                 "a block must hold PADDING values past its end"
             );
-            let rows = Rows {
+            // Made where used: made up front, the copy of the runs was not left out of the
+            // float32 path that does not use it, and stalled on store-to-load forwarding.
+            let rows = || Rows {
                 values: block.values,
                 first,
                 row_stride,
@@ -349,7 +351,7 @@ impl<T: Lane> Contribution<'_, T> {
                         z: &runs[2],
                     }
                     .sum_one::<S, V>(simd, wy, wz),
-                    _ => rows.sum_one::<S, V>(simd, wy, wz),
+                    _ => rows().sum_one::<S, V>(simd, wy, wz),
                 };
                 for &(ox, _, slot) in &terms.terms {
                     apply_x(
@@ -370,8 +372,8 @@ impl<T: Lane> Contribution<'_, T> {
                 // single pair cost a kilobyte of stores a contribution.)
                 let mut acc = [[simd.splat(0.0); V]; MAX_PAIRS];
                 match (terms.z_orders.len(), terms.pairs.len()) {
-                    (2, 3) => rows.sum_by_z::<S, V, 2, 3, 2>(simd, w, terms, &mut acc),
-                    _ => rows.sum_by_z::<S, V, 3, MAX_PAIRS, 1>(simd, w, terms, &mut acc),
+                    (2, 3) => rows().sum_by_z::<S, V, 2, 3, 2>(simd, w, terms, &mut acc),
+                    _ => rows().sum_by_z::<S, V, 3, MAX_PAIRS, 1>(simd, w, terms, &mut acc),
                 }
                 for &(ox, pair, slot) in &terms.terms {
                     apply_x(
