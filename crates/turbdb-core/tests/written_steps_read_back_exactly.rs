@@ -182,6 +182,18 @@ fn in_place(
     Ok(done.then_some(got))
 }
 
+/// Flips a bit of the byte at `at` in the file, in place (as a failing disk would), behind
+/// any mapping of it.
+fn flip_a_bit_in_place(path: &std::path::Path, at: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at] ^= 0x10;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
+}
+
 #[test]
 fn atoms_read_in_place_from_the_mapped_shard_equal_atoms_read_into_a_buffer() {
     let dir = tempfile::tempdir().unwrap();
@@ -229,13 +241,7 @@ fn an_atom_corrupted_on_disk_is_refused_in_place_naming_its_shard_and_its_neighb
     // The reader has mapped the shard (its index was read): flip a value of its first atom
     // in the file, in place, as a failing disk would.
     let path = dir.path().join(g.shard_key(0, [0, 0, 0]));
-    let mut bytes = fs::read(&path).unwrap();
-    bytes[offset as usize + 100] ^= 0x10;
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
-        .unwrap();
+    flip_a_bit_in_place(&path, offset as usize + 100);
     let error = in_place(
         &r,
         0,
@@ -300,13 +306,7 @@ fn an_atom_is_checked_once_per_mapping_and_again_once_the_cache_is_cleared() {
         .range(g.index_slot(first))
         .unwrap();
     let path = dir.path().join(g.shard_key(0, [0, 0, 0]));
-    let mut bytes = fs::read(&path).unwrap();
-    bytes[offset as usize + 100] ^= 0x10;
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
-        .unwrap();
+    flip_a_bit_in_place(&path, offset as usize + 100);
     let unchecked = in_place(&r, 0, &request).unwrap().expect("mapped");
     assert_ne!(unchecked[0].1, read[0].1);
     // ... until the reader's cache (index and mapping) is cleared: then checked again.
