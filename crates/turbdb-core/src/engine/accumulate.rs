@@ -717,6 +717,8 @@ impl NarrowRows<'_> {
         for &(ky0, ly0, ny) in self.y.runs() {
             let mut dy = 0;
             while dy < ny {
+                // An odd last row is read twice (`b` repeats `a`) and its second sum dropped:
+                // one loop with no branch inside, for the stencils a cell cuts to odd height.
                 let pair = dy + 1 < ny;
                 let mut a = [simd.splat_narrow(0.0); H];
                 let mut b = [simd.splat_narrow(0.0); H];

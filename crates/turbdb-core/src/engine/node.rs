@@ -438,21 +438,43 @@ impl NodeEngine {
             strategy: Strategy::Streaming,
         };
         let stream = StreamStats::default();
-        let answer = evaluate(
-            &reader,
-            query.axes,
-            query.times,
-            query.points,
-            &spec,
-            &stream,
-        );
+        #[cfg(test)]
+        let poisoned = time_weights(query.times, query.time, query.temporal)?
+            .iter()
+            .any(|&(t, _)| t as u32 == self.shared.panic_on_step.load(Ordering::Relaxed));
+        // A panic here fails this query alone, as one in a batch fails that batch's queries.
+        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if poisoned {
+                panic!("test hook: a poisoned batch");
+            }
+            evaluate(
+                &reader,
+                query.axes,
+                query.times,
+                query.points,
+                &spec,
+                &stream,
+            )
+        }));
         drop(claim);
         let mut tally = self.shared.served.lock().expect("served");
         let values = match answer {
-            Ok(values) => values,
-            Err(e) => {
+            Ok(Ok(values)) => values,
+            Ok(Err(e)) => {
                 tally.failed += 1;
                 return Err(e);
+            }
+            Err(payload) => {
+                tally.failed += 1;
+                drop(tally);
+                let failed = Error::Internal(format!(
+                    "the node engine failed while serving a query of {n} points alone ({}); that \
+                     query failed, the engine goes on serving the others — retry, and report \
+                     this if it happens again",
+                    panic_message(&*payload)
+                ));
+                return Ok(Some(self.ended_here(Outcome::Failed(failed), notify)));
             }
         };
         let response = submitted.elapsed().as_secs_f64();
@@ -1482,6 +1504,15 @@ impl Core {
     }
 }
 
+/// The message a panic was raised with.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// The error of the queries of a batch whose serving panicked.
 fn batch_panic(
     payload: &(dyn std::any::Any + Send),
@@ -1489,11 +1520,7 @@ fn batch_panic(
     atoms: usize,
     queries: usize,
 ) -> Error {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into());
+    let message = panic_message(payload);
     let at = step.map_or(String::new(), |s| format!(" of time step {}", s.t));
     Error::Internal(format!(
         "the node engine failed while serving a batch of {atoms} atoms{at} ({message}); the \
@@ -1565,6 +1592,39 @@ mod tests {
             job: None,
         };
         engine.submit_points(reader, &query, None).unwrap()
+    }
+
+    #[test]
+    fn a_panic_in_a_query_served_alone_fails_it_alone_and_the_engine_goes_on() {
+        let (_dir, reader, axes) = field();
+        let engine = NodeEngine::new(EngineConfig {
+            alone_points: 10,
+            ..EngineConfig::default()
+        });
+        engine.shared.panic_on_step.store(1, Ordering::Relaxed);
+        match at(&engine, &reader, axes, 1.0).outcome() {
+            Outcome::Failed(Error::Internal(message)) => {
+                assert!(message.contains("50 points alone"), "{message}");
+                assert!(message.contains("test hook: a poisoned batch"), "{message}");
+            }
+            outcome => panic!("ended as {outcome:?}"),
+        }
+        assert!(matches!(
+            at(&engine, &reader, axes, 0.0).outcome(),
+            Outcome::Done(..)
+        ));
+        engine
+            .shared
+            .panic_on_step
+            .store(u32::MAX, Ordering::Relaxed);
+        assert!(matches!(
+            at(&engine, &reader, axes, 1.0).outcome(),
+            Outcome::Done(..)
+        ));
+        let stats = engine.stats();
+        assert_eq!((stats.served_alone, stats.failed), (2, 1));
+        // The claim on the engine was given back, the panic's too.
+        assert_eq!(engine.shared.pending_points.load(Ordering::Relaxed), 0);
     }
 
     #[test]

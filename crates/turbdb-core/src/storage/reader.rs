@@ -56,7 +56,10 @@ static MAPPED_SHARDS: AtomicUsize = AtomicUsize::new(0);
 /// A shard file mapped read-only, counted against [`MAX_MAPPED_SHARDS`], and which of its
 /// atoms (by index slot) have had their checksums found right.
 #[derive(Debug)]
-struct MappedFile(memmap2::Mmap, CheckedAtoms);
+struct MappedFile {
+    bytes: memmap2::Mmap,
+    checked: CheckedAtoms,
+}
 
 /// Atoms of a mapped shard whose checksums were found right: the mapped file never changes
 /// (see [`MappedFile::map`]), so an atom is checked once per mapping, not on every read. On
@@ -95,7 +98,10 @@ impl MappedFile {
         // program truncating the file in place while an atom is copied out of it could
         // fault the process (SIGBUS).
         match unsafe { memmap2::Mmap::map(file) } {
-            Ok(map) => Some(Self(map, CheckedAtoms::new(slots))),
+            Ok(bytes) => Some(Self {
+                bytes,
+                checked: CheckedAtoms::new(slots),
+            }),
             Err(_) => {
                 MAPPED_SHARDS.fetch_sub(1, Ordering::Relaxed);
                 None
@@ -336,7 +342,7 @@ impl FieldReader {
             if let Some((offset, nbytes)) = range {
                 let fits = offset
                     .checked_add(nbytes)
-                    .is_some_and(|end| end <= map.0.len() as u64);
+                    .is_some_and(|end| end <= map.bytes.len() as u64);
                 if nbytes != (n * 4 + trailer) as u64 || !fits {
                     return Ok(false);
                 }
@@ -353,14 +359,14 @@ impl FieldReader {
                 put(slot, &missing);
                 continue;
             };
-            let bytes = &map.0[offset as usize..(offset + nbytes) as usize];
-            if map.1.contains(index_slot) {
+            let bytes = &map.bytes[offset as usize..(offset + nbytes) as usize];
+            if map.checked.contains(index_slot) {
                 put(slot, &bytes[..n * 4]);
                 continue;
             }
             self.check_atom_place(&opened, index_slot, bytes, &path)?;
             put(slot, self.checked_body(bytes, &path)?);
-            map.1.insert(index_slot);
+            map.checked.insert(index_slot);
         }
         Ok(true)
     }
