@@ -138,9 +138,8 @@ def uncached_server(service_db, tokens_file, tmp_path_factory):
 
 
 def test_a_client_that_disconnects_cancels_its_query_and_the_server_goes_on(uncached_server, local):
-    engine_server = uncached_server
-    url = engine_server.url
-    cancelled = engine_state(engine_server)["cancelled"]
+    url = uncached_server.url
+    cancelled = engine_state(uncached_server)["cancelled"]
     plan = {"queries": [{"dataset": "trig", "field": "velocity", "time": 1.5, "temporal": "pchip"}]}
     # Two jobs over the same step: the first one's query is held at its gate (for up to the
     # gate's timeout) until the second's comes — which never does: it stays pending.
@@ -151,8 +150,9 @@ def test_a_client_that_disconnects_cancels_its_query_and_the_server_goes_on(unca
                                                             "method": "lag8", "job": first},
                    content=body, headers={**AUTH, "Content-Type": "application/x-npy"}, timeout=httpx.Timeout(
                        30, read=0.3))
-    assert wait_for(lambda: engine_state(engine_server)["cancelled"] > cancelled), engine_server.log.read_text()[-3000:]
-    state = engine_state(engine_server)
+    log = uncached_server.log
+    assert wait_for(lambda: engine_state(uncached_server)["cancelled"] > cancelled), log.read_text()[-3000:]
+    state = engine_state(uncached_server)
     assert state["pending"] == 0 and state["pending_points"] == 0
     # The server goes on serving, with the right answers.
     with turbdb.connect(url, FULL) as remote:
@@ -161,7 +161,7 @@ def test_a_client_that_disconnects_cancels_its_query_and_the_server_goes_on(unca
                                                            dtype=np.float64), rtol=1e-6, atol=1e-6)
     for job in (first, second):
         httpx.delete(url + f"/v1/jobs/{job}", headers=AUTH, timeout=10)
-    assert engine_server.alive()
+    assert uncached_server.alive()
 
 
 def test_a_replayed_trace_declares_its_jobs_of_several_queries(engine_server, local, tmp_path, monkeypatch):
