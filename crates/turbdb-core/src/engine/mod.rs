@@ -1,8 +1,8 @@
 //! Evaluation by partial sums (Kanov et al.): the [`plan`] groups a batch's points by the
 //! cells their stencils touch ([`atomset`], [`cell_finder`], [`colouring`],
 //! [`counting_sort`]) and orders them ([`cell_graph`]); the [`stream`] executor reads each needed atom once and adds its
-//! contribution to every point that needs it ([`accumulate`], on the SIMD path the CPU
-//! has: [`simd`]); the [`direct`] baselines evaluate point by point; [`query`] runs a batch
+//! contribution to every point that needs it ([`weights`] and [`accumulate`], on the SIMD
+//! path the CPU has: [`simd`]); the [`direct`] baselines evaluate point by point; [`query`] runs a batch
 //! end to end. Large scratch buffers are kept from query to query ([`buffers`]).
 //!
 //! Many queries at once (Wang et al.): the [`node`] engine cuts each query into
@@ -50,4 +50,5 @@ pub mod stream;
 pub mod subquery;
 pub mod telemetry;
 pub mod ticket;
+pub(crate) mod weights;
 pub mod workload;

@@ -212,6 +212,22 @@ pub(crate) trait Simd: Copy {
     fn mul_add_narrow(self, a: Self::N, b: Self::N, c: Self::N) -> Self::N;
     /// The lanes widened to float64: the first `LANES`, then the rest.
     fn widen(self, v: Self::N) -> [Self::V; 2];
+
+    /// Four float64 lanes, one per axis (x, y, z and a spare): a point's Lagrange weights
+    /// along its three axes are computed together in one.
+    type Q: Copy;
+    /// The lanes `v`.
+    fn quad(self, v: [f64; 4]) -> Self::Q;
+    /// `a + b`, lane by lane.
+    fn quad_add(self, a: Self::Q, b: Self::Q) -> Self::Q;
+    /// `a − b`, lane by lane.
+    fn quad_sub(self, a: Self::Q, b: Self::Q) -> Self::Q;
+    /// `a · b`, lane by lane (never fused: the weights are those of the scalar code, bit
+    /// for bit).
+    fn quad_mul(self, a: Self::Q, b: Self::Q) -> Self::Q;
+    /// Writes lane `a` of `rows[k]` to `out[a][k]` for the axes `a` < 3 and `k` < 4 (the
+    /// spare lane is dropped).
+    fn store_transposed(self, rows: [Self::Q; 4], out: [&mut [f64; 4]; 3]);
 }
 
 /// Work that runs with one path's instructions: `run` is compiled once per path, inside

@@ -19,6 +19,7 @@ use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
 use crate::engine::short_copy::copy_row;
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
+use crate::engine::weights::weights_xyz;
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
@@ -533,8 +534,7 @@ impl<T: Lane> CellPoints<'_, T> {
             let begin = Instant::now();
             for (&point, stencil) in batch.iter().zip(stencils.iter_mut()) {
                 let position = &plan.sorted[point as usize];
-                plan.kernel
-                    .weights_xyz(position, &plan.axes, &mut stencil.w);
+                weights_xyz(simd, &plan.kernel, position, &plan.axes, &mut stencil.w);
                 for axis in 0..3 {
                     stencil.runs[axis].set(
                         stencil.w[axis].wrapped,

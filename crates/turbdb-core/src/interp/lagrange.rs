@@ -32,6 +32,16 @@ impl LagrangeBasis {
         Self { n, weights }
     }
 
+    /// Nodes of the basis.
+    pub fn nodes(&self) -> usize {
+        self.n
+    }
+
+    /// The barycentric weights `w_j`, one per node.
+    pub fn barycentric(&self) -> &[f64] {
+        &self.weights[..self.n]
+    }
+
     /// Writes `L_j(x)`, `L_j'(x)` and (if `second`) `L_j''(x)` for every node `j` into
     /// `value`, `first` and `second`.
     #[inline(always)]

@@ -248,6 +248,43 @@ impl Kernel {
         }
     }
 
+    /// The basis of a `Lagrange(n)` kernel, whose weights (and their derivatives up to
+    /// [`Self::max_order`]) the kernel's SIMD path computes itself from
+    /// [`Self::lagrange_positions`]; `None` for any other kernel.
+    pub fn lagrange_basis(&self) -> Option<&LagrangeBasis> {
+        match self.method {
+            Method::Lagrange(_) => self.basis.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The highest derivative order the weights are prepared for.
+    pub fn max_order(&self) -> usize {
+        self.max_order
+    }
+
+    /// For a Lagrange kernel: sets each axis's `base` and `wrapped` in `out` for grid
+    /// position `s`, and returns the position relative to each axis's first stencil node,
+    /// `[x, y, z, z]` (the spare lane repeats z: a lane the compiler knows to be constant
+    /// it splits off into scalar code).
+    #[inline(always)]
+    pub fn lagrange_positions(
+        &self,
+        s: &[f64; 3],
+        axes: &[Axis; 3],
+        out: &mut [AxisWeights; 3],
+    ) -> [f64; 4] {
+        let mut x = [0.0; 4];
+        for axis in 0..3 {
+            let (base, _, _) = self.placement(s[axis], &axes[axis]);
+            out[axis].base = base;
+            out[axis].wrapped = wrap(base, axes[axis].n);
+            x[axis] = s[axis] - base as f64;
+        }
+        x[3] = x[2];
+        x
+    }
+
     /// [`Self::weights_xyz`] for `Lagrange(N)`.
     #[inline(always)]
     fn lagrange_xyz<const N: usize>(
@@ -256,16 +293,7 @@ impl Kernel {
         axes: &[Axis; 3],
         out: &mut [AxisWeights; 3],
     ) {
-        let mut x = [0.0; 4];
-        for axis in 0..3 {
-            let (base, _, _) = self.placement(s[axis], &axes[axis]);
-            out[axis].base = base;
-            out[axis].wrapped = wrap(base, axes[axis].n);
-            x[axis] = s[axis] - base as f64;
-        }
-        // The spare lane repeats z: a lane the compiler knows to be constant it splits off
-        // into scalar code.
-        x[3] = x[2];
+        let x = self.lagrange_positions(s, axes, out);
         let basis = self.basis.as_ref().expect("Lagrange basis");
         let mut lanes = [[[0.0; 4]; N]; 3];
         let [value, first, second] = &mut lanes;

@@ -77,4 +77,43 @@ impl Simd for Neon {
     fn widen(self, v: Self::N) -> [Self::V; 2] {
         unsafe { v.map(|half| [vcvt_f64_f32(vget_low_f32(half)), vcvt_high_f64_f32(half)]) }
     }
+
+    /// `[x, y]` and `[z, spare]`.
+    type Q = [float64x2_t; 2];
+
+    #[inline(always)]
+    fn quad(self, v: [f64; 4]) -> Self::Q {
+        // SAFETY: four values are read from the array.
+        unsafe { [vld1q_f64(v.as_ptr()), vld1q_f64(v.as_ptr().add(2))] }
+    }
+
+    #[inline(always)]
+    fn quad_add(self, a: Self::Q, b: Self::Q) -> Self::Q {
+        unsafe { [vaddq_f64(a[0], b[0]), vaddq_f64(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    fn quad_sub(self, a: Self::Q, b: Self::Q) -> Self::Q {
+        unsafe { [vsubq_f64(a[0], b[0]), vsubq_f64(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    fn quad_mul(self, a: Self::Q, b: Self::Q) -> Self::Q {
+        unsafe { [vmulq_f64(a[0], b[0]), vmulq_f64(a[1], b[1])] }
+    }
+
+    #[inline(always)]
+    fn store_transposed(self, rows: [Self::Q; 4], out: [&mut [f64; 4]; 3]) {
+        let [x, y, z] = out;
+        // SAFETY: each output holds four values.
+        unsafe {
+            let [r0, r1, r2, r3] = rows;
+            vst1q_f64(x.as_mut_ptr(), vzip1q_f64(r0[0], r1[0]));
+            vst1q_f64(x.as_mut_ptr().add(2), vzip1q_f64(r2[0], r3[0]));
+            vst1q_f64(y.as_mut_ptr(), vzip2q_f64(r0[0], r1[0]));
+            vst1q_f64(y.as_mut_ptr().add(2), vzip2q_f64(r2[0], r3[0]));
+            vst1q_f64(z.as_mut_ptr(), vzip1q_f64(r0[1], r1[1]));
+            vst1q_f64(z.as_mut_ptr().add(2), vzip1q_f64(r2[1], r3[1]));
+        }
+    }
 }

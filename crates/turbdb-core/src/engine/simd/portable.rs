@@ -61,4 +61,33 @@ impl Simd for Portable {
     fn widen(self, v: [f32; 8]) -> [[f64; 4]; 2] {
         [0, 4].map(|h| std::array::from_fn(|i| f64::from(v[h + i])))
     }
+
+    type Q = [f64; 4];
+
+    #[inline(always)]
+    fn quad(self, v: [f64; 4]) -> [f64; 4] {
+        v
+    }
+
+    #[inline(always)]
+    fn quad_add(self, a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+        std::array::from_fn(|i| a[i] + b[i])
+    }
+
+    #[inline(always)]
+    fn quad_sub(self, a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+        std::array::from_fn(|i| a[i] - b[i])
+    }
+
+    #[inline(always)]
+    fn quad_mul(self, a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+        std::array::from_fn(|i| a[i] * b[i])
+    }
+
+    #[inline(always)]
+    fn store_transposed(self, rows: [[f64; 4]; 4], out: [&mut [f64; 4]; 3]) {
+        for (axis, out) in out.into_iter().enumerate() {
+            *out = rows.map(|row| row[axis]);
+        }
+    }
 }
