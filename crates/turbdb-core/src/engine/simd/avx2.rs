@@ -15,6 +15,13 @@ impl Avx2 {
     }
 }
 
+impl From<super::Avx512> for Avx2 {
+    /// Every CPU with AVX-512F has AVX2 and FMA (the AVX-512 path is compiled with them).
+    fn from(_: super::Avx512) -> Self {
+        Self(())
+    }
+}
+
 /// Runs `task` compiled for AVX2 and FMA.
 ///
 /// # Safety

@@ -2,7 +2,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Simd, SimdTask};
+use super::{Avx2, Simd, SimdTask};
 
 /// Proof that the CPU has AVX-512F.
 #[derive(Debug, Clone, Copy)]
@@ -89,43 +89,31 @@ impl Simd for Avx512 {
         }
     }
 
-    // Four lanes are a 256-bit register (AVX-512F implies AVX).
+    // Four lanes are a 256-bit register: the AVX2 path's.
     type Q = __m256d;
 
     #[inline(always)]
     fn quad(self, v: [f64; 4]) -> __m256d {
-        // SAFETY: four values are read from the array.
-        unsafe { _mm256_loadu_pd(v.as_ptr()) }
+        Avx2::from(self).quad(v)
     }
 
     #[inline(always)]
     fn quad_add(self, a: __m256d, b: __m256d) -> __m256d {
-        unsafe { _mm256_add_pd(a, b) }
+        Avx2::from(self).quad_add(a, b)
     }
 
     #[inline(always)]
     fn quad_sub(self, a: __m256d, b: __m256d) -> __m256d {
-        unsafe { _mm256_sub_pd(a, b) }
+        Avx2::from(self).quad_sub(a, b)
     }
 
     #[inline(always)]
     fn quad_mul(self, a: __m256d, b: __m256d) -> __m256d {
-        unsafe { _mm256_mul_pd(a, b) }
+        Avx2::from(self).quad_mul(a, b)
     }
 
     #[inline(always)]
     fn store_transposed(self, rows: [__m256d; 4], out: [&mut [f64; 4]; 3]) {
-        // SAFETY: each output holds four values; unaligned stores.
-        unsafe {
-            // [x0 x1 z0 z1], [y0 y1 _ _], [x2 x3 z2 z3], [y2 y3 _ _]
-            let xz01 = _mm256_unpacklo_pd(rows[0], rows[1]);
-            let y01 = _mm256_unpackhi_pd(rows[0], rows[1]);
-            let xz23 = _mm256_unpacklo_pd(rows[2], rows[3]);
-            let y23 = _mm256_unpackhi_pd(rows[2], rows[3]);
-            let [x, y, z] = out;
-            _mm256_storeu_pd(x.as_mut_ptr(), _mm256_permute2f128_pd::<0x20>(xz01, xz23));
-            _mm256_storeu_pd(y.as_mut_ptr(), _mm256_permute2f128_pd::<0x20>(y01, y23));
-            _mm256_storeu_pd(z.as_mut_ptr(), _mm256_permute2f128_pd::<0x31>(xz01, xz23));
-        }
+        Avx2::from(self).store_transposed(rows, out)
     }
 }
