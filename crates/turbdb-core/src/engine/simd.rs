@@ -22,7 +22,6 @@ pub(crate) use avx2::Avx2;
 pub(crate) use avx512::Avx512;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use neon::Neon;
-pub(crate) use portable::Portable;
 
 /// The environment variable that forces a path (`portable`, `avx2`, `avx512`, `neon`).
 pub const KERNEL_ENV: &str = "TURBDB_KERNEL";
@@ -147,7 +146,7 @@ impl KernelPath {
     #[inline]
     pub(crate) fn run<T: SimdTask>(self, task: T) -> T::Output {
         match self {
-            KernelPath::Portable => task.run(Portable),
+            KernelPath::Portable => portable::run(task),
             #[cfg(target_arch = "x86_64")]
             KernelPath::Avx2 => match Avx2::new() {
                 // SAFETY: the token proves the CPU has AVX2 and FMA.

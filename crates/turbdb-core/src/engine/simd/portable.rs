@@ -2,11 +2,20 @@
 //! instructions (SSE2 on x86-64). Multiply and add are separate, since a fused multiply-add
 //! without hardware support is a slow library call.
 
-use super::Simd;
+use super::{Simd, SimdTask};
 
 /// The portable path.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Portable;
+
+/// Runs `task` with the portable code, in a function of its own as the other paths are.
+/// Inlined into [`KernelPath::run`](super::KernelPath::run), an unoptimised build put its
+/// stack frame (about a megabyte: the kernel is inlined whole) under every other path's,
+/// and the two overflowed a rayon worker's 2 MiB stack.
+#[inline(never)]
+pub(super) fn run<T: SimdTask>(task: T) -> T::Output {
+    task.run(Portable)
+}
 
 impl Simd for Portable {
     type V = [f64; 4];
