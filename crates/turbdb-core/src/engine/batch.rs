@@ -21,6 +21,7 @@ use crate::engine::gather::{Gathered, Stencil};
 use crate::engine::home_block::{HomeBlock, Neighbour};
 use crate::engine::home_groups::{HomeGroups, HomeKey, Piece, Run};
 use crate::engine::subquery::{CutoutWork, PointWork};
+use crate::engine::weights::weights_on_any;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::morton;
 
@@ -507,15 +508,11 @@ fn groupable(work: &PointWork) -> bool {
 }
 
 impl PartView<'_> {
-    /// Point `p`'s weights.
+    /// Point `p`'s weights, on the SIMD path queries use.
     #[inline]
     fn weights(&self, p: u32, w: &mut [AxisWeights; 3]) {
         let s = &self.work.positions[p as usize];
-        for k in 0..3 {
-            self.work
-                .kernel
-                .weights(s[k], &self.work.axes[k], &mut w[k]);
-        }
+        weights_on_any(&self.work.kernel, s, &self.work.axes, w);
     }
 
     /// Whether the batch serves every atom of point `p`'s stencil to this query.

@@ -4,9 +4,10 @@
 //! registers. The compiler's own vectorisation of the same products (in
 //! [`Kernel::weights_xyz`]) mixed scalar and two-lane code and went through the stack: 21
 //! against 12 ns a point for lag8 values alone (AVX2). Everything else is
-//! [`Kernel::weights_xyz`]'s.
+//! [`Kernel::weights_xyz`]'s. The streaming executor calls [`weights_xyz`] inside its SIMD
+//! task; the node engine's batches, a point at a time, call [`weights_on_any`].
 
-use crate::engine::simd::Simd;
+use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::lagrange::LagrangeBasis;
 use crate::interp::stencil::{AxisWeights, Kernel};
 use crate::storage::axis::Axis;
@@ -40,6 +41,42 @@ pub(crate) fn weights_xyz<S: Simd>(
         (6, _) => lagrange.jets::<6, true>(axes, out),
         (8, _) => lagrange.jets::<8, true>(axes, out),
         _ => kernel.weights_xyz(s, axes, out),
+    }
+}
+
+/// [`weights_xyz`] from outside a SIMD task (the node engine's batches, a point at a
+/// time), on the path queries use ([`KernelPath::selected`]; the preferred one the CPU has
+/// if `TURBDB_KERNEL` is bad, an error the query's plan reports): one dispatch a point.
+#[inline]
+pub(crate) fn weights_on_any(
+    kernel: &Kernel,
+    s: &[f64; 3],
+    axes: &[Axis; 3],
+    out: &mut [AxisWeights; 3],
+) {
+    let path = KernelPath::selected().unwrap_or_else(|_| KernelPath::best());
+    path.run(Weigh {
+        kernel,
+        s,
+        axes,
+        out,
+    })
+}
+
+/// One point's weights, as a task for a SIMD path.
+struct Weigh<'a> {
+    kernel: &'a Kernel,
+    s: &'a [f64; 3],
+    axes: &'a [Axis; 3],
+    out: &'a mut [AxisWeights; 3],
+}
+
+impl SimdTask for Weigh<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<S: Simd>(self, simd: S) {
+        weights_xyz(simd, self.kernel, self.s, self.axes, self.out)
     }
 }
 
@@ -175,30 +212,7 @@ fn four(w: &mut [f64], at: usize) -> &mut [f64; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::simd::{KernelPath, SimdTask};
     use crate::interp::method::Method;
-
-    /// Every point's weights on one path.
-    struct Weigh<'a> {
-        kernel: &'a Kernel,
-        axes: &'a [Axis; 3],
-        points: &'a [[f64; 3]],
-    }
-
-    impl SimdTask for Weigh<'_> {
-        type Output = Vec<[AxisWeights; 3]>;
-        #[inline(always)]
-        fn run<S: Simd>(self, simd: S) -> Self::Output {
-            self.points
-                .iter()
-                .map(|s| {
-                    let mut w = [AxisWeights::default(); 3];
-                    weights_xyz(simd, self.kernel, s, self.axes, &mut w);
-                    w
-                })
-                .collect()
-        }
-    }
 
     #[test]
     fn every_path_gives_the_scalar_weights_bit_for_bit() {
@@ -224,11 +238,19 @@ mod tests {
                         continue;
                     };
                     for path in KernelPath::supported() {
-                        let got = path.run(Weigh {
-                            kernel: &kernel,
-                            axes: &axes,
-                            points: &points,
-                        });
+                        let got: Vec<[AxisWeights; 3]> = points
+                            .iter()
+                            .map(|s| {
+                                let mut out = [AxisWeights::default(); 3];
+                                path.run(Weigh {
+                                    kernel: &kernel,
+                                    s,
+                                    axes: &axes,
+                                    out: &mut out,
+                                });
+                                out
+                            })
+                            .collect();
                         for (s, got) in points.iter().zip(&got) {
                             for a in 0..3 {
                                 let mut expected = AxisWeights::default();
