@@ -26,6 +26,21 @@ print(json.dumps({"kernel": ds.last_query_stats["kernel"], "selected": turbdb.ke
 """
 
 
+DEFAULT = r"""
+import json, sys
+import numpy as np
+import turbdb
+
+ds = turbdb.open(sys.argv[1])[sys.argv[2]]
+pts = np.random.default_rng(3).uniform(0, 2 * np.pi, (500, 3))
+ran = {}
+for op in ("field", "gradient", "hessian"):
+    ds.query("velocity", pts, time=0.0, method="lag8", operator=op)
+    ran[op] = [ds.last_query_stats["kernel"], turbdb.kernel_path(op)]
+print(json.dumps(ran))
+"""
+
+
 def run_on(path: str, ds: turbdb.Dataset) -> subprocess.CompletedProcess:
     env = {**os.environ, "TURBDB_KERNEL": path}
     return subprocess.run([sys.executable, "-c", QUERY, str(ds.path.parent), ds.name], env=env,
@@ -40,6 +55,22 @@ def test_the_default_path_is_the_preferred_one_this_cpu_has():
         assert paths[0] == "avx2"
     if "TURBDB_KERNEL" not in os.environ:
         assert turbdb.kernel_path() == paths[0]
+
+
+def test_by_default_derivatives_run_on_avx512_where_the_cpu_has_it_and_fields_on_the_preferred_path(synthetic32):
+    env = {k: v for k, v in os.environ.items() if k != "TURBDB_KERNEL"}
+    run = subprocess.run([sys.executable, "-c", DEFAULT, str(synthetic32.path.parent), synthetic32.name], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    ran = json.loads(run.stdout)
+    paths = turbdb.kernel_paths()
+    derivatives = "avx512" if "avx512" in paths else paths[0]
+    assert ran == {"field": [paths[0]] * 2, "gradient": [derivatives] * 2, "hessian": [derivatives] * 2}
+
+
+def test_kernel_path_names_the_operator_it_is_asked_about():
+    with pytest.raises(turbdb.TurbdbError, match="operator"):
+        turbdb.kernel_path("curl")
 
 
 def test_every_path_this_cpu_has_gives_the_same_answers_and_says_it_ran(synthetic32):

@@ -1,12 +1,13 @@
 //! Which SIMD paths the interpolation kernel can run on this CPU, and which one queries use.
 
 use pyo3::prelude::*;
-use turbdb_core::{measured_clock_hz, KernelPath};
+use turbdb_core::{measured_clock_hz, KernelPath, Operator};
 
 use crate::error::to_py;
 
-/// The SIMD paths this CPU can run (`avx2`, `avx512`, `neon`, `portable`), preferred first:
-/// AVX2 before AVX-512, which measured no faster on the machines we have.
+/// The SIMD paths this CPU can run (`avx2`, `avx512`, `neon`, `portable`), preferred first
+/// for fields: AVX2 before AVX-512, which measured no faster for them on the machines we
+/// have (derivatives prefer AVX-512: see `kernel_path`).
 #[pyfunction]
 pub fn kernel_paths() -> Vec<&'static str> {
     KernelPath::supported()
@@ -15,11 +16,18 @@ pub fn kernel_paths() -> Vec<&'static str> {
         .collect()
 }
 
-/// The path queries run on: the one `TURBDB_KERNEL` names, else the preferred. Raises if
-/// `TURBDB_KERNEL` names a path that is unknown or that this CPU cannot run.
+/// The path queries of `operator` (`field`, `gradient`, `hessian`, `laplacian`) run on:
+/// the one `TURBDB_KERNEL` names, else the preferred for the operator (AVX-512 for
+/// derivatives where the CPU has it, whose 32 registers hold their sums). Raises if
+/// `TURBDB_KERNEL` names a path that is unknown or that this CPU cannot run, or if the
+/// operator is unknown.
 #[pyfunction]
-pub fn kernel_path() -> PyResult<&'static str> {
-    KernelPath::selected().map(KernelPath::name).map_err(to_py)
+#[pyo3(signature = (operator = "field"))]
+pub fn kernel_path(operator: &str) -> PyResult<&'static str> {
+    let operator = Operator::parse(operator).map_err(to_py)?;
+    KernelPath::selected_for(operator.max_order())
+        .map(KernelPath::name)
+        .map_err(to_py)
 }
 
 /// The clock of the core running this thread in GHz, measured by a chain of dependent

@@ -172,11 +172,11 @@ impl Plan {
             graph,
             entries,
             cell_atoms,
-            kernel_path: KernelPath::selected()?,
+            kernel_path: KernelPath::selected_for(operator.max_order())?,
         })
     }
 
-    /// The SIMD path the kernel runs on: [`KernelPath::selected`] unless set.
+    /// The SIMD path the kernel runs on: [`KernelPath::selected_for`] the operator unless set.
     pub fn kernel_path(&self) -> KernelPath {
         self.kernel_path
     }
