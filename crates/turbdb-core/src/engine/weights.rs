@@ -1,19 +1,20 @@
 //! A point's stencil weights on the kernel's SIMD path. The weights of a Lagrange basis
-//! (lag4/6/8, the common case) and their derivatives are computed here for the three axes
-//! at once, one axis per lane of a [`Simd::Q`], and written out with a transpose in
-//! registers. The compiler's own vectorisation of the same products (in
-//! [`Kernel::weights_xyz`]) mixed scalar and two-lane code and went through the stack: 21
-//! against 12 ns a point for lag8 values alone (AVX2). Everything else is
-//! [`Kernel::weights_xyz`]'s. The streaming executor calls [`weights_xyz`] inside its SIMD
-//! task; the node engine's batches, a point at a time, call [`weights_on_any`].
+//! (lag4/6/8, the common case) and their derivatives are computed for the three axes at
+//! once, one axis per lane of a [`Simd::Q`], and written out with a transpose in registers:
+//! the products of [`LagrangeBasis::eval`], in its order, so the weights are those of
+//! [`Kernel::weights`] bit for bit. (The same products written lane by lane for the
+//! compiler to vectorise mixed scalar and two-lane code and went through the stack: 21
+//! against 12 ns a point for lag8 values alone, AVX2.) Other methods are weighed one axis
+//! at a time. The streaming executor calls [`weights_xyz`] inside its SIMD task; the node
+//! engine's batches, a point at a time, call [`weights_on_any`].
 
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::lagrange::LagrangeBasis;
 use crate::interp::stencil::{AxisWeights, Kernel};
 use crate::storage::axis::Axis;
 
-/// The weights of grid position `s` along the three `axes`: those of
-/// [`Kernel::weights_xyz`], bit for bit.
+/// The weights of grid position `s` along the three `axes`: those of [`Kernel::weights`]
+/// per axis, bit for bit.
 #[inline(always)]
 pub(crate) fn weights_xyz<S: Simd>(
     simd: S,
@@ -23,7 +24,7 @@ pub(crate) fn weights_xyz<S: Simd>(
     out: &mut [AxisWeights; 3],
 ) {
     let Some(basis) = kernel.lagrange_basis() else {
-        return kernel.weights_xyz(s, axes, out);
+        return one_axis_at_a_time(kernel, s, axes, out);
     };
     let lagrange = Lagrange {
         simd,
@@ -40,7 +41,15 @@ pub(crate) fn weights_xyz<S: Simd>(
         (4, _) => lagrange.jets::<4, true>(axes, out),
         (6, _) => lagrange.jets::<6, true>(axes, out),
         (8, _) => lagrange.jets::<8, true>(axes, out),
-        _ => kernel.weights_xyz(s, axes, out),
+        _ => one_axis_at_a_time(kernel, s, axes, out),
+    }
+}
+
+/// [`Kernel::weights`] along each axis.
+#[inline(always)]
+fn one_axis_at_a_time(kernel: &Kernel, s: &[f64; 3], axes: &[Axis; 3], out: &mut [AxisWeights; 3]) {
+    for axis in 0..3 {
+        kernel.weights(s[axis], &axes[axis], &mut out[axis]);
     }
 }
 
@@ -100,8 +109,8 @@ impl<S: Simd> Lagrange<'_, S> {
         s.quad_sub(self.x, s.quad([j as f64; 4]))
     }
 
-    /// The values of the `N`-node basis: the products of [`LagrangeBasis::eval_lanes`]
-    /// without derivatives, in the same order.
+    /// The values of the `N`-node basis: the products of [`LagrangeBasis::eval`] without
+    /// derivatives, in the same order.
     #[inline(always)]
     fn values<const N: usize>(&self, out: &mut [AxisWeights; 3]) {
         let s = self.simd;
@@ -121,9 +130,8 @@ impl<S: Simd> Lagrange<'_, S> {
     }
 
     /// The values and derivatives (the second too if `SECOND`) of the `N`-node basis,
-    /// divided by the spacing once per order: the products of
-    /// [`LagrangeBasis::eval_lanes`] and the scaling of [`Kernel::weights_xyz`], in the
-    /// same order.
+    /// divided by the spacing once per order: the products of [`LagrangeBasis::eval`] (its
+    /// jets) and the scaling of [`Kernel::weights`], in the same order.
     #[inline(always)]
     fn jets<const N: usize, const SECOND: bool>(
         &self,
@@ -171,7 +179,12 @@ impl<S: Simd> Lagrange<'_, S> {
         }
         let inv = axes.map(|a| 1.0 / a.spacing);
         let per_spacing = s.quad([inv[0], inv[1], inv[2], inv[2]]);
-        let per_square = s.quad([inv[0] * inv[0], inv[1] * inv[1], inv[2] * inv[2], 0.0]);
+        let per_square = s.quad([
+            inv[0] * inv[0],
+            inv[1] * inv[1],
+            inv[2] * inv[2],
+            inv[2] * inv[2],
+        ]);
         for j in 0..N {
             orders[1][j] = s.quad_mul(orders[1][j], per_spacing);
             if SECOND {
@@ -216,23 +229,36 @@ mod tests {
 
     #[test]
     fn every_path_gives_the_scalar_weights_bit_for_bit() {
-        let periodic = Axis {
-            n: 32,
+        let axis = |n, spacing, periodic| Axis {
+            n,
             origin: 0.0,
-            spacing: 0.5,
-            periodic: true,
+            spacing,
+            periodic,
         };
-        let wall = Axis {
-            periodic: false,
-            ..periodic
-        };
+        // A spacing and node count of its own on each axis (the derivative weights are
+        // divided by each lane's own spacing), periodic and walled axes.
+        let (a, b, c) = (
+            axis(32, 0.2, true),
+            axis(20, 0.05, false),
+            axis(16, 1.5, true),
+        );
+        let walled = axis(16, 1.5, false);
+        let sets = [[a, b, c], [walled, a, b]];
         // Inside, on nodes, next to walls (where the stencil is shifted) and wrapping.
-        let points: Vec<[f64; 3]> = [0.0, 0.25, 1.0, 2.999, 7.5, 15.0, 29.7, 30.5, 31.0, 31.99]
-            .iter()
-            .flat_map(|&a| [[a, 31.0 - a, 0.5 * a], [a * 0.37, a, 31.0 - 0.9 * a]])
-            .collect();
-        for axes in [[periodic; 3], [wall, periodic, wall]] {
-            for method in ["lag4", "lag6", "lag8", "m2q8", "fd4noint"] {
+        let fractions = [0.0, 0.01, 0.2, 0.25, 0.5, 0.77, 0.99, 0.999, 1.0];
+        let on_axis = |f: f64, axis: &Axis| f * (axis.n - 1) as f64;
+        for axes in sets {
+            let points: Vec<[f64; 3]> = fractions
+                .iter()
+                .flat_map(|&f| {
+                    let g = (3.0 * f) % 1.0;
+                    [[f, 1.0 - f, g], [g, f, 1.0 - f]]
+                        .map(|fs| [0, 1, 2].map(|k| on_axis(fs[k], &axes[k])))
+                })
+                .collect();
+            for method in [
+                "lag4", "lag6", "lag8", "m2q8", "fd4noint", "fd4lag4", "none",
+            ] {
                 for order in 0..=2 {
                     let Ok(kernel) = Kernel::new(Method::parse(method).unwrap(), order) else {
                         continue;

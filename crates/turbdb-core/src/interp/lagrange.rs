@@ -172,85 +172,6 @@ impl LagrangeBasis {
     }
 }
 
-/// Four positions, one per lane: the three axes of a point (and a spare lane) evaluated by
-/// one pass of vector arithmetic instead of three scalar passes.
-pub type Lanes = [f64; 4];
-
-/// `f` applied lane by lane (written so the compiler emits one vector operation).
-#[inline(always)]
-fn lanewise(f: impl Fn(usize) -> f64) -> Lanes {
-    std::array::from_fn(f)
-}
-
-impl LagrangeBasis {
-    /// The basis of `N` nodes (`N` must be this basis's node count) at four positions at
-    /// once: `value[j][lane] = L_j(x[lane])`, and `first`, `second` the same for the
-    /// derivatives when asked for. The operations per lane are those of [`Self::eval`], in
-    /// the same order, so the results are bit for bit the same.
-    #[inline(always)]
-    pub fn eval_lanes<const N: usize>(
-        &self,
-        x: Lanes,
-        value: &mut [Lanes; N],
-        first: Option<&mut [Lanes; N]>,
-        second: Option<&mut [Lanes; N]>,
-    ) {
-        debug_assert_eq!(N, self.n);
-        if first.is_none() && second.is_none() {
-            // The prefix products stay in registers: written to `value` in pieces and read
-            // back whole, they stalled on store-to-load forwarding.
-            let mut prefix = [[1.0; 4]; N];
-            for j in 1..N {
-                prefix[j] = lanewise(|l| prefix[j - 1][l] * (x[l] - (j - 1) as f64));
-            }
-            let mut suffix = [1.0; 4];
-            for j in (0..N).rev() {
-                value[j] = lanewise(|l| prefix[j][l] * (suffix[l] * self.weights[j]));
-                suffix = lanewise(|l| suffix[l] * (x[l] - j as f64));
-            }
-            return;
-        }
-        // Jets (value, first, second) lane by lane, as `jets_any` does them one at a time.
-        let one = ([1.0; 4], [0.0; 4], [0.0; 4]);
-        let times_factor = |a: (Lanes, Lanes, Lanes), d: Lanes| {
-            (
-                lanewise(|l| a.0[l] * d[l]),
-                lanewise(|l| a.1[l] * d[l] + a.0[l]),
-                lanewise(|l| a.2[l] * d[l] + 2.0 * a.1[l]),
-            )
-        };
-        let mut prefix = [one; N];
-        for j in 1..N {
-            let d = lanewise(|l| x[l] - (j - 1) as f64);
-            prefix[j] = times_factor(prefix[j - 1], d);
-        }
-        let mut suffix = one;
-        let mut jets = [one; N];
-        for j in (0..N).rev() {
-            let (p, s) = (prefix[j], suffix);
-            jets[j] = (
-                lanewise(|l| p.0[l] * s.0[l]),
-                lanewise(|l| p.1[l] * s.0[l] + p.0[l] * s.1[l]),
-                lanewise(|l| p.2[l] * s.0[l] + 2.0 * p.1[l] * s.1[l] + p.0[l] * s.2[l]),
-            );
-            suffix = times_factor(suffix, lanewise(|l| x[l] - j as f64));
-        }
-        for j in 0..N {
-            value[j] = lanewise(|l| self.weights[j] * jets[j].0[l]);
-        }
-        if let Some(first) = first {
-            for j in 0..N {
-                first[j] = lanewise(|l| self.weights[j] * jets[j].1[l]);
-            }
-        }
-        if let Some(second) = second {
-            for j in 0..N {
-                second[j] = lanewise(|l| self.weights[j] * jets[j].2[l]);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,42 +255,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn four_positions_in_lanes_equal_four_evaluations_bit_for_bit() {
-        fn check<const N: usize>() {
-            let basis = LagrangeBasis::new(N);
-            for xs in [
-                [0.0, 0.3, 3.25, 2.999999999],
-                [-0.5, N as f64 - 1.0, 1.5, N as f64 + 0.4],
-            ] {
-                let (mut v, mut d1, mut d2) = ([[0.0; 4]; N], [[0.0; 4]; N], [[0.0; 4]; N]);
-                basis.eval_lanes::<N>(xs, &mut v, Some(&mut d1), Some(&mut d2));
-                let mut values_only = [[0.0; 4]; N];
-                basis.eval_lanes::<N>(xs, &mut values_only, None, None);
-                for (lane, &x) in xs.iter().enumerate() {
-                    let (mut e, mut e1, mut e2) =
-                        ([0.0; MAX_NODES], [0.0; MAX_NODES], [0.0; MAX_NODES]);
-                    basis.eval(x, &mut e, Some(&mut e1), Some(&mut e2));
-                    let mut e0 = [0.0; MAX_NODES];
-                    basis.eval(x, &mut e0, None, None);
-                    for j in 0..N {
-                        assert_eq!(
-                            values_only[j][lane].to_bits(),
-                            e0[j].to_bits(),
-                            "N={N} x={x}"
-                        );
-                        assert_eq!(v[j][lane].to_bits(), e[j].to_bits(), "N={N} x={x}");
-                        assert_eq!(d1[j][lane].to_bits(), e1[j].to_bits(), "N={N} x={x}");
-                        assert_eq!(d2[j][lane].to_bits(), e2[j].to_bits(), "N={N} x={x}");
-                    }
-                }
-            }
-        }
-        check::<4>();
-        check::<6>();
-        check::<8>();
     }
 
     #[test]

@@ -230,24 +230,6 @@ impl Kernel {
         }
     }
 
-    /// The stencils of grid position `s` along the three `axes`: the same as
-    /// [`Self::weights`] per axis, bit for bit. Lagrange weights of 4, 6 or 8 nodes are
-    /// computed for the three axes together, one axis per vector lane; the rest one axis
-    /// at a time.
-    #[inline(always)]
-    pub fn weights_xyz(&self, s: &[f64; 3], axes: &[Axis; 3], out: &mut [AxisWeights; 3]) {
-        match self.method {
-            Method::Lagrange(4) => self.lagrange_xyz::<4>(s, axes, out),
-            Method::Lagrange(6) => self.lagrange_xyz::<6>(s, axes, out),
-            Method::Lagrange(8) => self.lagrange_xyz::<8>(s, axes, out),
-            _ => {
-                for axis in 0..3 {
-                    self.weights(s[axis], &axes[axis], &mut out[axis]);
-                }
-            }
-        }
-    }
-
     /// The basis of a `Lagrange(n)` kernel, whose weights (and their derivatives up to
     /// [`Self::max_order`]) the kernel's SIMD path computes itself from
     /// [`Self::lagrange_positions`]; `None` for any other kernel.
@@ -265,8 +247,7 @@ impl Kernel {
 
     /// For a Lagrange kernel: sets each axis's `base` and `wrapped` in `out` for grid
     /// position `s`, and returns the position relative to each axis's first stencil node,
-    /// `[x, y, z, z]` (the spare lane repeats z: a lane the compiler knows to be constant
-    /// it splits off into scalar code).
+    /// `[x, y, z, z]` (the spare lane repeats z).
     #[inline(always)]
     pub fn lagrange_positions(
         &self,
@@ -283,35 +264,6 @@ impl Kernel {
         }
         x[3] = x[2];
         x
-    }
-
-    /// [`Self::weights_xyz`] for `Lagrange(N)`.
-    #[inline(always)]
-    fn lagrange_xyz<const N: usize>(
-        &self,
-        s: &[f64; 3],
-        axes: &[Axis; 3],
-        out: &mut [AxisWeights; 3],
-    ) {
-        let x = self.lagrange_positions(s, axes, out);
-        let basis = self.basis.as_ref().expect("Lagrange basis");
-        let mut lanes = [[[0.0; 4]; N]; 3];
-        let [value, first, second] = &mut lanes;
-        match self.max_order {
-            0 => basis.eval_lanes::<N>(x, value, None, None),
-            1 => basis.eval_lanes::<N>(x, value, Some(first), None),
-            _ => basis.eval_lanes::<N>(x, value, Some(first), Some(second)),
-        }
-        for order in 0..=self.max_order.min(2) {
-            for axis in 0..3 {
-                // As in `weights`: derivatives divided by the spacing once per order.
-                let inv = 1.0 / axes[axis].spacing;
-                let scale = [1.0, inv, inv * inv][order];
-                for j in 0..N {
-                    out[axis].w[order][j] = lanes[order][j][axis] * scale;
-                }
-            }
-        }
     }
 
     #[inline(always)]
@@ -350,59 +302,6 @@ mod tests {
             f64::NAN,
         ] {
             assert_eq!(floor(s), s.floor() as i64, "position {s}");
-        }
-    }
-
-    #[test]
-    fn three_axes_together_equal_one_axis_at_a_time_bit_for_bit() {
-        let axis = |n, spacing, periodic| Axis {
-            n,
-            origin: 0.0,
-            spacing,
-            periodic,
-        };
-        // Periodic and bounded axes, positions inside, on nodes and next to the walls.
-        let axes = [
-            axis(32, 0.2, true),
-            axis(20, 0.05, false),
-            axis(16, 1.5, true),
-        ];
-        let positions = [
-            [0.0, 0.0, 0.0],
-            [0.37, 19.0, 15.999],
-            [31.5, 1.25, 7.0],
-            [12.75, 18.6, 0.001],
-        ];
-        let methods = [
-            Method::Lagrange(4),
-            Method::Lagrange(6),
-            Method::Lagrange(8),
-            Method::Fd4Lag4,
-            Method::Nearest,
-        ];
-        for method in methods {
-            for max_order in 0..=2 {
-                let kernel = Kernel::new(method, max_order).unwrap();
-                for s in positions {
-                    let mut together = [AxisWeights::default(); 3];
-                    kernel.weights_xyz(&s, &axes, &mut together);
-                    for a in 0..3 {
-                        let mut alone = AxisWeights::default();
-                        kernel.weights(s[a], &axes[a], &mut alone);
-                        let (t, w) = (&together[a], &alone);
-                        assert_eq!((t.base, t.wrapped), (w.base, w.wrapped), "{method:?}");
-                        for order in 0..=max_order {
-                            for j in 0..kernel.width() {
-                                assert_eq!(
-                                    t.w[order][j].to_bits(),
-                                    w.w[order][j].to_bits(),
-                                    "{method:?} order {order} axis {a} node {j} at {s:?}"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
         }
     }
 
