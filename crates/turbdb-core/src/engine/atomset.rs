@@ -1,62 +1,72 @@
-//! Which atoms of a cell a query needs: a set of up to 8 × 8 × 8 atoms, one 64-bit word
-//! per z plane with bit `8·y + x` for atom `(x, y, z)`.
+//! Which atoms of a cell's box (the cell and its halo) a query needs: a set of atoms in a
+//! box of up to 64 atoms a side, one 64-bit word per (y, z) row with bit `x` for atom
+//! `(x, y, z)`.
 
-/// Most atoms along one side of a set.
-pub const MAX_SIDE: usize = 8;
+/// Most atoms along the x side of a set (the bits of a row).
+pub const MAX_X: usize = 64;
 
-/// A set of atoms of one cell.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AtomSet([u64; MAX_SIDE]);
-
-/// Byte `y` of `BYTES[m]` is all ones where bit `y` of `m` is set.
-const BYTES: [u64; 256] = {
-    let mut table = [0u64; 256];
-    let mut m = 0;
-    while m < 256 {
-        let mut y = 0;
-        while y < 8 {
-            if m >> y & 1 == 1 {
-                table[m] |= 0xff << (8 * y);
-            }
-            y += 1;
-        }
-        m += 1;
-    }
-    table
-};
+/// A set of atoms in a box of `side` atoms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtomSet {
+    side: [usize; 3],
+    rows: Vec<u64>,
+}
 
 impl AtomSet {
-    /// The atoms whose x, y and z indices are all in the masks (bit `i` for index `i`).
-    #[inline]
-    pub fn product(x: u8, y: u8, z: u8) -> Self {
-        let plane = (u64::from(x) * 0x0101_0101_0101_0101) & BYTES[usize::from(y)];
-        Self(std::array::from_fn(
-            |k| if z >> k & 1 == 1 { plane } else { 0 },
-        ))
+    /// The empty set of a box of `side` atoms (`side[0]` at most [`MAX_X`]).
+    pub fn new(side: [usize; 3]) -> Self {
+        assert!(side[0] <= MAX_X, "{} atoms along x", side[0]);
+        Self {
+            side,
+            rows: vec![0; side[1] * side[2]],
+        }
     }
 
-    /// Adds the atoms of `other`.
+    /// Atoms along each side of the box.
+    pub fn side(&self) -> [usize; 3] {
+        self.side
+    }
+
+    /// Adds the atoms whose indices lie in `lo[k] ..= hi[k]` along every axis `k`.
     #[inline]
-    pub fn add(&mut self, other: &Self) {
-        for (a, b) in self.0.iter_mut().zip(other.0) {
-            *a |= b;
+    pub fn add_box(&mut self, lo: [usize; 3], hi: [usize; 3]) {
+        debug_assert!((0..3).all(|k| lo[k] <= hi[k] && hi[k] < self.side[k]));
+        // Bits lo..=hi of a row; `hi` is below 64, so the shift of `2 << hi` may overflow
+        // only to zero, which the wrapping subtraction turns into all ones.
+        let mask = (2u64 << hi[0]).wrapping_sub(1) & !((1u64 << lo[0]) - 1);
+        for z in lo[2]..=hi[2] {
+            let plane = &mut self.rows[z * self.side[1]..];
+            for row in &mut plane[lo[1]..=hi[1]] {
+                *row |= mask;
+            }
         }
     }
 
     /// Whether atom `(x, y, z)` is in the set.
     #[inline]
     pub fn contains(&self, x: usize, y: usize, z: usize) -> bool {
-        self.0[z] >> (8 * y + x) & 1 == 1
+        self.rows[z * self.side[1] + y] >> x & 1 == 1
+    }
+
+    /// The atoms of the set, `[x, y, z]`, z slowest.
+    pub fn iter(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
+        let ny = self.side[1];
+        self.rows.iter().enumerate().flat_map(move |(r, &row)| {
+            let (y, z) = (r % ny, r / ny);
+            (0..MAX_X)
+                .filter(move |&x| row >> x & 1 == 1)
+                .map(move |x| [x, y, z])
+        })
     }
 
     /// Atoms in the set.
     pub fn len(&self) -> usize {
-        self.0.iter().map(|w| w.count_ones() as usize).sum()
+        self.rows.iter().map(|w| w.count_ones() as usize).sum()
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.0.iter().all(|&w| w == 0)
+        self.rows.iter().all(|&w| w == 0)
     }
 }
 
@@ -65,26 +75,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_product_holds_exactly_the_atoms_in_all_three_masks() {
-        let (mx, my, mz) = (0b1000_0110u8, 0b0000_0011u8, 0b1010_0000u8);
-        let set = AtomSet::product(mx, my, mz);
-        for z in 0..8 {
-            for y in 0..8 {
-                for x in 0..8 {
-                    let expected = mx >> x & 1 == 1 && my >> y & 1 == 1 && mz >> z & 1 == 1;
-                    assert_eq!(set.contains(x, y, z), expected, "atom {x} {y} {z}");
+    fn boxes_add_exactly_their_atoms() {
+        let mut set = AtomSet::new([64, 3, 4]);
+        set.add_box([1, 0, 2], [2, 1, 3]);
+        set.add_box([63, 2, 0], [63, 2, 0]);
+        set.add_box([0, 1, 3], [63, 1, 3]);
+        let inside = |x: usize, y: usize, z: usize| {
+            (1..=2).contains(&x) && y <= 1 && (2..=3).contains(&z)
+                || (x, y, z) == (63, 2, 0)
+                || (y, z) == (1, 3)
+        };
+        for z in 0..4 {
+            for y in 0..3 {
+                for x in 0..64 {
+                    assert_eq!(set.contains(x, y, z), inside(x, y, z), "atom {x} {y} {z}");
                 }
             }
         }
-        assert_eq!(set.len(), 3 * 2 * 2);
-    }
-
-    #[test]
-    fn adding_sets_is_their_union() {
-        let mut a = AtomSet::product(1, 1, 1);
-        assert!(!a.is_empty() && AtomSet::default().is_empty());
-        a.add(&AtomSet::product(0b10, 1, 0b100));
-        assert!(a.contains(0, 0, 0) && a.contains(1, 0, 2) && !a.contains(1, 0, 0));
-        assert_eq!(a.len(), 2);
+        assert_eq!(set.len(), 2 * 2 * 2 - 2 + 1 + 64);
+        assert_eq!(set.iter().count(), set.len());
+        assert!(set.iter().all(|[x, y, z]| set.contains(x, y, z)));
+        assert!(!set.is_empty() && AtomSet::new([2, 2, 2]).is_empty());
     }
 }

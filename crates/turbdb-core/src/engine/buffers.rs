@@ -30,7 +30,7 @@ macro_rules! pooled {
     )*};
 }
 pub(crate) use pooled;
-pooled!(u32, f64, [f64; 3]);
+pooled!(u32, f32, f64, [f64; 3]);
 
 /// A vector that goes back to its pool when dropped.
 #[derive(Debug)]

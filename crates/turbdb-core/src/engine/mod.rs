@@ -1,7 +1,7 @@
 //! Evaluation by partial sums (Kanov et al.): the [`plan`] groups a batch's points by the
-//! cells their stencils touch ([`atomset`], [`cell_finder`], [`colouring`],
-//! [`counting_sort`]) and orders them ([`cell_graph`]); the [`stream`] executor reads each needed atom once and adds its
-//! contribution to every point that needs it ([`weights`] and [`accumulate`], on the SIMD
+//! cell they lie in ([`cell_finder`], [`counting_sort`]) with the atoms of the cell and
+//! its halo their stencils touch ([`atomset`]); the [`stream`] executor reads those atoms
+//! into one block per cell and sums every point of the cell from it ([`weights`] and [`accumulate`], on the SIMD
 //! path the CPU has: [`simd`]); the [`direct`] baselines evaluate point by point; [`query`] runs a batch
 //! end to end. Large scratch buffers are kept from query to query ([`buffers`]).
 //!
@@ -26,8 +26,6 @@ pub mod cache;
 pub(crate) mod cache_sets;
 pub(crate) mod cached_source;
 pub(crate) mod cell_finder;
-pub mod cell_graph;
-pub(crate) mod colouring;
 pub mod core_clock;
 pub(crate) mod counting_sort;
 pub mod direct;

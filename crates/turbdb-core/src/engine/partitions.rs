@@ -5,7 +5,6 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::engine::stream::TimeLevel;
 use crate::storage::geometry::ShardPos;
 
 /// A set of partitions, each a (time index, shard position) pair.
@@ -25,15 +24,5 @@ impl Partitions {
     /// Whether partition (`t`, `shard`) is in the set.
     pub fn contains(&self, t: usize, shard: ShardPos) -> bool {
         self.set.contains(&(t, shard))
-    }
-
-    /// The time levels of a query whose partition of `shard` is in the set (a pchip query
-    /// blends four steps, which may be stored on different nodes).
-    pub(crate) fn levels_in(&self, shard: ShardPos, levels: &[TimeLevel]) -> Vec<TimeLevel> {
-        levels
-            .iter()
-            .filter(|l| self.contains(l.t, shard))
-            .copied()
-            .collect()
     }
 }

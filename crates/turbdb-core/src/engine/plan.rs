@@ -1,53 +1,54 @@
 //! The plan of a batch query: every point's position in grid units, and the points grouped
-//! by the cells their stencils touch. A cell is an aligned box of atoms inside one shard,
-//! contiguous in storage order; it is the unit of work of the streaming executor.
+//! by the cell they lie in. A cell is an aligned box of atoms; its points' stencils reach
+//! a few nodes past it (its halo), into the atoms around it. It is the unit of work of the
+//! streaming executor, which reads the atoms of the cell and its halo into one block and
+//! sums every point of the cell from that block alone.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
-use rustc_hash::FxHashMap;
 
-use crate::engine::atomset::{AtomSet, MAX_SIDE};
+use crate::engine::atomset::{AtomSet, MAX_X};
 use crate::engine::buffers::{pooled, Buffer};
 use crate::engine::cell_finder::CellFinder;
-use crate::engine::cell_graph::CellGraph;
-use crate::engine::colouring::Colouring;
 use crate::engine::counting_sort::{bucket_sort, Buckets};
 use crate::engine::simd::KernelPath;
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::stencil::Kernel;
 use crate::storage::axis::Axis;
-use crate::storage::geometry::{FieldGeometry, ShardPos};
+use crate::storage::geometry::FieldGeometry;
 use crate::storage::morton;
 
-/// Bytes a worker's cell block may take: it must stay in the L2 cache (2 MiB here) with
-/// room to spare. Bigger cells mean fewer points whose stencils span several cells (each
-/// such point costs weights and a second set of row sums); measured on lag8 at 1e6
-/// points, 64×64×32-node float32 blocks (1.5 MiB) beat 64×32×32 by 7%, and float64
-/// blocks of the same size, for pchip, were 7% slower than half that size.
+/// Bytes a worker's cell block (the cell and its halo) may take: it must stay in the L2
+/// cache (2 MiB here) with room to spare.
 const BLOCK_BUDGET: usize = 1600 << 10;
 
-/// The cell's sides, in atoms: from [`MAX_SIDE`] (at most the shard's side), halved along
-/// the longest side (z first, x last: a stencil split along x costs most, as its rows are
-/// summed in both cells) until the block of `block_bytes` per node fits [`BLOCK_BUDGET`]
-/// and every worker has several cells of each colour to take.
+/// Most atoms along one side of a cell.
+pub const MAX_SIDE: usize = 8;
+
+/// The cell's sides, in atoms: from [`MAX_SIDE`] (a cell's box may span shards), halved along
+/// the longest side (z first, x last: rows run along x, so a long x side means few, long
+/// rows to copy) until the block of the cell and its halo, `block_bytes` a node, fits
+/// [`BLOCK_BUDGET`] and every worker has a few cells to take.
 fn cell_atoms(
     axes: &[Axis; 3],
     geometry: &FieldGeometry,
     width: usize,
     block_bytes: usize,
 ) -> [usize; 3] {
-    let enough = 2 * rayon::current_num_threads();
-    let mut atoms = [MAX_SIDE.min(geometry.atoms_per_side()); 3];
+    let enough = 4 * rayon::current_num_threads();
+    let mut atoms = [MAX_SIDE; 3];
     loop {
         let side = atoms.map(|c| c * geometry.atom);
         let cells = (0..3)
             .map(|a| axes[a].n.div_ceil(side[a]))
             .product::<usize>();
-        let fits = side.iter().product::<usize>() * block_bytes <= BLOCK_BUDGET;
-        if fits && cells / Colouring::new(axes, side, width).colours() >= enough {
+        let block = (0..3)
+            .map(|a| side[a].min(axes[a].n) + width - 1)
+            .product::<usize>();
+        if block * block_bytes <= BLOCK_BUDGET && cells >= enough {
             break;
         }
         let longest = (0..3).max_by_key(|&a| (atoms[a], a)).expect("three axes");
@@ -59,18 +60,43 @@ fn cell_atoms(
     atoms
 }
 
-/// A cell: its shard, its first atom (global atom coordinates), the atoms its points need
-/// and the points it serves.
+/// A cell: its first atom, its points, and the box of nodes their stencils need (the
+/// cell and its halo) with the atoms they touch in it.
 #[derive(Debug, Clone)]
 pub struct Cell {
-    /// The shard holding the cell.
-    pub shard: ShardPos,
     /// Global coordinates `[ax, ay, az]` of the cell's first atom.
     pub first_atom: [usize; 3],
-    /// The atoms the points' stencils touch.
+    /// The cell's points: a range of [`Plan::order`] and [`Plan::sorted`].
+    pub points: Range<usize>,
+    /// The first node of the box along each axis, unwrapped (below 0 or past the grid on
+    /// a periodic axis, where the halo wraps around).
+    pub origin: [i64; 3],
+    /// Nodes of the box along each axis.
+    pub dims: [usize; 3],
+    /// The first unwrapped atom of the box along each axis ([`unwrapped_atom`]).
+    pub first_box_atom: [i64; 3],
+    /// The atoms of the box the points' stencils touch, from `first_box_atom`.
     pub atoms: AtomSet,
-    /// The cell's points in [`Plan::entries`].
-    pub entries: Range<usize>,
+}
+
+/// The atom holding unwrapped node `u` of an axis of `n` nodes (`atoms` atoms of
+/// `1 << shift` nodes), numbered on across the periodic images: image `k` of atom `g` is
+/// `k · atoms + g`. Consecutive nodes are in the same or the next atom, also where the
+/// grid is not a whole number of atoms.
+#[inline(always)]
+pub fn unwrapped_atom(u: i64, n: usize, atoms: usize, shift: u32) -> i64 {
+    let n = n as i64;
+    // Stencils reach at most one image past the grid: no division in the usual cases.
+    let (image, node) = if u < 0 && u >= -n {
+        (-1, u + n)
+    } else if u < n && u >= 0 {
+        (0, u)
+    } else if u < 2 * n && u >= n {
+        (1, u - n)
+    } else {
+        (u.div_euclid(n), u.rem_euclid(n))
+    };
+    image * atoms as i64 + (node >> shift)
 }
 
 /// A query prepared for execution.
@@ -93,19 +119,13 @@ pub struct Plan {
     pub order: Buffer<u32>,
     /// The points in grid units (wrapped on periodic axes), in the executor's order.
     pub sorted: Buffer<[f64; 3]>,
-    /// Cells with at least one point, in storage order.
+    /// Cells with at least one point, in storage order. Each point is in one cell.
     pub cells: Vec<Cell>,
-    /// The cells of each colour (indices into `cells`, storage order). Cells of one colour
-    /// never serve the same point, so they run together and add straight into the result;
-    /// the colours run one after the other, always in the same order, so a point's sum is
-    /// the same whichever worker finishes first.
-    pub colours: Vec<Vec<usize>>,
-    /// When each cell may run: after its neighbours of earlier colours (see [`CellGraph`]).
-    pub graph: CellGraph,
-    /// The points (executor's numbers) each cell serves, cell after cell, ascending.
-    pub entries: Buffer<u32>,
     /// Atoms along each side of a cell, `[x, y, z]`.
     pub cell_atoms: [usize; 3],
+    /// Nodes along x and y of the widest cell box: every cell's block is laid out with
+    /// these rows and planes, so that the padding of its planes is found once.
+    pub block_rows: [usize; 2],
     /// The SIMD path the kernel runs on.
     kernel_path: KernelPath,
 }
@@ -139,27 +159,11 @@ impl Plan {
             kernel.width(),
             geometry.ncomp * value_bytes,
         );
-        let finder = CellFinder::new(&kernel, &axes, geometry.atom, cell_atoms);
-        let (order, sorted) = cell_order(points, &finder)?;
-        let (cells, entries) = group_by_cell(&sorted, &finder, &geometry, cell_atoms);
-        let side = cell_atoms.map(|c| c * geometry.atom);
-        let colouring = Colouring::new(&axes, side, kernel.width());
-        let coords: Vec<[usize; 3]> = cells
-            .iter()
-            .map(|cell| [0, 1, 2].map(|a| cell.first_atom[a] / cell_atoms[a]))
-            .collect();
-        let mut colours = vec![Vec::new(); colouring.colours()];
-        for (i, &c) in coords.iter().enumerate() {
-            colours[colouring.colour(c)].push(i);
-        }
-        colours.retain(|c| !c.is_empty());
-        let mut rank = vec![0; cells.len()];
-        for (r, colour) in colours.iter().enumerate() {
-            for &c in colour {
-                rank[c] = r;
-            }
-        }
-        let graph = CellGraph::new(&coords, &rank, &colouring);
+        let finder = CellFinder::new(&axes, geometry.atom, cell_atoms);
+        let (order, sorted, start) = cell_order(points, &finder)?;
+        let cells = cells_of(&sorted, &start, &finder, &kernel, &geometry);
+        let widest = |k: usize| cells.iter().map(|c| c.dims[k]).max().unwrap_or(0);
+        let block_rows = [widest(0), widest(1)];
         Ok(Self {
             kernel,
             operator,
@@ -168,10 +172,8 @@ impl Plan {
             order,
             sorted,
             cells,
-            colours,
-            graph,
-            entries,
             cell_atoms,
+            block_rows,
             kernel_path: KernelPath::selected_for(operator.max_order())?,
         })
     }
@@ -202,50 +204,6 @@ fn first_bad_point(points: &[[f64; 3]], axes: &[Axis; 3]) -> Option<Error> {
             _ => None,
         })
     })
-}
-
-/// The cells one chunk of points meets: their points and the atoms they need.
-struct ChunkCells {
-    /// Slot of each cell met.
-    index: FxHashMap<usize, usize>,
-    /// The cells, by slot.
-    cells: Vec<usize>,
-    lists: Vec<Vec<u32>>,
-    atoms: Vec<AtomSet>,
-    /// The last cells looked up, by their low bits: consecutive points mostly meet the
-    /// same few cells, so most lookups end here.
-    recent: [(usize, usize); 8],
-}
-
-impl Default for ChunkCells {
-    fn default() -> Self {
-        Self {
-            index: FxHashMap::default(),
-            cells: Vec::new(),
-            lists: Vec::new(),
-            atoms: Vec::new(),
-            recent: [(usize::MAX, 0); 8],
-        }
-    }
-}
-
-impl ChunkCells {
-    /// The slot of `cell`, made on first meeting.
-    #[inline]
-    fn slot(&mut self, cell: usize) -> usize {
-        let recent = &mut self.recent[cell & 7];
-        if recent.0 == cell {
-            return recent.1;
-        }
-        let slot = *self.index.entry(cell).or_insert_with(|| {
-            self.cells.push(cell);
-            self.lists.push(Vec::new());
-            self.atoms.push(AtomSet::default());
-            self.cells.len() - 1
-        });
-        *recent = (cell, slot);
-        slot
-    }
 }
 
 /// The grid position of a physical point, or `None` if it is not finite or outside a
@@ -290,12 +248,13 @@ pub(crate) struct Placed {
 
 pooled!(Placed);
 
-/// The executor's order of the points (by cell, then by atom in the cell) and their grid
-/// positions in that order; the first non-finite or out-of-domain point is named.
+/// The executor's order of the points (by cell, then by atom in the cell), their grid
+/// positions in that order and where each cell's points start (and the end); the first
+/// non-finite or out-of-domain point is named.
 fn cell_order(
     points: &[[f64; 3]],
     finder: &CellFinder<'_>,
-) -> Result<(Buffer<u32>, Buffer<[f64; 3]>)> {
+) -> Result<(Buffer<u32>, Buffer<[f64; 3]>, Vec<usize>)> {
     let axes = finder.axes;
     /// Sorts the points by home cell; a bad point is left out and noted.
     struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>, AtomicBool);
@@ -351,111 +310,98 @@ fn cell_order(
             *slot += 1;
         }
     });
-    Ok((order, sorted))
+    Ok((order, sorted, start))
 }
 
-/// Groups the points (executor's order) by the cells their stencils touch, with the atoms
-/// each cell needs.
-fn group_by_cell(
+/// The cells with points (each a range of `sorted`, from the counting sort's `start`), in
+/// storage order, each with the box of its points' stencils and the atoms they touch.
+fn cells_of(
     sorted: &[[f64; 3]],
+    start: &[usize],
     finder: &CellFinder<'_>,
+    kernel: &Kernel,
     geometry: &FieldGeometry,
-    cell_atoms: [usize; 3],
-) -> (Vec<Cell>, Buffer<u32>) {
-    // One pass over chunks of points: each chunk lists its points cell by cell (a few
-    // hundred sequential streams) with the atoms they need; the lists are then joined in
-    // chunk order, so every cell's points stay in the executor's order. Only the cells a
-    // chunk meets are kept, so small queries on big grids stay small.
-    let chunk = sorted
-        .len()
-        .div_ceil(4 * rayon::current_num_threads())
-        .max(1 << 14);
-    let chunks: Vec<ChunkCells> = sorted
-        .par_chunks(chunk)
-        .enumerate()
-        .map(|(k, part)| {
-            let mut found = ChunkCells::default();
-            for (i, s) in part.iter().enumerate() {
-                let point = (k * chunk + i) as u32;
-                finder.visit(s, |cell, x, y, z| {
-                    let at = found.slot(cell);
-                    found.lists[at].push(point);
-                    found.atoms[at].add(&AtomSet::product(x, y, z));
-                });
-            }
-            found
-        })
+) -> Vec<Cell> {
+    let occupied: Vec<usize> = (0..start.len() - 1)
+        .filter(|&c| start[c] < start[c + 1])
         .collect();
-    let mut occupied: Vec<usize> = chunks
-        .iter()
-        .flat_map(|c| c.cells.iter().copied())
-        .collect();
-    occupied.sort_unstable();
-    occupied.dedup();
-    // Per occupied cell: its part of every chunk (by the chunk's slot), its entries and atoms.
-    let slots: Vec<Vec<Option<usize>>> = occupied
-        .iter()
-        .map(|cell| chunks.iter().map(|c| c.index.get(cell).copied()).collect())
-        .collect();
-    let mut start = vec![0usize; occupied.len() + 1];
-    for (i, of_chunks) in slots.iter().enumerate() {
-        let len: usize = chunks
-            .iter()
-            .zip(of_chunks)
-            .filter_map(|(c, s)| s.map(|s| c.lists[s].len()))
-            .sum();
-        start[i + 1] = start[i] + len;
-    }
-    assert!(
-        start[occupied.len()] <= u32::MAX as usize,
-        "too many (point, cell) pairs in one batch"
-    );
-    // Every slot is written below, once (each cell's part by its lists).
-    let mut entries = Buffer::to_overwrite(start[occupied.len()], 0u32);
-    let mut parts: Vec<&mut [u32]> = Vec::with_capacity(occupied.len());
-    let mut rest = &mut entries[..];
-    for w in start.windows(2) {
-        let (head, tail) = rest.split_at_mut(w[1] - w[0]);
-        parts.push(head);
-        rest = tail;
-    }
-    parts
-        .par_iter_mut()
-        .zip(slots.par_iter())
-        .for_each(|(part, of_chunks)| {
-            let mut at = 0;
-            for (c, s) in chunks.iter().zip(of_chunks) {
-                if let Some(s) = *s {
-                    part[at..at + c.lists[s].len()].copy_from_slice(&c.lists[s]);
-                    at += c.lists[s].len();
-                }
-            }
-        });
-    let [cx, cy, _] = finder.cells_per_axis;
-    let per_shard = geometry.atoms_per_side();
     let mut cells: Vec<(u64, Cell)> = occupied
-        .iter()
-        .zip(&slots)
-        .enumerate()
-        .map(|(i, (&c, of_chunks))| {
-            let coords = [c % cx, c / cx % cy, c / (cx * cy)];
-            let first_atom = [0, 1, 2].map(|a| coords[a] * cell_atoms[a]);
-            let mut atoms = AtomSet::default();
-            for (chunk, s) in chunks.iter().zip(of_chunks) {
-                if let Some(s) = *s {
-                    atoms.add(&chunk.atoms[s]);
-                }
-            }
-            let cell = Cell {
-                shard: first_atom.map(|a| a / per_shard),
-                first_atom,
-                atoms,
-                entries: start[i]..start[i + 1],
-            };
+        .par_iter()
+        .map(|&c| {
+            let coords = finder.coords(c);
+            let points = start[c]..start[c + 1];
+            let cell = cell_box(&sorted[points.clone()], finder, kernel, geometry);
+            let first_atom = [0, 1, 2].map(|a| coords[a] * (finder.side[a] >> finder.atom_shift));
             let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
-            (code, cell)
+            (
+                code,
+                Cell {
+                    first_atom,
+                    points,
+                    ..cell
+                },
+            )
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);
-    (cells.into_iter().map(|(_, cell)| cell).collect(), entries)
+    cells.into_iter().map(|(_, cell)| cell).collect()
+}
+
+/// Points a cell must have per atom of its box for every atom of the box to be taken as
+/// needed without looking at each point's stencil (a dense query needs them all).
+const DENSE: usize = 4;
+
+/// The box of the stencils of `points` (grid positions) and the atoms they touch (the
+/// cell's own fields are left empty).
+fn cell_box(
+    points: &[[f64; 3]],
+    finder: &CellFinder<'_>,
+    kernel: &Kernel,
+    geometry: &FieldGeometry,
+) -> Cell {
+    let axes = finder.axes;
+    let width = kernel.width() as i64;
+    let shift = finder.atom_shift;
+    let atoms_per_axis = geometry.atoms_per_axis();
+    let atom_of = |a: usize, u: i64| unwrapped_atom(u, axes[a].n, atoms_per_axis[a], shift);
+    // A stencil's first node never decreases with the position, so the box runs from the
+    // stencil of the lowest position to that of the highest, along each axis.
+    let (mut low, mut high) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
+    for s in points {
+        for a in 0..3 {
+            low[a] = low[a].min(s[a]);
+            high[a] = high[a].max(s[a]);
+        }
+    }
+    let lo = [0, 1, 2].map(|a| kernel.base(low[a], &axes[a]));
+    let hi = [0, 1, 2].map(|a| kernel.base(high[a], &axes[a]));
+    let first_box_atom = [0, 1, 2].map(|a| atom_of(a, lo[a]));
+    let side = [0, 1, 2].map(|a| (atom_of(a, hi[a] + width - 1) - first_box_atom[a] + 1) as usize);
+    assert!(
+        side[0] <= MAX_X,
+        "a cell's box spans {} atoms along x",
+        side[0]
+    );
+    let mut atoms = AtomSet::new(side);
+    if points.len() >= DENSE * side.iter().product::<usize>() {
+        atoms.add_box([0; 3], side.map(|s| s - 1));
+    } else {
+        for s in points {
+            let (mut first, mut last) = ([0; 3], [0; 3]);
+            for a in 0..3 {
+                let base = kernel.base(s[a], &axes[a]);
+                first[a] = (atom_of(a, base) - first_box_atom[a]) as usize;
+                last[a] = (atom_of(a, base + width - 1) - first_box_atom[a]) as usize;
+            }
+            atoms.add_box(first, last);
+        }
+    }
+    Cell {
+        first_atom: [0; 3],
+        points: 0..0,
+        origin: lo,
+        dims: [0, 1, 2].map(|a| (hi[a] - lo[a] + width) as usize),
+        first_box_atom,
+        atoms,
+    }
 }

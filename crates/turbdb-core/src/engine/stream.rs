@@ -1,11 +1,13 @@
-//! The streaming executor (Kanov et al.): each needed atom is read once per batch, in
-//! storage order, and added to the partial sums of every point whose stencil touches it.
-//! Cells run in parallel and add straight into their points' result rows; a cell waits for
-//! its neighbours of earlier colours (see [`Plan::colours`] and [`Plan::graph`]), so every
-//! point gets its cells' sums in colour order and the answer does not depend on the order
-//! atoms arrive in nor on which worker finishes first.
+//! The streaming executor (Kanov et al.): each cell's points are summed from one block
+//! holding the cell and its halo, the atoms their stencils touch read once per cell, in
+//! storage order. Every point lies in one cell, which sums its whole stencil, so cells run
+//! in parallel and the answer does not depend on the order atoms arrive in nor on which
+//! worker finishes first. The price is the halo: atoms at a cell's border are also read
+//! into its neighbours' blocks (on a 256³ grid in 8³ atoms, lag8, cells of 64 × 32 × 32
+//! nodes, boxes of 71 × 39 × 39: 1.65× the nodes copied).
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -13,15 +15,16 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDING};
-use crate::engine::buffers::Buffer;
+use crate::engine::buffers::{Buffer, Pooled};
 use crate::engine::cache_sets;
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
-use crate::engine::short_copy::copy_row;
+use crate::engine::short_copy::{copy_bytes_exact, copy_row};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::engine::weights::weights_xyz;
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
+use crate::storage::geometry::ShardPos;
 use crate::storage::morton;
 use crate::storage::reader::{le_f32_into, AtomRequest, AtomSource};
 
@@ -106,14 +109,11 @@ impl PhaseTimes {
     }
 }
 
-/// In which order atoms are visited.
+/// In which order cells and atoms are visited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
-    /// Storage order, cells in parallel, each after its neighbours of earlier colours.
+    /// Storage order, cells in parallel.
     Storage,
-    /// The colours one after the other, one thread: the order the cell graph keeps, to test
-    /// that it gives the same bits.
-    Colours,
     /// A pseudo-random order from this seed, one thread (for testing order independence).
     Shuffled(u64),
 }
@@ -133,7 +133,7 @@ pub fn execute(
 /// rounded once, as they are put back in the caller's order, by all the workers (numpy's
 /// cast of a float64 answer afterwards was a serial pass: 1.5–1.7 ms a million points on a
 /// 2-core Intel Xeon, load 1.2).
-pub trait AnswerValue: Copy + Default + Send + Sync + 'static {
+pub trait AnswerValue: Pooled + Default + Sync {
     /// Whether the kernel may sum stored float32 values along z in float32
     /// ([`TermSet::narrow`]).
     const NARROW_SUMS: bool;
@@ -160,7 +160,7 @@ impl AnswerValue for f32 {
 
 /// Like [`execute`], adding only the atoms of the partitions `within` (every atom when
 /// `None`): the partial sums those partitions contribute, as answers of type `T`. Cells
-/// outside are skipped.
+/// whose atoms all lie outside are skipped.
 pub fn execute_within<T: AnswerValue>(
     plan: &Plan,
     source: &dyn AtomSource,
@@ -169,53 +169,41 @@ pub fn execute_within<T: AnswerValue>(
     order: Order,
     stats: &StreamStats,
 ) -> Result<Vec<T>> {
-    let kept = |cell: &Cell| within.map(|p| p.levels_in(cell.shard, levels));
     let terms = TermSet::new(plan.operator.terms(), plan.operator.slots()).narrow(T::NARROW_SUMS);
     let out_len = plan.geometry.ncomp * terms.slots();
     stats.ran_on(plan.kernel_path());
-    // Cells add their partial sums straight into the result rows of their points. Cells of
-    // one colour never share a point, so they run together; a cell runs once its neighbours
-    // of earlier colours are done.
-    // Cleared by all the workers: 24 MB for a million points, 0.9 ms on one thread of a
-    // 2-core Intel Xeon (load 1.2), where the whole query takes 50 ms on 16 threads.
-    let mut result = Buffer::to_overwrite(plan.order.len() * out_len, 0.0f64);
-    result
-        .par_chunks_mut(1 << 15)
-        .for_each(|chunk| chunk.fill(0.0));
-    let target = ResultPtr(result.as_mut_ptr());
+    // Every point lies in one cell, which sums its whole stencil and writes its answer
+    // (in the executor's order, rows next to each other): cells run in any order, in
+    // parallel, and each answer is the same bits whichever worker computes it.
+    // Every row is written once, by its point's cell.
+    let mut result = Buffer::to_overwrite(plan.order.len() * out_len, T::default());
+    let target = AnswerPtr(result.as_mut_ptr());
     let target = &target;
-    // One cell at the time levels it holds (none, outside `within`).
-    let serve = |cell: &Cell, shuffle: Option<&mut SplitMix>, scratch: &mut Scratch| {
-        let kept = kept(cell);
-        let levels = kept.as_deref().unwrap_or(levels);
-        if levels.is_empty() {
-            return Ok(());
-        }
-        run_cell(
-            plan, cell, source, levels, &terms, shuffle, stats, scratch, target,
-        )
+    let cell_in = CellInput {
+        plan,
+        source,
+        levels,
+        within,
+        terms: &terms,
+        stats,
+        target,
     };
     match order {
-        Order::Storage => plan
-            .graph
-            .run(&|c| SCRATCH.with_borrow_mut(|scratch| serve(&plan.cells[c], None, scratch)))?,
-        Order::Colours => {
-            let mut scratch = Scratch::default();
-            for &c in plan.colours.iter().flatten() {
-                serve(&plan.cells[c], None, &mut scratch)?;
-            }
-        }
+        Order::Storage => plan.cells.par_iter().try_for_each(|cell| {
+            SCRATCH.with_borrow_mut(|scratch| run_cell(&cell_in, cell, None, scratch))
+        })?,
         Order::Shuffled(seed) => {
             let mut rng = SplitMix(seed);
             let mut cells: Vec<&Cell> = plan.cells.iter().collect();
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
-                serve(cell, Some(&mut rng), &mut scratch)?;
+                run_cell(&cell_in, cell, Some(&mut rng), &mut scratch)?;
             }
         }
     }
-    // Back to the caller's order of the points.
+    // Back to the caller's order of the points: a pass of its own, where the random
+    // writes overlap (made in the cells' loop, one a point, they cost more than the sums).
     let scatter = Instant::now();
     let mut answer = vec![T::default(); result.len()];
     let out = AnswerPtr(answer.as_mut_ptr());
@@ -228,25 +216,28 @@ pub fn execute_within<T: AnswerValue>(
             // worker, once.
             let to =
                 unsafe { std::slice::from_raw_parts_mut(out.0.add(p as usize * out_len), out_len) };
-            for (to, &sum) in to.iter_mut().zip(row) {
-                *to = T::from_sum(sum);
-            }
+            to.copy_from_slice(row);
         });
     PhaseTimes::add(&stats.phases.scatter, scatter.elapsed());
     Ok(answer)
 }
 
-/// The answer, shared by the workers of the scatter (see `execute_within`).
+/// What every cell of one execution shares.
+struct CellInput<'a, T> {
+    plan: &'a Plan,
+    source: &'a dyn AtomSource,
+    levels: &'a [TimeLevel],
+    within: Option<&'a Partitions>,
+    terms: &'a TermSet,
+    stats: &'a StreamStats,
+    target: &'a AnswerPtr<T>,
+}
+
+/// The result or the answer, shared by the workers (see `execute_within`).
 struct AnswerPtr<T>(*mut T);
-// SAFETY: each worker writes the rows of different points.
+// SAFETY: each point is in one cell, so workers write the rows of different points.
 unsafe impl<T> Sync for AnswerPtr<T> {}
 unsafe impl<T> Send for AnswerPtr<T> {}
-
-/// The result buffer, shared by the workers (see `execute` for why this is sound).
-struct ResultPtr(*mut f64);
-// SAFETY: cells running at the same time write the rows of different points.
-unsafe impl Sync for ResultPtr {}
-unsafe impl Send for ResultPtr {}
 
 thread_local! {
     /// Each worker's buffers, kept from cell to cell and from query to query: a fresh
@@ -264,6 +255,8 @@ struct Scratch {
     block64: Vec<f64>,
     /// The stencils of a batch of points.
     stencils: Vec<Stencil>,
+    /// One point's sums.
+    sums: Vec<f64>,
     /// The last cell shape's padded plane: cells of a query mostly share one shape.
     planes: PlaneMemo,
 }
@@ -290,136 +283,196 @@ impl PlaneMemo {
     }
 }
 
-/// Adds one cell's partial sums to the result rows of its points. The cell's needed atoms
-/// are read once per time level (merged reads, storage order) into a block of the cell, and
-/// each point adds the part of its stencil that lies in the cell.
-#[allow(clippy::too_many_arguments)]
-fn run_cell(
-    plan: &Plan,
-    cell: &Cell,
-    source: &dyn AtomSource,
-    levels: &[TimeLevel],
-    terms: &TermSet,
-    mut shuffle: Option<&mut SplitMix>,
-    stats: &StreamStats,
-    scratch: &mut Scratch,
-    target: &ResultPtr,
-) -> Result<()> {
+/// One atom a cell needs: its shard, where it lies there, and where it goes in the block.
+struct NeededAtom {
+    shard: ShardPos,
+    local: [usize; 3],
+    /// Storage order in the shard (Morton code of `local`).
+    code: u64,
+    place: AtomPlace,
+}
+
+/// The atoms of a cell's box its points need, by shard and in storage order in each.
+fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
     let g = &plan.geometry;
-    let (a, c_atoms, nc) = (g.atom, plan.cell_atoms, g.ncomp);
-    let per_shard = g.atoms_per_side();
-    let start = cell.first_atom.map(|v| v * a);
-    // The cell clipped to the grid.
-    let dims: [usize; 3] = [0, 1, 2].map(|ax| (c_atoms[ax] * a).min(plan.axes[ax].n - start[ax]));
-
-    // The needed atoms in storage (Morton) order, or shuffled: Morton codes of the cube
-    // around the cell, which is a power of two a side.
-    let cube = c_atoms.iter().max().copied().unwrap_or(1) as u64;
-    let mut atoms: Vec<[usize; 3]> = (0..cube.pow(3))
-        .map(|code| {
-            let (x, y, z) = morton::decode(code);
-            [x as usize, y as usize, z as usize]
-        })
-        .filter(|l| (0..3).all(|ax| l[ax] < c_atoms[ax]) && cell.atoms.contains(l[0], l[1], l[2]))
-        .collect();
-    let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
-    if let Some(rng) = shuffle.as_deref_mut() {
-        rng.shuffle(&mut atoms);
-        rng.shuffle(&mut level_order);
-    }
-    // The atoms are read a group at a time into a buffer that stays in the L2 cache, and
-    // put into the block while they are there: read whole into a buffer the size of the
-    // block, they had left the cache before they were copied.
-    let atom_values = g.atom_values();
-    let group = (READ_GROUP_BYTES / (atom_values * 4)).max(1);
-    let requests: Vec<AtomRequest> = atoms
+    let (a, per_shard) = (g.atom, g.atoms_per_side());
+    let atoms_per_axis = g.atoms_per_axis();
+    let mut needed: Vec<NeededAtom> = cell
+        .atoms
         .iter()
-        .enumerate()
-        .map(|(i, l)| AtomRequest {
-            local: [0, 1, 2].map(|ax| (cell.first_atom[ax] + l[ax]) % per_shard),
-            slot: i % group,
+        .map(|l| {
+            // Along each axis: the atom (global), and the part of the box it fills.
+            let along = |k: usize| {
+                let (n, count) = (plan.axes[k].n as i64, atoms_per_axis[k] as i64);
+                let u = cell.first_box_atom[k] + l[k] as i64;
+                let (image, atom) = (u.div_euclid(count), u.rem_euclid(count));
+                let first = image * n + atom * a as i64;
+                let len = (a as i64).min(n - atom * a as i64);
+                let from = first.max(cell.origin[k]);
+                let to = (first + len).min(cell.origin[k] + cell.dims[k] as i64);
+                debug_assert!(from < to, "a needed atom overlaps the box");
+                let part = (
+                    (from - cell.origin[k]) as usize,
+                    (from - first) as usize,
+                    (to - from) as usize,
+                );
+                (atom as usize, part)
+            };
+            let parts = [along(0), along(1), along(2)];
+            let global = parts.map(|(atom, _)| atom);
+            let local = global.map(|v| v % per_shard);
+            NeededAtom {
+                shard: global.map(|v| v / per_shard),
+                local,
+                code: morton::encode(local[0] as u32, local[1] as u32, local[2] as u32),
+                place: AtomPlace {
+                    side: a,
+                    nc: g.ncomp,
+                    parts: parts.map(|(_, part)| part),
+                    row: plan.block_rows[0],
+                    plane,
+                },
+            }
         })
         .collect();
+    needed.sort_unstable_by_key(|n| (n.shard, n.code));
+    needed
+}
 
-    let read = Instant::now();
+/// Sums every point of one cell and writes its answer. The atoms of the cell and its halo
+/// that the points need are read once per time level (merged reads, storage order, shard
+/// by shard) into a block of the cell's box, and each point's whole stencil is summed
+/// from it.
+fn run_cell<T: AnswerValue>(
+    input: &CellInput<'_, T>,
+    cell: &Cell,
+    mut shuffle: Option<&mut SplitMix>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let CellInput {
+        plan,
+        source,
+        levels,
+        within,
+        terms,
+        stats,
+        target,
+    } = *input;
+    let g = &plan.geometry;
+    let nc = g.ncomp;
+    let out_len = nc * terms.slots();
     let Scratch {
         atoms: buffer,
         block32,
         block64,
         stencils,
+        sums,
         planes,
     } = scratch;
-    buffer.resize(group.min(atoms.len()) * atom_values, 0.0);
     // At one stored time the block keeps the stored float32 values (half the cache of
     // float64); the time levels of pchip are blended into a float64 block first (every
     // point of a query is at the same time), so the spatial sums run once either way.
     let single = levels.len() == 1 && levels[0].weight == 1.0;
     let value_bytes = if single { 4 } else { 8 };
-    let plane = planes.plane(dims[0], dims[1], nc * value_bytes, plan.kernel.width());
+    let dims = cell.dims;
+    let [row, rows] = plan.block_rows;
+    let plane = planes.plane(row, rows, nc * value_bytes, plan.kernel.width());
+    let mut needed = needed_atoms(plan, cell, plane);
+    let kept = |atom: &NeededAtom, level: &TimeLevel| {
+        within.is_none_or(|p| p.contains(level.t, atom.shard))
+    };
+    if !needed
+        .iter()
+        .any(|atom| levels.iter().any(|l| kept(atom, l)))
+    {
+        // Outside `within`: these points get nothing from here.
+        let rows = cell.points.start * out_len..cell.points.end * out_len;
+        // SAFETY: the cell's rows of the result, written by no other cell.
+        unsafe { std::slice::from_raw_parts_mut(target.0.add(rows.start), rows.len()) }
+            .fill(T::default());
+        return Ok(());
+    }
+    let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
+    if let Some(rng) = shuffle.as_deref_mut() {
+        rng.shuffle(&mut needed);
+        rng.shuffle(&mut level_order);
+    }
+
+    let read = Instant::now();
     let block_len = dims[2] * plane * nc + PADDING;
-    // Stale values from the previous cell are harmless: only atoms read below are used.
+    // Nodes of atoms left out (`within`) must read as zero, and every level is then added
+    // to zero; otherwise every node a stencil reads is written below, and stale values
+    // from the previous cell elsewhere are harmless.
+    let from_zero = within.is_some();
     if single {
         block32.resize(block_len, 0.0);
+        if from_zero {
+            block32.fill(0.0);
+        }
     } else {
         block64.resize(block_len, 0.0);
+        if from_zero {
+            block64.fill(0.0);
+        }
     }
+    // The atoms are read a group at a time into a buffer that stays in the L2 cache, and
+    // put into the block while they are there.
+    let atom_values = g.atom_values();
+    let group = (READ_GROUP_BYTES / (atom_values * 4)).max(1);
     for (k, level) in level_order.into_iter().enumerate() {
-        for (requests, atoms) in requests.chunks(group).zip(atoms.chunks(group)) {
-            // Where the atom of each slot goes in the block.
-            let place = |slot: usize| AtomPlace {
-                side: a,
-                nc,
-                origin: atoms[slot].map(|v| v * a),
-                dims,
-                plane,
+        let assign = k == 0 && !from_zero;
+        let mut rest = &needed[..];
+        while let Some(first) = rest.first() {
+            // The atoms of one shard (one at a time when shuffled), at most a group.
+            let run = if shuffle.is_some() {
+                1
+            } else {
+                rest.iter()
+                    .take(group)
+                    .take_while(|n| n.shard == first.shard)
+                    .count()
             };
-            // At one stored time, straight from the mapped shard into the block.
-            if single
-                && shuffle.is_none()
-                && source.atoms_in_place(level.t, cell.shard, requests, &mut |slot, atom| {
-                    place(slot).copy_stored_rows(atom, block32)
-                })?
-            {
-                stats.read_calls.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .atoms_read
-                    .fetch_add(requests.len() as u64, Ordering::Relaxed);
+            let (atoms, tail) = rest.split_at(run);
+            rest = tail;
+            if !kept(first, level) {
                 continue;
             }
-            if shuffle.is_some() {
-                for request in requests {
-                    source.read_atoms(
-                        level.t,
-                        cell.shard,
-                        std::slice::from_ref(request),
-                        buffer,
-                    )?;
-                }
-                stats
-                    .read_calls
-                    .fetch_add(requests.len() as u64, Ordering::Relaxed);
-            } else {
-                source.read_atoms(level.t, cell.shard, requests, buffer)?;
-                stats.read_calls.fetch_add(1, Ordering::Relaxed);
-            }
+            let requests: Vec<AtomRequest> = atoms
+                .iter()
+                .enumerate()
+                .map(|(slot, n)| AtomRequest {
+                    local: n.local,
+                    slot,
+                })
+                .collect();
+            stats.read_calls.fetch_add(1, Ordering::Relaxed);
             stats
                 .atoms_read
-                .fetch_add(requests.len() as u64, Ordering::Relaxed);
-            for slot in 0..atoms.len() {
+                .fetch_add(atoms.len() as u64, Ordering::Relaxed);
+            // At one stored time, straight from the mapped shard into the block.
+            if single
+                && source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
+                    atoms[slot].place.copy_stored_rows(atom, block32)
+                })?
+            {
+                continue;
+            }
+            buffer.resize(atoms.len() * atom_values, 0.0);
+            source.read_atoms(level.t, first.shard, &requests, buffer)?;
+            for (slot, n) in atoms.iter().enumerate() {
                 let atom = &buffer[slot * atom_values..][..atom_values];
-                let at = place(slot);
                 if single {
-                    at.copy_rows(atom, block32, copy_row);
-                } else if k == 0 {
+                    n.place.copy_rows(atom, block32, copy_row);
+                } else if assign {
                     let weight = level.weight;
-                    at.copy_rows(atom, block64, |d, s| {
+                    n.place.copy_rows(atom, block64, |d, s| {
                         for (d, &s) in d.iter_mut().zip(s) {
                             *d = weight * f64::from(s);
                         }
                     });
                 } else {
                     let weight = level.weight;
-                    at.copy_rows(atom, block64, |d, s| {
+                    n.place.copy_rows(atom, block64, |d, s| {
                         for (d, &s) in d.iter_mut().zip(s) {
                             *d = weight.mul_add(f64::from(s), *d);
                         }
@@ -429,35 +482,39 @@ fn run_cell(
         }
     }
     PhaseTimes::add(&stats.phases.read, read.elapsed());
-    let entries = &plan.entries[cell.entries.clone()];
-    let place = (start, dims, plane);
+    let points = cell.points.clone();
     let path = plan.kernel_path();
+    sums.resize(nc * terms.slots(), 0.0);
     if single {
         path.run(CellPoints {
             plan,
-            entries,
+            points: points.clone(),
             values: &block32[..],
-            place,
+            cell,
+            plane,
             terms,
             target,
             stencils,
+            sums,
             stats,
         });
     } else {
         path.run(CellPoints {
             plan,
-            entries,
+            points: points.clone(),
             values: &block64[..],
-            place,
+            cell,
+            plane,
             terms,
             target,
             stencils,
+            sums,
             stats,
         });
     }
     stats
         .contributions
-        .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        .fetch_add(points.len() as u64, Ordering::Relaxed);
     Ok(())
 }
 
@@ -475,27 +532,28 @@ struct Stencil {
     runs: [Runs; 3],
 }
 
-/// The points of one cell and the cell block they add from.
-struct CellPoints<'a, T> {
+/// The points of one cell and the block of its box they are summed from.
+struct CellPoints<'a, T, A> {
     plan: &'a Plan,
     /// The points (executor's numbers).
-    entries: &'a [u32],
-    /// The cell block.
+    points: Range<usize>,
+    /// The block.
     values: &'a [T],
-    /// The block's first node, its extent and its plane (nodes from one z plane to the
-    /// next).
-    place: ([usize; 3], [usize; 3], usize),
+    cell: &'a Cell,
+    /// Nodes from one z plane of the block to the next.
+    plane: usize,
     terms: &'a TermSet,
-    target: &'a ResultPtr,
+    target: &'a AnswerPtr<A>,
     stencils: &'a mut Vec<Stencil>,
+    sums: &'a mut [f64],
     stats: &'a StreamStats,
 }
 
-impl<T: Lane> SimdTask for CellPoints<'_, T> {
+impl<T: Lane, A: AnswerValue> SimdTask for CellPoints<'_, T, A> {
     type Output = ();
 
-    /// Adds, for every point, the part of its stencil inside the cell block to its result
-    /// row: batch by batch, the weights of the batch's points, then their sums.
+    /// Sums every point's stencil from the block and writes its answer: batch by batch,
+    /// the weights of the batch's points, then their sums.
     #[inline(always)]
     fn run<S: Simd>(self, simd: S) {
         if self.terms.is_narrow() {
@@ -506,23 +564,25 @@ impl<T: Lane> SimdTask for CellPoints<'_, T> {
     }
 }
 
-impl<T: Lane> CellPoints<'_, T> {
+impl<T: Lane, A: AnswerValue> CellPoints<'_, T, A> {
     /// [`CellPoints::run`], with the float32 z sums of [`TermSet::narrow`] if `NARROW`.
     #[inline(always)]
     fn add_all<S: Simd, const NARROW: bool>(self, simd: S) {
         let CellPoints {
             plan,
-            entries,
+            points,
             values,
-            place: (start, dims, plane),
+            cell,
+            plane,
             terms,
             target,
             stencils,
+            sums,
             stats,
         } = self;
         let block = Block {
             values,
-            row: dims[0],
+            row: plan.block_rows[0],
             plane,
         };
         let nc = plan.geometry.ncomp;
@@ -530,28 +590,23 @@ impl<T: Lane> CellPoints<'_, T> {
         let out_len = nc * terms.slots();
         stencils.resize(BATCH, Stencil::default());
         let (mut weighing, mut summing) = (Duration::ZERO, Duration::ZERO);
-        for batch in entries.chunks(BATCH) {
+        let mut batch = points.start;
+        while batch < points.end {
+            let end = (batch + BATCH).min(points.end);
             let begin = Instant::now();
-            for (&point, stencil) in batch.iter().zip(stencils.iter_mut()) {
-                let position = &plan.sorted[point as usize];
+            for (point, stencil) in (batch..end).zip(stencils.iter_mut()) {
+                let position = &plan.sorted[point];
                 weights_xyz(simd, &plan.kernel, position, &plan.axes, &mut stencil.w);
                 for axis in 0..3 {
-                    stencil.runs[axis].set(
-                        stencil.w[axis].wrapped,
-                        width,
-                        plan.axes[axis].n,
-                        start[axis],
-                        dims[axis],
-                    );
+                    // The whole stencil lies in the box: one run.
+                    let offset = (stencil.w[axis].base - cell.origin[axis]) as usize;
+                    let extent = cell.dims[axis];
+                    stencil.runs[axis].set(offset, width, extent, 0, extent);
                 }
             }
             let weighed = Instant::now();
-            for (&point, stencil) in batch.iter().zip(stencils.iter()) {
-                // SAFETY: the row is inside the result, which outlives the workers, and no
-                // cell running at the same time writes it (see `execute`).
-                let row = unsafe {
-                    std::slice::from_raw_parts_mut(target.0.add(point as usize * out_len), out_len)
-                };
+            for (point, stencil) in (batch..end).zip(stencils.iter()) {
+                sums.fill(0.0);
                 Contribution {
                     block,
                     ncomp: nc,
@@ -559,13 +614,22 @@ impl<T: Lane> CellPoints<'_, T> {
                     w: &stencil.w,
                     terms,
                     scale: 1.0,
-                    out: row,
+                    out: sums,
                 }
                 .add_as::<S, NARROW>(simd);
+                // SAFETY: the row is inside the result, which outlives the workers, and
+                // only this point's cell writes it (see `execute_within`).
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(target.0.add(point * out_len), out_len)
+                };
+                for (to, &sum) in row.iter_mut().zip(sums.iter()) {
+                    *to = A::from_sum(sum);
+                }
             }
             let summed = Instant::now();
             weighing += weighed - begin;
             summing += summed - weighed;
+            batch = end;
         }
         PhaseTimes::add(&stats.phases.weights, weighing);
         PhaseTimes::add(&stats.phases.accumulate, summing);
@@ -578,31 +642,32 @@ struct AtomPlace {
     side: usize,
     /// Components.
     nc: usize,
-    /// The atom's first node in the block.
-    origin: [usize; 3],
-    /// The block's extent (the cell clipped to the grid).
-    dims: [usize; 3],
+    /// Along each axis, the part of the atom in the box: `(first box node, first atom
+    /// node, length)`.
+    parts: [(usize, usize, usize); 3],
+    /// Nodes along a row of the block.
+    row: usize,
     /// Nodes from one z plane of the block to the next.
     plane: usize,
 }
 
 impl AtomPlace {
-    /// The atom's rows clipped to the block: (first value in the atom, first value in the
-    /// block, values in the row).
+    /// The atom's rows in the box: (first value in the atom, first value in the block,
+    /// values in the row).
     #[inline(always)]
     fn rows(&self) -> impl Iterator<Item = (usize, usize, usize)> {
-        let (a, nc, origin, dims, plane) = (self.side, self.nc, self.origin, self.dims, self.plane);
-        let nx = a.min(dims[0] - origin[0]) * nc;
-        let ys = a.min(dims[1] - origin[1]);
-        (0..a.min(dims[2] - origin[2])).flat_map(move |z| {
-            (0..ys).map(move |y| {
-                let dst = ((origin[2] + z) * plane + (origin[1] + y) * dims[0] + origin[0]) * nc;
-                ((z * a + y) * a * nc, dst, nx)
+        let (a, nc, row, plane) = (self.side, self.nc, self.row, self.plane);
+        let [(ox, ax, nx), (oy, ay, ny), (oz, az, nz)] = self.parts;
+        (0..nz).flat_map(move |z| {
+            (0..ny).map(move |y| {
+                let src = (((az + z) * a + ay + y) * a + ax) * nc;
+                let dst = ((oz + z) * plane + (oy + y) * row + ox) * nc;
+                (src, dst, nx * nc)
             })
         })
     }
 
-    /// Puts the atom's rows (clipped to the block) into `block` with `put(destination row,
+    /// Puts the atom's rows (clipped to the box) into `block` with `put(destination row,
     /// stored row)`.
     #[inline(always)]
     fn copy_rows<T>(&self, atom: &[f32], block: &mut [T], put: impl Fn(&mut [T], &[f32])) {
@@ -611,12 +676,19 @@ impl AtomPlace {
         }
     }
 
-    /// Copies the atom's rows (clipped to the block) from its stored bytes (little-endian
+    /// Copies the atom's rows (clipped to the box) from its stored bytes (little-endian
     /// float32 at any alignment, as read in place) into `block`.
     #[inline(always)]
     fn copy_stored_rows(&self, atom: &[u8], block: &mut [f32]) {
         for (src, dst, n) in self.rows() {
-            le_f32_into(&atom[4 * src..4 * (src + n)], &mut block[dst..dst + n]);
+            let (from, to) = (&atom[4 * src..4 * (src + n)], &mut block[dst..dst + n]);
+            if cfg!(target_endian = "little") {
+                // SAFETY: both hold `4 n` bytes, a `&mut` never overlaps a `&`, and any
+                // four bytes are a float32 (stored little-endian, as this CPU reads them).
+                unsafe { copy_bytes_exact(from.as_ptr(), to.as_mut_ptr().cast::<u8>(), 4 * n) }
+            } else {
+                le_f32_into(from, to);
+            }
         }
     }
 }
