@@ -196,13 +196,16 @@ def test_strategies_give_the_same_answer(tmp_path):
     np.testing.assert_allclose(results["direct"], results["streaming"], rtol=1e-12, atol=1e-12)
 
 
-def test_the_streaming_path_reads_each_atom_once(tmp_path):
+def test_the_streaming_path_reads_each_atom_once_per_cell_whose_box_needs_it(tmp_path):
     ds = trig_dataset(tmp_path, 32)
     ds.query("velocity", random_points(5000), time=0.0, method="lag8")
-    assert ds.last_query_stats["atoms_read"] == 64  # 32³ / 8³ atoms, one time step
-    assert ds.last_query_stats["contributions"] >= 5000  # every point, once per cell it touches
+    streaming = ds.last_query_stats["atoms_read"]
+    # 32³ / 8³ = 64 atoms, one time step: each at least once, and at most once into each
+    # cell whose box (the cell and its halo) holds it: there are at most 8 cells here
+    assert 64 <= streaming <= 8 * 64
+    assert ds.last_query_stats["contributions"] == 5000  # every point once, in its own cell
     ds.query("velocity", random_points(5000), time=0.0, method="lag8", strategy="direct")
-    assert ds.last_query_stats["atoms_read"] > 20 * 64
+    assert ds.last_query_stats["atoms_read"] > 10 * streaming
 
 
 def test_results_have_the_documented_shapes_and_dtypes(tmp_path):

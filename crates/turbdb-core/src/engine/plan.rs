@@ -160,7 +160,11 @@ impl Plan {
             geometry.ncomp * value_bytes,
         );
         let finder = CellFinder::new(&axes, geometry.atom, cell_atoms);
-        let (order, sorted, start) = cell_order(points, &finder)?;
+        let CellOrder {
+            order,
+            sorted,
+            start,
+        } = cell_order(points, &finder)?;
         let cells = cells_of(&sorted, &start, &finder, &kernel, &geometry);
         let widest = |k: usize| cells.iter().map(|c| c.dims[k]).max().unwrap_or(0);
         let block_rows = [widest(0), widest(1)];
@@ -251,10 +255,7 @@ pooled!(Placed);
 /// The executor's order of the points (by cell, then by atom in the cell), their grid
 /// positions in that order and where each cell's points start (and the end); the first
 /// non-finite or out-of-domain point is named.
-fn cell_order(
-    points: &[[f64; 3]],
-    finder: &CellFinder<'_>,
-) -> Result<(Buffer<u32>, Buffer<[f64; 3]>, Vec<usize>)> {
+fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>) -> Result<CellOrder> {
     let axes = finder.axes;
     /// Sorts the points by home cell; a bad point is left out and noted.
     struct HomeCell<'a>(&'a [[f64; 3]], &'a CellFinder<'a>, AtomicBool);
@@ -310,7 +311,19 @@ fn cell_order(
             *slot += 1;
         }
     });
-    Ok((order, sorted, start))
+    Ok(CellOrder {
+        order,
+        sorted,
+        start,
+    })
+}
+
+/// The points in the executor's order ([`cell_order`]).
+struct CellOrder {
+    order: Buffer<u32>,
+    sorted: Buffer<[f64; 3]>,
+    /// Where each cell's points start in `order` and `sorted` (and the end).
+    start: Vec<usize>,
 }
 
 /// The cells with points (each a range of `sorted`, from the counting sort's `start`), in

@@ -44,7 +44,7 @@ pub struct StreamStats {
     pub atoms_read: AtomicU64,
     /// Read calls made to the source.
     pub read_calls: AtomicU64,
-    /// Partial sums added: one per (point, cell) when streaming (all time levels at
+    /// Partial sums added: one per point when streaming (its cell sums all time levels at
     /// once), one per (point, atom, time level) for the direct baselines.
     pub contributions: AtomicU64,
     /// Time spent per phase.
