@@ -18,27 +18,8 @@ pub(crate) fn copy_row(d: &mut [f32], s: &[f32]) {
 /// `src` and `dst` must be valid for `n` values and not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy_exact(src: *const f32, dst: *mut f32, n: usize) {
-    use std::ptr::copy_nonoverlapping as copy;
-    // SAFETY: every move lies in the first `n` values of `src` and `dst` (the caller's
-    // promise).
-    unsafe {
-        if n >= 8 {
-            let mut i = 0;
-            while i + 8 < n {
-                copy(src.add(i), dst.add(i), 8);
-                i += 8;
-            }
-            copy(src.add(n - 8), dst.add(n - 8), 8);
-        } else if n >= 4 {
-            copy(src, dst, 4);
-            copy(src.add(n - 4), dst.add(n - 4), 4);
-        } else if n >= 2 {
-            copy(src, dst, 2);
-            copy(src.add(n - 2), dst.add(n - 2), 2);
-        } else if n == 1 {
-            *dst = *src;
-        }
-    }
+    // SAFETY: `n` values are `4 n` bytes (the caller's promise).
+    unsafe { copy_bytes_exact(src.cast::<u8>(), dst.cast::<u8>(), 4 * n) }
 }
 
 /// Copies exactly `n` bytes (a multiple of 4) with fixed-size moves that may overlap, at
