@@ -22,11 +22,6 @@ impl AtomSet {
         }
     }
 
-    /// Atoms along each side of the box.
-    pub fn side(&self) -> [usize; 3] {
-        self.side
-    }
-
     /// Adds the atoms whose indices lie in `lo[k] ..= hi[k]` along every axis `k`.
     #[inline]
     pub fn add_box(&mut self, lo: [usize; 3], hi: [usize; 3]) {

@@ -60,12 +60,10 @@ fn cell_atoms(
     atoms
 }
 
-/// A cell: its first atom, its points, and the box of nodes their stencils need (the
-/// cell and its halo) with the atoms they touch in it.
+/// A cell: its points, and the box of nodes their stencils need (the cell and its halo)
+/// with the atoms they touch in it.
 #[derive(Debug, Clone)]
 pub struct Cell {
-    /// Global coordinates `[ax, ay, az]` of the cell's first atom.
-    pub first_atom: [usize; 3],
     /// The cell's points: a range of [`Plan::order`] and [`Plan::sorted`].
     pub points: Range<usize>,
     /// The first node of the box along each axis, unwrapped (below 0 or past the grid on
@@ -121,8 +119,6 @@ pub struct Plan {
     pub sorted: Buffer<[f64; 3]>,
     /// Cells with at least one point, in storage order. Each point is in one cell.
     pub cells: Vec<Cell>,
-    /// Atoms along each side of a cell, `[x, y, z]`.
-    pub cell_atoms: [usize; 3],
     /// Nodes along x and y of the widest cell box: every cell's block is laid out with
     /// these rows and planes, so that the padding of its planes is found once.
     pub block_rows: [usize; 2],
@@ -176,7 +172,6 @@ impl Plan {
             order,
             sorted,
             cells,
-            cell_atoms,
             block_rows,
             kernel_path: KernelPath::selected_for(operator.max_order())?,
         })
@@ -342,17 +337,10 @@ fn cells_of(
         .par_iter()
         .map(|&c| {
             let coords = finder.coords(c);
-            let points = start[c]..start[c + 1];
-            let cell = cell_box(&sorted[points.clone()], finder, kernel, geometry);
-            let first_atom = [0, 1, 2].map(|a| coords[a] * (finder.side[a] >> finder.atom_shift));
             let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
             (
                 code,
-                Cell {
-                    first_atom,
-                    points,
-                    ..cell
-                },
+                cell_box(sorted, start[c]..start[c + 1], finder, kernel, geometry),
             )
         })
         .collect();
@@ -364,14 +352,16 @@ fn cells_of(
 /// needed without looking at each point's stencil (a dense query needs them all).
 const DENSE: usize = 4;
 
-/// The box of the stencils of `points` (grid positions) and the atoms they touch (the
-/// cell's own fields are left empty).
+/// The cell of the points `sorted[range]` (grid positions): the box of their stencils
+/// and the atoms they touch.
 fn cell_box(
-    points: &[[f64; 3]],
+    sorted: &[[f64; 3]],
+    range: Range<usize>,
     finder: &CellFinder<'_>,
     kernel: &Kernel,
     geometry: &FieldGeometry,
 ) -> Cell {
+    let points = &sorted[range.clone()];
     let axes = finder.axes;
     let width = kernel.width() as i64;
     let shift = finder.atom_shift;
@@ -410,8 +400,7 @@ fn cell_box(
         }
     }
     Cell {
-        first_atom: [0; 3],
-        points: 0..0,
+        points: range,
         origin: lo,
         dims: [0, 1, 2].map(|a| (hi[a] - lo[a] + width) as usize),
         first_box_atom,

@@ -375,6 +375,8 @@ fn run_cell<T: AnswerValue>(
     let single = levels.len() == 1 && levels[0].weight == 1.0;
     let value_bytes = if single { 4 } else { 8 };
     let dims = cell.dims;
+    // The read's time: finding the atoms, then reading them into the block.
+    let read = Instant::now();
     let [row, rows] = plan.block_rows;
     let plane = planes.plane(row, rows, nc * value_bytes, plan.kernel.width());
     let mut needed = needed_atoms(plan, cell, plane);
@@ -398,7 +400,6 @@ fn run_cell<T: AnswerValue>(
         rng.shuffle(&mut level_order);
     }
 
-    let read = Instant::now();
     let block_len = dims[2] * plane * nc + PADDING;
     // Nodes of atoms left out (`within`) must read as zero, and every level is then added
     // to zero; otherwise every node a stencil reads is written below, and stale values
