@@ -137,6 +137,11 @@ impl TermSet {
         self.narrow
     }
 
+    /// Whether the operator is the field itself: one term, no derivative.
+    pub fn is_field(&self) -> bool {
+        self.terms == [(0, 0, 0)] && self.pairs == [(0, 0)] && self.z_orders == [0]
+    }
+
     /// Output values per component.
     pub fn slots(&self) -> usize {
         self.slots

@@ -49,4 +49,5 @@ pub mod subquery;
 pub mod telemetry;
 pub mod ticket;
 pub(crate) mod weights;
+pub(crate) mod whole_stencil;
 pub mod workload;

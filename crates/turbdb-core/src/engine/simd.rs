@@ -165,6 +165,18 @@ impl KernelPath {
         )))
     }
 
+    /// Float64 lanes of the path's vectors ([`Simd::LANES`]).
+    pub(crate) fn lanes(self) -> usize {
+        struct Lanes;
+        impl SimdTask for Lanes {
+            type Output = usize;
+            fn run<S: Simd>(self, _: S) -> usize {
+                S::LANES
+            }
+        }
+        self.run(Lanes)
+    }
+
     /// Runs `task` with this path's instructions.
     ///
     /// # Panics

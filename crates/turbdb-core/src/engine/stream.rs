@@ -22,6 +22,7 @@ use crate::engine::plan::{Cell, Plan};
 use crate::engine::short_copy::{copy_bytes_exact, copy_row};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::engine::weights::weights_xyz;
+use crate::engine::whole_stencil::WholeStencil;
 use crate::error::Result;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::geometry::ShardPos;
@@ -486,36 +487,77 @@ fn run_cell<T: AnswerValue>(
     let points = cell.points.clone();
     let path = plan.kernel_path();
     sums.resize(nc * terms.slots(), 0.0);
-    if single {
-        path.run(CellPoints {
-            plan,
-            points: points.clone(),
-            values: &block32[..],
-            cell,
-            plane,
-            terms,
-            target,
-            stencils,
-            sums,
-            stats,
-        });
-    } else {
-        path.run(CellPoints {
-            plan,
-            points: points.clone(),
-            values: &block64[..],
-            cell,
-            plane,
-            terms,
-            target,
-            stencils,
-            sums,
-            stats,
-        });
+    let row = plan.block_rows[0];
+    // The kernel for this cell's block, each compiled for the path on its own (one
+    // dispatch a cell): a field's value from a float32 block on the fast path where its
+    // width and row length are among those compiled, else the general kernel.
+    macro_rules! sum_with {
+        ($sum:expr) => {
+            path.run(CellPoints {
+                plan,
+                points: points.clone(),
+                cell,
+                out_len,
+                target,
+                stencils,
+                sums,
+                stats,
+                sum: $sum,
+            })
+        };
     }
     stats
         .contributions
         .fetch_add(points.len() as u64, Ordering::Relaxed);
+    let narrow = terms.is_narrow();
+    if single && narrow && terms.is_field() {
+        let whole = WholeStencil {
+            values: &block32[..],
+            row_stride: row * nc,
+            plane_stride: plane * nc,
+            ncomp: nc,
+        };
+        let origin = cell.origin;
+        macro_rules! whole {
+            ($w:literal, $h:literal) => {
+                return Ok(sum_with!(WholeField::<$w, $h> {
+                    block: whole,
+                    origin
+                }))
+            };
+        }
+        let width = plan.kernel.width();
+        match (width, whole.vectors(path.lanes(), width)) {
+            (4, 1) => whole!(4, 1),
+            (4, 2) => whole!(4, 2),
+            (6, 1) => whole!(6, 1),
+            (6, 2) => whole!(6, 2),
+            (6, 3) => whole!(6, 3),
+            (8, 1) => whole!(8, 1),
+            (8, 2) => whole!(8, 2),
+            (8, 3) => whole!(8, 3),
+            _ => {}
+        }
+    }
+    let (values32, values64) = (&block32[..], &block64[..]);
+    macro_rules! general {
+        ($t:ty, $narrow:literal, $values:expr) => {
+            sum_with!(General::<$t, $narrow> {
+                block: Block {
+                    values: $values,
+                    row,
+                    plane
+                },
+                ncomp: nc,
+                terms,
+            })
+        };
+    }
+    match (single, narrow) {
+        (true, true) => general!(f32, true, values32),
+        (true, false) => general!(f32, false, values32),
+        (false, _) => general!(f64, false, values64),
+    }
     Ok(())
 }
 
@@ -533,62 +575,47 @@ struct Stencil {
     runs: [Runs; 3],
 }
 
-/// The points of one cell and the block of its box they are summed from.
-struct CellPoints<'a, T, A> {
+/// The points of one cell and how each is summed from the block of its box.
+struct CellPoints<'a, A, P> {
     plan: &'a Plan,
     /// The points (executor's numbers).
     points: Range<usize>,
-    /// The block.
-    values: &'a [T],
     cell: &'a Cell,
-    /// Nodes from one z plane of the block to the next.
-    plane: usize,
-    terms: &'a TermSet,
+    /// Answer values per point.
+    out_len: usize,
     target: &'a AnswerPtr<A>,
     stencils: &'a mut Vec<Stencil>,
     sums: &'a mut [f64],
     stats: &'a StreamStats,
+    sum: P,
 }
 
-impl<T: Lane, A: AnswerValue> SimdTask for CellPoints<'_, T, A> {
+impl<A: AnswerValue, P: PointSum> SimdTask for CellPoints<'_, A, P> {
     type Output = ();
 
-    /// Sums every point's stencil from the block and writes its answer: batch by batch,
-    /// the weights of the batch's points, then their sums.
     #[inline(always)]
     fn run<S: Simd>(self, simd: S) {
-        if self.terms.is_narrow() {
-            self.add_all::<S, true>(simd)
-        } else {
-            self.add_all::<S, false>(simd)
-        }
+        self.sum_points(simd)
     }
 }
 
-impl<T: Lane, A: AnswerValue> CellPoints<'_, T, A> {
-    /// [`CellPoints::run`], with the float32 z sums of [`TermSet::narrow`] if `NARROW`.
+impl<A: AnswerValue, P: PointSum> CellPoints<'_, A, P> {
+    /// Sums every point with `sum` and writes its answer: batch by batch, the weights of
+    /// the batch's points, then their sums.
     #[inline(always)]
-    fn add_all<S: Simd, const NARROW: bool>(self, simd: S) {
+    fn sum_points<S: Simd>(self, simd: S) {
         let CellPoints {
             plan,
             points,
-            values,
             cell,
-            plane,
-            terms,
+            out_len,
             target,
             stencils,
             sums,
             stats,
+            sum,
         } = self;
-        let block = Block {
-            values,
-            row: plan.block_rows[0],
-            plane,
-        };
-        let nc = plan.geometry.ncomp;
         let width = plan.kernel.width();
-        let out_len = nc * terms.slots();
         stencils.resize(BATCH, Stencil::default());
         let (mut weighing, mut summing) = (Duration::ZERO, Duration::ZERO);
         let mut batch = points.start;
@@ -598,26 +625,18 @@ impl<T: Lane, A: AnswerValue> CellPoints<'_, T, A> {
             for (point, stencil) in (batch..end).zip(stencils.iter_mut()) {
                 let position = &plan.sorted[point];
                 weights_xyz(simd, &plan.kernel, position, &plan.axes, &mut stencil.w);
-                for axis in 0..3 {
-                    // The whole stencil lies in the box: one run.
-                    let offset = (stencil.w[axis].base - cell.origin[axis]) as usize;
-                    let extent = cell.dims[axis];
-                    stencil.runs[axis].set(offset, width, extent, 0, extent);
+                if P::RUNS {
+                    for axis in 0..3 {
+                        // The whole stencil lies in the box: one run.
+                        let offset = (stencil.w[axis].base - cell.origin[axis]) as usize;
+                        let extent = cell.dims[axis];
+                        stencil.runs[axis].set(offset, width, extent, 0, extent);
+                    }
                 }
             }
             let weighed = Instant::now();
             for (point, stencil) in (batch..end).zip(stencils.iter()) {
-                sums.fill(0.0);
-                Contribution {
-                    block,
-                    ncomp: nc,
-                    runs: &stencil.runs,
-                    w: &stencil.w,
-                    terms,
-                    scale: 1.0,
-                    out: sums,
-                }
-                .add_as::<S, NARROW>(simd);
+                sum.sum(simd, stencil, sums);
                 // SAFETY: the row is inside the result, which outlives the workers, and
                 // only this point's cell writes it (see `execute_within`).
                 let row = unsafe {
@@ -634,6 +653,63 @@ impl<T: Lane, A: AnswerValue> CellPoints<'_, T, A> {
         }
         PhaseTimes::add(&stats.phases.weights, weighing);
         PhaseTimes::add(&stats.phases.accumulate, summing);
+    }
+}
+
+/// How a point's sums are made from its stencil and its cell's block. A trait, not a
+/// closure, so that the sum is compiled for the kernel's SIMD path.
+trait PointSum: Copy {
+    /// Whether the sum reads the stencil's runs (else they are not set).
+    const RUNS: bool;
+    /// Writes the point's sums to `out` (`[c * slots + slot]`).
+    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]);
+}
+
+/// Any operator, from any block: the general kernel.
+#[derive(Clone, Copy)]
+struct General<'a, T, const NARROW: bool> {
+    block: Block<'a, T>,
+    ncomp: usize,
+    terms: &'a TermSet,
+}
+
+impl<T: Lane, const NARROW: bool> PointSum for General<'_, T, NARROW> {
+    const RUNS: bool = true;
+
+    #[inline(always)]
+    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
+        out.fill(0.0);
+        Contribution {
+            block: self.block,
+            ncomp: self.ncomp,
+            runs: &stencil.runs,
+            w: &stencil.w,
+            terms: self.terms,
+            scale: 1.0,
+            out,
+        }
+        .add_as::<S, NARROW>(simd);
+    }
+}
+
+/// A field's value from a float32 block, `W` nodes wide, rows of `H` float32 vectors.
+#[derive(Clone, Copy)]
+struct WholeField<'a, const W: usize, const H: usize> {
+    block: WholeStencil<'a>,
+    /// The block's first node.
+    origin: [i64; 3],
+}
+
+impl<const W: usize, const H: usize> PointSum for WholeField<'_, W, H> {
+    const RUNS: bool = false;
+
+    #[inline(always)]
+    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
+        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - self.origin[a]) as usize);
+        let b = &self.block;
+        let start = z * b.plane_stride + y * b.row_stride + x * b.ncomp;
+        let w = [0, 1, 2].map(|a| &stencil.w[a].w[0]);
+        b.field::<S, W, H>(simd, start, w, out);
     }
 }
 
