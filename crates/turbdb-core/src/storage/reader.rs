@@ -351,11 +351,7 @@ impl FieldReader {
         }
         let path = self.shard_path(t, shard);
         let mut missing = Vec::new();
-        for (k, &(slot, index_slot, range)) in places.iter().enumerate() {
-            // The next atom is fetched into the cache while this one is copied out.
-            if let Some(&(_, _, Some((offset, nbytes)))) = places.get(k + AHEAD) {
-                prefetch(&map.bytes[offset as usize..(offset + nbytes) as usize]);
-            }
+        for (slot, index_slot, range) in places {
             let Some((offset, nbytes)) = range else {
                 if missing.is_empty() {
                     missing = f32::NAN.to_le_bytes().repeat(n);
@@ -635,24 +631,4 @@ fn check_checksum(body: &[u8], stored: u32, path: &Path) -> Result<()> {
         return Err(Error::corrupt(path, "atom checksum mismatch"));
     }
     Ok(())
-}
-
-/// Atoms fetched ahead of the one copied.
-const AHEAD: usize = 1;
-
-/// Asks the CPU to bring `bytes` into its caches (a hint; nothing on other CPUs): an
-/// atom's copy out of the page cache otherwise waits on every line it reads.
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..bytes.len()).step_by(64) {
-        // SAFETY: a prefetch never faults and reads nothing; the address is in `bytes`.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                bytes.as_ptr().add(at).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
