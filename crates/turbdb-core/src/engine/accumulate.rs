@@ -142,6 +142,14 @@ impl TermSet {
         self.terms == [(0, 0, 0)] && self.pairs == [(0, 0)] && self.z_orders == [0]
     }
 
+    /// Whether the operator is the gradient: the three first derivatives, in x, y, z order.
+    pub fn is_gradient(&self) -> bool {
+        self.terms == [(1, 0, 0), (0, 1, 1), (0, 2, 2)]
+            && self.pairs == [(0, 0), (1, 0), (0, 1)]
+            && self.z_orders == [0, 1]
+            && self.slots == 3
+    }
+
     /// Output values per component.
     pub fn slots(&self) -> usize {
         self.slots

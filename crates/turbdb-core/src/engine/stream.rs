@@ -539,6 +539,39 @@ fn run_cell<T: AnswerValue>(
             _ => {}
         }
     }
+    if single && terms.is_gradient() {
+        let whole = WholeStencil {
+            values: &block32[..],
+            row_stride: row * nc,
+            plane_stride: plane * nc,
+            ncomp: nc,
+        };
+        let origin = cell.origin;
+        macro_rules! whole {
+            ($w:literal, $v:literal) => {
+                return Ok(sum_with!(WholeGradient::<$w, $v> {
+                    block: whole,
+                    origin
+                }))
+            };
+        }
+        let width = plan.kernel.width();
+        let vectors = (width * nc).div_ceil(path.lanes());
+        // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two
+        // fit the 16 of the other paths.
+        if path == KernelPath::Avx512 || vectors <= 2 {
+            match (width, vectors) {
+                (4, 1) => whole!(4, 1),
+                (4, 2) => whole!(4, 2),
+                (4, 3) => whole!(4, 3),
+                (6, 2) => whole!(6, 2),
+                (6, 3) => whole!(6, 3),
+                (8, 2) => whole!(8, 2),
+                (8, 3) => whole!(8, 3),
+                _ => {}
+            }
+        }
+    }
     let (values32, values64) = (&block32[..], &block64[..]);
     macro_rules! general {
         ($t:ty, $narrow:literal, $values:expr) => {
@@ -698,6 +731,27 @@ struct WholeField<'a, const W: usize, const H: usize> {
     block: WholeStencil<'a>,
     /// The block's first node.
     origin: [i64; 3],
+}
+
+/// The gradient from a float32 block, `W` nodes wide, rows of `V` float64 vectors.
+#[derive(Clone, Copy)]
+struct WholeGradient<'a, const W: usize, const V: usize> {
+    block: WholeStencil<'a>,
+    /// The block's first node.
+    origin: [i64; 3],
+}
+
+impl<const W: usize, const V: usize> PointSum for WholeGradient<'_, W, V> {
+    const RUNS: bool = false;
+
+    #[inline(always)]
+    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
+        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - self.origin[a]) as usize);
+        let b = &self.block;
+        let start = z * b.plane_stride + y * b.row_stride + x * b.ncomp;
+        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
+        b.gradient::<S, W, V>(simd, start, w, out);
+    }
 }
 
 impl<const W: usize, const H: usize> PointSum for WholeField<'_, W, H> {
