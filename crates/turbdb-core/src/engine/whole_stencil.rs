@@ -1,14 +1,15 @@
-//! The kernel's fast path for the commonest sum: a field's value (no derivative, float32
-//! answers) at a point whose whole stencil lies in one float32 block — every point of the
-//! streaming executor, whose cell blocks hold their halo. The stencil's width `W` and the
-//! row's vector count `H` are constants, so every loop unrolls and every sum stays in a
+//! The kernel's fast paths for the commonest sums: a field's value (float32 answers) and
+//! the gradient, at a point whose whole stencil lies in one float32 block — every point of
+//! the streaming executor, whose cell blocks hold their halo. The stencil's width `W` and
+//! the row's vector count are constants, so every loop unrolls and every sum stays in a
 //! register, with none of the general kernel's runs, bounds and dispatch per point
 //! ([`crate::engine::accumulate`]).
 //!
-//! Each row (an x run of `W` nodes, all components) is summed along z and then y in
-//! float32, widened once and weighted along x in float64. The float32 sums add a few
+//! For a field each row (an x run of `W` nodes, all components) is summed along z and then
+//! y in float32, widened once and weighted along x in float64. The float32 sums add a few
 //! roundings of 6e-8 of the field's magnitude, of the order of the float32 answer's own
-//! rounding; float64 answers take the general kernel, whose sums are all float64.
+//! rounding; float64 answers take the general kernel, whose sums are all float64. The
+//! gradient keeps every sum in float64 (its sums cancel).
 
 use crate::engine::simd::Simd;
 use crate::interp::method::MAX_WIDTH;
