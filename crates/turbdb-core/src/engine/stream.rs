@@ -510,66 +510,48 @@ fn run_cell<T: AnswerValue>(
         .contributions
         .fetch_add(points.len() as u64, Ordering::Relaxed);
     let narrow = terms.is_narrow();
-    if single && narrow && terms.is_field() {
-        let whole = WholeStencil {
-            values: &block32[..],
-            row_stride: row * nc,
-            plane_stride: plane * nc,
-            ncomp: nc,
+    // The fast paths of `whole_stencil.rs`, at one stored time, where compiled.
+    let whole = WholeStencil {
+        values: &block32[..],
+        row_stride: row * nc,
+        plane_stride: plane * nc,
+        ncomp: nc,
+    };
+    let (origin, width) = (cell.origin, plan.kernel.width());
+    macro_rules! whole {
+        ($kind:ident, $w:literal, $n:literal) => {
+            return Ok(sum_with!($kind::<$w, $n> {
+                block: whole,
+                origin
+            }))
         };
-        let origin = cell.origin;
-        macro_rules! whole {
-            ($w:literal, $h:literal) => {
-                return Ok(sum_with!(WholeField::<$w, $h> {
-                    block: whole,
-                    origin
-                }))
-            };
-        }
-        let width = plan.kernel.width();
+    }
+    if single && narrow && terms.is_field() {
         match (width, whole.vectors(path.lanes(), width)) {
-            (4, 1) => whole!(4, 1),
-            (4, 2) => whole!(4, 2),
-            (6, 1) => whole!(6, 1),
-            (6, 2) => whole!(6, 2),
-            (6, 3) => whole!(6, 3),
-            (8, 1) => whole!(8, 1),
-            (8, 2) => whole!(8, 2),
-            (8, 3) => whole!(8, 3),
+            (4, 1) => whole!(WholeField, 4, 1),
+            (4, 2) => whole!(WholeField, 4, 2),
+            (6, 1) => whole!(WholeField, 6, 1),
+            (6, 2) => whole!(WholeField, 6, 2),
+            (6, 3) => whole!(WholeField, 6, 3),
+            (8, 1) => whole!(WholeField, 8, 1),
+            (8, 2) => whole!(WholeField, 8, 2),
+            (8, 3) => whole!(WholeField, 8, 3),
             _ => {}
         }
     }
-    if single && terms.is_gradient() {
-        let whole = WholeStencil {
-            values: &block32[..],
-            row_stride: row * nc,
-            plane_stride: plane * nc,
-            ncomp: nc,
-        };
-        let origin = cell.origin;
-        macro_rules! whole {
-            ($w:literal, $v:literal) => {
-                return Ok(sum_with!(WholeGradient::<$w, $v> {
-                    block: whole,
-                    origin
-                }))
-            };
-        }
-        let width = plan.kernel.width();
-        let vectors = (width * nc).div_ceil(path.lanes());
-        // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two
-        // fit the 16 of the other paths.
-        if path == KernelPath::Avx512 || vectors <= 2 {
-            match (width, vectors) {
-                (4, 1) => whole!(4, 1),
-                (4, 2) => whole!(4, 2),
-                (4, 3) => whole!(4, 3),
-                (6, 2) => whole!(6, 2),
-                (6, 3) => whole!(6, 3),
-                (8, 2) => whole!(8, 2),
-                (8, 3) => whole!(8, 3),
-                _ => {}
-            }
+    let vectors = (width * nc).div_ceil(path.lanes());
+    // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two fit the
+    // 16 of the other paths.
+    if single && terms.is_gradient() && (path == KernelPath::Avx512 || vectors <= 2) {
+        match (width, vectors) {
+            (4, 1) => whole!(WholeGradient, 4, 1),
+            (4, 2) => whole!(WholeGradient, 4, 2),
+            (4, 3) => whole!(WholeGradient, 4, 3),
+            (6, 2) => whole!(WholeGradient, 6, 2),
+            (6, 3) => whole!(WholeGradient, 6, 3),
+            (8, 2) => whole!(WholeGradient, 8, 2),
+            (8, 3) => whole!(WholeGradient, 8, 3),
+            _ => {}
         }
     }
     let (values32, values64) = (&block32[..], &block64[..]);
@@ -698,6 +680,15 @@ trait PointSum: Copy {
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]);
 }
 
+impl WholeStencil<'_> {
+    /// The index of the first value of `stencil` in a block whose first node is `origin`.
+    #[inline(always)]
+    fn start(&self, stencil: &Stencil, origin: [i64; 3]) -> usize {
+        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - origin[a]) as usize);
+        z * self.plane_stride + y * self.row_stride + x * self.ncomp
+    }
+}
+
 /// Any operator, from any block: the general kernel.
 #[derive(Clone, Copy)]
 struct General<'a, T, const NARROW: bool> {
@@ -746,11 +737,9 @@ impl<const W: usize, const V: usize> PointSum for WholeGradient<'_, W, V> {
 
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - self.origin[a]) as usize);
-        let b = &self.block;
-        let start = z * b.plane_stride + y * b.row_stride + x * b.ncomp;
         let w = [0, 1, 2].map(|a| &stencil.w[a].w);
-        b.gradient::<S, W, V>(simd, start, w, out);
+        let start = self.block.start(stencil, self.origin);
+        self.block.gradient::<S, W, V>(simd, start, w, out);
     }
 }
 
@@ -759,11 +748,9 @@ impl<const W: usize, const H: usize> PointSum for WholeField<'_, W, H> {
 
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - self.origin[a]) as usize);
-        let b = &self.block;
-        let start = z * b.plane_stride + y * b.row_stride + x * b.ncomp;
         let w = [0, 1, 2].map(|a| &stencil.w[a].w[0]);
-        b.field::<S, W, H>(simd, start, w, out);
+        let start = self.block.start(stencil, self.origin);
+        self.block.field::<S, W, H>(simd, start, w, out);
     }
 }
 
