@@ -160,8 +160,9 @@ impl Plan {
             order,
             sorted,
             start,
+            bounds,
         } = cell_order(points, &finder)?;
-        let cells = cells_of(&sorted, &start, &finder, &kernel, &geometry);
+        let cells = cells_of(&sorted, &start, &bounds, &finder, &kernel, &geometry);
         let widest = |k: usize| cells.iter().map(|c| c.dims[k]).max().unwrap_or(0);
         let block_rows = [widest(0), widest(1)];
         Ok(Self {
@@ -283,34 +284,55 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>) -> Result<CellOrder>
     let mut sorted = Buffer::to_overwrite(placed.len(), [0.0; 3]);
     let mut parts = Vec::new();
     let (mut order_rest, mut sorted_rest) = (&mut order[..], &mut sorted[..]);
-    for w in start.windows(2) {
+    for (cell, w) in start.windows(2).enumerate() {
         let (o, o_tail) = order_rest.split_at_mut(w[1] - w[0]);
         let (s, s_tail) = sorted_rest.split_at_mut(w[1] - w[0]);
         if !o.is_empty() {
-            parts.push((&placed[w[0]..w[1]], o, s));
+            parts.push((cell, &placed[w[0]..w[1]], o, s));
         }
         (order_rest, sorted_rest) = (o_tail, s_tail);
     }
-    parts.into_par_iter().for_each(|(part, order, sorted)| {
-        let mut at = [0usize; CELL_ATOM_SLOTS + 1];
-        for p in part {
-            at[p.atom as usize + 1] += 1;
-        }
-        for k in 1..at.len() {
-            at[k] += at[k - 1];
-        }
-        for p in part {
-            let slot = &mut at[p.atom as usize];
-            order[*slot] = p.point;
-            sorted[*slot] = p.position;
-            *slot += 1;
-        }
-    });
+    // Each cell's bounds are found here, while its points are read anyway: a pass of
+    // their own over the sorted positions took 12 ms of 10⁶ lag8 points' 57 (one thread;
+    // the plan went from 52 to 48 ns a point).
+    let bounds = parts
+        .into_par_iter()
+        .map(|(cell, part, order, sorted)| {
+            let mut at = [0usize; CELL_ATOM_SLOTS + 1];
+            let (mut low, mut high) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
+            for p in part {
+                at[p.atom as usize + 1] += 1;
+                for a in 0..3 {
+                    low[a] = low[a].min(p.position[a]);
+                    high[a] = high[a].max(p.position[a]);
+                }
+            }
+            for k in 1..at.len() {
+                at[k] += at[k - 1];
+            }
+            for p in part {
+                let slot = &mut at[p.atom as usize];
+                order[*slot] = p.point;
+                sorted[*slot] = p.position;
+                *slot += 1;
+            }
+            CellBounds { cell, low, high }
+        })
+        .collect();
     Ok(CellOrder {
         order,
         sorted,
         start,
+        bounds,
     })
+}
+
+/// A cell with points, and the lowest and highest grid positions of its points along each
+/// axis.
+struct CellBounds {
+    cell: usize,
+    low: [f64; 3],
+    high: [f64; 3],
 }
 
 /// The points in the executor's order ([`cell_order`]).
@@ -319,6 +341,8 @@ struct CellOrder {
     sorted: Buffer<[f64; 3]>,
     /// Where each cell's points start in `order` and `sorted` (and the end).
     start: Vec<usize>,
+    /// The cells with points, in the order of their numbers.
+    bounds: Vec<CellBounds>,
 }
 
 /// The cells with points (each a range of `sorted`, from the counting sort's `start`), in
@@ -326,22 +350,18 @@ struct CellOrder {
 fn cells_of(
     sorted: &[[f64; 3]],
     start: &[usize],
+    bounds: &[CellBounds],
     finder: &CellFinder<'_>,
     kernel: &Kernel,
     geometry: &FieldGeometry,
 ) -> Vec<Cell> {
-    let occupied: Vec<usize> = (0..start.len() - 1)
-        .filter(|&c| start[c] < start[c + 1])
-        .collect();
-    let mut cells: Vec<(u64, Cell)> = occupied
+    let mut cells: Vec<(u64, Cell)> = bounds
         .par_iter()
-        .map(|&c| {
-            let coords = finder.coords(c);
+        .map(|b| {
+            let coords = finder.coords(b.cell);
             let code = morton::encode(coords[0] as u32, coords[1] as u32, coords[2] as u32);
-            (
-                code,
-                cell_box(sorted, start[c]..start[c + 1], finder, kernel, geometry),
-            )
+            let range = start[b.cell]..start[b.cell + 1];
+            (code, cell_box(sorted, range, b, finder, kernel, geometry))
         })
         .collect();
     cells.sort_unstable_by_key(|(code, _)| *code);
@@ -352,11 +372,12 @@ fn cells_of(
 /// needed without looking at each point's stencil (a dense query needs them all).
 const DENSE: usize = 4;
 
-/// The cell of the points `sorted[range]` (grid positions): the box of their stencils
-/// and the atoms they touch.
+/// The cell of the points `sorted[range]` (grid positions, within `bounds`): the box of
+/// their stencils and the atoms they touch.
 fn cell_box(
     sorted: &[[f64; 3]],
     range: Range<usize>,
+    bounds: &CellBounds,
     finder: &CellFinder<'_>,
     kernel: &Kernel,
     geometry: &FieldGeometry,
@@ -369,15 +390,8 @@ fn cell_box(
     let atom_of = |a: usize, u: i64| unwrapped_atom(u, axes[a].n, atoms_per_axis[a], shift);
     // A stencil's first node never decreases with the position, so the box runs from the
     // stencil of the lowest position to that of the highest, along each axis.
-    let (mut low, mut high) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
-    for s in points {
-        for a in 0..3 {
-            low[a] = low[a].min(s[a]);
-            high[a] = high[a].max(s[a]);
-        }
-    }
-    let lo = [0, 1, 2].map(|a| kernel.base(low[a], &axes[a]));
-    let hi = [0, 1, 2].map(|a| kernel.base(high[a], &axes[a]));
+    let lo = [0, 1, 2].map(|a| kernel.base(bounds.low[a], &axes[a]));
+    let hi = [0, 1, 2].map(|a| kernel.base(bounds.high[a], &axes[a]));
     let first_box_atom = [0, 1, 2].map(|a| atom_of(a, lo[a]));
     let side = [0, 1, 2].map(|a| (atom_of(a, hi[a] + width - 1) - first_box_atom[a] + 1) as usize);
     assert!(
