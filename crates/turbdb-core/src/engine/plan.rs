@@ -310,11 +310,17 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>) -> Result<CellOrder>
             for k in 1..at.len() {
                 at[k] += at[k - 1];
             }
-            for p in part {
+            // Where each slot's point is in the part, then the slots filled in order: the
+            // random writes go to this small list in the L1 cache, not to the positions.
+            let mut from = vec![0u32; part.len()];
+            for (i, p) in part.iter().enumerate() {
                 let slot = &mut at[p.atom as usize];
-                order[*slot] = p.point;
-                sorted[*slot] = p.position;
+                from[*slot] = i as u32;
                 *slot += 1;
+            }
+            for ((&i, order), sorted) in from.iter().zip(order.iter_mut()).zip(sorted.iter_mut()) {
+                let p = &part[i as usize];
+                (*order, *sorted) = (p.point, p.position);
             }
             CellBounds { cell, low, high }
         })
