@@ -489,8 +489,9 @@ fn run_cell<T: AnswerValue>(
     sums.resize(nc * terms.slots(), 0.0);
     let row = plan.block_rows[0];
     // The kernel for this cell's block, each compiled for the path on its own (one
-    // dispatch a cell): a field's value from a float32 block on the fast path where its
-    // width and row length are among those compiled, else the general kernel.
+    // dispatch a cell): a field's value or the gradient from a float32 block on a fast
+    // path where its width and row length are among those compiled, else the general
+    // kernel.
     macro_rules! sum_with {
         ($sum:expr) => {
             path.run(CellPoints {
@@ -539,7 +540,7 @@ fn run_cell<T: AnswerValue>(
             _ => {}
         }
     }
-    let vectors = (width * nc).div_ceil(path.lanes());
+    let vectors = whole.wide_vectors(path.lanes(), width);
     // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two fit the
     // 16 of the other paths.
     if single && terms.is_gradient() && (path == KernelPath::Avx512 || vectors <= 2) {

@@ -33,9 +33,14 @@ pub(crate) struct WholeStencil<'a> {
 
 impl WholeStencil<'_> {
     /// Float32 vectors a row of a width-`width` stencil takes on a path of `lanes` float64
-    /// lanes (twice as many float32 lanes).
+    /// lanes (twice as many float32 lanes): the field's `H`.
     pub(crate) fn vectors(&self, lanes: usize, width: usize) -> usize {
         (width * self.ncomp).div_ceil(2 * lanes)
+    }
+
+    /// Float64 vectors the same row takes, widened: the gradient's `V`.
+    pub(crate) fn wide_vectors(&self, lanes: usize, width: usize) -> usize {
+        (width * self.ncomp).div_ceil(lanes)
     }
 
     /// Writes the field at one point to `out[c]` for each component: `start` is the index
@@ -222,7 +227,7 @@ mod tests {
         }
     }
 
-    /// `Σ wx wy wz f` node by node, in float64.
+    /// `Σ wx wy wz f` node by node, in float64, for each component.
     fn triple_sum(
         block: &WholeStencil<'_>,
         start: usize,
@@ -249,13 +254,29 @@ mod tests {
             .collect()
     }
 
-    fn check<const W: usize, const H: usize>(ncomp: usize) {
-        // A block of 13 × 11 × 10 nodes with padded planes, values and weights of mixed signs.
-        let (nx, ny, nz) = (13, 11, 10);
-        let (row, plane) = (nx * ncomp, (nx * ny + 5) * ncomp);
-        let values: Vec<f32> = (0..nz * plane + PADDING)
-            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 3.0)
+    /// The values of a block of 13 × 11 × 10 nodes with planes padded by `pad` nodes, of
+    /// mixed signs (from `prime`), and its rows and planes in values.
+    fn test_block(ncomp: usize, pad: usize, prime: usize) -> (Vec<f32>, usize, usize) {
+        let (nx, ny, nz) = NODES;
+        let (row, plane) = (nx * ncomp, (nx * ny + pad) * ncomp);
+        let values = (0..nz * plane + PADDING)
+            .map(|i| ((i * prime % 1000) as f32 / 500.0 - 1.0) * 3.0)
             .collect();
+        (values, row, plane)
+    }
+
+    /// Nodes of [`test_block`] along x, y and z.
+    const NODES: (usize, usize, usize) = (13, 11, 10);
+
+    /// Where the stencils of the tests start: at the block's first node, at its last
+    /// corner, and inside.
+    fn corners(width: usize) -> [[usize; 3]; 3] {
+        let (nx, ny, nz) = NODES;
+        [[0, 0, 0], [nx - width, ny - width, nz - width], [1, 2, 1]]
+    }
+
+    fn check<const W: usize, const H: usize>(ncomp: usize) {
+        let (values, row, plane) = test_block(ncomp, 5, 7919);
         let block = WholeStencil {
             values: &values,
             row_stride: row,
@@ -266,7 +287,7 @@ mod tests {
             std::array::from_fn(|k| ((k * 37 + a * 11) % 17) as f64 / 8.0 - 1.0)
         });
         let w = [&weights[0], &weights[1], &weights[2]];
-        for corner in [[0, 0, 0], [nx - W, ny - W, nz - W], [1, 2, 1]] {
+        for corner in corners(W) {
             let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
             let expected = triple_sum(&block, start, w, W);
             let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
@@ -304,11 +325,7 @@ mod tests {
     }
 
     fn check_gradient<const W: usize, const V: usize>(ncomp: usize) {
-        let (nx, ny, nz) = (13, 11, 10);
-        let (row, plane) = (nx * ncomp, (nx * ny + 3) * ncomp);
-        let values: Vec<f32> = (0..nz * plane + PADDING)
-            .map(|i| ((i * 6007 % 1000) as f32 / 500.0 - 1.0) * 2.0)
-            .collect();
+        let (values, row, plane) = test_block(ncomp, 3, 6007);
         let block = WholeStencil {
             values: &values,
             row_stride: row,
@@ -321,32 +338,22 @@ mod tests {
             })
         });
         let w = [&weights[0], &weights[1], &weights[2]];
-        for corner in [[0, 0, 0], [nx - W, ny - W, nz - W], [1, 2, 1]] {
+        for corner in corners(W) {
             let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
-            // d/dx, d/dy, d/dz: derivative weights along one axis, values along the others.
-            let expected: Vec<f64> = (0..ncomp)
-                .flat_map(|c| {
-                    (0..3).map(move |d| {
-                        let order = |axis: usize| usize::from(axis == d);
-                        let mut sum = 0.0;
-                        for z in 0..W {
-                            for y in 0..W {
-                                for x in 0..W {
-                                    let at = start + z * plane + y * row + x * ncomp + c;
-                                    sum += weights[0][order(0)][x]
-                                        * weights[1][order(1)][y]
-                                        * weights[2][order(2)][z]
-                                        * f64::from(block.values[at]);
-                                }
-                            }
-                        }
-                        sum
-                    })
+            // d/dx, d/dy, d/dz: derivative weights along one axis, values along the others;
+            // the answer is `[c * 3 + d]`.
+            let by_derivative: Vec<Vec<f64>> = (0..3)
+                .map(|d| {
+                    let along = |axis: usize| &weights[axis][usize::from(axis == d)];
+                    triple_sum(&block, start, [along(0), along(1), along(2)], W)
                 })
+                .collect();
+            let expected: Vec<f64> = (0..ncomp)
+                .flat_map(|c| by_derivative.iter().map(move |sums| sums[c]))
                 .collect();
             let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
             for path in KernelPath::supported() {
-                if (W * ncomp).div_ceil(path.lanes()) != V {
+                if block.wide_vectors(path.lanes(), W) != V {
                     continue;
                 }
                 let got = path.run(Gradient::<W, V> { block, start, w });
