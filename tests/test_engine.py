@@ -74,6 +74,23 @@ def test_threads_querying_through_one_engine_get_the_lone_answers(database, sche
     assert stats["scheduler"] == scheduler and stats["cache_bytes"] <= 2 << 20
 
 
+def test_float32_answers_through_the_engine_are_the_lone_float32_answers(database):
+    # A float32 answer lets the engine sum a field's rows in float32, as a lone query does:
+    # both are within float32 rounding of the float64 answer, dense points and sparse ones.
+    rng = np.random.default_rng(3)
+    lone = turbdb.open(database)["box"]
+    ds = turbdb.open(database, scheduler="jaws", cache_bytes=4 << 20)["box"]
+    for method, operator in [("lag4", "field"), ("lag6", "field"), ("lag8", "field"), ("lag6", "gradient"),
+                             ("lag8", "gradient")]:
+        for points in (rng.uniform(1.0, 1.5, (3000, 3)), rng.uniform(0.0, 2 * np.pi, (200, 3))):
+            got = ds.query("velocity", points, time=0.1, method=method, operator=operator)
+            exact = lone.query("velocity", points, time=0.1, method=method, operator=operator, dtype=np.float64)
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, exact, rtol=0, atol=1e-6 * np.abs(exact).max())
+            np.testing.assert_allclose(got, lone.query("velocity", points, time=0.1, method=method,
+                                                       operator=operator), rtol=0, atol=1e-6 * np.abs(exact).max())
+
+
 def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(database):
     work = asks(16, seed=2)
     runs = []

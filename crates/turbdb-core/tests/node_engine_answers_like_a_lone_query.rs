@@ -124,6 +124,7 @@ fn through(engine: &NodeEngine, f: &Fixture, a: &Ask) -> Vec<f64> {
         temporal: a.temporal,
         partitions: None,
         job: None,
+        narrow: false,
     };
     match engine
         .submit_points(&f.reader, &query, None)
@@ -234,6 +235,7 @@ fn partial_sums_over_every_partition_add_up_to_the_answer() {
                     temporal: a.temporal,
                     partitions: Some(&part),
                     job: None,
+                    narrow: false,
                 };
                 let Outcome::Done(values, _) = engine
                     .submit_points(&f.reader, &query, None)
@@ -275,6 +277,7 @@ fn a_corrupt_atom_fails_only_the_queries_that_need_it() {
         temporal: Temporal::None,
         partitions: None,
         job: None,
+        narrow: false,
     };
     let bad = engine
         .submit_points(&f.reader, &at([0.5, 0.5, 0.5]), None)
@@ -313,6 +316,7 @@ fn a_cancelled_query_ends_and_the_engine_goes_on() {
         temporal: big.temporal,
         partitions: None,
         job: None,
+        narrow: false,
     };
     let tickets: Vec<_> = (0..20)
         .map(|_| engine.submit_points(&f.reader, &query, None).unwrap())
@@ -357,6 +361,7 @@ fn a_full_engine_refuses_with_a_retry_hint() {
         temporal: Temporal::Pchip,
         partitions: None,
         job: None,
+        narrow: false,
     };
     // A query larger than the limit is admitted when alone; one more is refused.
     let first = engine.submit_points(&f.reader, &query, None).unwrap();
@@ -415,6 +420,7 @@ fn job_query<'a>(points: &'a [[f64; 3]], f: &Fixture, t: usize, job: JobId) -> P
         temporal: Temporal::None,
         partitions: None,
         job: Some(job),
+        narrow: false,
     }
 }
 
@@ -540,6 +546,7 @@ fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
         temporal: Temporal::None,
         partitions: None,
         job: None,
+        narrow: false,
     };
     // Atoms read serving all sixteen, every answer checked.
     let serve = |scheduler: SchedulerKind| -> u64 {
@@ -558,6 +565,7 @@ fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
                 temporal: a.temporal,
                 partitions: None,
                 job: None,
+                narrow: false,
             })
             .collect();
         let tickets: Vec<_> = queries
@@ -617,6 +625,7 @@ proptest! {
             temporal: a.temporal,
             partitions: None,
             job: None,
+            narrow: false,
         };
         let mut runs = Vec::new();
         for _ in 0..3 {

@@ -55,8 +55,11 @@ impl Engine {
     /// Evaluates a point query on `store`'s field through the engine, as
     /// `FieldStore.query` does alone (same arguments and result), waiting with the GIL
     /// released while other queries share its reads.
-    /// `job`: the declared job (`declare_job`) this query is the next query of.
-    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None))]
+    /// `job`: the declared job (`declare_job`) this query is the next query of. `narrow`:
+    /// the answer will be rounded to float32, so a field's sums along z and y of the
+    /// stored float32 values may run in float32 (as `FieldStore.query` does for a float32
+    /// `dtype`).
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -70,8 +73,10 @@ impl Engine {
         operator: &str,
         temporal: &str,
         job: Option<JobId>,
+        narrow: bool,
     ) -> Result<(Bound<'py, PyArray1<f64>>, Bound<'py, PyDict>)> {
-        let query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
+        let mut query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
+        query.narrow = narrow;
         let reader = store.shared_reader();
         let (values, stats) = without_gil(py, || {
             match self.engine.submit_points(&reader, &query, None)?.outcome() {
@@ -86,7 +91,7 @@ impl Engine {
     /// Hands a point query to the engine (the arguments of `query`) and returns at once:
     /// a `PendingQuery` to wait on, take the answer of, or cancel (the service cancels the
     /// query of a client that went away). Errors in the arguments are raised here.
-    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None))]
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false))]
     #[allow(clippy::too_many_arguments)]
     fn submit<'py>(
         &self,
@@ -100,8 +105,10 @@ impl Engine {
         operator: &str,
         temporal: &str,
         job: Option<JobId>,
+        narrow: bool,
     ) -> Result<PendingQuery> {
-        let query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
+        let mut query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
+        query.narrow = narrow;
         // Without the GIL: cutting a query of 10⁵ points takes about 20 ms, and a large
         // query that finds the engine idle is served here, alone.
         let reader = store.shared_reader();
@@ -264,6 +271,7 @@ fn point_query<'a>(
         temporal: Temporal::parse(temporal)?,
         partitions: None,
         job,
+        narrow: false,
     })
 }
 

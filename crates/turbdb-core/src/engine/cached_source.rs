@@ -63,10 +63,17 @@ impl PinnedAtoms {
 
     /// Serves every sub-query of `work` from the pinned atoms, level by level with its
     /// weight; returns the partial sums added.
-    pub(crate) fn serve(&self, work: &Work, progress: &mut Progress, levels: &[TimeLevel]) -> u64 {
+    pub(crate) fn serve(
+        &self,
+        work: &Work,
+        progress: &mut Progress,
+        levels: &[TimeLevel],
+        narrow: bool,
+    ) -> u64 {
         let mut added = 0;
         for (data, level) in self.levels.iter().zip(levels) {
-            added += execute(&mut [Part::whole(work, progress, level.weight)], data).contributions;
+            let part = Part::whole(work, progress, level.weight).narrow(narrow);
+            added += execute(&mut [part], data).contributions;
         }
         added
     }

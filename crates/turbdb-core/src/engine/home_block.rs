@@ -151,14 +151,22 @@ impl HomeBlock {
         Block::dense(&self.values[..], [self.dims[0], self.dims[1]])
     }
 
-    /// The runs of the stencil whose first nodes are `base` (unwrapped, inside the box).
+    /// Nodes from the box's first to the first of the stencil whose first nodes are
+    /// `base` (unwrapped, inside the box), along each axis.
     #[inline(always)]
-    pub(crate) fn runs(&self, base: [i64; 3]) -> [Runs; 3] {
+    pub(crate) fn offsets(&self, base: [i64; 3]) -> [usize; 3] {
         std::array::from_fn(|k| {
             let offset = (base[k] - self.origin[k]) as usize;
             debug_assert!(offset + self.width <= self.dims[k]);
-            Runs::new(offset, self.width, self.dims[k], 0, self.dims[k])
+            offset
         })
+    }
+
+    /// The runs of the stencil whose first nodes are `base` (unwrapped, inside the box).
+    #[inline(always)]
+    pub(crate) fn runs(&self, base: [i64; 3]) -> [Runs; 3] {
+        let offsets = self.offsets(base);
+        std::array::from_fn(|k| Runs::new(offsets[k], self.width, self.dims[k], 0, self.dims[k]))
     }
 }
 

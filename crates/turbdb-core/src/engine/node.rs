@@ -161,6 +161,9 @@ pub struct PointQuery<'a> {
     pub partitions: Option<&'a [ShardPos]>,
     /// The job the query belongs to (its next query).
     pub job: Option<JobId>,
+    /// Whether the answer is rounded to float32: a field's sums along z and y of the
+    /// stored float32 values may then run in float32 ([`crate::engine::accumulate::TermSet::narrow`]).
+    pub narrow: bool,
 }
 
 /// A cutout for the engine.
@@ -185,6 +188,8 @@ struct Arrival {
     job: Option<JobId>,
     submitted: Instant,
     points: u64,
+    /// See [`PointQuery::narrow`].
+    narrow: bool,
 }
 
 #[derive(Default)]
@@ -374,19 +379,12 @@ impl NodeEngine {
             .map(|(t, weight)| TimeLevel { t, weight })
             .collect();
         let work = Work::Points(self.cut(reader, query)?);
-        let work = match self.serve_from_cache(reader, work, &levels, query.job, &notify, submitted)
-        {
+        let work = match self.serve_from_cache(reader, work, &levels, query, &notify, submitted) {
             Ok(ticket) => return Ok(ticket),
             Err(work) => work,
         };
-        self.hand_in(
-            reader,
-            levels,
-            work,
-            query.job,
-            query.points.len() as u64,
-            notify,
-        )
+        let points = query.points.len() as u64;
+        self.hand_in(reader, levels, work, (query.job, query.narrow), points, notify)
     }
 
     /// Serves a large point query alone, at once, in the calling thread, by the streaming
@@ -553,7 +551,7 @@ impl NodeEngine {
         reader: &Arc<FieldReader>,
         work: Work,
         levels: &[TimeLevel],
-        job: Option<JobId>,
+        query: &PointQuery<'_>,
         notify: &Option<Arc<Completions>>,
         submitted: Instant,
     ) -> std::result::Result<Ticket, Work> {
@@ -564,7 +562,7 @@ impl NodeEngine {
         let Some(atoms) = PinnedAtoms::pin(&mut self.cache(), field, &work, levels) else {
             return Err(work);
         };
-        if let Some(job) = job {
+        if let Some(job) = query.job {
             // Counted before its answer (the job's next query comes after it); queries of
             // other jobs held at their gates for it go now.
             self.shared.inbox.lock().expect("inbox").passed.push(job);
@@ -582,7 +580,7 @@ impl NodeEngine {
             if poisoned {
                 panic!("test hook: a poisoned batch");
             }
-            atoms.serve(&work, &mut progress, levels)
+            atoms.serve(&work, &mut progress, levels, query.narrow)
         }));
         let added = match served {
             Ok(added) => added,
@@ -656,15 +654,16 @@ impl NodeEngine {
             t: query.t,
             weight: 1.0,
         }];
-        self.hand_in(reader, levels, Work::Cutout(work), query.job, nodes, notify)
+        self.hand_in(reader, levels, Work::Cutout(work), (query.job, false), nodes, notify)
     }
 
+    /// Queues a query of `work` for batches: `(job, narrow)` as in [`PointQuery`].
     fn hand_in(
         &self,
         reader: &Arc<FieldReader>,
         levels: Vec<TimeLevel>,
         work: Work,
-        job: Option<JobId>,
+        (job, narrow): (Option<JobId>, bool),
         points: u64,
         notify: Option<Arc<Completions>>,
     ) -> Result<Ticket> {
@@ -708,6 +707,7 @@ impl NodeEngine {
                 job,
                 submitted: Instant::now(),
                 points,
+                narrow,
             });
         self.shared.wake.notify_one();
         Ok(ticket)
@@ -814,6 +814,8 @@ struct Live {
     untaken: Vec<usize>,
     cursor: Vec<usize>,
     stats: QueryStats,
+    /// See [`PointQuery::narrow`].
+    narrow: bool,
 }
 
 impl Live {
@@ -838,6 +840,7 @@ impl Live {
             untaken: vec![atoms; levels],
             cursor: vec![0; levels],
             stats: QueryStats::default(),
+            narrow: arrival.narrow,
         }
     }
 
@@ -1376,6 +1379,7 @@ impl Core {
                 progress: &mut live.progress,
                 scale: live.levels[level].weight,
                 atoms,
+                narrow: live.narrow,
             });
         }
         #[cfg(test)]
@@ -1590,6 +1594,7 @@ mod tests {
             temporal: Temporal::None,
             partitions: None,
             job: None,
+            narrow: false,
         };
         engine.submit_points(reader, &query, None).unwrap()
     }

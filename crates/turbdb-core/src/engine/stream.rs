@@ -681,13 +681,10 @@ trait PointSum: Copy {
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]);
 }
 
-impl WholeStencil<'_> {
-    /// The index of the first value of `stencil` in a block whose first node is `origin`.
-    #[inline(always)]
-    fn start(&self, stencil: &Stencil, origin: [i64; 3]) -> usize {
-        let [x, y, z] = [0, 1, 2].map(|a| (stencil.w[a].base - origin[a]) as usize);
-        z * self.plane_stride + y * self.row_stride + x * self.ncomp
-    }
+/// Nodes from a block's first node, `origin`, to the first of `stencil`, along each axis.
+#[inline(always)]
+fn offsets(stencil: &Stencil, origin: [i64; 3]) -> [usize; 3] {
+    [0, 1, 2].map(|a| (stencil.w[a].base - origin[a]) as usize)
 }
 
 /// Any operator, from any block: the general kernel.
@@ -739,7 +736,7 @@ impl<const W: usize, const V: usize> PointSum for WholeGradient<'_, W, V> {
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
         let w = [0, 1, 2].map(|a| &stencil.w[a].w);
-        let start = self.block.start(stencil, self.origin);
+        let start = self.block.start(offsets(stencil, self.origin));
         self.block.gradient::<S, W, V>(simd, start, w, out);
     }
 }
@@ -750,7 +747,7 @@ impl<const W: usize, const H: usize> PointSum for WholeField<'_, W, H> {
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
         let w = [0, 1, 2].map(|a| &stencil.w[a].w[0]);
-        let start = self.block.start(stencil, self.origin);
+        let start = self.block.start(offsets(stencil, self.origin));
         self.block.field::<S, W, H>(simd, start, w, out);
     }
 }

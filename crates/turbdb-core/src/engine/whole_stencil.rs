@@ -11,8 +11,10 @@
 //! rounding; float64 answers take the general kernel, whose sums are all float64. The
 //! gradient keeps every sum in float64 (its sums cancel).
 
-use crate::engine::simd::Simd;
+use crate::engine::accumulate::{Block, TermSet};
+use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::method::MAX_WIDTH;
+use crate::interp::stencil::AxisWeights;
 
 /// Most float64 lanes the widened row sums take: `2 · H · S::LANES` for the largest `H`
 /// (3) and lanes (8, AVX-512) dispatched.
@@ -31,7 +33,24 @@ pub(crate) struct WholeStencil<'a> {
     pub(crate) ncomp: usize,
 }
 
-impl WholeStencil<'_> {
+impl<'a> WholeStencil<'a> {
+    /// A float32 block of the general kernel, of `ncomp` components.
+    pub(crate) fn of(block: Block<'a, f32>, ncomp: usize) -> Self {
+        Self {
+            values: block.values,
+            row_stride: block.row * ncomp,
+            plane_stride: block.plane * ncomp,
+            ncomp,
+        }
+    }
+
+    /// The index of the first value of the stencil whose first node is `offset` nodes
+    /// along x, y and z from the block's first.
+    #[inline(always)]
+    pub(crate) fn start(&self, offset: [usize; 3]) -> usize {
+        offset[2] * self.plane_stride + offset[1] * self.row_stride + offset[0] * self.ncomp
+    }
+
     /// Float32 vectors a row of a width-`width` stencil takes on a path of `lanes` float64
     /// lanes (twice as many float32 lanes): the field's `H`.
     pub(crate) fn vectors(&self, lanes: usize, width: usize) -> usize {
@@ -192,6 +211,144 @@ impl WholeStencil<'_> {
     }
 }
 
+/// The fast path that sums a query's stencils one point at a time (the node engine's
+/// batches, whose points come one by one from home blocks and gathered stencils), chosen
+/// once per query by [`FastSum::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FastSum {
+    path: KernelPath,
+    gradient: bool,
+    width: usize,
+}
+
+/// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
+/// `ncomp · W` at most [`MAX_LANES`].
+const MAX_OUT: usize = 3 * MAX_LANES;
+
+impl FastSum {
+    /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
+    /// components, if one is compiled: a field whose answer is float32 (`narrow`: its sums
+    /// along z and y may run in float32, [`TermSet::narrow`]), or the gradient (whose sums
+    /// are all float64), on the paths the streaming executor takes them
+    /// ([`KernelPath::selected_for`]).
+    pub(crate) fn of(terms: &TermSet, narrow: bool, width: usize, ncomp: usize) -> Option<FastSum> {
+        let field = narrow && terms.is_field();
+        let gradient = terms.is_gradient();
+        if !(field || gradient) || ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
+            return None;
+        }
+        let path = KernelPath::selected_for(usize::from(gradient)).ok()?;
+        let fast = FastSum {
+            path,
+            gradient,
+            width,
+        };
+        // A probe of an empty stencil: whether this width and row length are compiled.
+        let probe = vec![0.0f32; width * width * width * ncomp + 2 * MAX_LANES];
+        let block = WholeStencil {
+            values: &probe,
+            row_stride: width * ncomp,
+            plane_stride: width * width * ncomp,
+            ncomp,
+        };
+        let mut out = [0.0; MAX_OUT];
+        fast.add(block, 0, &[AxisWeights::default(); 3], 1.0, &mut out)
+            .then_some(fast)
+    }
+
+    /// Adds `scale` times the sums of the whole stencil of weights `w` whose first value
+    /// is `start` in `block` to `out`; false (adding nothing) where this path has no
+    /// compiled sum for the block's rows.
+    #[inline]
+    pub(crate) fn add(
+        self,
+        block: WholeStencil<'_>,
+        start: usize,
+        w: &[AxisWeights; 3],
+        scale: f64,
+        out: &mut [f64],
+    ) -> bool {
+        self.path.run(AddWhole {
+            fast: self,
+            block,
+            start,
+            w,
+            scale,
+            out,
+        })
+    }
+}
+
+/// [`FastSum::add`] as a task on its path.
+struct AddWhole<'a, 'o> {
+    fast: FastSum,
+    block: WholeStencil<'a>,
+    start: usize,
+    w: &'a [AxisWeights; 3],
+    scale: f64,
+    out: &'o mut [f64],
+}
+
+impl SimdTask for AddWhole<'_, '_> {
+    type Output = bool;
+
+    #[inline(always)]
+    fn run<S: Simd>(self, simd: S) -> bool {
+        let AddWhole {
+            fast,
+            block,
+            start,
+            w,
+            scale,
+            out,
+        } = self;
+        let mut sums = [0.0; MAX_OUT];
+        macro_rules! field {
+            ($w:literal, $h:literal) => {
+                block.field::<S, $w, $h>(simd, start, [0, 1, 2].map(|a| &w[a].w[0]), &mut sums)
+            };
+        }
+        macro_rules! gradient {
+            ($w:literal, $v:literal) => {
+                block.gradient::<S, $w, $v>(simd, start, [0, 1, 2].map(|a| &w[a].w), &mut sums)
+            };
+        }
+        let width = fast.width;
+        let len = if fast.gradient {
+            // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two
+            // fit the 16 of the other paths.
+            match (width, block.wide_vectors(S::LANES, width)) {
+                (4, 1) => gradient!(4, 1),
+                (4, 2) => gradient!(4, 2),
+                (4, 3) if S::LANES == 8 => gradient!(4, 3),
+                (6, 2) => gradient!(6, 2),
+                (6, 3) if S::LANES == 8 => gradient!(6, 3),
+                (8, 2) => gradient!(8, 2),
+                (8, 3) if S::LANES == 8 => gradient!(8, 3),
+                _ => return false,
+            }
+            3 * block.ncomp
+        } else {
+            match (width, block.vectors(S::LANES, width)) {
+                (4, 1) => field!(4, 1),
+                (4, 2) => field!(4, 2),
+                (6, 1) => field!(6, 1),
+                (6, 2) => field!(6, 2),
+                (6, 3) => field!(6, 3),
+                (8, 1) => field!(8, 1),
+                (8, 2) => field!(8, 2),
+                (8, 3) => field!(8, 3),
+                _ => return false,
+            }
+            block.ncomp
+        };
+        for (o, s) in out[..len].iter_mut().zip(&sums[..len]) {
+            *o = scale.mul_add(*s, *o);
+        }
+        true
+    }
+}
+
 /// Writes `Σ_k wx[k] · row_sums[k·NC + c]` to `out[c]` for each component `c`.
 #[inline(always)]
 fn fold_x<const NC: usize>(row_sums: &[f64; MAX_LANES], wx: &[f64], out: &mut [f64]) {
@@ -209,6 +366,22 @@ mod tests {
     use super::*;
     use crate::engine::accumulate::PADDING;
     use crate::engine::simd::{KernelPath, SimdTask};
+
+    #[test]
+    fn only_float32_answers_take_the_field_fast_path_and_second_derivatives_none() {
+        use crate::interp::method::Operator;
+        let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
+        let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
+        for width in [4, 6, 8] {
+            assert!(FastSum::of(&field, true, width, 3).is_some());
+            assert!(FastSum::of(&field, false, width, 3).is_none());
+            assert!(FastSum::of(&gradient, false, width, 3).is_some() || width > 4);
+        }
+        assert!(FastSum::of(&terms(Operator::Hessian), true, 4, 3).is_none());
+        assert!(FastSum::of(&terms(Operator::Laplacian), true, 4, 3).is_none());
+        // A row longer than the widest path's registers hold.
+        assert!(FastSum::of(&field, true, 8, 7).is_none());
+    }
 
     /// One point's field on a path, as a task.
     struct Field<'a, const W: usize, const H: usize> {
