@@ -150,6 +150,14 @@ impl TermSet {
             && self.slots == 3
     }
 
+    /// Whether the operator is the Laplacian: the three second derivatives, summed.
+    pub fn is_laplacian(&self) -> bool {
+        self.terms == [(2, 0, 0), (0, 1, 0), (0, 2, 0)]
+            && self.pairs == [(0, 0), (2, 0), (0, 1)]
+            && self.z_orders == [0, 2]
+            && self.slots == 1
+    }
+
     /// Output values per component.
     pub fn slots(&self) -> usize {
         self.slots

@@ -555,6 +555,18 @@ fn run_cell<T: AnswerValue>(
             _ => {}
         }
     }
+    if single && terms.is_laplacian() && (path == KernelPath::Avx512 || vectors <= 2) {
+        match (width, vectors) {
+            (4, 1) => whole!(WholeLaplacian, 4, 1),
+            (4, 2) => whole!(WholeLaplacian, 4, 2),
+            (4, 3) => whole!(WholeLaplacian, 4, 3),
+            (6, 2) => whole!(WholeLaplacian, 6, 2),
+            (6, 3) => whole!(WholeLaplacian, 6, 3),
+            (8, 2) => whole!(WholeLaplacian, 8, 2),
+            (8, 3) => whole!(WholeLaplacian, 8, 3),
+            _ => {}
+        }
+    }
     let (values32, values64) = (&block32[..], &block64[..]);
     macro_rules! general {
         ($t:ty, $narrow:literal, $values:expr) => {
@@ -728,6 +740,25 @@ struct WholeGradient<'a, const W: usize, const V: usize> {
     block: WholeStencil<'a>,
     /// The block's first node.
     origin: [i64; 3],
+}
+
+/// The Laplacian from a float32 block, `W` nodes wide, rows of `V` float64 vectors.
+#[derive(Clone, Copy)]
+struct WholeLaplacian<'a, const W: usize, const V: usize> {
+    block: WholeStencil<'a>,
+    /// The block's first node.
+    origin: [i64; 3],
+}
+
+impl<const W: usize, const V: usize> PointSum for WholeLaplacian<'_, W, V> {
+    const RUNS: bool = false;
+
+    #[inline(always)]
+    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
+        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
+        let start = self.block.start(offsets(stencil, self.origin));
+        self.block.laplacian::<S, W, V>(simd, start, w, out);
+    }
 }
 
 impl<const W: usize, const V: usize> PointSum for WholeGradient<'_, W, V> {

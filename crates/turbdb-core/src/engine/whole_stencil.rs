@@ -142,17 +142,18 @@ impl<'a> WholeStencil<'a> {
 }
 
 impl WholeStencil<'_> {
-    /// Writes the gradient at one point to `out[3c + d]` for each component `c` and axis
-    /// `d`, like [`Self::field`] (`w` holds each axis's weights of orders 0 and 1), with
-    /// every sum in float64: each row is widened as it is read, summed along z with the
-    /// value and derivative weights, then along y into the three (y, z) pairs the
-    /// gradient needs. `V` float64 vectors a row; the `5 V` sums must fit the path's
+    /// Writes the `D`-th derivatives along each axis at one point to `out[3c + d]` for each
+    /// component `c` and axis `d` — the gradient for `D` = 1, the Laplacian's terms for
+    /// `D` = 2 — like [`Self::field`] (`w` holds each axis's weights of orders 0 to 2),
+    /// with every sum in float64: each row is widened as it is read, summed along z with
+    /// the value and derivative weights, then along y into the three (y, z) pairs the
+    /// derivatives need. `V` float64 vectors a row; the `5 V` sums must fit the path's
     /// registers (AVX-512 has 32).
     ///
     /// # Panics
     /// As [`Self::field`], with `V · S::LANES` values a row.
     #[inline(always)]
-    pub(crate) fn gradient<S: Simd, const W: usize, const V: usize>(
+    pub(crate) fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(
         &self,
         simd: S,
         start: usize,
@@ -169,12 +170,12 @@ impl WholeStencil<'_> {
         let [wx, wy, wz] = w;
         let base = self.values.as_ptr();
         let zero = simd.splat(0.0);
-        // The (y, z) orders (0, 0), (1, 0) and (0, 1): d/dx, d/dy and d/dz before x.
+        // The (y, z) orders (0, 0), (D, 0) and (0, D): along x, y and z before x.
         let (mut flat, mut along_y, mut along_z) = ([zero; V], [zero; V], [zero; V]);
         for y in 0..W {
             let (mut value, mut slope) = ([zero; V], [zero; V]);
             for z in 0..W {
-                let (f0, f1) = (simd.splat(wz[0][z]), simd.splat(wz[1][z]));
+                let (f0, f1) = (simd.splat(wz[0][z]), simd.splat(wz[D][z]));
                 let r = start + z * plane + y * row;
                 for v in 0..V {
                     // SAFETY: every row of the stencil, read to `V` whole vectors, lies
@@ -184,7 +185,7 @@ impl WholeStencil<'_> {
                     slope[v] = simd.mul_add(x, f1, slope[v]);
                 }
             }
-            let (g0, g1) = (simd.splat(wy[0][y]), simd.splat(wy[1][y]));
+            let (g0, g1) = (simd.splat(wy[0][y]), simd.splat(wy[D][y]));
             for v in 0..V {
                 flat[v] = simd.mul_add(value[v], g0, flat[v]);
                 along_y[v] = simd.mul_add(value[v], g1, along_y[v]);
@@ -192,7 +193,7 @@ impl WholeStencil<'_> {
             }
         }
         let nc = self.ncomp;
-        for (d, (sums, wx)) in [(flat, &wx[1]), (along_y, &wx[0]), (along_z, &wx[0])]
+        for (d, (sums, wx)) in [(flat, &wx[D]), (along_y, &wx[0]), (along_z, &wx[0])]
             .into_iter()
             .enumerate()
         {
@@ -217,8 +218,16 @@ impl WholeStencil<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FastSum {
     path: KernelPath,
-    gradient: bool,
+    operator: Summed,
     width: usize,
+}
+
+/// The operators with fast paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Summed {
+    Field,
+    Gradient,
+    Laplacian,
 }
 
 /// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
@@ -228,19 +237,26 @@ const MAX_OUT: usize = 3 * MAX_LANES;
 impl FastSum {
     /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
     /// components, if one is compiled: a field whose answer is float32 (`narrow`: its sums
-    /// along z and y may run in float32, [`TermSet::narrow`]), or the gradient (whose sums
-    /// are all float64), on the paths the streaming executor takes them
-    /// ([`KernelPath::selected_for`]).
+    /// along z and y may run in float32, [`TermSet::narrow`]), the gradient or the
+    /// Laplacian (whose sums are all float64), on the paths the streaming executor takes
+    /// them ([`KernelPath::selected_for`]).
     pub(crate) fn of(terms: &TermSet, narrow: bool, width: usize, ncomp: usize) -> Option<FastSum> {
-        let field = narrow && terms.is_field();
-        let gradient = terms.is_gradient();
-        if !(field || gradient) || ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
+        let (operator, order) = if narrow && terms.is_field() {
+            (Summed::Field, 0)
+        } else if terms.is_gradient() {
+            (Summed::Gradient, 1)
+        } else if terms.is_laplacian() {
+            (Summed::Laplacian, 2)
+        } else {
+            return None;
+        };
+        if ncomp * width > MAX_LANES {
             return None;
         }
-        let path = KernelPath::selected_for(usize::from(gradient)).ok()?;
+        let path = KernelPath::selected_for(order).ok()?;
         let fast = FastSum {
             path,
-            gradient,
+            operator,
             width,
         };
         // A probe of an empty stencil: whether this width and row length are compiled.
@@ -303,33 +319,40 @@ impl SimdTask for AddWhole<'_, '_> {
             out,
         } = self;
         let mut sums = [0.0; MAX_OUT];
+        let (width, nc) = (fast.width, block.ncomp);
         macro_rules! field {
             ($w:literal, $h:literal) => {
                 block.field::<S, $w, $h>(simd, start, [0, 1, 2].map(|a| &w[a].w[0]), &mut sums)
             };
         }
-        macro_rules! gradient {
-            ($w:literal, $v:literal) => {
-                block.gradient::<S, $w, $v>(simd, start, [0, 1, 2].map(|a| &w[a].w), &mut sums)
-            };
+        macro_rules! by_row {
+            ($sum:ident) => {{
+                let w = [0, 1, 2].map(|a| &w[a].w);
+                // Five sums a vector of a row: three vectors fit AVX-512's 32 registers,
+                // two fit the 16 of the other paths.
+                match (width, block.wide_vectors(S::LANES, width)) {
+                    (4, 1) => block.$sum::<S, 4, 1>(simd, start, w, &mut sums),
+                    (4, 2) => block.$sum::<S, 4, 2>(simd, start, w, &mut sums),
+                    (4, 3) if S::LANES == 8 => block.$sum::<S, 4, 3>(simd, start, w, &mut sums),
+                    (6, 2) => block.$sum::<S, 6, 2>(simd, start, w, &mut sums),
+                    (6, 3) if S::LANES == 8 => block.$sum::<S, 6, 3>(simd, start, w, &mut sums),
+                    (8, 2) => block.$sum::<S, 8, 2>(simd, start, w, &mut sums),
+                    (8, 3) if S::LANES == 8 => block.$sum::<S, 8, 3>(simd, start, w, &mut sums),
+                    _ => return false,
+                }
+            }};
         }
-        let width = fast.width;
-        let len = if fast.gradient {
-            // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two
-            // fit the 16 of the other paths.
-            match (width, block.wide_vectors(S::LANES, width)) {
-                (4, 1) => gradient!(4, 1),
-                (4, 2) => gradient!(4, 2),
-                (4, 3) if S::LANES == 8 => gradient!(4, 3),
-                (6, 2) => gradient!(6, 2),
-                (6, 3) if S::LANES == 8 => gradient!(6, 3),
-                (8, 2) => gradient!(8, 2),
-                (8, 3) if S::LANES == 8 => gradient!(8, 3),
-                _ => return false,
+        let len = match fast.operator {
+            Summed::Gradient => {
+                by_row!(gradient);
+                3 * nc
             }
-            3 * block.ncomp
-        } else {
-            match (width, block.vectors(S::LANES, width)) {
+            Summed::Laplacian => {
+                by_row!(laplacian);
+                nc
+            }
+            Summed::Field => {
+                match (width, block.vectors(S::LANES, width)) {
                 (4, 1) => field!(4, 1),
                 (4, 2) => field!(4, 2),
                 (6, 1) => field!(6, 1),
@@ -337,15 +360,47 @@ impl SimdTask for AddWhole<'_, '_> {
                 (6, 3) => field!(6, 3),
                 (8, 1) => field!(8, 1),
                 (8, 2) => field!(8, 2),
-                (8, 3) => field!(8, 3),
-                _ => return false,
+                    (8, 3) => field!(8, 3),
+                    _ => return false,
+                }
+                nc
             }
-            block.ncomp
         };
         for (o, s) in out[..len].iter_mut().zip(&sums[..len]) {
             *o = scale.mul_add(*s, *o);
         }
         true
+    }
+}
+
+impl WholeStencil<'_> {
+    /// Writes the gradient at one point to `out[3c + d]`: [`Self::derivatives`] of order 1.
+    #[inline(always)]
+    pub(crate) fn gradient<S: Simd, const W: usize, const V: usize>(
+        &self,
+        simd: S,
+        start: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        out: &mut [f64],
+    ) {
+        self.derivatives::<S, W, V, 1>(simd, start, w, out);
+    }
+
+    /// Writes the Laplacian at one point to `out[c]`: the three [`Self::derivatives`] of
+    /// order 2, summed.
+    #[inline(always)]
+    pub(crate) fn laplacian<S: Simd, const W: usize, const V: usize>(
+        &self,
+        simd: S,
+        start: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        out: &mut [f64],
+    ) {
+        let mut terms = [0.0; MAX_LANES];
+        self.derivatives::<S, W, V, 2>(simd, start, w, &mut terms);
+        for (c, out) in out[..self.ncomp].iter_mut().enumerate() {
+            *out = terms[3 * c] + terms[3 * c + 1] + terms[3 * c + 2];
+        }
     }
 }
 
@@ -368,17 +423,20 @@ mod tests {
     use crate::engine::simd::{KernelPath, SimdTask};
 
     #[test]
-    fn only_float32_answers_take_the_field_fast_path_and_second_derivatives_none() {
+    fn only_float32_answers_take_the_field_fast_path_and_the_hessian_none() {
         use crate::interp::method::Operator;
         let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
         let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
+        let laplacian = terms(Operator::Laplacian);
+        // Three components' rows of derivatives fit the registers on AVX-512 alone.
+        let wide = KernelPath::Avx512.is_supported();
         for width in [4, 6, 8] {
             assert!(FastSum::of(&field, true, width, 3).is_some());
             assert!(FastSum::of(&field, false, width, 3).is_none());
-            assert!(FastSum::of(&gradient, false, width, 3).is_some() || width > 4);
+            assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), wide);
+            assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), wide);
         }
         assert!(FastSum::of(&terms(Operator::Hessian), true, 4, 3).is_none());
-        assert!(FastSum::of(&terms(Operator::Laplacian), true, 4, 3).is_none());
         // A row longer than the widest path's registers hold.
         assert!(FastSum::of(&field, true, 8, 7).is_none());
     }
@@ -480,24 +538,29 @@ mod tests {
         }
     }
 
-    /// One point's gradient on a path, as a task.
-    struct Gradient<'a, const W: usize, const V: usize> {
+    /// One point's derivatives of order `D` on a path, as a task.
+    struct Derivatives<'a, const W: usize, const V: usize, const D: usize> {
         block: WholeStencil<'a>,
         start: usize,
         w: [&'a [[f64; MAX_WIDTH]; 3]; 3],
     }
 
-    impl<const W: usize, const V: usize> SimdTask for Gradient<'_, W, V> {
+    impl<const W: usize, const V: usize, const D: usize> SimdTask for Derivatives<'_, W, V, D> {
         type Output = Vec<f64>;
         fn run<S: Simd>(self, simd: S) -> Vec<f64> {
             let mut out = vec![0.0; 3 * self.block.ncomp];
             self.block
-                .gradient::<S, W, V>(simd, self.start, self.w, &mut out);
+                .derivatives::<S, W, V, D>(simd, self.start, self.w, &mut out);
             out
         }
     }
 
     fn check_gradient<const W: usize, const V: usize>(ncomp: usize) {
+        check_derivatives::<W, V, 1>(ncomp);
+        check_derivatives::<W, V, 2>(ncomp);
+    }
+
+    fn check_derivatives<const W: usize, const V: usize, const D: usize>(ncomp: usize) {
         let (values, row, plane) = test_block(ncomp, 3, 6007);
         let block = WholeStencil {
             values: &values,
@@ -513,11 +576,11 @@ mod tests {
         let w = [&weights[0], &weights[1], &weights[2]];
         for corner in corners(W) {
             let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
-            // d/dx, d/dy, d/dz: derivative weights along one axis, values along the others;
+            // Along x, y, z: derivative weights along one axis, values along the others;
             // the answer is `[c * 3 + d]`.
             let by_derivative: Vec<Vec<f64>> = (0..3)
                 .map(|d| {
-                    let along = |axis: usize| &weights[axis][usize::from(axis == d)];
+                    let along = |axis: usize| &weights[axis][if axis == d { D } else { 0 }];
                     triple_sum(&block, start, [along(0), along(1), along(2)], W)
                 })
                 .collect();
@@ -529,11 +592,11 @@ mod tests {
                 if block.wide_vectors(path.lanes(), W) != V {
                     continue;
                 }
-                let got = path.run(Gradient::<W, V> { block, start, w });
+                let got = path.run(Derivatives::<W, V, D> { block, start, w });
                 for (g, e) in got.iter().zip(&expected) {
                     assert!(
                         (g - e).abs() <= 1e-12 * scale,
-                        "{} W={W} nc={ncomp}: {g} vs {e}",
+                        "{} W={W} D={D} nc={ncomp}: {g} vs {e}",
                         path.name()
                     );
                 }
@@ -542,7 +605,7 @@ mod tests {
     }
 
     #[test]
-    fn every_compiled_gradient_gives_the_triple_sums_on_every_path() {
+    fn every_compiled_gradient_and_laplacian_gives_the_triple_sums_on_every_path() {
         for ncomp in 1..=3 {
             check_gradient::<4, 1>(ncomp);
             check_gradient::<4, 2>(ncomp);
