@@ -543,28 +543,25 @@ fn run_cell<T: AnswerValue>(
     let vectors = whole.wide_vectors(path.lanes(), width);
     // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two fit the
     // 16 of the other paths.
-    if single && terms.is_gradient() && (path == KernelPath::Avx512 || vectors <= 2) {
-        match (width, vectors) {
-            (4, 1) => whole!(WholeGradient, 4, 1),
-            (4, 2) => whole!(WholeGradient, 4, 2),
-            (4, 3) => whole!(WholeGradient, 4, 3),
-            (6, 2) => whole!(WholeGradient, 6, 2),
-            (6, 3) => whole!(WholeGradient, 6, 3),
-            (8, 2) => whole!(WholeGradient, 8, 2),
-            (8, 3) => whole!(WholeGradient, 8, 3),
-            _ => {}
-        }
+    macro_rules! derivatives {
+        ($kind:ident) => {
+            match (width, vectors) {
+                (4, 1) => whole!($kind, 4, 1),
+                (4, 2) => whole!($kind, 4, 2),
+                (4, 3) => whole!($kind, 4, 3),
+                (6, 2) => whole!($kind, 6, 2),
+                (6, 3) => whole!($kind, 6, 3),
+                (8, 2) => whole!($kind, 8, 2),
+                (8, 3) => whole!($kind, 8, 3),
+                _ => {}
+            }
+        };
     }
-    if single && terms.is_laplacian() && (path == KernelPath::Avx512 || vectors <= 2) {
-        match (width, vectors) {
-            (4, 1) => whole!(WholeLaplacian, 4, 1),
-            (4, 2) => whole!(WholeLaplacian, 4, 2),
-            (4, 3) => whole!(WholeLaplacian, 4, 3),
-            (6, 2) => whole!(WholeLaplacian, 6, 2),
-            (6, 3) => whole!(WholeLaplacian, 6, 3),
-            (8, 2) => whole!(WholeLaplacian, 8, 2),
-            (8, 3) => whole!(WholeLaplacian, 8, 3),
-            _ => {}
+    if single && (path == KernelPath::Avx512 || vectors <= 2) {
+        if terms.is_gradient() {
+            derivatives!(WholeGradient);
+        } else if terms.is_laplacian() {
+            derivatives!(WholeLaplacian);
         }
     }
     let (values32, values64) = (&block32[..], &block64[..]);
