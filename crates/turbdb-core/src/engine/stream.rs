@@ -564,19 +564,6 @@ fn run_cell<T: AnswerValue>(
             derivatives!(WholeLaplacian);
         }
     }
-    // Nine sums a vector: up to three vectors on AVX-512, one on the other paths.
-    if single && terms.is_hessian() && (path == KernelPath::Avx512 || vectors <= 1) {
-        match (width, vectors) {
-            (4, 1) => whole!(WholeHessian, 4, 1),
-            (4, 2) => whole!(WholeHessian, 4, 2),
-            (4, 3) => whole!(WholeHessian, 4, 3),
-            (6, 2) => whole!(WholeHessian, 6, 2),
-            (6, 3) => whole!(WholeHessian, 6, 3),
-            (8, 2) => whole!(WholeHessian, 8, 2),
-            (8, 3) => whole!(WholeHessian, 8, 3),
-            _ => {}
-        }
-    }
     let (values32, values64) = (&block32[..], &block64[..]);
     macro_rules! general {
         ($t:ty, $narrow:literal, $values:expr) => {
@@ -750,25 +737,6 @@ struct WholeGradient<'a, const W: usize, const V: usize> {
     block: WholeStencil<'a>,
     /// The block's first node.
     origin: [i64; 3],
-}
-
-/// The Hessian from a float32 block, `W` nodes wide, rows of `V` float64 vectors.
-#[derive(Clone, Copy)]
-struct WholeHessian<'a, const W: usize, const V: usize> {
-    block: WholeStencil<'a>,
-    /// The block's first node.
-    origin: [i64; 3],
-}
-
-impl<const W: usize, const V: usize> PointSum for WholeHessian<'_, W, V> {
-    const RUNS: bool = false;
-
-    #[inline(always)]
-    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
-        let start = self.block.start(offsets(stencil, self.origin));
-        self.block.hessian::<S, W, V>(simd, start, w, out);
-    }
 }
 
 /// The Laplacian from a float32 block, `W` nodes wide, rows of `V` float64 vectors.

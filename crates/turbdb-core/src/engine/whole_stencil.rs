@@ -11,8 +11,6 @@
 //! rounding; float64 answers take the general kernel, whose sums are all float64. The
 //! gradient keeps every sum in float64 (its sums cancel).
 
-use std::marker::PhantomData;
-
 use crate::engine::accumulate::{Block, TermSet};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::method::MAX_WIDTH;
@@ -214,97 +212,14 @@ impl WholeStencil<'_> {
     }
 }
 
-impl WholeStencil<'_> {
-    /// Writes the Hessian at one point to `out[6c + s]` for each component `c`, in the
-    /// order xx, xy, xz, yy, yz, zz, like [`Self::derivatives`]: each row summed along z
-    /// with the weights of orders 0, 1 and 2, then along y into the six (y, z) pairs of
-    /// total order at most 2, each weighted along x at the end. Its `9 V` sums fit
-    /// AVX-512's 32 registers for `V` up to 3, the 16 of the other paths for `V` = 1.
-    ///
-    /// # Panics
-    /// As [`Self::derivatives`].
-    #[inline(always)]
-    pub(crate) fn hessian<S: Simd, const W: usize, const V: usize>(
-        &self,
-        simd: S,
-        start: usize,
-        w: [&[[f64; MAX_WIDTH]; 3]; 3],
-        out: &mut [f64],
-    ) {
-        let lanes = S::LANES;
-        assert!(W <= MAX_WIDTH && V * lanes <= MAX_LANES && W * self.ncomp <= V * lanes);
-        let (row, plane) = (self.row_stride, self.plane_stride);
-        assert!(
-            start + (W - 1) * (plane + row) + V * lanes <= self.values.len(),
-            "a block must hold PADDING values past its end"
-        );
-        let [wx, wy, wz] = w;
-        let base = self.values.as_ptr();
-        let zero = simd.splat(0.0);
-        // The (y, z) orders of the six terms, and the x order each is weighted with.
-        const PAIRS: [(usize, usize, usize); 6] =
-            [(0, 0, 2), (1, 0, 1), (0, 1, 1), (2, 0, 0), (1, 1, 0), (0, 2, 0)];
-        let mut pairs = [[zero; V]; 6];
-        for y in 0..W {
-            let mut along_z = [[zero; V]; 3];
-            for z in 0..W {
-                // Written out, not `array::map`: a closure the compiler leaves outlined
-                // cannot inline the path's intrinsics, and returns each vector in memory.
-                let f = [
-                    simd.splat(wz[0][z]),
-                    simd.splat(wz[1][z]),
-                    simd.splat(wz[2][z]),
-                ];
-                let r = start + z * plane + y * row;
-                for v in 0..V {
-                    // SAFETY: every row of the stencil, read to `V` whole vectors, lies
-                    // in the block (asserted above).
-                    let x = unsafe { simd.load_f32(base.add(r + v * lanes)) };
-                    for o in 0..3 {
-                        along_z[o][v] = simd.mul_add(x, f[o], along_z[o][v]);
-                    }
-                }
-            }
-            let g = [
-                simd.splat(wy[0][y]),
-                simd.splat(wy[1][y]),
-                simd.splat(wy[2][y]),
-            ];
-            for (sums, &(oy, oz, _)) in pairs.iter_mut().zip(&PAIRS) {
-                for v in 0..V {
-                    sums[v] = simd.mul_add(along_z[oz][v], g[oy], sums[v]);
-                }
-            }
-        }
-        let nc = self.ncomp;
-        for (slot, (sums, &(_, _, ox))) in pairs.iter().zip(&PAIRS).enumerate() {
-            let mut row_sums = [0.0f64; MAX_LANES];
-            for (v, &s) in sums.iter().enumerate() {
-                simd.store(s, &mut row_sums[v * lanes..]);
-            }
-            for c in 0..nc {
-                let mut sum = 0.0;
-                for k in 0..W {
-                    sum += wx[ox][k] * row_sums[k * nc + c];
-                }
-                out[6 * c + slot] = sum;
-            }
-        }
-    }
-}
-
 /// The fast path that sums a query's stencils one point at a time (the node engine's
 /// batches, whose points come one by one from home blocks and gathered stencils), chosen
-/// once per query by [`FastSum::of`]. Each (operator, width, row) is a task of its own,
-/// compiled for the path alone: one task for all of them held every variant's sums in
-/// one stack frame and ran the Hessian twice as slow as the general kernel.
+/// once per query by [`FastSum::of`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FastSum {
     path: KernelPath,
     operator: Summed,
     width: usize,
-    /// Vectors a row takes on the path: float32 ones for a field, float64 ones else.
-    vectors: usize,
 }
 
 /// The operators with fast paths.
@@ -313,62 +228,18 @@ enum Summed {
     Field,
     Gradient,
     Laplacian,
-    Hessian,
 }
 
-/// Most values a point's answer takes on a fast path: the Hessian's `6 · ncomp`, with
-/// `ncomp · W` at most [`MAX_LANES`] and `W` at least 4.
-const MAX_OUT: usize = 6 * (MAX_LANES / 4);
-
-/// Expands `$compiled!(Kind, W, V)` for `$fast`'s operator, width and row where that sum
-/// is compiled, else `$else`.
-macro_rules! with_compiled {
-    ($fast:expr, $compiled:ident, $else:expr) => {{
-        use Summed::*;
-        // The derivatives' `5 V` sums (the Hessian's `9 V`) fit AVX-512's 32 registers
-        // for `V` up to 3, the 16 of the other paths for `V` up to 2 (1).
-        let wide = $fast.path == KernelPath::Avx512;
-        match ($fast.operator, $fast.width, $fast.vectors) {
-            (Field, 4, 1) => $compiled!(FieldSum, 4, 1),
-            (Field, 4, 2) => $compiled!(FieldSum, 4, 2),
-            (Field, 6, 1) => $compiled!(FieldSum, 6, 1),
-            (Field, 6, 2) => $compiled!(FieldSum, 6, 2),
-            (Field, 6, 3) => $compiled!(FieldSum, 6, 3),
-            (Field, 8, 1) => $compiled!(FieldSum, 8, 1),
-            (Field, 8, 2) => $compiled!(FieldSum, 8, 2),
-            (Field, 8, 3) => $compiled!(FieldSum, 8, 3),
-            (Gradient, 4, 1) => $compiled!(GradientSum, 4, 1),
-            (Gradient, 4, 2) => $compiled!(GradientSum, 4, 2),
-            (Gradient, 4, 3) if wide => $compiled!(GradientSum, 4, 3),
-            (Gradient, 6, 2) => $compiled!(GradientSum, 6, 2),
-            (Gradient, 6, 3) if wide => $compiled!(GradientSum, 6, 3),
-            (Gradient, 8, 2) => $compiled!(GradientSum, 8, 2),
-            (Gradient, 8, 3) if wide => $compiled!(GradientSum, 8, 3),
-            (Laplacian, 4, 1) => $compiled!(LaplacianSum, 4, 1),
-            (Laplacian, 4, 2) => $compiled!(LaplacianSum, 4, 2),
-            (Laplacian, 4, 3) if wide => $compiled!(LaplacianSum, 4, 3),
-            (Laplacian, 6, 2) => $compiled!(LaplacianSum, 6, 2),
-            (Laplacian, 6, 3) if wide => $compiled!(LaplacianSum, 6, 3),
-            (Laplacian, 8, 2) => $compiled!(LaplacianSum, 8, 2),
-            (Laplacian, 8, 3) if wide => $compiled!(LaplacianSum, 8, 3),
-            (Hessian, 4, 1) => $compiled!(HessianSum, 4, 1),
-            (Hessian, 4, 2) if wide => $compiled!(HessianSum, 4, 2),
-            (Hessian, 4, 3) if wide => $compiled!(HessianSum, 4, 3),
-            (Hessian, 6, 2) if wide => $compiled!(HessianSum, 6, 2),
-            (Hessian, 6, 3) if wide => $compiled!(HessianSum, 6, 3),
-            (Hessian, 8, 2) if wide => $compiled!(HessianSum, 8, 2),
-            (Hessian, 8, 3) if wide => $compiled!(HessianSum, 8, 3),
-            _ => $else,
-        }
-    }};
-}
+/// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
+/// `ncomp · W` at most [`MAX_LANES`].
+const MAX_OUT: usize = 3 * MAX_LANES;
 
 impl FastSum {
     /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
     /// components, if one is compiled: a field whose answer is float32 (`narrow`: its sums
-    /// along z and y may run in float32, [`TermSet::narrow`]), the gradient, the Laplacian
-    /// or the Hessian (whose sums are all float64), on the paths the streaming executor
-    /// takes them ([`KernelPath::selected_for`]).
+    /// along z and y may run in float32, [`TermSet::narrow`]), the gradient or the
+    /// Laplacian (whose sums are all float64), on the paths the streaming executor takes
+    /// them ([`KernelPath::selected_for`]).
     pub(crate) fn of(terms: &TermSet, narrow: bool, width: usize, ncomp: usize) -> Option<FastSum> {
         let (operator, order) = if narrow && terms.is_field() {
             (Summed::Field, 0)
@@ -376,33 +247,34 @@ impl FastSum {
             (Summed::Gradient, 1)
         } else if terms.is_laplacian() {
             (Summed::Laplacian, 2)
-        } else if terms.is_hessian() {
-            (Summed::Hessian, 2)
         } else {
             return None;
         };
-        if ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
+        if ncomp * width > MAX_LANES {
             return None;
         }
         let path = KernelPath::selected_for(order).ok()?;
-        // A field's rows are float32 vectors, of twice the float64 lanes.
-        let lanes = path.lanes() * if operator == Summed::Field { 2 } else { 1 };
         let fast = FastSum {
             path,
             operator,
             width,
-            vectors: (width * ncomp).div_ceil(lanes),
         };
-        macro_rules! compiled {
-            ($kind:ty, $w:literal, $v:literal) => {
-                Some(fast)
-            };
-        }
-        with_compiled!(fast, compiled, None)
+        // A probe of an empty stencil: whether this width and row length are compiled.
+        let probe = vec![0.0f32; width * width * width * ncomp + 2 * MAX_LANES];
+        let block = WholeStencil {
+            values: &probe,
+            row_stride: width * ncomp,
+            plane_stride: width * width * ncomp,
+            ncomp,
+        };
+        let mut out = [0.0; MAX_OUT];
+        fast.add(block, 0, &[AxisWeights::default(); 3], 1.0, &mut out)
+            .then_some(fast)
     }
 
     /// Adds `scale` times the sums of the whole stencil of weights `w` whose first value
-    /// is `start` in `block` to `out`.
+    /// is `start` in `block` to `out`; false (adding nothing) where this path has no
+    /// compiled sum for the block's rows.
     #[inline]
     pub(crate) fn add(
         self,
@@ -411,100 +283,93 @@ impl FastSum {
         w: &[AxisWeights; 3],
         scale: f64,
         out: &mut [f64],
-    ) {
-        macro_rules! run {
-            ($kind:ty, $w:literal, $v:literal) => {
-                self.path.run(AddWhole::<$kind, $w, $v> {
-                    block,
-                    start,
-                    w,
-                    scale,
-                    out,
-                    kind: PhantomData,
-                })
-            };
-        }
-        with_compiled!(self, run, unreachable!("FastSum::of gives compiled sums only"))
+    ) -> bool {
+        self.path.run(AddWhole {
+            fast: self,
+            block,
+            start,
+            w,
+            scale,
+            out,
+        })
     }
 }
 
-/// One operator's sums of a whole stencil: [`WholeStencil`]'s method for it.
-trait WholeSum {
-    /// Values a component.
-    const SLOTS: usize;
-    /// Writes the sums at one point to `out`, `W` nodes wide, rows of `V` vectors.
-    fn sum<S: Simd, const W: usize, const V: usize>(
-        block: &WholeStencil<'_>,
-        simd: S,
-        start: usize,
-        w: &[AxisWeights; 3],
-        out: &mut [f64],
-    );
-}
-
-struct FieldSum;
-struct GradientSum;
-struct LaplacianSum;
-struct HessianSum;
-
-impl WholeSum for FieldSum {
-    const SLOTS: usize = 1;
-    #[inline(always)]
-    fn sum<S: Simd, const W: usize, const V: usize>(
-        block: &WholeStencil<'_>,
-        simd: S,
-        start: usize,
-        w: &[AxisWeights; 3],
-        out: &mut [f64],
-    ) {
-        block.field::<S, W, V>(simd, start, [0, 1, 2].map(|a| &w[a].w[0]), out);
-    }
-}
-
-/// The derivatives' sums: `$method` of [`WholeStencil`], `$slots` values a component.
-macro_rules! derivative_sum {
-    ($kind:ty, $method:ident, $slots:literal) => {
-        impl WholeSum for $kind {
-            const SLOTS: usize = $slots;
-            #[inline(always)]
-            fn sum<S: Simd, const W: usize, const V: usize>(
-                block: &WholeStencil<'_>,
-                simd: S,
-                start: usize,
-                w: &[AxisWeights; 3],
-                out: &mut [f64],
-            ) {
-                block.$method::<S, W, V>(simd, start, [0, 1, 2].map(|a| &w[a].w), out);
-            }
-        }
-    };
-}
-derivative_sum!(GradientSum, gradient, 3);
-derivative_sum!(LaplacianSum, laplacian, 1);
-derivative_sum!(HessianSum, hessian, 6);
-
-/// [`FastSum::add`] of operator `K`, `W` nodes wide, rows of `V` vectors, as a task on its
-/// path.
-struct AddWhole<'a, 'o, K, const W: usize, const V: usize> {
+/// [`FastSum::add`] as a task on its path.
+struct AddWhole<'a, 'o> {
+    fast: FastSum,
     block: WholeStencil<'a>,
     start: usize,
     w: &'a [AxisWeights; 3],
     scale: f64,
     out: &'o mut [f64],
-    kind: PhantomData<K>,
 }
 
-impl<K: WholeSum, const W: usize, const V: usize> SimdTask for AddWhole<'_, '_, K, W, V> {
-    type Output = ();
+impl SimdTask for AddWhole<'_, '_> {
+    type Output = bool;
 
     #[inline(always)]
-    fn run<S: Simd>(self, simd: S) {
+    fn run<S: Simd>(self, simd: S) -> bool {
+        let AddWhole {
+            fast,
+            block,
+            start,
+            w,
+            scale,
+            out,
+        } = self;
         let mut sums = [0.0; MAX_OUT];
-        K::sum::<S, W, V>(&self.block, simd, self.start, self.w, &mut sums);
-        let len = K::SLOTS * self.block.ncomp;
-        for (o, s) in self.out[..len].iter_mut().zip(&sums[..len]) {
-            *o = self.scale.mul_add(*s, *o);
+        let (width, nc) = (fast.width, block.ncomp);
+        macro_rules! field {
+            ($w:literal, $h:literal) => {
+                block.field::<S, $w, $h>(simd, start, [0, 1, 2].map(|a| &w[a].w[0]), &mut sums)
+            };
         }
+        macro_rules! by_row {
+            ($sum:ident) => {{
+                let w = [0, 1, 2].map(|a| &w[a].w);
+                // Five sums a vector of a row: three vectors fit AVX-512's 32 registers,
+                // two fit the 16 of the other paths.
+                match (width, block.wide_vectors(S::LANES, width)) {
+                    (4, 1) => block.$sum::<S, 4, 1>(simd, start, w, &mut sums),
+                    (4, 2) => block.$sum::<S, 4, 2>(simd, start, w, &mut sums),
+                    (4, 3) if S::LANES == 8 => block.$sum::<S, 4, 3>(simd, start, w, &mut sums),
+                    (6, 2) => block.$sum::<S, 6, 2>(simd, start, w, &mut sums),
+                    (6, 3) if S::LANES == 8 => block.$sum::<S, 6, 3>(simd, start, w, &mut sums),
+                    (8, 2) => block.$sum::<S, 8, 2>(simd, start, w, &mut sums),
+                    (8, 3) if S::LANES == 8 => block.$sum::<S, 8, 3>(simd, start, w, &mut sums),
+                    _ => return false,
+                }
+            }};
+        }
+        let len = match fast.operator {
+            Summed::Gradient => {
+                by_row!(gradient);
+                3 * nc
+            }
+            Summed::Laplacian => {
+                by_row!(laplacian);
+                nc
+            }
+            Summed::Field => {
+                match (width, block.vectors(S::LANES, width)) {
+                (4, 1) => field!(4, 1),
+                (4, 2) => field!(4, 2),
+                (6, 1) => field!(6, 1),
+                (6, 2) => field!(6, 2),
+                (6, 3) => field!(6, 3),
+                (8, 1) => field!(8, 1),
+                (8, 2) => field!(8, 2),
+                    (8, 3) => field!(8, 3),
+                    _ => return false,
+                }
+                nc
+            }
+        };
+        for (o, s) in out[..len].iter_mut().zip(&sums[..len]) {
+            *o = scale.mul_add(*s, *o);
+        }
+        true
     }
 }
 
@@ -558,7 +423,7 @@ mod tests {
     use crate::engine::simd::{KernelPath, SimdTask};
 
     #[test]
-    fn only_float32_answers_take_the_field_fast_path_and_derivatives_need_avx512_for_three_components() {
+    fn only_float32_answers_take_the_field_fast_path_and_the_hessian_none() {
         use crate::interp::method::Operator;
         let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
         let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
@@ -571,7 +436,7 @@ mod tests {
             assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), wide);
             assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), wide);
         }
-        assert_eq!(FastSum::of(&terms(Operator::Hessian), true, 8, 3).is_some(), wide);
+        assert!(FastSum::of(&terms(Operator::Hessian), true, 4, 3).is_none());
         // A row longer than the widest path's registers hold.
         assert!(FastSum::of(&field, true, 8, 7).is_none());
     }
@@ -736,78 +601,6 @@ mod tests {
                     );
                 }
             }
-        }
-    }
-
-    /// One point's Hessian on a path, as a task.
-    struct Hessian<'a, const W: usize, const V: usize> {
-        block: WholeStencil<'a>,
-        start: usize,
-        w: [&'a [[f64; MAX_WIDTH]; 3]; 3],
-    }
-
-    impl<const W: usize, const V: usize> SimdTask for Hessian<'_, W, V> {
-        type Output = Vec<f64>;
-        fn run<S: Simd>(self, simd: S) -> Vec<f64> {
-            let mut out = vec![0.0; 6 * self.block.ncomp];
-            self.block
-                .hessian::<S, W, V>(simd, self.start, self.w, &mut out);
-            out
-        }
-    }
-
-    fn check_hessian<const W: usize, const V: usize>(ncomp: usize) {
-        let (values, row, plane) = test_block(ncomp, 2, 4481);
-        let block = WholeStencil {
-            values: &values,
-            row_stride: row,
-            plane_stride: plane,
-            ncomp,
-        };
-        let weights: [[[f64; MAX_WIDTH]; 3]; 3] = std::array::from_fn(|a| {
-            std::array::from_fn(|o| {
-                std::array::from_fn(|k| ((k * 31 + a * 11 + o * 17) % 23) as f64 / 11.0 - 1.0)
-            })
-        });
-        let w = [&weights[0], &weights[1], &weights[2]];
-        // The orders along x, y, z of xx, xy, xz, yy, yz, zz.
-        let orders = [[2, 0, 0], [1, 1, 0], [1, 0, 1], [0, 2, 0], [0, 1, 1], [0, 0, 2]];
-        for corner in corners(W) {
-            let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
-            let by_term: Vec<Vec<f64>> = orders
-                .iter()
-                .map(|o| triple_sum(&block, start, [0, 1, 2].map(|a| &weights[a][o[a]]), W))
-                .collect();
-            let expected: Vec<f64> = (0..ncomp)
-                .flat_map(|c| by_term.iter().map(move |sums| sums[c]))
-                .collect();
-            let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            for path in KernelPath::supported() {
-                if block.wide_vectors(path.lanes(), W) != V {
-                    continue;
-                }
-                let got = path.run(Hessian::<W, V> { block, start, w });
-                for (g, e) in got.iter().zip(&expected) {
-                    assert!(
-                        (g - e).abs() <= 1e-12 * scale,
-                        "{} W={W} nc={ncomp}: {g} vs {e}",
-                        path.name()
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_compiled_hessian_gives_the_triple_sums_on_every_path() {
-        for ncomp in 1..=3 {
-            check_hessian::<4, 1>(ncomp);
-            check_hessian::<4, 2>(ncomp);
-            check_hessian::<4, 3>(ncomp);
-            check_hessian::<6, 2>(ncomp);
-            check_hessian::<6, 3>(ncomp);
-            check_hessian::<8, 2>(ncomp);
-            check_hessian::<8, 3>(ncomp);
         }
     }
 
