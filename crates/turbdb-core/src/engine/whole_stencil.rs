@@ -231,8 +231,9 @@ enum Summed {
 }
 
 /// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
-/// `ncomp · W` at most [`MAX_LANES`].
-const MAX_OUT: usize = 3 * MAX_LANES;
+/// `ncomp · W` at most [`MAX_LANES`] and `W` at least 4 (the sums are cleared per point:
+/// no more than they need).
+const MAX_OUT: usize = 3 * (MAX_LANES / 4);
 
 impl FastSum {
     /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
@@ -250,7 +251,7 @@ impl FastSum {
         } else {
             return None;
         };
-        if ncomp * width > MAX_LANES {
+        if ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
             return None;
         }
         let path = KernelPath::selected_for(order).ok()?;
