@@ -54,7 +54,10 @@ fn main() {
         let mut progress = Progress::new(&work);
         let start = Instant::now();
         // A float32 answer, as queries ask by default.
-        execute(&mut [Part::whole(&work, &mut progress, 1.0).narrow(true)], &data);
+        execute(
+            &mut [Part::whole(&work, &mut progress, 1.0).narrow(true)],
+            &data,
+        );
         let t = start.elapsed().as_secs_f64();
         best = best.min(t);
         total += t;

@@ -24,7 +24,10 @@ pub use engine::jobs::gating::JobId;
 pub use engine::node::{default_cache_bytes, CutoutQuery, EngineConfig, NodeEngine, PointQuery};
 pub use engine::partitions::Partitions;
 pub use engine::plan::Plan;
-pub use engine::query::{evaluate, evaluate_within, run, QuerySpec, Strategy, STRATEGY_NAMES};
+pub use engine::query::{
+    evaluate, evaluate_within, evaluate_within_f32, evaluate_within_f64, run, QuerySpec, Strategy,
+    STRATEGY_NAMES,
+};
 pub use engine::reach::stencil_reach;
 pub use engine::scheduler::SchedulerKind;
 pub use engine::simd::KernelPath;

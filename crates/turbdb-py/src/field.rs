@@ -11,8 +11,8 @@ use pyo3::types::PyDict;
 use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
-    evaluate_within, Axis, ChunkCodec, Error, FieldGeometry, FieldReader, IndexLocation, Method,
-    Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
+    evaluate_within_f32, evaluate_within_f64, Axis, ChunkCodec, Error, FieldGeometry, FieldReader,
+    IndexLocation, Method, Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
 };
 
 use crate::error::{invalid, to_py, without_gil, Result};
@@ -219,12 +219,12 @@ impl FieldStore {
         let reader = &self.reader;
         let values = if single {
             let values = without_gil(py, || {
-                evaluate_within::<f32>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+                evaluate_within_f32(reader, axes, times, points3, &spec, within.as_ref(), &stats)
             })?;
             values.into_pyarray(py).into_any()
         } else {
             let values = without_gil(py, || {
-                evaluate_within::<f64>(reader, axes, times, points3, &spec, within.as_ref(), &stats)
+                evaluate_within_f64(reader, axes, times, points3, &spec, within.as_ref(), &stats)
             })?;
             values.into_pyarray(py).into_any()
         };

@@ -671,7 +671,10 @@ impl Home<'_, '_> {
             if v.all_at_hand(p) {
                 let base = w.map(|axis| axis.base);
                 let start = whole.start(block.offsets(base));
-                if !v.fast.is_some_and(|f| f.add(whole, start, &w, v.scale, row)) {
+                if !v
+                    .fast
+                    .is_some_and(|f| f.add(whole, start, &w, v.scale, row))
+                {
                     let runs = block.runs(base);
                     accumulate_any(nc, block.block(), &runs, &w, &v.work.terms, v.scale, row);
                 }
@@ -784,7 +787,10 @@ fn gather_each(view: &PartView<'_>, data: &[AtomData], points: &[u32]) -> u64 {
         {
             let (block, runs) = g.gather(stencil, a, data);
             let whole = WholeStencil::of(block, nc);
-            if !view.fast.is_some_and(|f| f.add(whole, 0, w, view.scale, row)) {
+            if !view
+                .fast
+                .is_some_and(|f| f.add(whole, 0, w, view.scale, row))
+            {
                 accumulate_any(nc, block, runs, w, &work.terms, view.scale, row);
             }
             added += stencil.present() as u64;

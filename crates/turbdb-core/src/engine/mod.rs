@@ -29,6 +29,7 @@ pub(crate) mod cell_finder;
 pub mod core_clock;
 pub(crate) mod counting_sort;
 pub mod direct;
+pub(crate) mod fast_paths;
 pub(crate) mod gather;
 pub(crate) mod home_block;
 pub(crate) mod home_groups;

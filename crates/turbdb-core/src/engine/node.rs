@@ -384,7 +384,14 @@ impl NodeEngine {
             Err(work) => work,
         };
         let points = query.points.len() as u64;
-        self.hand_in(reader, levels, work, (query.job, query.narrow), points, notify)
+        self.hand_in(
+            reader,
+            levels,
+            work,
+            (query.job, query.narrow),
+            points,
+            notify,
+        )
     }
 
     /// Serves a large point query alone, at once, in the calling thread, by the streaming
@@ -654,7 +661,14 @@ impl NodeEngine {
             t: query.t,
             weight: 1.0,
         }];
-        self.hand_in(reader, levels, Work::Cutout(work), (query.job, false), nodes, notify)
+        self.hand_in(
+            reader,
+            levels,
+            Work::Cutout(work),
+            (query.job, false),
+            nodes,
+            notify,
+        )
     }
 
     /// Queues a query of `work` for batches: `(job, narrow)` as in [`PointQuery`].

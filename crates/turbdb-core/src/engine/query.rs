@@ -73,6 +73,35 @@ pub fn evaluate(
     evaluate_within(reader, axes, times, points, spec, None, stats)
 }
 
+/// [`evaluate_within`] with float32 answers, compiled in this crate: another crate that
+/// called the generic would compile the whole kernel again (release builds do not share
+/// generic code between crates).
+pub fn evaluate_within_f32(
+    reader: &FieldReader,
+    axes: [Axis; 3],
+    times: &[f64],
+    points: &[[f64; 3]],
+    spec: &QuerySpec,
+    within: Option<&Partitions>,
+    stats: &StreamStats,
+) -> Result<Vec<f32>> {
+    evaluate_within(reader, axes, times, points, spec, within, stats)
+}
+
+/// [`evaluate_within`] with float64 answers, compiled in this crate (see
+/// [`evaluate_within_f32`]).
+pub fn evaluate_within_f64(
+    reader: &FieldReader,
+    axes: [Axis; 3],
+    times: &[f64],
+    points: &[[f64; 3]],
+    spec: &QuerySpec,
+    within: Option<&Partitions>,
+    stats: &StreamStats,
+) -> Result<Vec<f64>> {
+    evaluate_within(reader, axes, times, points, spec, within, stats)
+}
+
 /// Like [`evaluate`], adding only the atoms of the partitions `within` (all when `None`):
 /// the partial sums a node of a cluster contributes (needs the streaming strategy), as
 /// answers of type `T` (float32 or float64; the sums are float64 either way).

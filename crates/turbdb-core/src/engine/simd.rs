@@ -165,16 +165,30 @@ impl KernelPath {
         )))
     }
 
-    /// Float64 lanes of the path's vectors ([`Simd::LANES`]).
-    pub(crate) fn lanes(self) -> usize {
-        struct Lanes;
-        impl SimdTask for Lanes {
-            type Output = usize;
-            fn run<S: Simd>(self, _: S) -> usize {
-                S::LANES
-            }
+    /// Runs `task` with this path's token but not its instructions: the task only picks
+    /// the code to run, and runs it with [`Simd::enter`], each piece of code compiled in a
+    /// function of its own.
+    ///
+    /// # Panics
+    /// If the CPU cannot run the path (see [`KernelPath::check`]).
+    pub(crate) fn dispatch<T: SimdTask>(self, task: T) -> T::Output {
+        match self {
+            KernelPath::Portable => task.run(portable::Portable),
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => match Avx2::new() {
+                Some(simd) => task.run(simd),
+                None => unsupported(self),
+            },
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx512 => match Avx512::new() {
+                Some(simd) => task.run(simd),
+                None => unsupported(self),
+            },
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::Neon => task.run(Neon),
+            #[allow(unreachable_patterns)]
+            _ => unsupported(self),
         }
-        self.run(Lanes)
     }
 
     /// Runs `task` with this path's instructions.
@@ -218,6 +232,15 @@ pub(crate) trait Simd: Copy {
     type V: Copy;
     /// Lanes in a vector.
     const LANES: usize;
+    /// Runs `task` with this path's instructions (in the path's `#[target_feature]`
+    /// function, as [`KernelPath::run`] does).
+    fn enter<T: SimdTask>(self, task: T) -> T::Output;
+    /// Whether the kernel's fast paths are compiled for this path
+    /// ([`crate::engine::fast_paths`]).
+    const FAST_PATHS: bool = true;
+    /// Whether the path has eight float64 lanes and 32 registers (AVX-512): its fast paths
+    /// take longer rows.
+    const WIDE: bool = Self::LANES == 8;
     /// All lanes `v`.
     fn splat(self, v: f64) -> Self::V;
     /// `LANES` values from `src`.

@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use crate::engine::accumulate::{Block, Contribution, Lane, Runs, TermSet, PADDING};
 use crate::engine::buffers::{Buffer, Pooled};
 use crate::engine::cache_sets;
+use crate::engine::fast_paths::{FastVisit, Summed, Visit};
 use crate::engine::partitions::Partitions;
 use crate::engine::plan::{Cell, Plan};
 use crate::engine::short_copy::{copy_bytes_exact, copy_row};
@@ -135,6 +136,8 @@ pub fn execute(
 /// cast of a float64 answer afterwards was a serial pass: 1.5–1.7 ms a million points on a
 /// 2-core Intel Xeon, load 1.2).
 pub trait AnswerValue: Pooled + Default + Sync {
+    /// Whether the answers are float32 (else float64).
+    const FLOAT32: bool;
     /// Whether the kernel may sum stored float32 values along z in float32
     /// ([`TermSet::narrow`]).
     const NARROW_SUMS: bool;
@@ -143,6 +146,7 @@ pub trait AnswerValue: Pooled + Default + Sync {
 }
 
 impl AnswerValue for f64 {
+    const FLOAT32: bool = false;
     const NARROW_SUMS: bool = false;
 
     #[inline(always)]
@@ -152,6 +156,7 @@ impl AnswerValue for f64 {
 }
 
 impl AnswerValue for f32 {
+    const FLOAT32: bool = true;
     const NARROW_SUMS: bool = true;
     #[inline(always)]
     fn from_sum(sum: f64) -> f32 {
@@ -178,8 +183,7 @@ pub fn execute_within<T: AnswerValue>(
     // parallel, and each answer is the same bits whichever worker computes it.
     // Every row is written once, by its point's cell.
     let mut result = Buffer::to_overwrite(plan.order.len() * out_len, T::default());
-    let target = AnswerPtr(result.as_mut_ptr());
-    let target = &target;
+    let target = &ResultRows::of(result.as_mut_ptr());
     let cell_in = CellInput {
         plan,
         source,
@@ -224,21 +228,81 @@ pub fn execute_within<T: AnswerValue>(
 }
 
 /// What every cell of one execution shares.
-struct CellInput<'a, T> {
+struct CellInput<'a> {
     plan: &'a Plan,
     source: &'a dyn AtomSource,
     levels: &'a [TimeLevel],
     within: Option<&'a Partitions>,
     terms: &'a TermSet,
     stats: &'a StreamStats,
-    target: &'a AnswerPtr<T>,
+    target: &'a ResultRows,
 }
 
-/// The result or the answer, shared by the workers (see `execute_within`).
+/// The answer, shared by the workers (see `execute_within`).
 struct AnswerPtr<T>(*mut T);
-// SAFETY: each point is in one cell, so workers write the rows of different points.
+// SAFETY: `order` is a permutation, so workers write the rows of different points.
 unsafe impl<T> Sync for AnswerPtr<T> {}
 unsafe impl<T> Send for AnswerPtr<T> {}
+
+/// The result the cells write, a row of `out_len` values a point, in the answer's type.
+/// Not a type parameter: the cells' code (most of the release build's time) is compiled
+/// once for both answer types, and a point's row is written by a branch that every point
+/// of a query takes the same way.
+#[derive(Clone, Copy)]
+enum ResultRows {
+    Float32(*mut f32),
+    Float64(*mut f64),
+}
+// SAFETY: each point is in one cell, so workers write the rows of different points.
+unsafe impl Sync for ResultRows {}
+unsafe impl Send for ResultRows {}
+
+impl ResultRows {
+    /// The rows of a result of `T`s that starts at `start`.
+    fn of<T: AnswerValue>(start: *mut T) -> Self {
+        if T::FLOAT32 {
+            ResultRows::Float32(start.cast())
+        } else {
+            ResultRows::Float64(start.cast())
+        }
+    }
+
+    /// Writes `sums` (rounded to the answer's type) at value `at` of the result.
+    ///
+    /// # Safety
+    /// `at .. at + sums.len()` must lie in the result, and no other thread may write it.
+    #[inline(always)]
+    unsafe fn write(self, at: usize, sums: &[f64]) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match self {
+                ResultRows::Float32(start) => {
+                    let row = std::slice::from_raw_parts_mut(start.add(at), sums.len());
+                    for (to, &sum) in row.iter_mut().zip(sums) {
+                        *to = sum as f32;
+                    }
+                }
+                ResultRows::Float64(start) => {
+                    std::slice::from_raw_parts_mut(start.add(at), sums.len()).copy_from_slice(sums)
+                }
+            }
+        }
+    }
+
+    /// Sets `len` values from `at` to zero.
+    ///
+    /// # Safety
+    /// As [`Self::write`].
+    unsafe fn clear(self, at: usize, len: usize) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match self {
+                ResultRows::Float32(start) => start.add(at).write_bytes(0, len),
+                ResultRows::Float64(start) => start.add(at).write_bytes(0, len),
+            }
+        }
+    }
+}
 
 thread_local! {
     /// Each worker's buffers, kept from cell to cell and from query to query: a fresh
@@ -344,8 +408,8 @@ fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
 /// that the points need are read once per time level (merged reads, storage order, shard
 /// by shard) into a block of the cell's box, and each point's whole stencil is summed
 /// from it.
-fn run_cell<T: AnswerValue>(
-    input: &CellInput<'_, T>,
+fn run_cell(
+    input: &CellInput<'_>,
     cell: &Cell,
     mut shuffle: Option<&mut SplitMix>,
     scratch: &mut Scratch,
@@ -391,8 +455,7 @@ fn run_cell<T: AnswerValue>(
         // Outside `within`: these points get nothing from here.
         let rows = cell.points.start * out_len..cell.points.end * out_len;
         // SAFETY: the cell's rows of the result, written by no other cell.
-        unsafe { std::slice::from_raw_parts_mut(target.0.add(rows.start), rows.len()) }
-            .fill(T::default());
+        unsafe { target.clear(rows.start, rows.len()) };
         return Ok(());
     }
     let mut level_order: Vec<&TimeLevel> = levels.iter().collect();
@@ -511,57 +574,33 @@ fn run_cell<T: AnswerValue>(
         .contributions
         .fetch_add(points.len() as u64, Ordering::Relaxed);
     let narrow = terms.is_narrow();
-    // The fast paths of `whole_stencil.rs`, at one stored time, where compiled.
-    let whole = WholeStencil {
-        values: &block32[..],
-        row_stride: row * nc,
-        plane_stride: plane * nc,
-        ncomp: nc,
-    };
-    let (origin, width) = (cell.origin, plan.kernel.width());
-    macro_rules! whole {
-        ($kind:ident, $w:literal, $n:literal) => {
-            return Ok(sum_with!($kind::<$w, $n> {
-                block: whole,
-                origin
-            }))
+    // The fast paths of `whole_stencil.rs`, at one stored time, where compiled
+    // (`fast_paths.rs`).
+    if let Some(summed) = Summed::of(terms, narrow).filter(|_| single) {
+        let fast = Visit {
+            summed,
+            width: plan.kernel.width(),
+            ncomp: nc,
+            visitor: CellPoints {
+                plan,
+                points: points.clone(),
+                cell,
+                out_len,
+                target,
+                stencils: &mut *stencils,
+                sums: &mut *sums,
+                stats,
+                sum: WholeStencil {
+                    values: &block32[..],
+                    row_stride: row * nc,
+                    plane_stride: plane * nc,
+                    ncomp: nc,
+                },
+            },
         };
-    }
-    if single && narrow && terms.is_field() {
-        match (width, whole.vectors(path.lanes(), width)) {
-            (4, 1) => whole!(WholeField, 4, 1),
-            (4, 2) => whole!(WholeField, 4, 2),
-            (6, 1) => whole!(WholeField, 6, 1),
-            (6, 2) => whole!(WholeField, 6, 2),
-            (6, 3) => whole!(WholeField, 6, 3),
-            (8, 1) => whole!(WholeField, 8, 1),
-            (8, 2) => whole!(WholeField, 8, 2),
-            (8, 3) => whole!(WholeField, 8, 3),
-            _ => {}
-        }
-    }
-    let vectors = whole.wide_vectors(path.lanes(), width);
-    // Five sums a vector of a row: three vectors fit AVX-512's 32 registers, two fit the
-    // 16 of the other paths.
-    macro_rules! derivatives {
-        ($kind:ident) => {
-            match (width, vectors) {
-                (4, 1) => whole!($kind, 4, 1),
-                (4, 2) => whole!($kind, 4, 2),
-                (4, 3) => whole!($kind, 4, 3),
-                (6, 2) => whole!($kind, 6, 2),
-                (6, 3) => whole!($kind, 6, 3),
-                (8, 2) => whole!($kind, 8, 2),
-                (8, 3) => whole!($kind, 8, 3),
-                _ => {}
-            }
-        };
-    }
-    if single && (path == KernelPath::Avx512 || vectors <= 2) {
-        if terms.is_gradient() {
-            derivatives!(WholeGradient);
-        } else if terms.is_laplacian() {
-            derivatives!(WholeLaplacian);
+        // Each fast path's loop over the points is its own `#[target_feature]` function.
+        if path.dispatch(fast).is_some() {
+            return Ok(());
         }
     }
     let (values32, values64) = (&block32[..], &block64[..]);
@@ -601,21 +640,21 @@ struct Stencil {
 }
 
 /// The points of one cell and how each is summed from the block of its box.
-struct CellPoints<'a, A, P> {
+struct CellPoints<'a, P> {
     plan: &'a Plan,
     /// The points (executor's numbers).
     points: Range<usize>,
     cell: &'a Cell,
     /// Answer values per point.
     out_len: usize,
-    target: &'a AnswerPtr<A>,
+    target: &'a ResultRows,
     stencils: &'a mut Vec<Stencil>,
     sums: &'a mut [f64],
     stats: &'a StreamStats,
     sum: P,
 }
 
-impl<A: AnswerValue, P: PointSum> SimdTask for CellPoints<'_, A, P> {
+impl<P: PointSum> SimdTask for CellPoints<'_, P> {
     type Output = ();
 
     #[inline(always)]
@@ -624,7 +663,7 @@ impl<A: AnswerValue, P: PointSum> SimdTask for CellPoints<'_, A, P> {
     }
 }
 
-impl<A: AnswerValue, P: PointSum> CellPoints<'_, A, P> {
+impl<P: PointSum> CellPoints<'_, P> {
     /// Sums every point with `sum` and writes its answer: batch by batch, the weights of
     /// the batch's points, then their sums.
     #[inline(always)]
@@ -664,12 +703,7 @@ impl<A: AnswerValue, P: PointSum> CellPoints<'_, A, P> {
                 sum.sum(simd, stencil, sums);
                 // SAFETY: the row is inside the result, which outlives the workers, and
                 // only this point's cell writes it (see `execute_within`).
-                let row = unsafe {
-                    std::slice::from_raw_parts_mut(target.0.add(point * out_len), out_len)
-                };
-                for (to, &sum) in row.iter_mut().zip(sums.iter()) {
-                    *to = A::from_sum(sum);
-                }
+                unsafe { target.write(point * out_len, &sums[..out_len]) };
             }
             let summed = Instant::now();
             weighing += weighed - begin;
@@ -723,60 +757,79 @@ impl<T: Lane, const NARROW: bool> PointSum for General<'_, T, NARROW> {
     }
 }
 
-/// A field's value from a float32 block, `W` nodes wide, rows of `H` float32 vectors.
+/// A fast path's sum ([`crate::engine::fast_paths`]), from a float32 block whose first
+/// node is `origin`: a field's value (`D` = 0, `N` = `H` float32 vectors a row) or the
+/// gradient (`D` = 1) or Laplacian (`D` = 2, `N` = `V` float64 vectors a row), `W` wide.
 #[derive(Clone, Copy)]
-struct WholeField<'a, const W: usize, const H: usize> {
+struct Whole<'a, const W: usize, const N: usize, const D: usize> {
     block: WholeStencil<'a>,
-    /// The block's first node.
     origin: [i64; 3],
 }
 
-/// The gradient from a float32 block, `W` nodes wide, rows of `V` float64 vectors.
-#[derive(Clone, Copy)]
-struct WholeGradient<'a, const W: usize, const V: usize> {
-    block: WholeStencil<'a>,
-    /// The block's first node.
-    origin: [i64; 3],
-}
-
-/// The Laplacian from a float32 block, `W` nodes wide, rows of `V` float64 vectors.
-#[derive(Clone, Copy)]
-struct WholeLaplacian<'a, const W: usize, const V: usize> {
-    block: WholeStencil<'a>,
-    /// The block's first node.
-    origin: [i64; 3],
-}
-
-impl<const W: usize, const V: usize> PointSum for WholeLaplacian<'_, W, V> {
+impl<const W: usize, const N: usize, const D: usize> PointSum for Whole<'_, W, N, D> {
     const RUNS: bool = false;
 
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
         let start = self.block.start(offsets(stencil, self.origin));
-        self.block.laplacian::<S, W, V>(simd, start, w, out);
+        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
+        // A match on the constant: only the arm taken is compiled.
+        match D {
+            0 => self
+                .block
+                .field::<S, W, N>(simd, start, [&w[0][0], &w[1][0], &w[2][0]], out),
+            1 => self.block.gradient::<S, W, N>(simd, start, w, out),
+            _ => self.block.laplacian::<S, W, N>(simd, start, w, out),
+        }
     }
 }
 
-impl<const W: usize, const V: usize> PointSum for WholeGradient<'_, W, V> {
-    const RUNS: bool = false;
+/// A cell's points summed on the fast path [`crate::engine::fast_paths::visit`] chose,
+/// entered on its SIMD path.
+impl FastVisit for CellPoints<'_, WholeStencil<'_>> {
+    type Output = ();
 
     #[inline(always)]
-    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
-        let start = self.block.start(offsets(stencil, self.origin));
-        self.block.gradient::<S, W, V>(simd, start, w, out);
+    fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) {
+        simd.enter(self.summed_by(|block, origin| Whole::<W, H, 0> { block, origin }))
+    }
+
+    #[inline(always)]
+    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(self, simd: S) {
+        simd.enter(self.summed_by(|block, origin| Whole::<W, V, D> { block, origin }))
     }
 }
 
-impl<const W: usize, const H: usize> PointSum for WholeField<'_, W, H> {
-    const RUNS: bool = false;
-
+impl<'a> CellPoints<'a, WholeStencil<'a>> {
+    /// The same points, summed by the fast path `whole` makes of the block and its first
+    /// node.
     #[inline(always)]
-    fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
-        let w = [0, 1, 2].map(|a| &stencil.w[a].w[0]);
-        let start = self.block.start(offsets(stencil, self.origin));
-        self.block.field::<S, W, H>(simd, start, w, out);
+    fn summed_by<P>(
+        self,
+        whole: impl FnOnce(WholeStencil<'a>, [i64; 3]) -> P,
+    ) -> CellPoints<'a, P> {
+        let CellPoints {
+            plan,
+            points,
+            cell,
+            out_len,
+            target,
+            stencils,
+            sums,
+            stats,
+            sum,
+        } = self;
+        CellPoints {
+            plan,
+            points,
+            cell,
+            out_len,
+            target,
+            stencils,
+            sums,
+            stats,
+            sum: whole(sum, cell.origin),
+        }
     }
 }
 

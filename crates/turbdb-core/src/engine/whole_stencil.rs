@@ -12,7 +12,8 @@
 //! gradient keeps every sum in float64 (its sums cancel).
 
 use crate::engine::accumulate::{Block, TermSet};
-use crate::engine::simd::{KernelPath, Simd, SimdTask};
+use crate::engine::fast_paths::{FastVisit, Probe, Summed, Visit};
+use crate::engine::simd::{KernelPath, Simd};
 use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
@@ -49,17 +50,6 @@ impl<'a> WholeStencil<'a> {
     #[inline(always)]
     pub(crate) fn start(&self, offset: [usize; 3]) -> usize {
         offset[2] * self.plane_stride + offset[1] * self.row_stride + offset[0] * self.ncomp
-    }
-
-    /// Float32 vectors a row of a width-`width` stencil takes on a path of `lanes` float64
-    /// lanes (twice as many float32 lanes): the field's `H`.
-    pub(crate) fn vectors(&self, lanes: usize, width: usize) -> usize {
-        (width * self.ncomp).div_ceil(2 * lanes)
-    }
-
-    /// Float64 vectors the same row takes, widened: the gradient's `V`.
-    pub(crate) fn wide_vectors(&self, lanes: usize, width: usize) -> usize {
-        (width * self.ncomp).div_ceil(lanes)
     }
 
     /// Writes the field at one point to `out[c]` for each component: `start` is the index
@@ -218,16 +208,8 @@ impl WholeStencil<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FastSum {
     path: KernelPath,
-    operator: Summed,
+    summed: Summed,
     width: usize,
-}
-
-/// The operators with fast paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Summed {
-    Field,
-    Gradient,
-    Laplacian,
 }
 
 /// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
@@ -237,45 +219,31 @@ const MAX_OUT: usize = 3 * (MAX_LANES / 4);
 
 impl FastSum {
     /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
-    /// components, if one is compiled: a field whose answer is float32 (`narrow`: its sums
-    /// along z and y may run in float32, [`TermSet::narrow`]), the gradient or the
-    /// Laplacian (whose sums are all float64), on the paths the streaming executor takes
-    /// them ([`KernelPath::selected_for`]).
+    /// components, if one is compiled ([`crate::engine::fast_paths`]): a field whose
+    /// answer is float32 (`narrow`), the gradient or the Laplacian, on the paths the
+    /// streaming executor takes them ([`KernelPath::selected_for`]).
     pub(crate) fn of(terms: &TermSet, narrow: bool, width: usize, ncomp: usize) -> Option<FastSum> {
-        let (operator, order) = if narrow && terms.is_field() {
-            (Summed::Field, 0)
-        } else if terms.is_gradient() {
-            (Summed::Gradient, 1)
-        } else if terms.is_laplacian() {
-            (Summed::Laplacian, 2)
-        } else {
-            return None;
-        };
+        let summed = Summed::of(terms, narrow)?;
         if ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
             return None;
         }
-        let path = KernelPath::selected_for(order).ok()?;
-        let fast = FastSum {
-            path,
-            operator,
+        let path = KernelPath::selected_for(summed.order()).ok()?;
+        path.run(Visit {
+            summed,
             width,
-        };
-        // A probe of an empty stencil: whether this width and row length are compiled.
-        let probe = vec![0.0f32; width * width * width * ncomp + 2 * MAX_LANES];
-        let block = WholeStencil {
-            values: &probe,
-            row_stride: width * ncomp,
-            plane_stride: width * width * ncomp,
             ncomp,
-        };
-        let mut out = [0.0; MAX_OUT];
-        fast.add(block, 0, &[AxisWeights::default(); 3], 1.0, &mut out)
-            .then_some(fast)
+            visitor: Probe,
+        })?;
+        Some(FastSum {
+            path,
+            summed,
+            width,
+        })
     }
 
     /// Adds `scale` times the sums of the whole stencil of weights `w` whose first value
-    /// is `start` in `block` to `out`; false (adding nothing) where this path has no
-    /// compiled sum for the block's rows.
+    /// is `start` in `block` to `out`; false (adding nothing) where the block's
+    /// components have no compiled sum.
     #[inline]
     pub(crate) fn add(
         self,
@@ -285,20 +253,25 @@ impl FastSum {
         scale: f64,
         out: &mut [f64],
     ) -> bool {
-        self.path.run(AddWhole {
-            fast: self,
-            block,
-            start,
-            w,
-            scale,
-            out,
-        })
+        self.path
+            .run(Visit {
+                summed: self.summed,
+                width: self.width,
+                ncomp: block.ncomp,
+                visitor: AddWhole {
+                    block,
+                    start,
+                    w,
+                    scale,
+                    out,
+                },
+            })
+            .is_some()
     }
 }
 
-/// [`FastSum::add`] as a task on its path.
+/// [`FastSum::add`] as a visit of its fast path.
 struct AddWhole<'a, 'o> {
-    fast: FastSum,
     block: WholeStencil<'a>,
     start: usize,
     w: &'a [AxisWeights; 3],
@@ -306,71 +279,47 @@ struct AddWhole<'a, 'o> {
     out: &'o mut [f64],
 }
 
-impl SimdTask for AddWhole<'_, '_> {
-    type Output = bool;
+impl AddWhole<'_, '_> {
+    /// Adds `scale` times the first `len` of `sums` to the answer.
+    #[inline(always)]
+    fn add_scaled(self, sums: &[f64; MAX_OUT], len: usize) {
+        for (o, s) in self.out[..len].iter_mut().zip(&sums[..len]) {
+            *o = self.scale.mul_add(*s, *o);
+        }
+    }
+}
+
+impl FastVisit for AddWhole<'_, '_> {
+    type Output = ();
 
     #[inline(always)]
-    fn run<S: Simd>(self, simd: S) -> bool {
-        let AddWhole {
-            fast,
-            block,
-            start,
-            w,
-            scale,
-            out,
-        } = self;
+    fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) {
         let mut sums = [0.0; MAX_OUT];
-        let (width, nc) = (fast.width, block.ncomp);
-        macro_rules! field {
-            ($w:literal, $h:literal) => {
-                block.field::<S, $w, $h>(simd, start, [0, 1, 2].map(|a| &w[a].w[0]), &mut sums)
-            };
+        let w = &self.w;
+        self.block.field::<S, W, H>(
+            simd,
+            self.start,
+            [&w[0].w[0], &w[1].w[0], &w[2].w[0]],
+            &mut sums,
+        );
+        let nc = self.block.ncomp;
+        self.add_scaled(&sums, nc);
+    }
+
+    #[inline(always)]
+    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(self, simd: S) {
+        let mut sums = [0.0; MAX_OUT];
+        let (w, nc) = (self.w, self.block.ncomp);
+        let w = [&w[0].w, &w[1].w, &w[2].w];
+        if D == 1 {
+            self.block
+                .gradient::<S, W, V>(simd, self.start, w, &mut sums);
+            self.add_scaled(&sums, 3 * nc);
+        } else {
+            self.block
+                .laplacian::<S, W, V>(simd, self.start, w, &mut sums);
+            self.add_scaled(&sums, nc);
         }
-        macro_rules! by_row {
-            ($sum:ident) => {{
-                let w = [0, 1, 2].map(|a| &w[a].w);
-                // Five sums a vector of a row: three vectors fit AVX-512's 32 registers,
-                // two fit the 16 of the other paths.
-                match (width, block.wide_vectors(S::LANES, width)) {
-                    (4, 1) => block.$sum::<S, 4, 1>(simd, start, w, &mut sums),
-                    (4, 2) => block.$sum::<S, 4, 2>(simd, start, w, &mut sums),
-                    (4, 3) if S::LANES == 8 => block.$sum::<S, 4, 3>(simd, start, w, &mut sums),
-                    (6, 2) => block.$sum::<S, 6, 2>(simd, start, w, &mut sums),
-                    (6, 3) if S::LANES == 8 => block.$sum::<S, 6, 3>(simd, start, w, &mut sums),
-                    (8, 2) => block.$sum::<S, 8, 2>(simd, start, w, &mut sums),
-                    (8, 3) if S::LANES == 8 => block.$sum::<S, 8, 3>(simd, start, w, &mut sums),
-                    _ => return false,
-                }
-            }};
-        }
-        let len = match fast.operator {
-            Summed::Gradient => {
-                by_row!(gradient);
-                3 * nc
-            }
-            Summed::Laplacian => {
-                by_row!(laplacian);
-                nc
-            }
-            Summed::Field => {
-                match (width, block.vectors(S::LANES, width)) {
-                (4, 1) => field!(4, 1),
-                (4, 2) => field!(4, 2),
-                (6, 1) => field!(6, 1),
-                (6, 2) => field!(6, 2),
-                (6, 3) => field!(6, 3),
-                (8, 1) => field!(8, 1),
-                (8, 2) => field!(8, 2),
-                    (8, 3) => field!(8, 3),
-                    _ => return false,
-                }
-                nc
-            }
-        };
-        for (o, s) in out[..len].iter_mut().zip(&sums[..len]) {
-            *o = scale.mul_add(*s, *o);
-        }
-        true
     }
 }
 
@@ -421,7 +370,7 @@ fn fold_x<const NC: usize>(row_sums: &[f64; MAX_LANES], wx: &[f64], out: &mut [f
 mod tests {
     use super::*;
     use crate::engine::accumulate::PADDING;
-    use crate::engine::simd::{KernelPath, SimdTask};
+    use crate::engine::simd::KernelPath;
 
     #[test]
     fn only_float32_answers_take_the_field_fast_path_and_the_hessian_none() {
@@ -440,23 +389,6 @@ mod tests {
         assert!(FastSum::of(&terms(Operator::Hessian), true, 4, 3).is_none());
         // A row longer than the widest path's registers hold.
         assert!(FastSum::of(&field, true, 8, 7).is_none());
-    }
-
-    /// One point's field on a path, as a task.
-    struct Field<'a, const W: usize, const H: usize> {
-        block: WholeStencil<'a>,
-        start: usize,
-        w: [&'a [f64; MAX_WIDTH]; 3],
-    }
-
-    impl<const W: usize, const H: usize> SimdTask for Field<'_, W, H> {
-        type Output = Vec<f64>;
-        fn run<S: Simd>(self, simd: S) -> Vec<f64> {
-            let mut out = vec![0.0; self.block.ncomp];
-            self.block
-                .field::<S, W, H>(simd, self.start, self.w, &mut out);
-            out
-        }
     }
 
     /// `Σ wx wy wz f` node by node, in float64, for each component.
@@ -507,48 +439,28 @@ mod tests {
         [[0, 0, 0], [nx - width, ny - width, nz - width], [1, 2, 1]]
     }
 
-    fn check<const W: usize, const H: usize>(ncomp: usize) {
-        let (values, row, plane) = test_block(ncomp, 5, 7919);
-        let block = WholeStencil {
-            values: &values,
-            row_stride: row,
-            plane_stride: plane,
-            ncomp,
-        };
-        let weights: [[f64; MAX_WIDTH]; 3] = std::array::from_fn(|a| {
-            std::array::from_fn(|k| ((k * 37 + a * 11) % 17) as f64 / 8.0 - 1.0)
-        });
-        let w = [&weights[0], &weights[1], &weights[2]];
-        for corner in corners(W) {
-            let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
-            let expected = triple_sum(&block, start, w, W);
-            let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            for path in KernelPath::supported() {
-                if block.vectors(path.lanes(), W) != H {
-                    continue;
-                }
-                let got = path.run(Field::<W, H> { block, start, w });
-                for (g, e) in got.iter().zip(&expected) {
-                    assert!(
-                        (g - e).abs() <= 2e-6 * scale,
-                        "{} W={W} nc={ncomp}: {g} vs {e}",
-                        path.name()
-                    );
-                }
-            }
-        }
-    }
-
-    /// One point's derivatives of order `D` on a path, as a task.
-    struct Derivatives<'a, const W: usize, const V: usize, const D: usize> {
+    /// One point's sums on the fast path [`crate::engine::fast_paths::visit`] chose: the
+    /// field's values, or the derivatives' terms `[3c + d]`.
+    struct Sums<'a> {
         block: WholeStencil<'a>,
         start: usize,
         w: [&'a [[f64; MAX_WIDTH]; 3]; 3],
     }
 
-    impl<const W: usize, const V: usize, const D: usize> SimdTask for Derivatives<'_, W, V, D> {
+    impl FastVisit for Sums<'_> {
         type Output = Vec<f64>;
-        fn run<S: Simd>(self, simd: S) -> Vec<f64> {
+
+        fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) -> Vec<f64> {
+            let mut out = vec![0.0; self.block.ncomp];
+            let w = [&self.w[0][0], &self.w[1][0], &self.w[2][0]];
+            self.block.field::<S, W, H>(simd, self.start, w, &mut out);
+            out
+        }
+
+        fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(
+            self,
+            simd: S,
+        ) -> Vec<f64> {
             let mut out = vec![0.0; 3 * self.block.ncomp];
             self.block
                 .derivatives::<S, W, V, D>(simd, self.start, self.w, &mut out);
@@ -556,79 +468,94 @@ mod tests {
         }
     }
 
-    fn check_gradient<const W: usize, const V: usize>(ncomp: usize) {
-        check_derivatives::<W, V, 1>(ncomp);
-        check_derivatives::<W, V, 2>(ncomp);
+    /// The triple sums a fast path of `summed` must give: the field's values, or the
+    /// derivatives' terms `[3c + d]` (derivative weights along `d`, values along the
+    /// others).
+    fn expected(
+        block: &WholeStencil<'_>,
+        start: usize,
+        weights: &[[[f64; MAX_WIDTH]; 3]; 3],
+        summed: Summed,
+        width: usize,
+    ) -> Vec<f64> {
+        let order = summed.order();
+        if order == 0 {
+            let w = [&weights[0][0], &weights[1][0], &weights[2][0]];
+            return triple_sum(block, start, w, width);
+        }
+        let by_derivative: Vec<Vec<f64>> = (0..3)
+            .map(|d| {
+                let along = |axis: usize| &weights[axis][if axis == d { order } else { 0 }];
+                triple_sum(block, start, [along(0), along(1), along(2)], width)
+            })
+            .collect();
+        (0..block.ncomp)
+            .flat_map(|c| by_derivative.iter().map(move |sums| sums[c]))
+            .collect()
     }
 
-    fn check_derivatives<const W: usize, const V: usize, const D: usize>(ncomp: usize) {
-        let (values, row, plane) = test_block(ncomp, 3, 6007);
-        let block = WholeStencil {
-            values: &values,
-            row_stride: row,
-            plane_stride: plane,
-            ncomp,
-        };
+    #[test]
+    fn every_compiled_fast_path_gives_the_triple_sums_and_fields_of_1_and_3_components_have_one() {
         let weights: [[[f64; MAX_WIDTH]; 3]; 3] = std::array::from_fn(|a| {
             std::array::from_fn(|o| {
                 std::array::from_fn(|k| ((k * 29 + a * 7 + o * 13) % 19) as f64 / 9.0 - 1.0)
             })
         });
         let w = [&weights[0], &weights[1], &weights[2]];
-        for corner in corners(W) {
-            let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
-            // Along x, y, z: derivative weights along one axis, values along the others;
-            // the answer is `[c * 3 + d]`.
-            let by_derivative: Vec<Vec<f64>> = (0..3)
-                .map(|d| {
-                    let along = |axis: usize| &weights[axis][if axis == d { D } else { 0 }];
-                    triple_sum(&block, start, [along(0), along(1), along(2)], W)
-                })
-                .collect();
-            let expected: Vec<f64> = (0..ncomp)
-                .flat_map(|c| by_derivative.iter().map(move |sums| sums[c]))
-                .collect();
-            let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            for path in KernelPath::supported() {
-                if block.wide_vectors(path.lanes(), W) != V {
-                    continue;
-                }
-                let got = path.run(Derivatives::<W, V, D> { block, start, w });
-                for (g, e) in got.iter().zip(&expected) {
-                    assert!(
-                        (g - e).abs() <= 1e-12 * scale,
-                        "{} W={W} D={D} nc={ncomp}: {g} vs {e}",
-                        path.name()
-                    );
+        let mut compiled = Vec::new();
+        for ncomp in 1..=4 {
+            let (values, row, plane) = test_block(ncomp, 3, 6007);
+            let block = WholeStencil {
+                values: &values,
+                row_stride: row,
+                plane_stride: plane,
+                ncomp,
+            };
+            for summed in [Summed::Field, Summed::Gradient, Summed::Laplacian] {
+                // A field's sums along z and y are float32.
+                let tolerance = if summed == Summed::Field { 2e-6 } else { 1e-12 };
+                for width in [4, 6, 8] {
+                    for corner in corners(width) {
+                        let start = corner[2] * plane + corner[1] * row + corner[0] * ncomp;
+                        let expected = expected(&block, start, &weights, summed, width);
+                        let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                        for path in KernelPath::supported() {
+                            let sums = Sums { block, start, w };
+                            let visit = Visit {
+                                summed,
+                                width,
+                                ncomp,
+                                visitor: sums,
+                            };
+                            let Some(got) = path.run(visit) else { continue };
+                            compiled.push((path, summed, width, ncomp));
+                            for (g, e) in got.iter().zip(&expected) {
+                                assert!(
+                                    (g - e).abs() <= tolerance * scale,
+                                    "{} {summed:?} W={width} nc={ncomp}: {g} vs {e}",
+                                    path.name()
+                                );
+                            }
+                        }
+                    }
                 }
             }
         }
-    }
-
-    #[test]
-    fn every_compiled_gradient_and_laplacian_gives_the_triple_sums_on_every_path() {
-        for ncomp in 1..=3 {
-            check_gradient::<4, 1>(ncomp);
-            check_gradient::<4, 2>(ncomp);
-            check_gradient::<4, 3>(ncomp);
-            check_gradient::<6, 2>(ncomp);
-            check_gradient::<6, 3>(ncomp);
-            check_gradient::<8, 2>(ncomp);
-            check_gradient::<8, 3>(ncomp);
-        }
-    }
-
-    #[test]
-    fn every_compiled_width_and_row_gives_the_triple_sum_on_every_path() {
-        for ncomp in 1..=4 {
-            check::<4, 1>(ncomp);
-            check::<4, 2>(ncomp);
-            check::<6, 1>(ncomp);
-            check::<6, 2>(ncomp);
-            check::<6, 3>(ncomp);
-            check::<8, 1>(ncomp);
-            check::<8, 2>(ncomp);
-            check::<8, 3>(ncomp);
+        for path in KernelPath::supported() {
+            let has = |summed, width, ncomp| compiled.contains(&(path, summed, width, ncomp));
+            // The portable path is the general kernel's alone.
+            let vector = path != KernelPath::Portable;
+            for width in [4, 6, 8] {
+                assert_eq!(has(Summed::Field, width, 1), vector, "{}", path.name());
+                assert_eq!(has(Summed::Field, width, 3), vector, "{}", path.name());
+                assert!(!has(Summed::Field, width, 4), "{}", path.name());
+            }
+            // Three components' rows of derivatives fit AVX-512's registers alone.
+            let wide = path == KernelPath::Avx512;
+            for summed in [Summed::Gradient, Summed::Laplacian] {
+                assert_eq!(has(summed, 4, 1), vector, "{}", path.name());
+                assert_eq!(has(summed, 8, 3), wide, "{}", path.name());
+            }
         }
     }
 }

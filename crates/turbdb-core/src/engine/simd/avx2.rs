@@ -35,6 +35,11 @@ pub(super) unsafe fn run<T: SimdTask>(task: T, simd: Avx2) -> T::Output {
 impl Simd for Avx2 {
     type V = __m256d;
     const LANES: usize = 4;
+    #[inline(always)]
+    fn enter<T: SimdTask>(self, task: T) -> T::Output {
+        // SAFETY: the token proves the CPU has AVX2 and FMA.
+        unsafe { run(task, self) }
+    }
 
     #[inline(always)]
     fn splat(self, v: f64) -> __m256d {

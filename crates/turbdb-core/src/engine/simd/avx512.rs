@@ -29,6 +29,11 @@ pub(super) unsafe fn run<T: SimdTask>(task: T, simd: Avx512) -> T::Output {
 impl Simd for Avx512 {
     type V = __m512d;
     const LANES: usize = 8;
+    #[inline(always)]
+    fn enter<T: SimdTask>(self, task: T) -> T::Output {
+        // SAFETY: the token proves the CPU has AVX-512F.
+        unsafe { run(task, self) }
+    }
 
     #[inline(always)]
     fn splat(self, v: f64) -> __m512d {

@@ -19,6 +19,10 @@ pub(super) fn run<T: SimdTask>(task: T, simd: Neon) -> T::Output {
 impl Simd for Neon {
     type V = [float64x2_t; 2];
     const LANES: usize = 4;
+    #[inline(always)]
+    fn enter<T: SimdTask>(self, task: T) -> T::Output {
+        run(task, self)
+    }
 
     #[inline(always)]
     fn splat(self, v: f64) -> Self::V {

@@ -20,6 +20,12 @@ pub(super) fn run<T: SimdTask>(task: T) -> T::Output {
 impl Simd for Portable {
     type V = [f64; 4];
     const LANES: usize = 4;
+    #[inline(always)]
+    fn enter<T: SimdTask>(self, task: T) -> T::Output {
+        run(task)
+    }
+    // The general kernel only: the reference the fast paths are tested against.
+    const FAST_PATHS: bool = false;
 
     #[inline(always)]
     fn splat(self, v: f64) -> [f64; 4] {
