@@ -150,6 +150,22 @@ impl TermSet {
             && self.slots == 3
     }
 
+    /// Whether the operator is the Hessian: its six terms, xx, xy, xz, yy, yz, zz.
+    pub fn is_hessian(&self) -> bool {
+        self.terms
+            == [
+                (2, 0, 0),
+                (1, 1, 1),
+                (1, 2, 2),
+                (0, 3, 3),
+                (0, 4, 4),
+                (0, 5, 5),
+            ]
+            && self.pairs == [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]
+            && self.z_orders == [0, 1, 2]
+            && self.slots == 6
+    }
+
     /// Whether the operator is the Laplacian: the three second derivatives, summed.
     pub fn is_laplacian(&self) -> bool {
         self.terms == [(2, 0, 0), (0, 1, 0), (0, 2, 0)]

@@ -1093,7 +1093,7 @@ mod tests {
         // Dense points (home blocks) and sparse ones (gathered stencils), every atom in one
         // batch and batches that split stencils, a time level of weight 0.5: a field's
         // float32 sums differ from the float64 answer by float32 rounding only, the
-        // gradient's and the Laplacian's (all float64) not at all.
+        // derivatives' (all float64) not at all.
         let geometry = FieldGeometry::new([32, 24, 16], 3, 8, 16).unwrap();
         let axes = [32, 24, 16].map(|n| Axis {
             n,
@@ -1110,9 +1110,12 @@ mod tests {
             (4000, Method::Lagrange(8), Operator::Gradient),
             (4000, Method::Fd4Lag4, Operator::Laplacian),
             (4000, Method::Lagrange(6), Operator::Laplacian),
+            (4000, Method::Lagrange(4), Operator::Hessian),
+            (4000, Method::Lagrange(8), Operator::Hessian),
             (150, Method::Lagrange(8), Operator::Field),
             (150, Method::Lagrange(4), Operator::Gradient),
             (150, Method::Fd4Lag4, Operator::Laplacian),
+            (150, Method::Lagrange(6), Operator::Hessian),
         ] {
             let points = points_in(&axes, count, 3);
             let (expected, work, data) = streaming_case(&source, &points, method, operator, axes);

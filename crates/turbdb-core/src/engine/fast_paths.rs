@@ -25,11 +25,26 @@ pub(crate) enum Summed {
     Gradient,
     /// The Laplacian (derivatives of order 2, summed).
     Laplacian,
+    /// The Hessian (its six terms).
+    Hessian,
 }
+
+/// The most components of the fields with fast paths (scalars and vectors).
+pub(crate) const MAX_COMPONENTS: usize = 3;
+
+/// The kinds of sum, as the constant `K` of [`FastVisit::sum`] (an enum cannot be a
+/// const parameter).
+pub(crate) const FIELD: u8 = 0;
+/// See [`FIELD`].
+pub(crate) const GRADIENT: u8 = 1;
+/// See [`FIELD`].
+pub(crate) const LAPLACIAN: u8 = 2;
+/// See [`FIELD`].
+pub(crate) const HESSIAN: u8 = 3;
 
 impl Summed {
     /// The fast operator of `terms`, if it has one: a field only where the answer is
-    /// float32 (`narrow`), the gradient and the Laplacian always (their sums are float64).
+    /// float32 (`narrow`), the derivatives always (their sums are float64).
     pub(crate) fn of(terms: &TermSet, narrow: bool) -> Option<Summed> {
         if narrow && terms.is_field() {
             Some(Summed::Field)
@@ -37,36 +52,33 @@ impl Summed {
             Some(Summed::Gradient)
         } else if terms.is_laplacian() {
             Some(Summed::Laplacian)
+        } else if terms.is_hessian() {
+            Some(Summed::Hessian)
         } else {
             None
         }
     }
 
-    /// The highest derivative order the operator takes (for [`crate::engine::simd::KernelPath::selected_for`]).
+    /// The highest derivative order the operator takes (for
+    /// [`crate::engine::simd::KernelPath::selected_for`]).
     pub(crate) fn order(self) -> usize {
         match self {
             Summed::Field => 0,
             Summed::Gradient => 1,
-            Summed::Laplacian => 2,
+            Summed::Laplacian | Summed::Hessian => 2,
         }
     }
 }
 
-/// What to do with the fast path chosen by [`visit`]: one method per kind of sum, its
-/// width and row length as constants.
+/// What to do with the fast path chosen by [`visit`].
 pub(crate) trait FastVisit {
     /// What the visit returns.
     type Output;
-    /// With a field's sum, `W` wide, rows of `H` float32 vectors
-    /// ([`crate::engine::whole_stencil::WholeStencil::field`]).
-    fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) -> Self::Output;
-    /// With the derivatives of order `D` (1: the gradient, 2: the Laplacian's terms), `W`
-    /// wide, rows of `V` float64 vectors
-    /// ([`crate::engine::whole_stencil::WholeStencil::derivatives`]).
-    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(
-        self,
-        simd: S,
-    ) -> Self::Output;
+    /// With the sum of kind `K` ([`FIELD`], [`GRADIENT`], [`LAPLACIAN`] or [`HESSIAN`])
+    /// over stencils `W` wide whose rows take `N` vectors: float32 ones for a field,
+    /// float64 ones for the derivatives
+    /// ([`crate::engine::whole_stencil::WholeStencil::answer`]).
+    fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) -> Self::Output;
 }
 
 /// Calls `visitor` with the fast path compiled for `summed` over stencils `width` wide of
@@ -101,21 +113,24 @@ fn four_lanes<S: Simd, F: FastVisit>(
     ncomp: usize,
     f: F,
 ) -> Option<F::Output> {
+    use Summed::*;
     debug_assert_eq!(S::LANES, 4);
-    // H = ⌈W · ncomp / 8⌉ float32 vectors; V = ⌈W · ncomp / 4⌉ float64 vectors, at most 2.
+    // N = ⌈W · ncomp / 8⌉ float32 vectors for a field; ⌈W · ncomp / 4⌉ float64 vectors
+    // for the derivatives, at most 2 (five sums a vector), 1 for the Hessian (nine).
     Some(match (summed, width, ncomp) {
-        (Summed::Field, 4, 1) => f.field::<S, 4, 1>(simd),
-        (Summed::Field, 6, 1) => f.field::<S, 6, 1>(simd),
-        (Summed::Field, 8, 1) => f.field::<S, 8, 1>(simd),
-        (Summed::Field, 4, 3) => f.field::<S, 4, 2>(simd),
-        (Summed::Field, 6, 3) => f.field::<S, 6, 3>(simd),
-        (Summed::Field, 8, 3) => f.field::<S, 8, 3>(simd),
-        (Summed::Gradient, 4, 1) => f.derivatives::<S, 4, 1, 1>(simd),
-        (Summed::Gradient, 6, 1) => f.derivatives::<S, 6, 2, 1>(simd),
-        (Summed::Gradient, 8, 1) => f.derivatives::<S, 8, 2, 1>(simd),
-        (Summed::Laplacian, 4, 1) => f.derivatives::<S, 4, 1, 2>(simd),
-        (Summed::Laplacian, 6, 1) => f.derivatives::<S, 6, 2, 2>(simd),
-        (Summed::Laplacian, 8, 1) => f.derivatives::<S, 8, 2, 2>(simd),
+        (Field, 4, 1) => f.sum::<S, 4, 1, FIELD>(simd),
+        (Field, 6, 1) => f.sum::<S, 6, 1, FIELD>(simd),
+        (Field, 8, 1) => f.sum::<S, 8, 1, FIELD>(simd),
+        (Field, 4, 3) => f.sum::<S, 4, 2, FIELD>(simd),
+        (Field, 6, 3) => f.sum::<S, 6, 3, FIELD>(simd),
+        (Field, 8, 3) => f.sum::<S, 8, 3, FIELD>(simd),
+        (Gradient, 4, 1) => f.sum::<S, 4, 1, GRADIENT>(simd),
+        (Gradient, 6, 1) => f.sum::<S, 6, 2, GRADIENT>(simd),
+        (Gradient, 8, 1) => f.sum::<S, 8, 2, GRADIENT>(simd),
+        (Laplacian, 4, 1) => f.sum::<S, 4, 1, LAPLACIAN>(simd),
+        (Laplacian, 6, 1) => f.sum::<S, 6, 2, LAPLACIAN>(simd),
+        (Laplacian, 8, 1) => f.sum::<S, 8, 2, LAPLACIAN>(simd),
+        (Hessian, 4, 1) => f.sum::<S, 4, 1, HESSIAN>(simd),
         _ => return None,
     })
 }
@@ -129,28 +144,37 @@ fn eight_lanes<S: Simd, F: FastVisit>(
     ncomp: usize,
     f: F,
 ) -> Option<F::Output> {
+    use Summed::*;
     debug_assert_eq!(S::LANES, 8);
-    // H = ⌈W · ncomp / 16⌉ float32 vectors; V = ⌈W · ncomp / 8⌉ float64 vectors, at most
-    // 3. A scalar's derivatives 6 and 8 wide (V = 1) are not compiled.
+    // N = ⌈W · ncomp / 16⌉ float32 vectors for a field; ⌈W · ncomp / 8⌉ float64 vectors
+    // for the derivatives, at most 3 (nine sums a vector for the Hessian). A scalar's
+    // derivatives 6 and 8 wide are not compiled.
     Some(match (summed, width, ncomp) {
-        (Summed::Field, 4, 1 | 3) => f.field::<S, 4, 1>(simd),
-        (Summed::Field, 6, 1) => f.field::<S, 6, 1>(simd),
-        (Summed::Field, 8, 1) => f.field::<S, 8, 1>(simd),
-        (Summed::Field, 6, 3) => f.field::<S, 6, 2>(simd),
-        (Summed::Field, 8, 3) => f.field::<S, 8, 2>(simd),
-        (Summed::Gradient, 4, 1) => f.derivatives::<S, 4, 1, 1>(simd),
-        (Summed::Gradient, 4, 3) => f.derivatives::<S, 4, 2, 1>(simd),
-        (Summed::Gradient, 6, 3) => f.derivatives::<S, 6, 3, 1>(simd),
-        (Summed::Gradient, 8, 3) => f.derivatives::<S, 8, 3, 1>(simd),
-        (Summed::Laplacian, 4, 1) => f.derivatives::<S, 4, 1, 2>(simd),
-        (Summed::Laplacian, 4, 3) => f.derivatives::<S, 4, 2, 2>(simd),
-        (Summed::Laplacian, 6, 3) => f.derivatives::<S, 6, 3, 2>(simd),
-        (Summed::Laplacian, 8, 3) => f.derivatives::<S, 8, 3, 2>(simd),
+        (Field, 4, 1 | 3) => f.sum::<S, 4, 1, FIELD>(simd),
+        (Field, 6, 1) => f.sum::<S, 6, 1, FIELD>(simd),
+        (Field, 8, 1) => f.sum::<S, 8, 1, FIELD>(simd),
+        (Field, 6, 3) => f.sum::<S, 6, 2, FIELD>(simd),
+        (Field, 8, 3) => f.sum::<S, 8, 2, FIELD>(simd),
+        (Gradient, 4, 1) => f.sum::<S, 4, 1, GRADIENT>(simd),
+        (Gradient, 4, 3) => f.sum::<S, 4, 2, GRADIENT>(simd),
+        (Gradient, 6, 3) => f.sum::<S, 6, 3, GRADIENT>(simd),
+        (Gradient, 8, 3) => f.sum::<S, 8, 3, GRADIENT>(simd),
+        (Laplacian, 4, 1) => f.sum::<S, 4, 1, LAPLACIAN>(simd),
+        (Laplacian, 4, 3) => f.sum::<S, 4, 2, LAPLACIAN>(simd),
+        (Laplacian, 6, 3) => f.sum::<S, 6, 3, LAPLACIAN>(simd),
+        (Laplacian, 8, 3) => f.sum::<S, 8, 3, LAPLACIAN>(simd),
+        (Hessian, 4, 1) => f.sum::<S, 4, 1, HESSIAN>(simd),
+        (Hessian, 4, 3) => f.sum::<S, 4, 2, HESSIAN>(simd),
+        (Hessian, 6, 3) => f.sum::<S, 6, 3, HESSIAN>(simd),
+        (Hessian, 8, 3) => f.sum::<S, 8, 3, HESSIAN>(simd),
         _ => return None,
     })
 }
 
-/// [`visit`] as a task on a [`crate::engine::simd::KernelPath`].
+/// [`visit`] as a task on a [`crate::engine::simd::KernelPath`]: run with
+/// [`crate::engine::simd::KernelPath::run`], every fast path is compiled into one
+/// function of the path; with [`crate::engine::simd::KernelPath::dispatch`], the visitor
+/// enters ([`Simd::enter`]) a function of its own for each.
 pub(crate) struct Visit<F> {
     pub(crate) summed: Summed,
     pub(crate) width: usize,
@@ -172,6 +196,5 @@ pub(crate) struct Probe;
 
 impl FastVisit for Probe {
     type Output = ();
-    fn field<S: Simd, const W: usize, const H: usize>(self, _: S) {}
-    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(self, _: S) {}
+    fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, _: S) {}
 }

@@ -757,46 +757,33 @@ impl<T: Lane, const NARROW: bool> PointSum for General<'_, T, NARROW> {
     }
 }
 
-/// A fast path's sum ([`crate::engine::fast_paths`]), from a float32 block whose first
-/// node is `origin`: a field's value (`D` = 0, `N` = `H` float32 vectors a row) or the
-/// gradient (`D` = 1) or Laplacian (`D` = 2, `N` = `V` float64 vectors a row), `W` wide.
+/// A fast path's sum of kind `K` ([`crate::engine::fast_paths`]), `W` wide, rows of `N`
+/// vectors, from a float32 block whose first node is `origin`.
 #[derive(Clone, Copy)]
-struct Whole<'a, const W: usize, const N: usize, const D: usize> {
+struct Whole<'a, const W: usize, const N: usize, const K: u8> {
     block: WholeStencil<'a>,
     origin: [i64; 3],
 }
 
-impl<const W: usize, const N: usize, const D: usize> PointSum for Whole<'_, W, N, D> {
+impl<const W: usize, const N: usize, const K: u8> PointSum for Whole<'_, W, N, K> {
     const RUNS: bool = false;
 
     #[inline(always)]
     fn sum<S: Simd>(self, simd: S, stencil: &Stencil, out: &mut [f64]) {
         let start = self.block.start(offsets(stencil, self.origin));
-        let w = [0, 1, 2].map(|a| &stencil.w[a].w);
-        // A match on the constant: only the arm taken is compiled.
-        match D {
-            0 => self
-                .block
-                .field::<S, W, N>(simd, start, [&w[0][0], &w[1][0], &w[2][0]], out),
-            1 => self.block.gradient::<S, W, N>(simd, start, w, out),
-            _ => self.block.laplacian::<S, W, N>(simd, start, w, out),
-        }
+        let w = [&stencil.w[0].w, &stencil.w[1].w, &stencil.w[2].w];
+        self.block.answer::<S, W, N, K>(simd, start, w, out);
     }
 }
 
 /// A cell's points summed on the fast path [`crate::engine::fast_paths::visit`] chose,
-/// entered on its SIMD path.
+/// entered on its SIMD path: each a function of its own.
 impl FastVisit for CellPoints<'_, WholeStencil<'_>> {
     type Output = ();
 
     #[inline(always)]
-    fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) {
-        simd.enter(self.summed_by(|block, origin| Whole::<W, H, 0> { block, origin }))
-    }
-
-    #[inline(always)]
-    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(self, simd: S) {
-        simd.enter(self.summed_by(|block, origin| Whole::<W, V, D> { block, origin }))
+    fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) {
+        simd.enter(self.summed_by(|block, origin| Whole::<W, N, K> { block, origin }))
     }
 }
 

@@ -12,8 +12,10 @@
 //! gradient keeps every sum in float64 (its sums cancel).
 
 use crate::engine::accumulate::{Block, TermSet};
-use crate::engine::fast_paths::{FastVisit, Probe, Summed, Visit};
-use crate::engine::simd::{KernelPath, Simd};
+use crate::engine::fast_paths::{
+    FastVisit, Probe, Summed, Visit, FIELD, GRADIENT, HESSIAN, LAPLACIAN, MAX_COMPONENTS,
+};
+use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
@@ -212,23 +214,20 @@ pub(crate) struct FastSum {
     width: usize,
 }
 
-/// Most values a point's answer takes on a fast path: the gradient's `3 · ncomp`, with
-/// `ncomp · W` at most [`MAX_LANES`] and `W` at least 4 (the sums are cleared per point:
-/// no more than they need).
-const MAX_OUT: usize = 3 * (MAX_LANES / 4);
+/// Most values a point's answer takes on a fast path: the Hessian's `6 · ncomp` for the
+/// most components a fast path has (the sums are cleared per point: no more than they
+/// need).
+const MAX_OUT: usize = 6 * MAX_COMPONENTS;
 
 impl FastSum {
     /// The fast path for stencils `width` wide of an operator of `terms` over `ncomp`
     /// components, if one is compiled ([`crate::engine::fast_paths`]): a field whose
-    /// answer is float32 (`narrow`), the gradient or the Laplacian, on the paths the
-    /// streaming executor takes them ([`KernelPath::selected_for`]).
+    /// answer is float32 (`narrow`), the gradient, the Laplacian or the Hessian, on the
+    /// paths the streaming executor takes them ([`KernelPath::selected_for`]).
     pub(crate) fn of(terms: &TermSet, narrow: bool, width: usize, ncomp: usize) -> Option<FastSum> {
         let summed = Summed::of(terms, narrow)?;
-        if ncomp * width > MAX_LANES || ncomp * terms.slots() > MAX_OUT {
-            return None;
-        }
         let path = KernelPath::selected_for(summed.order()).ok()?;
-        path.run(Visit {
+        path.dispatch(Visit {
             summed,
             width,
             ncomp,
@@ -253,18 +252,20 @@ impl FastSum {
         scale: f64,
         out: &mut [f64],
     ) -> bool {
+        let add = AddWhole {
+            block,
+            start,
+            w,
+            scale,
+            out,
+        };
+        // One call a point, into the path's function, where the sum is chosen.
         self.path
             .run(Visit {
                 summed: self.summed,
                 width: self.width,
                 ncomp: block.ncomp,
-                visitor: AddWhole {
-                    block,
-                    start,
-                    w,
-                    scale,
-                    out,
-                },
+                visitor: add,
             })
             .is_some()
     }
@@ -279,46 +280,161 @@ struct AddWhole<'a, 'o> {
     out: &'o mut [f64],
 }
 
-impl AddWhole<'_, '_> {
-    /// Adds `scale` times the first `len` of `sums` to the answer.
-    #[inline(always)]
-    fn add_scaled(self, sums: &[f64; MAX_OUT], len: usize) {
-        for (o, s) in self.out[..len].iter_mut().zip(&sums[..len]) {
-            *o = self.scale.mul_add(*s, *o);
-        }
-    }
-}
-
 impl FastVisit for AddWhole<'_, '_> {
     type Output = ();
 
     #[inline(always)]
-    fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) {
-        let mut sums = [0.0; MAX_OUT];
-        let w = &self.w;
-        self.block.field::<S, W, H>(
-            simd,
-            self.start,
-            [&w[0].w[0], &w[1].w[0], &w[2].w[0]],
-            &mut sums,
-        );
-        let nc = self.block.ncomp;
-        self.add_scaled(&sums, nc);
+    fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) {
+        let sum = AddWholeSum::<W, N, K>(self);
+        match K {
+            // In the function of every other sum, the Hessian's nine sums a vector
+            // spilled from the registers and it ran twice as slow as the general kernel:
+            // a function of its own (one more call a point). The others are inlined (a
+            // call more made the lag6 field 8 % slower).
+            HESSIAN => simd.enter(sum),
+            _ => sum.run(simd),
+        }
     }
+}
+
+/// [`AddWhole`] with its sum chosen: a task of its own on the path.
+struct AddWholeSum<'a, 'o, const W: usize, const N: usize, const K: u8>(AddWhole<'a, 'o>);
+
+impl<const W: usize, const N: usize, const K: u8> SimdTask for AddWholeSum<'_, '_, W, N, K> {
+    type Output = ();
 
     #[inline(always)]
-    fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(self, simd: S) {
+    fn run<S: Simd>(self, simd: S) {
+        let AddWhole {
+            block,
+            start,
+            w,
+            scale,
+            out,
+        } = self.0;
         let mut sums = [0.0; MAX_OUT];
-        let (w, nc) = (self.w, self.block.ncomp);
-        let w = [&w[0].w, &w[1].w, &w[2].w];
-        if D == 1 {
-            self.block
-                .gradient::<S, W, V>(simd, self.start, w, &mut sums);
-            self.add_scaled(&sums, 3 * nc);
-        } else {
-            self.block
-                .laplacian::<S, W, V>(simd, self.start, w, &mut sums);
-            self.add_scaled(&sums, nc);
+        let len = block.answer::<S, W, N, K>(simd, start, [&w[0].w, &w[1].w, &w[2].w], &mut sums);
+        for (o, s) in out[..len].iter_mut().zip(&sums[..len]) {
+            *o = scale.mul_add(*s, *o);
+        }
+    }
+}
+
+impl WholeStencil<'_> {
+    /// Writes the answer of the fast path of kind `K` ([`crate::engine::fast_paths`]) at
+    /// one point, `W` wide, rows of `N` vectors, to the start of `out` (`w` holds each
+    /// axis's weights of orders 0 to 2); returns the values written. Only the arm of `K`
+    /// is compiled.
+    #[inline(always)]
+    pub(crate) fn answer<S: Simd, const W: usize, const N: usize, const K: u8>(
+        &self,
+        simd: S,
+        start: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        out: &mut [f64],
+    ) -> usize {
+        let nc = self.ncomp;
+        match K {
+            FIELD => {
+                self.field::<S, W, N>(simd, start, [&w[0][0], &w[1][0], &w[2][0]], out);
+                nc
+            }
+            GRADIENT => {
+                self.gradient::<S, W, N>(simd, start, w, out);
+                3 * nc
+            }
+            LAPLACIAN => {
+                self.laplacian::<S, W, N>(simd, start, w, out);
+                nc
+            }
+            _ => {
+                // HESSIAN.
+                self.hessian::<S, W, N>(simd, start, w, out);
+                6 * nc
+            }
+        }
+    }
+
+    /// Writes the Hessian at one point to `out[6c + s]` for each component `c`, in the
+    /// order xx, xy, xz, yy, yz, zz, like [`Self::derivatives`]: each row summed along z
+    /// with the weights of orders 0, 1 and 2, then along y into the six (y, z) pairs of
+    /// total order at most 2, each weighted along x at the end. Its `9 V` sums fit
+    /// AVX-512's 32 registers for `V` up to 3, the 16 of the other paths for `V` = 1.
+    ///
+    /// # Panics
+    /// As [`Self::derivatives`].
+    #[inline(always)]
+    pub(crate) fn hessian<S: Simd, const W: usize, const V: usize>(
+        &self,
+        simd: S,
+        start: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        out: &mut [f64],
+    ) {
+        let lanes = S::LANES;
+        assert!(W <= MAX_WIDTH && V * lanes <= MAX_LANES && W * self.ncomp <= V * lanes);
+        let (row, plane) = (self.row_stride, self.plane_stride);
+        assert!(
+            start + (W - 1) * (plane + row) + V * lanes <= self.values.len(),
+            "a block must hold PADDING values past its end"
+        );
+        let [wx, wy, wz] = w;
+        let base = self.values.as_ptr();
+        let zero = simd.splat(0.0);
+        // The (y, z) orders of the six terms, and the x order each is weighted with.
+        const PAIRS: [(usize, usize, usize); 6] = [
+            (0, 0, 2),
+            (1, 0, 1),
+            (0, 1, 1),
+            (2, 0, 0),
+            (1, 1, 0),
+            (0, 2, 0),
+        ];
+        let mut pairs = [[zero; V]; 6];
+        for y in 0..W {
+            let mut along_z = [[zero; V]; 3];
+            for z in 0..W {
+                // Written out, not `array::map`: a closure the compiler leaves outlined
+                // cannot inline the path's intrinsics, and returns each vector in memory.
+                let f = [
+                    simd.splat(wz[0][z]),
+                    simd.splat(wz[1][z]),
+                    simd.splat(wz[2][z]),
+                ];
+                let r = start + z * plane + y * row;
+                for v in 0..V {
+                    // SAFETY: every row of the stencil, read to `V` whole vectors, lies
+                    // in the block (asserted above).
+                    let x = unsafe { simd.load_f32(base.add(r + v * lanes)) };
+                    for o in 0..3 {
+                        along_z[o][v] = simd.mul_add(x, f[o], along_z[o][v]);
+                    }
+                }
+            }
+            let g = [
+                simd.splat(wy[0][y]),
+                simd.splat(wy[1][y]),
+                simd.splat(wy[2][y]),
+            ];
+            for (sums, &(oy, oz, _)) in pairs.iter_mut().zip(&PAIRS) {
+                for v in 0..V {
+                    sums[v] = simd.mul_add(along_z[oz][v], g[oy], sums[v]);
+                }
+            }
+        }
+        let nc = self.ncomp;
+        for (slot, (sums, &(_, _, ox))) in pairs.iter().zip(&PAIRS).enumerate() {
+            let mut row_sums = [0.0f64; MAX_LANES];
+            for (v, &s) in sums.iter().enumerate() {
+                simd.store(s, &mut row_sums[v * lanes..]);
+            }
+            for c in 0..nc {
+                let mut sum = 0.0;
+                for k in 0..W {
+                    sum += wx[ox][k] * row_sums[k * nc + c];
+                }
+                out[6 * c + slot] = sum;
+            }
         }
     }
 }
@@ -338,6 +454,9 @@ impl WholeStencil<'_> {
 
     /// Writes the Laplacian at one point to `out[c]`: the three [`Self::derivatives`] of
     /// order 2, summed.
+    ///
+    /// # Panics
+    /// As [`Self::derivatives`], or for more than [`MAX_COMPONENTS`] components.
     #[inline(always)]
     pub(crate) fn laplacian<S: Simd, const W: usize, const V: usize>(
         &self,
@@ -346,7 +465,7 @@ impl WholeStencil<'_> {
         w: [&[[f64; MAX_WIDTH]; 3]; 3],
         out: &mut [f64],
     ) {
-        let mut terms = [0.0; MAX_LANES];
+        let mut terms = [0.0; 3 * MAX_COMPONENTS];
         self.derivatives::<S, W, V, 2>(simd, start, w, &mut terms);
         for (c, out) in out[..self.ncomp].iter_mut().enumerate() {
             *out = terms[3 * c] + terms[3 * c + 1] + terms[3 * c + 2];
@@ -373,11 +492,11 @@ mod tests {
     use crate::engine::simd::KernelPath;
 
     #[test]
-    fn only_float32_answers_take_the_field_fast_path_and_the_hessian_none() {
+    fn only_float32_answers_take_the_field_fast_path_and_vector_derivatives_need_avx512() {
         use crate::interp::method::Operator;
         let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
         let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
-        let laplacian = terms(Operator::Laplacian);
+        let (laplacian, hessian) = (terms(Operator::Laplacian), terms(Operator::Hessian));
         // Three components' rows of derivatives fit the registers on AVX-512 alone.
         let wide = KernelPath::Avx512.is_supported();
         for width in [4, 6, 8] {
@@ -385,8 +504,8 @@ mod tests {
             assert!(FastSum::of(&field, false, width, 3).is_none());
             assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), wide);
             assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), wide);
+            assert_eq!(FastSum::of(&hessian, false, width, 3).is_some(), wide);
         }
-        assert!(FastSum::of(&terms(Operator::Hessian), true, 4, 3).is_none());
         // A row longer than the widest path's registers hold.
         assert!(FastSum::of(&field, true, 8, 7).is_none());
     }
@@ -439,38 +558,28 @@ mod tests {
         [[0, 0, 0], [nx - width, ny - width, nz - width], [1, 2, 1]]
     }
 
-    /// One point's sums on the fast path [`crate::engine::fast_paths::visit`] chose: the
-    /// field's values, or the derivatives' terms `[3c + d]`.
-    struct Sums<'a> {
+    /// One point's answer on the fast path [`crate::engine::fast_paths::visit`] chose.
+    struct Answer<'a> {
         block: WholeStencil<'a>,
         start: usize,
         w: [&'a [[f64; MAX_WIDTH]; 3]; 3],
     }
 
-    impl FastVisit for Sums<'_> {
+    impl FastVisit for Answer<'_> {
         type Output = Vec<f64>;
 
-        fn field<S: Simd, const W: usize, const H: usize>(self, simd: S) -> Vec<f64> {
-            let mut out = vec![0.0; self.block.ncomp];
-            let w = [&self.w[0][0], &self.w[1][0], &self.w[2][0]];
-            self.block.field::<S, W, H>(simd, self.start, w, &mut out);
-            out
-        }
-
-        fn derivatives<S: Simd, const W: usize, const V: usize, const D: usize>(
-            self,
-            simd: S,
-        ) -> Vec<f64> {
-            let mut out = vec![0.0; 3 * self.block.ncomp];
-            self.block
-                .derivatives::<S, W, V, D>(simd, self.start, self.w, &mut out);
+        fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) -> Vec<f64> {
+            let mut out = vec![0.0; 6 * self.block.ncomp];
+            let len = self
+                .block
+                .answer::<S, W, N, K>(simd, self.start, self.w, &mut out);
+            out.truncate(len);
             out
         }
     }
 
-    /// The triple sums a fast path of `summed` must give: the field's values, or the
-    /// derivatives' terms `[3c + d]` (derivative weights along `d`, values along the
-    /// others).
+    /// The triple sums the answer of a fast path of `summed` must be, point-major:
+    /// `Σ wx wy wz f` with the weights of each term's orders along x, y and z.
     fn expected(
         block: &WholeStencil<'_>,
         start: usize,
@@ -478,19 +587,39 @@ mod tests {
         summed: Summed,
         width: usize,
     ) -> Vec<f64> {
-        let order = summed.order();
-        if order == 0 {
-            let w = [&weights[0][0], &weights[1][0], &weights[2][0]];
-            return triple_sum(block, start, w, width);
-        }
-        let by_derivative: Vec<Vec<f64>> = (0..3)
-            .map(|d| {
-                let along = |axis: usize| &weights[axis][if axis == d { order } else { 0 }];
-                triple_sum(block, start, [along(0), along(1), along(2)], width)
+        // Each answer value's terms, as orders along (x, y, z), summed.
+        let terms: Vec<Vec<[usize; 3]>> = match summed {
+            Summed::Field => vec![vec![[0, 0, 0]]],
+            Summed::Gradient => vec![vec![[1, 0, 0]], vec![[0, 1, 0]], vec![[0, 0, 1]]],
+            Summed::Laplacian => vec![vec![[2, 0, 0], [0, 2, 0], [0, 0, 2]]],
+            Summed::Hessian => [
+                [2, 0, 0],
+                [1, 1, 0],
+                [1, 0, 1],
+                [0, 2, 0],
+                [0, 1, 1],
+                [0, 0, 2],
+            ]
+            .map(|o| vec![o])
+            .to_vec(),
+        };
+        let by_term: Vec<Vec<f64>> = terms
+            .iter()
+            .map(|sum| {
+                let parts: Vec<Vec<f64>> = sum
+                    .iter()
+                    .map(|o| {
+                        let w = [&weights[0][o[0]], &weights[1][o[1]], &weights[2][o[2]]];
+                        triple_sum(block, start, w, width)
+                    })
+                    .collect();
+                (0..block.ncomp)
+                    .map(|c| parts.iter().map(|p| p[c]).sum())
+                    .collect()
             })
             .collect();
         (0..block.ncomp)
-            .flat_map(|c| by_derivative.iter().map(move |sums| sums[c]))
+            .flat_map(|c| by_term.iter().map(move |sums| sums[c]))
             .collect()
     }
 
@@ -511,7 +640,12 @@ mod tests {
                 plane_stride: plane,
                 ncomp,
             };
-            for summed in [Summed::Field, Summed::Gradient, Summed::Laplacian] {
+            for summed in [
+                Summed::Field,
+                Summed::Gradient,
+                Summed::Laplacian,
+                Summed::Hessian,
+            ] {
                 // A field's sums along z and y are float32.
                 let tolerance = if summed == Summed::Field { 2e-6 } else { 1e-12 };
                 for width in [4, 6, 8] {
@@ -520,15 +654,15 @@ mod tests {
                         let expected = expected(&block, start, &weights, summed, width);
                         let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
                         for path in KernelPath::supported() {
-                            let sums = Sums { block, start, w };
                             let visit = Visit {
                                 summed,
                                 width,
                                 ncomp,
-                                visitor: sums,
+                                visitor: Answer { block, start, w },
                             };
                             let Some(got) = path.run(visit) else { continue };
                             compiled.push((path, summed, width, ncomp));
+                            assert_eq!(got.len(), expected.len());
                             for (g, e) in got.iter().zip(&expected) {
                                 assert!(
                                     (g - e).abs() <= tolerance * scale,
@@ -552,7 +686,7 @@ mod tests {
             }
             // Three components' rows of derivatives fit AVX-512's registers alone.
             let wide = path == KernelPath::Avx512;
-            for summed in [Summed::Gradient, Summed::Laplacian] {
+            for summed in [Summed::Gradient, Summed::Laplacian, Summed::Hessian] {
                 assert_eq!(has(summed, 4, 1), vector, "{}", path.name());
                 assert_eq!(has(summed, 8, 3), wide, "{}", path.name());
             }

@@ -26,6 +26,9 @@ impl From<super::Avx512> for Avx2 {
 ///
 /// # Safety
 /// None beyond holding the token, which proves the CPU has the instructions.
+// Never inlined: a task entered from code of the same path ([`Simd::enter`]) must stay
+// a function of its own.
+#[inline(never)]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn run<T: SimdTask>(task: T, simd: Avx2) -> T::Output {
     task.run(simd)
