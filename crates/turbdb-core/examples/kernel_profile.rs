@@ -29,7 +29,9 @@ fn main() {
     let method = Method::parse(args.get(4).map_or("lag8", |s| s.as_str())).unwrap();
     let operator = Operator::parse(args.get(5).map_or("field", |s| s.as_str())).unwrap();
     let grid = 256;
-    let geometry = FieldGeometry::new([grid; 3], 3, 8, 64).unwrap();
+    // `NCOMP=1` for a scalar field (the benchmark dataset's pressure).
+    let ncomp = std::env::var("NCOMP").map_or(3, |s| s.parse().expect("NCOMP: components"));
+    let geometry = FieldGeometry::new([grid; 3], ncomp, 8, 64).unwrap();
     let reader = FieldReader::new(
         std::path::PathBuf::from(root),
         geometry,

@@ -147,8 +147,7 @@ fn eight_lanes<S: Simd, F: FastVisit>(
     use Summed::*;
     debug_assert_eq!(S::LANES, 8);
     // N = ⌈W · ncomp / 16⌉ float32 vectors for a field; ⌈W · ncomp / 8⌉ float64 vectors
-    // for the derivatives, at most 3 (nine sums a vector for the Hessian). A scalar's
-    // derivatives 6 and 8 wide are not compiled.
+    // for the derivatives, at most 3 (nine sums a vector for the Hessian).
     Some(match (summed, width, ncomp) {
         (Field, 4, 1 | 3) => f.sum::<S, 4, 1, FIELD>(simd),
         (Field, 6, 1) => f.sum::<S, 6, 1, FIELD>(simd),
@@ -156,14 +155,20 @@ fn eight_lanes<S: Simd, F: FastVisit>(
         (Field, 6, 3) => f.sum::<S, 6, 2, FIELD>(simd),
         (Field, 8, 3) => f.sum::<S, 8, 2, FIELD>(simd),
         (Gradient, 4, 1) => f.sum::<S, 4, 1, GRADIENT>(simd),
+        (Gradient, 6, 1) => f.sum::<S, 6, 1, GRADIENT>(simd),
+        (Gradient, 8, 1) => f.sum::<S, 8, 1, GRADIENT>(simd),
         (Gradient, 4, 3) => f.sum::<S, 4, 2, GRADIENT>(simd),
         (Gradient, 6, 3) => f.sum::<S, 6, 3, GRADIENT>(simd),
         (Gradient, 8, 3) => f.sum::<S, 8, 3, GRADIENT>(simd),
         (Laplacian, 4, 1) => f.sum::<S, 4, 1, LAPLACIAN>(simd),
+        (Laplacian, 6, 1) => f.sum::<S, 6, 1, LAPLACIAN>(simd),
+        (Laplacian, 8, 1) => f.sum::<S, 8, 1, LAPLACIAN>(simd),
         (Laplacian, 4, 3) => f.sum::<S, 4, 2, LAPLACIAN>(simd),
         (Laplacian, 6, 3) => f.sum::<S, 6, 3, LAPLACIAN>(simd),
         (Laplacian, 8, 3) => f.sum::<S, 8, 3, LAPLACIAN>(simd),
         (Hessian, 4, 1) => f.sum::<S, 4, 1, HESSIAN>(simd),
+        (Hessian, 6, 1) => f.sum::<S, 6, 1, HESSIAN>(simd),
+        (Hessian, 8, 1) => f.sum::<S, 8, 1, HESSIAN>(simd),
         (Hessian, 4, 3) => f.sum::<S, 4, 2, HESSIAN>(simd),
         (Hessian, 6, 3) => f.sum::<S, 6, 3, HESSIAN>(simd),
         (Hessian, 8, 3) => f.sum::<S, 8, 3, HESSIAN>(simd),

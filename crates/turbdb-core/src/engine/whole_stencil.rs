@@ -689,6 +689,11 @@ mod tests {
             for summed in [Summed::Gradient, Summed::Laplacian, Summed::Hessian] {
                 assert_eq!(has(summed, 4, 1), vector, "{}", path.name());
                 assert_eq!(has(summed, 8, 3), wide, "{}", path.name());
+                // A scalar's row of 8 is one AVX-512 vector.
+                assert_eq!(
+                    has(summed, 8, 1),
+                    wide || summed != Summed::Hessian && vector
+                );
             }
         }
     }
