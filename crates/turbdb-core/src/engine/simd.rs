@@ -197,25 +197,19 @@ impl KernelPath {
     /// If the CPU cannot run the path (see [`KernelPath::check`]).
     #[inline]
     pub(crate) fn run<T: SimdTask>(self, task: T) -> T::Output {
-        match self {
-            KernelPath::Portable => portable::run(task),
-            #[cfg(target_arch = "x86_64")]
-            KernelPath::Avx2 => match Avx2::new() {
-                // SAFETY: the token proves the CPU has AVX2 and FMA.
-                Some(simd) => unsafe { avx2::run(task, simd) },
-                None => unsupported(self),
-            },
-            #[cfg(target_arch = "x86_64")]
-            KernelPath::Avx512 => match Avx512::new() {
-                // SAFETY: the token proves the CPU has AVX-512F.
-                Some(simd) => unsafe { avx512::run(task, simd) },
-                None => unsupported(self),
-            },
-            #[cfg(target_arch = "aarch64")]
-            KernelPath::Neon => neon::run(task, Neon),
-            #[allow(unreachable_patterns)]
-            _ => unsupported(self),
-        }
+        self.dispatch(Enter(task))
+    }
+}
+
+/// A task entered on the path whose token it is given ([`KernelPath::run`]).
+struct Enter<T>(T);
+
+impl<T: SimdTask> SimdTask for Enter<T> {
+    type Output = T::Output;
+
+    #[inline(always)]
+    fn run<S: Simd>(self, simd: S) -> T::Output {
+        simd.enter(self.0)
     }
 }
 

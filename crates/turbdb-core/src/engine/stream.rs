@@ -136,18 +136,15 @@ pub fn execute(
 /// cast of a float64 answer afterwards was a serial pass: 1.5–1.7 ms a million points on a
 /// 2-core Intel Xeon, load 1.2).
 pub trait AnswerValue: Pooled + Default + Sync {
-    /// Whether the answers are float32 (else float64).
+    /// Whether the answers are float32 (else float64): then the kernel may sum stored
+    /// float32 values along z in float32 ([`TermSet::narrow`]).
     const FLOAT32: bool;
-    /// Whether the kernel may sum stored float32 values along z in float32
-    /// ([`TermSet::narrow`]).
-    const NARROW_SUMS: bool;
     /// The answer's value of a sum.
     fn from_sum(sum: f64) -> Self;
 }
 
 impl AnswerValue for f64 {
     const FLOAT32: bool = false;
-    const NARROW_SUMS: bool = false;
 
     #[inline(always)]
     fn from_sum(sum: f64) -> f64 {
@@ -157,7 +154,6 @@ impl AnswerValue for f64 {
 
 impl AnswerValue for f32 {
     const FLOAT32: bool = true;
-    const NARROW_SUMS: bool = true;
     #[inline(always)]
     fn from_sum(sum: f64) -> f32 {
         sum as f32
@@ -175,7 +171,7 @@ pub fn execute_within<T: AnswerValue>(
     order: Order,
     stats: &StreamStats,
 ) -> Result<Vec<T>> {
-    let terms = TermSet::new(plan.operator.terms(), plan.operator.slots()).narrow(T::NARROW_SUMS);
+    let terms = TermSet::new(plan.operator.terms(), plan.operator.slots()).narrow(T::FLOAT32);
     let out_len = plan.geometry.ncomp * terms.slots();
     stats.ran_on(plan.kernel_path());
     // Every point lies in one cell, which sums its whole stencil and writes its answer
@@ -555,17 +551,25 @@ fn run_cell(
     // dispatch a cell): a field's value or the gradient from a float32 block on a fast
     // path where its width and row length are among those compiled, else the general
     // kernel.
-    macro_rules! sum_with {
-        ($sum:expr) => {
-            path.run(CellPoints {
+    // The cell's points, with its scratch (reborrowed: the fast path may not take them).
+    macro_rules! cell_work {
+        () => {
+            CellWork {
                 plan,
                 points: points.clone(),
                 cell,
                 out_len,
                 target,
-                stencils,
-                sums,
+                stencils: &mut *stencils,
+                sums: &mut *sums,
                 stats,
+            }
+        };
+    }
+    macro_rules! sum_with {
+        ($sum:expr) => {
+            path.run(CellPoints {
+                work: cell_work!(),
                 sum: $sum,
             })
         };
@@ -582,14 +586,7 @@ fn run_cell(
             width: plan.kernel.width(),
             ncomp: nc,
             visitor: CellPoints {
-                plan,
-                points: points.clone(),
-                cell,
-                out_len,
-                target,
-                stencils: &mut *stencils,
-                sums: &mut *sums,
-                stats,
+                work: cell_work!(),
                 sum: WholeStencil {
                     values: &block32[..],
                     row_stride: row * nc,
@@ -641,6 +638,12 @@ struct Stencil {
 
 /// The points of one cell and how each is summed from the block of its box.
 struct CellPoints<'a, P> {
+    work: CellWork<'a>,
+    sum: P,
+}
+
+/// The points of one cell, where their answers go, and the scratch they are summed with.
+struct CellWork<'a> {
     plan: &'a Plan,
     /// The points (executor's numbers).
     points: Range<usize>,
@@ -651,7 +654,6 @@ struct CellPoints<'a, P> {
     stencils: &'a mut Vec<Stencil>,
     sums: &'a mut [f64],
     stats: &'a StreamStats,
-    sum: P,
 }
 
 impl<P: PointSum> SimdTask for CellPoints<'_, P> {
@@ -669,14 +671,17 @@ impl<P: PointSum> CellPoints<'_, P> {
     #[inline(always)]
     fn sum_points<S: Simd>(self, simd: S) {
         let CellPoints {
-            plan,
-            points,
-            cell,
-            out_len,
-            target,
-            stencils,
-            sums,
-            stats,
+            work:
+                CellWork {
+                    plan,
+                    points,
+                    cell,
+                    out_len,
+                    target,
+                    stencils,
+                    sums,
+                    stats,
+                },
             sum,
         } = self;
         let width = plan.kernel.width();
@@ -795,27 +800,10 @@ impl<'a> CellPoints<'a, WholeStencil<'a>> {
         self,
         whole: impl FnOnce(WholeStencil<'a>, [i64; 3]) -> P,
     ) -> CellPoints<'a, P> {
-        let CellPoints {
-            plan,
-            points,
-            cell,
-            out_len,
-            target,
-            stencils,
-            sums,
-            stats,
-            sum,
-        } = self;
+        let origin = self.work.cell.origin;
         CellPoints {
-            plan,
-            points,
-            cell,
-            out_len,
-            target,
-            stencils,
-            sums,
-            stats,
-            sum: whole(sum, cell.origin),
+            work: self.work,
+            sum: whole(self.sum, origin),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The kernel's fast paths for the commonest sums: a field's value (float32 answers) and
-//! the gradient, at a point whose whole stencil lies in one float32 block — every point of
+//! The kernel's fast paths for the commonest sums: a field's value (float32 answers), the
+//! gradient, the Laplacian and the Hessian, at a point whose whole stencil lies in one
+//! float32 block (which are compiled: [`crate::engine::fast_paths`]) — every point of
 //! the streaming executor, whose cell blocks hold their halo. The stencil's width `W` and
 //! the row's vector count are constants, so every loop unrolls and every sum stays in a
 //! register, with none of the general kernel's runs, bounds and dispatch per point
@@ -9,7 +10,7 @@
 //! y in float32, widened once and weighted along x in float64. The float32 sums add a few
 //! roundings of 6e-8 of the field's magnitude, of the order of the float32 answer's own
 //! rounding; float64 answers take the general kernel, whose sums are all float64. The
-//! gradient keeps every sum in float64 (its sums cancel).
+//! derivatives keep every sum in float64 (their sums cancel).
 
 use crate::engine::accumulate::{Block, TermSet};
 use crate::engine::fast_paths::{
@@ -54,6 +55,18 @@ impl<'a> WholeStencil<'a> {
         offset[2] * self.plane_stride + offset[1] * self.row_stride + offset[0] * self.ncomp
     }
 
+    /// Panics unless a `W`-wide stencil whose first value is `start`, each row read as
+    /// `len` values (whole vectors), lies in the block, and `len` covers a row and fits
+    /// [`MAX_LANES`].
+    #[inline(always)]
+    fn assert_rows<const W: usize>(&self, start: usize, len: usize) {
+        assert!(W <= MAX_WIDTH && len <= MAX_LANES && W * self.ncomp <= len);
+        assert!(
+            start + (W - 1) * (self.plane_stride + self.row_stride) + len <= self.values.len(),
+            "a block must hold PADDING values past its end"
+        );
+    }
+
     /// Writes the field at one point to `out[c]` for each component: `start` is the index
     /// of the stencil's first value (its lowest x, y and z node), `w` its weights along x,
     /// y and z (the first `W` of each).
@@ -70,12 +83,8 @@ impl<'a> WholeStencil<'a> {
         out: &mut [f64],
     ) {
         let lanes = 2 * S::LANES;
-        assert!(W <= MAX_WIDTH && 2 * H * S::LANES <= MAX_LANES && W * self.ncomp <= H * lanes);
+        self.assert_rows::<W>(start, H * lanes);
         let (row, plane) = (self.row_stride, self.plane_stride);
-        assert!(
-            start + (W - 1) * (plane + row) + H * lanes <= self.values.len(),
-            "a block must hold PADDING values past its end"
-        );
         let [wx, wy, wz] = w;
         let wz: [f32; W] = std::array::from_fn(|k| wz[k] as f32);
         let base = self.values.as_ptr();
@@ -153,12 +162,8 @@ impl WholeStencil<'_> {
         out: &mut [f64],
     ) {
         let lanes = S::LANES;
-        assert!(W <= MAX_WIDTH && V * lanes <= MAX_LANES && W * self.ncomp <= V * lanes);
+        self.assert_rows::<W>(start, V * lanes);
         let (row, plane) = (self.row_stride, self.plane_stride);
-        assert!(
-            start + (W - 1) * (plane + row) + V * lanes <= self.values.len(),
-            "a block must hold PADDING values past its end"
-        );
         let [wx, wy, wz] = w;
         let base = self.values.as_ptr();
         let zero = simd.splat(0.0);
@@ -372,12 +377,8 @@ impl WholeStencil<'_> {
         out: &mut [f64],
     ) {
         let lanes = S::LANES;
-        assert!(W <= MAX_WIDTH && V * lanes <= MAX_LANES && W * self.ncomp <= V * lanes);
+        self.assert_rows::<W>(start, V * lanes);
         let (row, plane) = (self.row_stride, self.plane_stride);
-        assert!(
-            start + (W - 1) * (plane + row) + V * lanes <= self.values.len(),
-            "a block must hold PADDING values past its end"
-        );
         let [wx, wy, wz] = w;
         let base = self.values.as_ptr();
         let zero = simd.splat(0.0);
