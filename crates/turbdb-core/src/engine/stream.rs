@@ -3,8 +3,8 @@
 //! storage order. Every point lies in one cell, which sums its whole stencil, so cells run
 //! in parallel and the answer does not depend on the order atoms arrive in nor on which
 //! worker finishes first. The price is the halo: atoms at a cell's border are also read
-//! into its neighbours' blocks (on a 256³ grid in 8³ atoms, lag8, cells of 64 × 32 × 32
-//! nodes, boxes of 71 × 39 × 39: 1.65× the nodes copied).
+//! into its neighbours' blocks (on a 256³ grid in 8³ atoms, lag8, cells of 64³ nodes,
+//! boxes of 71³: 1.37× the nodes copied).
 
 use std::cell::RefCell;
 use std::ops::Range;
