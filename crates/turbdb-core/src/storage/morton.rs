@@ -38,8 +38,9 @@ pub fn encode(x: u32, y: u32, z: u32) -> u64 {
 /// Largest coordinate [`encode_small`] takes.
 pub const MAX_SMALL: u32 = 15;
 
-/// [`encode`] of coordinates up to [`MAX_SMALL`] (an atom's place in a cell), from a table:
-/// a point's plan spread 21 bits three times for a few.
+/// [`encode`] of coordinates up to [`MAX_SMALL`] (an atom's place in a cell) from a table,
+/// where [`encode`] spreads 21 bits of each: the plan codes every point's atom (41 → 38
+/// ns a lag8 point on one thread).
 #[inline]
 pub fn encode_small(x: u32, y: u32, z: u32) -> u32 {
     /// Bit i of the index at bit 3i.
