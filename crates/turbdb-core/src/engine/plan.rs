@@ -24,8 +24,9 @@ use crate::storage::morton;
 /// Bytes a worker's cell block (the cell and its halo) may take. About twice the L2 cache
 /// (2 MiB a core here): a batch of neighbouring points reads a few of the block's planes,
 /// not all of it, and a bigger cell reads fewer halo nodes. lag8 velocity on the 256³
-/// benchmark step, one thread: blocks of 71³ nodes (4.1 MiB) against 71 × 39 × 39 (1.3 MiB)
-/// read 62 against 75 ns a point and sum 83 against 80; 135³ (29 MiB) summed in 105–110.
+/// benchmark step, one AVX2 thread of a 2-core Intel Xeon, load about 1.5: blocks of 71³
+/// nodes (4.1 MiB) against 71 × 39 × 39 (1.3 MiB) read 62 against 75 ns a point and sum
+/// 83 against 80; 135³ (29 MiB) summed in 105–110.
 const BLOCK_BUDGET: usize = 4608 << 10;
 
 /// Most atoms along one side of a cell.

@@ -588,8 +588,8 @@ fn run_cell(
     sums.resize(nc * terms.slots(), 0.0);
     let row = plan.block_rows[0];
     // The kernel for this cell's block, each compiled for the path on its own (one
-    // dispatch a cell): a field's value or the gradient from a float32 block on a fast
-    // path where its width and row length are among those compiled, else the general
+    // dispatch a cell): from a float32 block, a field's value, the gradient, the Laplacian
+    // or the Hessian on a fast path where `fast_paths.rs` compiles one, else the general
     // kernel.
     // The cell's points, with its scratch (reborrowed: the fast path may not take them).
     macro_rules! cell_work {
@@ -828,23 +828,12 @@ impl FastVisit for CellPoints<'_, WholeStencil<'_>> {
 
     #[inline(always)]
     fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) {
-        simd.enter(self.summed_by(|block, origin| Whole::<W, N, K> { block, origin }))
-    }
-}
-
-impl<'a> CellPoints<'a, WholeStencil<'a>> {
-    /// The same points, summed by the fast path `whole` makes of the block and its first
-    /// node.
-    #[inline(always)]
-    fn summed_by<P>(
-        self,
-        whole: impl FnOnce(WholeStencil<'a>, [i64; 3]) -> P,
-    ) -> CellPoints<'a, P> {
-        let origin = self.work.cell.origin;
-        CellPoints {
-            work: self.work,
-            sum: whole(self.sum, origin),
-        }
+        let CellPoints { work, sum: block } = self;
+        let origin = work.cell.origin;
+        simd.enter(CellPoints {
+            work,
+            sum: Whole::<W, N, K> { block, origin },
+        })
     }
 }
 

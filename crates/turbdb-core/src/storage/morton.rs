@@ -40,7 +40,7 @@ pub const MAX_SMALL: u32 = 15;
 
 /// [`encode`] of coordinates up to [`MAX_SMALL`] (an atom's place in a cell) from a table,
 /// where [`encode`] spreads 21 bits of each: the plan codes every point's atom (41 → 38
-/// ns a lag8 point on one thread).
+/// ns a lag8 point on one thread of a 2-core Intel Xeon, load about 1.7).
 #[inline]
 pub fn encode_small(x: u32, y: u32, z: u32) -> u32 {
     /// Bit i of the index at bit 3i.
