@@ -80,6 +80,21 @@ def test_a_failed_unit_goes_to_its_other_worker_first():
     assert queue.take("1", {"0", "1"}) is unit
 
 
+def test_the_unit_taken_is_the_one_removed_when_a_retried_one_waits_before_it():
+    # A unit a worker failed waits at the front for the other worker; the failed worker
+    # (restarted) takes the next one. Units of one group share their holders and
+    # partitions and differ in their points: the queue must remove the unit it hands out,
+    # not the first one that compares equal (with arrays, comparing them raised).
+    partitions = [(0, (0, 0, 0))]
+    retried = Unit(("0", "1"), partitions, points=np.arange(0, 10), cost=10, avoid={"1"})
+    later = Unit(("0", "1"), partitions, points=np.arange(10, 20), cost=10)
+    queue = WorkQueue([later])
+    queue.put(retried, front=True)
+    assert queue.take("1", {"0", "1"}) is later
+    assert queue.take("0", {"0", "1"}) is retried
+    assert len(queue) == 0
+
+
 def test_units_with_no_live_worker_are_stranded():
     queue = WorkQueue(units_for(3, per_group=1))
     assert queue.stranded({"0", "1", "2"}) == []

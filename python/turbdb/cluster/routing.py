@@ -43,10 +43,12 @@ class Box:
     shard: int
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Unit:
     """Work for one worker: points of a query or a piece of a cutout, the partitions it
-    reads (None: all it holds), and the workers that may do it (primary first)."""
+    reads (None: all it holds), and the workers that may do it (primary first). Units are
+    equal only to themselves: two pieces of one query may hold the same values, and the
+    queue must hand out and remove the very unit it chose."""
 
     holders: tuple[str, ...]
     partitions: list[Partition] | None
