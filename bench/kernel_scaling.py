@@ -156,14 +156,17 @@ def measure_one(payload: str) -> None:
 
 
 def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: float, pts: np.ndarray,
-                results: Path, machine: dict, repeats: int = 1) -> None:
+                results: Path, machine: dict, repeats: int = 1, paths: list[str] | None = None) -> None:
     """``repeats`` > 1 runs every thread count and path that many times, each in a fresh
     process, one round of all of them after another (so a slow spell of a shared machine
-    falls on every thread count alike), and reports each row's median with its range."""
+    falls on every thread count alike), and reports each row's median with its range, and
+    the speed-up from the fewest threads to the most paired round by round (on a shared
+    machine one process's speed moves more than the rounds' medians can smooth). ``paths``:
+    the SIMD paths to run (default every one this CPU has)."""
     began = time.perf_counter()
     ds = turbdb.open(data)[dataset]
     ncomp = ds.info.fields[field].ncomp
-    paths, ghz, nominal = turbdb.kernel_paths(), measured_clock_ghz(), clock_ghz()
+    paths, ghz, nominal = paths or turbdb.kernel_paths(), measured_clock_ghz(), clock_ghz()
     load_start = os.getloadavg()
     measured = "not measured" if ghz is None else f"{ghz:.2f} GHz measured"
     print(f"kernel benchmark: {field} of {dataset}, N={len(pts):.0e} uniform, warm; threads {threads}, "
@@ -201,10 +204,11 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
                       flush=True)
             gather = gathers.get(n_threads, numpy_gather)
             for r in result["rows"]:
-                rows.append(row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy))
+                rows.append({**row(r, n_threads, path, len(pts), ncomp, ghz, gather, accuracy), "round": repeat})
                 print_row(rows[-1], f"round {repeat + 1}/{repeats} " if repeats > 1 else "")
     finally:
         points_file.unlink(missing_ok=True)
+    paired = paired_scaling(rows, threads)
     rows = medians(rows)
 
     for r in rows:
@@ -213,9 +217,9 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
         r["speedup_vs_fewest_threads"] = one and r["points_per_s"] / one["points_per_s"]
     load_end = os.getloadavg()
     if repeats > 1:
-        print_scaling(rows, threads)
+        print_scaling(rows, threads, paired)
     report = {"benchmark": "query --threads", "dataset": dataset, "field": field, "n": len(pts), "time": t,
-              "repeats": repeats,
+              "repeats": repeats, "paired_scaling": paired,
               "machine": machine, "clock_GHz": ghz, "clock_GHz_cpuinfo": nominal, "paths": paths, "threads": threads,
               "fma_per_cycle": FMA_PER_CYCLE, "gather": gathers or numpy_gather, "numpy_gather": numpy_gather,
               "load_average_start": load_start,
@@ -241,16 +245,35 @@ def medians(rows: list[dict]) -> list[dict]:
     return out
 
 
-def print_scaling(rows: list[dict], threads: list[int]) -> None:
-    """lag8 field per path: the median points/s per thread count with its range, and the
-    ratio of the medians from the fewest threads to the most."""
+def paired_scaling(rows: list[dict], threads: list[int]) -> dict:
+    """lag8 field per path: in each round, the points/s of the most threads over that of the
+    fewest, and their median and range over the rounds."""
+    out = {}
+    for path in dict.fromkeys(r["path"] for r in rows):
+        def rate(n: int) -> dict[int, float]:
+            return {r["round"]: r["points_per_s"] for r in rows
+                    if (r["path"], r["threads"], r["method"], r["operator"]) == (path, n, "lag8", "field")}
+        low, high = rate(min(threads)), rate(max(threads))
+        ratios = [high[k] / low[k] for k in sorted(low) if k in high]
+        if ratios:
+            out[path] = {"threads": [min(threads), max(threads)], "ratios": ratios,
+                         "median": float(np.median(ratios)), "min": min(ratios), "max": max(ratios)}
+    return out
+
+
+def print_scaling(rows: list[dict], threads: list[int], paired: dict) -> None:
+    """lag8 field per path: the median points/s per thread count with its range, the ratio
+    of the medians from the fewest threads to the most, and the ratio paired by round."""
     for path in dict.fromkeys(r["path"] for r in rows):
         mine = {r["threads"]: r for r in rows if r["path"] == path and (r["method"], r["operator"]) == ("lag8", "field")}
         cells = ", ".join(f"T={t} {mine[t]['points_per_s'] / 1e6:.2f} ({min(mine[t]['runs_points_per_s']) / 1e6:.2f}–"
                           f"{max(mine[t]['runs_points_per_s']) / 1e6:.2f})" for t in threads)
         lo, hi = mine[min(threads)], mine[max(threads)]
+        pair = paired.get(path)
+        by_round = "" if pair is None else (f", {pair['median']:.1f}× paired by round ({pair['min']:.1f}–"
+                                             f"{pair['max']:.1f}×, {len(pair['ratios'])} rounds)")
         print(f"  {path} lag8 field, medians (ranges) M/s: {cells}; {min(threads)} → {max(threads)} threads "
-              f"{hi['points_per_s'] / lo['points_per_s']:.1f}× the medians", flush=True)
+              f"{hi['points_per_s'] / lo['points_per_s']:.1f}× the medians{by_round}", flush=True)
 
 
 def checked_gather(gather: dict, reference: np.ndarray) -> dict:

@@ -7,6 +7,7 @@ run in one process) and cold (page cache dropped, fresh process), plus the peak 
     python bench/query.py [--data /tmp/turbdb-bench-data] [--quick] [--seed 0]
     python bench/query.py --threads 1,2 [--data …]   # the kernel per thread count and SIMD path
     python bench/query.py --threads 1,16 --repeats 5  # medians of 5 fresh processes each, with ranges
+    python bench/query.py --threads 1,16 --repeats 12 --paths avx2  # one path: more rounds in the time
 
 Workloads: "3D" = points uniform in the box [0, 2π)³; "128" = points uniform in a 128³-node
 sub-box at a random origin (wrapped). Cold runs need root (sync; echo 3 > drop_caches); if
@@ -252,6 +253,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, metavar="K",
                         help="with --threads: run every thread count and path K times, each in a fresh process, "
                              "round after round, and report medians with their ranges (default 1)")
+    parser.add_argument("--paths", type=_path_names, metavar="avx2,…",
+                        help="with --threads: only these SIMD paths (default: every one this CPU has: "
+                             f"{', '.join(turbdb.kernel_paths())})")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -263,13 +267,15 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.paths and not args.threads:
+        parser.error("--paths goes with --threads")
     if args.threads:
         ensure_data(args.data)
         info = turbdb.open(args.data)[NAME].info
         RESULTS.mkdir(exist_ok=True)
         kernel_scaling.run_threads(args.threads, args.data, NAME, FIELD, query_time(info),
                                    make_points(info, "3D", 1_000_000, args.seed), RESULTS, machine_info(),
-                                   repeats=args.repeats)
+                                   repeats=args.repeats, paths=args.paths)
         return
 
     began = time.perf_counter()
@@ -357,6 +363,14 @@ def _thread_counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: thread counts must be at least 1")
     return counts
+
+
+def _path_names(text: str) -> list[str]:
+    names, have = [p.strip() for p in text.split(",") if p.strip()], turbdb.kernel_paths()
+    missing = [p for p in names if p not in have]
+    if not names or missing:
+        raise argparse.ArgumentTypeError(f"{text!r}: this CPU's SIMD paths are {', '.join(have)}")
+    return list(dict.fromkeys(names))
 
 
 def _progress(mode: str, i: int, total: int, r: dict) -> None:
