@@ -240,9 +240,15 @@ def medians(rows: list[dict]) -> list[dict]:
         runs = sorted((r for r in rows if (r["threads"], r["path"], r["method"], r["operator"]) == key),
                       key=lambda r: r["seconds"])
         median = dict(runs[len(runs) // 2])
+        median.pop("round", None)  # one run's round; the row stands for all of them
         median["runs_points_per_s"] = [r["points_per_s"] for r in runs]
         out.append(median)
     return out
+
+
+def lag8_field(rows: list[dict], path: str) -> list[dict]:
+    """The rows of the lag8 field on ``path``: the ones the scaling figures are about."""
+    return [r for r in rows if r["path"] == path and (r["method"], r["operator"]) == ("lag8", "field")]
 
 
 def paired_scaling(rows: list[dict], threads: list[int]) -> dict:
@@ -250,10 +256,9 @@ def paired_scaling(rows: list[dict], threads: list[int]) -> dict:
     fewest, and their median and range over the rounds."""
     out = {}
     for path in dict.fromkeys(r["path"] for r in rows):
-        def rate(n: int) -> dict[int, float]:
-            return {r["round"]: r["points_per_s"] for r in rows
-                    if (r["path"], r["threads"], r["method"], r["operator"]) == (path, n, "lag8", "field")}
-        low, high = rate(min(threads)), rate(max(threads))
+        mine = lag8_field(rows, path)
+        low, high = ({r["round"]: r["points_per_s"] for r in mine if r["threads"] == n}
+                     for n in (min(threads), max(threads)))
         ratios = [high[k] / low[k] for k in sorted(low) if k in high]
         if ratios:
             out[path] = {"threads": [min(threads), max(threads)], "ratios": ratios,
@@ -265,7 +270,7 @@ def print_scaling(rows: list[dict], threads: list[int], paired: dict) -> None:
     """lag8 field per path: the median points/s per thread count with its range, the ratio
     of the medians from the fewest threads to the most, and the ratio paired by round."""
     for path in dict.fromkeys(r["path"] for r in rows):
-        mine = {r["threads"]: r for r in rows if r["path"] == path and (r["method"], r["operator"]) == ("lag8", "field")}
+        mine = {r["threads"]: r for r in lag8_field(rows, path)}
         cells = ", ".join(f"T={t} {mine[t]['points_per_s'] / 1e6:.2f} ({min(mine[t]['runs_points_per_s']) / 1e6:.2f}–"
                           f"{max(mine[t]['runs_points_per_s']) / 1e6:.2f})" for t in threads)
         lo, hi = mine[min(threads)], mine[max(threads)]

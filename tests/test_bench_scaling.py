@@ -48,3 +48,4 @@ def test_medians_keep_every_runs_rate_and_take_the_slower_middle_of_an_even_coun
     (median,) = kernel_scaling.medians(rows)
     assert median["points_per_s"] == 2.0
     assert sorted(median["runs_points_per_s"]) == [1.0, 2.0, 3.0, 4.0]
+    assert "round" not in median
