@@ -3,6 +3,7 @@ evaluation in the Rust engine (turbdb._core) with the GIL released."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +41,56 @@ def query(
     if np.ndim(time) != 0:  # a time series: one evaluation per time, stacked
         return np.stack([query(dataset, field, points, time=t, method=method, operator=operator, temporal=temporal,
                                dtype=dtype, strategy=strategy, job=job, cancel=cancel) for t in time_list(time)])
-    job = job_number(job)
     if cancel is not None and cancel.is_set():
         raise QueryCancelledError("the query was cancelled before it started")
+    call = point_call(dataset, field, points, time=time, method=method, operator=operator, temporal=temporal,
+                      dtype=dtype, strategy=strategy, job=job)
+    if call.through_engine(dataset) and cancel is not None:
+        values, counters = unless_cancelled(call.submit(dataset.engine), cancel)
+    elif call.through_engine(dataset):
+        values, counters = dataset.engine.query(call.store, call.points, **call.options, **call.engine_options)
+    else:
+        # Stores that take the dtype round the float64 sums once, in parallel: the local engine as
+        # it scatters the answer, a cluster's workers on whole answers (half the bytes back).
+        cast = {"dtype": call.dtype} if getattr(call.store, "takes_dtype", False) else {}
+        values, counters = call.store.query(call.points, **call.options, strategy=call.strategy, **cast)
+    return call.answer(dataset, values, counters)
+
+
+@dataclasses.dataclass(frozen=True)
+class PointCall:
+    """A point query at one time, checked: the field's store, the points, the options
+    every evaluation takes (``options``) and those of the node engine (``engine_options``),
+    and the answer's shape and dtype."""
+
+    store: Any
+    points: np.ndarray
+    options: dict[str, Any]
+    engine_options: dict[str, Any]
+    strategy: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def through_engine(self, dataset: Dataset) -> bool:
+        """Whether the dataset's node engine evaluates it (the streaming strategy does)."""
+        return dataset.engine is not None and self.strategy == "streaming"
+
+    def submit(self, engine: Any, **extra: Any) -> Any:
+        """Hands it to ``engine``: a ``PendingQuery`` (``extra``: ``notify=``)."""
+        return engine.submit(self.store, self.points, **self.options, **self.engine_options, **extra)
+
+    def answer(self, dataset: Dataset, values: np.ndarray, counters: dict[str, Any]) -> np.ndarray:
+        """The answer from what the evaluation returned; its counters become the
+        dataset's ``last_query_stats``."""
+        dataset.last_query_stats = counters
+        return values.reshape(self.shape).astype(self.dtype, copy=False)
+
+
+def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: str = "lag6",
+               operator: str = "field", temporal: str = "none", dtype: Any = np.float32,
+               strategy: str = "streaming", job: Any = None) -> PointCall:
+    """Checks a point query at one time (see :meth:`turbdb.Dataset.query`)."""
+    job = job_number(job)
     info = dataset.metadata
     if field not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
@@ -54,32 +102,15 @@ def query(
     time = finite_number("time", time)
     xyz = as_points(points)
     ncomp = info.fields[field].ncomp
-    store = dataset.field_store(field)
     # A float32 answer lets the engine sum a field's stored float32 rows in float32, as the
     # streaming executor does (about 2e-7 of the largest value: float32's own rounding).
     narrow = np.dtype(dtype) == np.float32
-    if dataset.engine is not None and strategy == "streaming" and cancel is not None:
-        pending = dataset.engine.submit(
-            store, xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
-            temporal=temporal, job=job, narrow=narrow,
-        )
-        values, counters = unless_cancelled(pending, cancel)
-    elif dataset.engine is not None and strategy == "streaming":
-        values, counters = dataset.engine.query(
-            store, xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
-            temporal=temporal, job=job, narrow=narrow,
-        )
-    else:
-        # Stores that take the dtype round the float64 sums once, in parallel: the local engine as
-        # it scatters the answer, a cluster's workers on whole answers (half the bytes back).
-        cast = {"dtype": dtype} if getattr(store, "takes_dtype", False) else {}
-        values, counters = store.query(
-            xyz, axes=axes_of(info), times=info.times, time=time, method=method, operator=operator,
-            temporal=temporal, strategy=strategy, **cast,
-        )
-    dataset.last_query_stats = counters
     shape = (len(xyz), ncomp) if SLOTS[operator] == 1 else (len(xyz), ncomp, SLOTS[operator])
-    return values.reshape(shape).astype(dtype, copy=False)
+    return PointCall(
+        store=dataset.field_store(field), points=xyz,
+        options={"axes": axes_of(info), "times": info.times, "time": time, "method": method, "operator": operator,
+                 "temporal": temporal},
+        engine_options={"job": job, "narrow": narrow}, strategy=strategy, shape=shape, dtype=np.dtype(dtype))
 
 
 def unless_cancelled(pending: Any, cancel: threading.Event) -> tuple[np.ndarray, dict[str, Any]]:

@@ -2,7 +2,7 @@
 //! queries through it (JAWS scheduling, the atom cache).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use numpy::{
@@ -11,9 +11,9 @@ use numpy::{
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use turbdb_core::{
-    axis_nodes, cutout_shape, default_cache_bytes, CutoutQuery, EngineConfig, EngineStats, IoMode,
-    JobId, Method, NodeEngine, Operator, Outcome, PointQuery, PolicyKind, QueryStats,
-    SchedulerKind, Temporal, Ticket, BATCH_BOUNDS, RESPONSE_BOUNDS, SIZE_CLASSES,
+    axis_nodes, cutout_shape, default_cache_bytes, Completions, CutoutQuery, EngineConfig,
+    EngineStats, IoMode, JobId, Method, NodeEngine, Operator, Outcome, PointQuery, PolicyKind,
+    QueryStats, SchedulerKind, Temporal, Ticket, BATCH_BOUNDS, RESPONSE_BOUNDS, SIZE_CLASSES,
 };
 
 use crate::error::{invalid, to_py, without_gil, Result};
@@ -91,7 +91,9 @@ impl Engine {
     /// Hands a point query to the engine (the arguments of `query`) and returns at once:
     /// a `PendingQuery` to wait on, take the answer of, or cancel (the service cancels the
     /// query of a client that went away). Errors in the arguments are raised here.
-    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false))]
+    /// `notify`: a `CompletionQueue` that gets the query's `id` when it ends (also when it
+    /// ended before this returned: served at once from the cache).
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false, notify=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit<'py>(
         &self,
@@ -106,13 +108,15 @@ impl Engine {
         temporal: &str,
         job: Option<JobId>,
         narrow: bool,
+        notify: Option<PyRef<'py, CompletionQueue>>,
     ) -> Result<PendingQuery> {
         let mut query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
         query.narrow = narrow;
         // Without the GIL: cutting a query of 10⁵ points takes about 20 ms, and a large
         // query that finds the engine idle is served here, alone.
         let reader = store.shared_reader();
-        let ticket = without_gil(py, || self.engine.submit_points(&reader, &query, None))?;
+        let notify = notify.map(|queue| Arc::clone(&queue.queue));
+        let ticket = without_gil(py, || self.engine.submit_points(&reader, &query, notify))?;
         Ok(PendingQuery {
             ticket: RwLock::new(ticket),
             cancelled: AtomicBool::new(false),
@@ -191,8 +195,49 @@ pub struct PendingQuery {
     taken: AtomicBool,
 }
 
+/// The ids of queries that ended, for a caller that awaits many at once (an event loop):
+/// one thread waits here for all of them, where `PendingQuery.wait` takes a thread each.
+#[pyclass(module = "turbdb._core", frozen)]
+pub struct CompletionQueue {
+    queue: Arc<Completions>,
+}
+
+#[pymethods]
+impl CompletionQueue {
+    #[new]
+    fn new() -> Self {
+        Self {
+            queue: Completions::new(),
+        }
+    }
+
+    /// Waits up to `timeout` seconds, with the GIL released, for queries given this queue
+    /// (`Engine.submit(notify=…)`) to end: their ids (an empty list if none ended in
+    /// time), or None once the queue is closed and empty.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> Result<Option<Vec<u64>>> {
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(invalid(format!(
+                "timeout must be a finite number of seconds ≥ 0, not {timeout}"
+            )));
+        }
+        let timeout = Duration::from_secs_f64(timeout);
+        Ok(py.detach(|| self.queue.wait(timeout)))
+    }
+
+    /// Closes the queue: a waiter gets None once it has taken the ids left.
+    fn close(&self) {
+        self.queue.close();
+    }
+}
+
 #[pymethods]
 impl PendingQuery {
+    /// The query's number in the engine: what a `CompletionQueue` reports when it ends.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.ticket.read().expect("ticket").id()
+    }
+
     /// Waits up to `timeout` seconds (None: until the query ends) with the GIL released;
     /// whether it has ended.
     #[pyo3(signature = (timeout=None))]

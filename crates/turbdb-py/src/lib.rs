@@ -47,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<field::FieldStore>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::PendingQuery>()?;
+    m.add_class::<engine::CompletionQueue>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;

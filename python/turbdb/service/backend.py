@@ -24,6 +24,7 @@ from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, U
 from ..info import is_plain_name
 from ..arguments import as_points, node_range
 from .admission import PointsLimiter
+from .engine_waits import EngineWaits
 from .metrics import Metrics
 from .tokens import Limits, Tokens
 from .transport import NPY, decode_npy
@@ -70,6 +71,9 @@ class Backend:
         metrics.in_flight_limit.set(max_points_in_flight)
         self._datasets: dict[str, Dataset] = {}
         self._engine: anyio.CapacityLimiter | None = None
+        # A local node engine's point queries are awaited on the event loop.
+        engine = getattr(self.database, "engine", None) if cluster is None else None
+        self.waits = EngineWaits(engine) if engine is not None else None
 
     def _in_flight_changed(self, used: int, peak: int) -> None:
         self.metrics.in_flight.set(used)
@@ -96,7 +100,9 @@ class Backend:
         return copy.copy(opened)
 
     def close(self) -> None:
-        """Lets go of the cluster, if there is one."""
+        """Stops awaiting the engine, and lets go of the cluster, if there is one."""
+        if self.waits is not None:
+            self.waits.close()
         close = getattr(self.database, "close", None)
         if close is not None:
             close()
