@@ -1,19 +1,22 @@
-"""Many users over HTTP: `turbdb serve` without a node engine against `turbdb serve
---scheduler jaws`, the same JHTDB-shaped trace replayed by real HTTP clients
+"""Many users over HTTP: the same JHTDB-shaped trace replayed by real HTTP clients
 (`turbdb.workload.replay` through `turbdb.connect`, as `turbdb workload replay --url` does)
-at several client counts. Where bench/workload.py measures the engine in-process past the
-page cache (`io="direct"`), this measures what a server's users get on data the OS page
-cache holds: the default server reads through it, the engine keeps its own cache too.
+at several client counts against four servers: on data the OS page cache holds, `turbdb
+serve` without a node engine and with `--scheduler jaws` (the default server reads through
+the page cache, the engine keeps its own cache too); and as bench/workload.py measures the
+engine in-process (`--io direct`, a cache of a twelfth of the data), `--scheduler noshare`
+and `--scheduler jaws`. What the in-process run leaves out is here: each request's HTTP and
+Python handling in the server, and the clients' own work on the same cores.
 
-    python bench/http_workload.py [--data /tmp/turbdb-bench-workload] [--clients 8,32,64]
+    python bench/http_workload.py [--data /tmp/turbdb-bench-workload] [--clients 8,64,128]
                                   [--rounds 2] [--quick]
 
-Each replay gets a fresh server; the two servers take turns within every round, so a
-shared machine's drifting load weighs on both alike. The token has no rate limit worth the
-name, so the server, not its limit, sets the pace. Prints queries/s and the small and medium
-queries' p50/p99 per server and client count, and the engine's median throughput as a
-ratio of the engine-less server's; writes bench/results/http_workload.json and .svg
-(--quick: http_workload_quick.*, a 64³ × 8 dataset, about a minute).
+Each replay gets a fresh server; the servers take turns within every round, so a shared
+machine's drifting load weighs on all alike. The token has no rate limit worth the name, so
+the server, not its limit, sets the pace. Prints queries/s, the server's CPU a query and
+the small and medium queries' p50/p99 per server and client count, and each engine
+server's median throughput as a ratio of its baseline's (jaws over no engine, jaws-direct
+over noshare-direct); writes bench/results/http_workload.json and .svg (--quick:
+http_workload_quick.*, a 64³ × 8 dataset, about a minute).
 """
 
 from __future__ import annotations
@@ -34,20 +37,34 @@ from service import TOKEN, start_server  # noqa: E402  (bench/service.py: a serv
 from workload import ensure_data, machine_info, setup  # noqa: E402  (bench/workload.py: the same dataset)
 
 RESULTS = Path(__file__).parent / "results"
-#: The servers compared: name → `turbdb serve` options.
-SERVERS = {"none": (), "jaws": ("--scheduler", "jaws")}
+#: The servers compared, name → `turbdb serve` options: on the OS page cache, without an
+#: engine and with one; and as bench/workload.py runs the engine in-process (io=direct, a
+#: cache of a twelfth of the data: the engine's cache is the only one), noshare and jaws.
+#: ``{cache}`` is that twelfth, in bytes.
+SERVERS = {"none": (), "jaws": ("--scheduler", "jaws"),
+           "noshare-direct": ("--scheduler", "noshare", "--io", "direct", "--cache-policy", "lru",
+                              "--cache-bytes", "{cache}"),
+           "jaws-direct": ("--scheduler", "jaws", "--io", "direct", "--cache-policy", "lru", "--cache-bytes", "{cache}")}
+#: Each engine server against its baseline: the ratios printed and stored.
+PAIRS = {"jaws": "none", "jaws-direct": "noshare-direct"}
 
 
-def replay_once(data: Path, workdir: Path, server: str, trace, clients: int) -> dict:
-    process, url = start_server(data, workdir, SERVERS[server])
+def replay_once(data: Path, workdir: Path, server: str, trace, clients: int, cache_bytes: int) -> dict:
+    options = tuple(o.format(cache=cache_bytes) for o in SERVERS[server])
+    process, url = start_server(data, workdir, options)
     try:
         with turbdb.connect(url, token=TOKEN) as remote:
+            cpu = process_cpu_seconds(process.pid)
             report = replay(remote, trace, clients=clients)
-            engine = remote.engine_stats() if SERVERS[server] else None
+            server_cpu = process_cpu_seconds(process.pid) - cpu
+            engine = remote.engine_stats() if options else None
     finally:
         process.terminate()
         process.wait(timeout=30)
-    row = {"server": server, "clients": clients, **report.summary()}
+    # The server's CPU a query: on a machine that the replay's clients share with it, what
+    # it has left for them sets the pace.
+    row = {"server": server, "clients": clients, **report.summary(), "server_cpu_seconds": server_cpu,
+           "server_cpu_ms_per_query": server_cpu / max(report.queries, 1) * 1e3}
     if engine is not None:
         row["engine"] = {k: engine[k] for k in ("completed", "served_from_cache", "served_alone", "batches",
                                                  "busy_seconds", "idle_seconds", "atoms_read") if k in engine}
@@ -55,20 +72,29 @@ def replay_once(data: Path, workdir: Path, server: str, trace, clients: int) -> 
     return row
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def line(row: dict) -> str:
     response = row["response"]
     classes = ", ".join(f"{c} p50 {v['p50'] * 1e3:6.1f} p99 {v['p99'] * 1e3:7.1f} ms" for c, v in response.items()
                         if c in ("small", "medium"))
     return (f"  {row['server']:>5} {row['clients']:4d} clients: {row['queries_per_second']:6.1f} q/s "
-            f"({row['failed']} failed); {classes}")
+            f"({row['failed']} failed), server CPU {row['server_cpu_ms_per_query']:.1f} ms a query; {classes}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "turbdb-bench-workload")
-    parser.add_argument("--clients", default="8,32,64",
-                        help="client counts, comma-separated (on 2 cores, past 64 the replay's own client threads "
-                             "take most of the CPU)")
+    parser.add_argument("--clients", default="8,64,128",
+                        help="client counts, comma-separated (128: the most connections a server takes from one "
+                             "address)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of every server and client count")
     parser.add_argument("--jobs", type=int, default=300, help="jobs in the trace")
     parser.add_argument("--seed", type=int, default=3)
@@ -79,6 +105,7 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     jobs = 100 if args.quick else args.jobs
     ds = ensure_data(args.data, shape["grid"], shape["steps"], 0)
+    cache_bytes = shape["grid"] ** 3 * 3 * 4 * shape["steps"] // 12
     trace = generate(ds.info, dataset=ds.name, jobs=jobs, duration=shape["duration"], seed=args.seed)
     machine = machine_info()
     load = [os.getloadavg()[0]]
@@ -89,21 +116,22 @@ def main() -> None:
         for r in range(rounds):
             for c in clients:
                 for server in SERVERS:
-                    row = replay_once(args.data, Path(workdir), server, trace, c)
+                    row = replay_once(args.data, Path(workdir), server, trace, c, cache_bytes)
                     row["round"] = r
                     rows.append(row)
                     print(line(row), flush=True)
     load.append(os.getloadavg()[0])
-    ratios = {}
-    for c in clients:
-        median = {s: statistics.median(r["queries_per_second"] for r in rows if r["server"] == s and r["clients"] == c)
-                  for s in SERVERS}
-        ratios[c] = median["jaws"] / median["none"]
-        print(f"  {c:4d} clients: jaws {median['jaws']:.1f} q/s against {median['none']:.1f} without an engine: "
-              f"{ratios[c]:.2f}× (median of {rounds})")
+    ratios: dict[str, dict[str, float]] = {}
+    for engine, base in PAIRS.items():
+        for c in clients:
+            median = {s: statistics.median(r["queries_per_second"] for r in rows if r["server"] == s and r["clients"] == c)
+                      for s in (engine, base)}
+            ratios.setdefault(f"{engine}_over_{base}", {})[str(c)] = median[engine] / median[base]
+            print(f"  {c:4d} clients: {engine} {median[engine]:.1f} q/s against {base} {median[base]:.1f}: "
+                  f"{median[engine] / median[base]:.2f}× (median of {rounds})")
     out = {"machine": machine, "load": load, "dataset": ds.name, "queries": len(trace), "jobs": jobs,
-           "servers": SERVERS, "clients": clients, "rounds": rounds, "rows": rows,
-           "jaws_over_none": {str(c): v for c, v in ratios.items()}}
+           "servers": {name: [o.format(cache=cache_bytes) for o in options] for name, options in SERVERS.items()},
+           "clients": clients, "rounds": rounds, "rows": rows, **ratios}
     RESULTS.mkdir(exist_ok=True)
     name = "http_workload_quick" if args.quick else "http_workload"
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1))
@@ -118,9 +146,11 @@ def plot(out: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for server, colour in zip(SERVERS, ("C0", "C1")):
+    labels = {"none": "no engine", "jaws": "--scheduler jaws", "noshare-direct": "noshare, io=direct",
+              "jaws-direct": "jaws, io=direct"}
+    for server, colour in zip(out["servers"], ("C0", "C1", "C7", "C2")):
         rows = [r for r in out["rows"] if r["server"] == server]
-        label = "no engine" if server == "none" else f"--scheduler {server}"
+        label = labels.get(server, server)
         axes[0].plot([r["clients"] for r in rows], [r["queries_per_second"] for r in rows], "o", color=colour,
                      label=label, alpha=0.7)
         axes[1].plot([r["clients"] for r in rows], [r["response"]["small"]["p99"] * 1e3 for r in rows], "o",
