@@ -14,7 +14,7 @@ from turbdb import _core
 from turbdb.exceptions import QueryCancelledError
 from turbdb.query import point_call
 from turbdb.service import engine_waits
-from turbdb.service.engine_waits import EngineWaits
+from turbdb.service.engine_waits import EngineWaits, watch
 
 
 class Connected:
@@ -58,7 +58,8 @@ def test_queries_awaited_together_on_one_loop_get_the_lone_answers(database, mon
     async def main():
         ds = db["box"]
         calls = [point_call(ds, "velocity", dtype=np.float64, **ask) for ask in work]
-        return await asyncio.gather(*(waits.query(ds, call, Connected()) for call in calls))
+        async with watch(Connected()) as gone:  # one listener for all of a request's queries
+            return await asyncio.gather(*(waits.query(ds, call, gone) for call in calls))
 
     answers = asyncio.run(main())
     waits.close()
@@ -76,7 +77,8 @@ def test_a_query_the_engine_served_before_it_was_awaited_is_answered(database):
     served = db.engine_stats()["served_from_cache"]
 
     async def main():
-        return await asyncio.wait_for(waits.query(ds, point_call(ds, "velocity", **ask), Connected()), 30)
+        async with watch(Connected()) as gone:
+            return await asyncio.wait_for(waits.query(ds, point_call(ds, "velocity", **ask), gone), 30)
 
     np.testing.assert_allclose(asyncio.run(main()), expected, rtol=1e-6)
     assert db.engine_stats()["served_from_cache"] == served + 1
@@ -96,12 +98,13 @@ def test_a_client_that_goes_away_cancels_its_query_in_the_engine(database):
     async def main():
         request = Connected()
         call = point_call(ds, "velocity", np.full((5_000, 3), 1.5), time=0.1, method="lag8", job=first)
-        query = asyncio.ensure_future(waits.query(ds, call, request))
-        await asyncio.sleep(0.05)
-        assert not query.done()
-        request.leave.set()
-        with pytest.raises(QueryCancelledError, match="went away"):
-            await asyncio.wait_for(query, 30)
+        async with watch(request) as gone:
+            query = asyncio.ensure_future(waits.query(ds, call, gone))
+            await asyncio.sleep(0.05)
+            assert not query.done()
+            request.leave.set()
+            with pytest.raises(QueryCancelledError, match="went away"):
+                await asyncio.wait_for(query, 30)
 
     asyncio.run(main())
     stats = db.engine_stats()

@@ -201,3 +201,23 @@ def test_a_client_that_disconnects_from_a_track_stops_it(engine_server):
 
     assert wait_for(settled, 10)
     assert engine_server.alive()
+
+
+def test_jhtdb_getdata_through_the_engine_answers_every_time_and_field_and_refuses_bad_times(engine_server, local):
+    # Every (time, field) of a getData request is handed to the engine at once.
+    pts = np.random.default_rng(4).uniform(0.0, 6.0, (9, 3))
+    body = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
+    sent = np.array([[float("%.8f" % c) for c in p] for p in pts])
+    params = {"dataset": "trig", "function": "GetVelocityAndPressure", "t": 0.25, "sint": "lag6", "tint": "pchip",
+              "timepoint_end": 1.25, "delta_t": 0.5, "authToken": FULL}
+    response = httpx.post(engine_server.url + "/turbulence-svc/values", params=params, content=body, timeout=60)
+    assert response.status_code == 200, response.text
+    cube = np.array(response.json()).reshape(3, len(pts), 4)  # (times, points, u v w p)
+    for k, t in enumerate((0.25, 0.75, 1.25)):
+        for field, columns in (("velocity", slice(0, 3)), ("pressure", slice(3, 4))):
+            expected = local["trig"].query(field, sent, time=t, method="lag6", temporal="pchip", dtype=np.float64)
+            np.testing.assert_allclose(cube[k][:, columns], expected.reshape(len(pts), -1), rtol=2e-6, atol=2e-6)
+    late = httpx.post(engine_server.url + "/turbulence-svc/values", params={**params, "t": 1e6, "timepoint_end": 1e6},
+                      content=body, timeout=60)
+    assert 400 <= late.status_code < 500 and "time" in late.text.lower(), late.text
+    assert engine_server.alive()

@@ -32,6 +32,7 @@ from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
 from .engine_metrics import EngineCollector
+from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
@@ -39,9 +40,6 @@ from .transport import NETCDF, NPY, encode_npy
 NPZ = "application/x-npz"
 DEFAULT_MAX_POINTS_IN_FLIGHT = 4_000_000
 DEFAULT_CUTOUT_CHUNK_BYTES = 16 * 2**20
-#: Answers of at most this many points are encoded on the event loop (a JSON one of 1 000
-#: points takes about a millisecond); larger ones in a worker thread.
-ENCODE_INLINE_POINTS = 1024
 
 _POINTS_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"type": "object", "required": ["points"], "properties": {
@@ -153,8 +151,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             if call.through_engine(ds):
                 # Awaited on the event loop: no thread held while the engine batches it, and a
                 # client that goes away cancels its pending work.
-                async with backend.limiter.admit(len(points)):
-                    values = await backend.waits.query(ds, call, request)
+                async with backend.limiter.admit(len(points)), watch(request) as gone:
+                    values = await backend.waits.query(ds, call, gone)
                     backend.record_reads(ds, field)
                     response = (encode(values) if len(points) <= ENCODE_INLINE_POINTS
                                 else await anyio.to_thread.run_sync(encode, values))

@@ -13,8 +13,10 @@ query: the engine drops the pending work."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio.to_thread
@@ -29,6 +31,10 @@ from ..query import PointCall
 #: on the event loop: cutting them takes well under a millisecond (with the GIL
 #: released), less than the hop to a worker thread and back.
 INLINE_POINTS = 4096
+
+#: Answers of at most this many points are encoded on the event loop (a JSON one of 1 000
+#: points takes about a millisecond); larger ones in a worker thread.
+ENCODE_INLINE_POINTS = 1024
 
 #: How long (s) the waiting thread sleeps on the queue before it looks again: only how
 #: soon it notices that the server is closing.
@@ -45,9 +51,10 @@ class EngineWaits:
         self._waiting: dict[int, asyncio.Future[None]] = {}
         self._thread: threading.Thread | None = None
 
-    async def query(self, dataset: Any, call: PointCall, request: Request) -> np.ndarray:
+    async def query(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:
         """The answer to ``call`` on ``dataset``, evaluated by the engine; raises
-        :class:`QueryCancelledError` if the client of ``request`` goes away first."""
+        :class:`QueryCancelledError` if ``gone`` (:func:`watch`) is done first: the client
+        went away."""
         self._start()
         inline = len(call.points) <= INLINE_POINTS
         if inline:
@@ -55,13 +62,11 @@ class EngineWaits:
         else:
             pending = await anyio.to_thread.run_sync(lambda: call.submit(self.engine, notify=self._queue))
         done = self._register(pending)
-        gone = asyncio.ensure_future(_disconnected(request))
         answered = False
         try:
             await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)
             answered = done.done()
         finally:
-            gone.cancel()
             if not answered:  # the client went away, or this request was cancelled
                 self._forget(pending.id)
                 pending.cancel()
@@ -120,7 +125,18 @@ def _set_done(futures: list[asyncio.Future[None]]) -> None:
             future.set_result(None)
 
 
+@contextlib.asynccontextmanager
+async def watch(request: Request) -> AsyncIterator[asyncio.Future[None]]:
+    """A future done when the client of ``request`` (whose body has been read) disconnects,
+    for the queries of the request to await beside their answers; one listener however
+    many queries the request makes."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        yield gone
+    finally:
+        gone.cancel()
+
+
 async def _disconnected(request: Request) -> None:
-    """Returns when the client of ``request`` (whose body has been read) disconnects."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
