@@ -285,3 +285,32 @@ def test_without_engine_options_queries_run_alone(database):
     assert db.engine is None
     with pytest.raises(turbdb.InvalidRequestError, match="scheduler="):
         db.engine_stats()
+
+
+def test_submitted_queries_are_all_in_the_engine_at_once_without_a_thread_each(database, monkeypatch):
+    from turbdb import engine_futures
+
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+    alone = turbdb.open(database)["box"]
+    work = asks(150, seed=8)
+    threads = threading.active_count()
+    futures = [db["box"].submit("velocity", **ask) for ask in work]
+    # The thread pool handed over 64 at a time; here each is in the engine when submit
+    # returns (none waits its turn), with no thread of its own.
+    assert not engine_futures._futures[db.engine]._waiting
+    assert threading.active_count() <= threads + 1  # the engine's one completion thread
+    for future, ask in zip(futures, work):
+        np.testing.assert_allclose(future.result(timeout=120), alone.query("velocity", **ask), rtol=1e-6, atol=1e-6)
+    # Past MAX_IN_FLIGHT they wait their turn, in order, and still get their answers.
+    monkeypatch.setattr(engine_futures, "MAX_IN_FLIGHT", 3)
+    futures = [db["box"].submit("velocity", **ask) for ask in work[:20]]
+    for future, ask in zip(futures, work):
+        np.testing.assert_allclose(future.result(timeout=120), alone.query("velocity", **ask), rtol=1e-6, atol=1e-6)
+
+
+def test_a_submitted_query_the_engine_refuses_comes_back_as_its_error(database):
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+    with pytest.raises(turbdb.UnknownNameError, match="no field"):
+        db["box"].submit("vorticity", np.zeros((1, 3)), time=0.0).result(timeout=60)
+    with pytest.raises(turbdb.InvalidRequestError, match="not finite|NaN|nan"):
+        db["box"].submit("velocity", np.array([[0.0, np.inf, 0.0]]), time=0.0).result(timeout=60)
