@@ -5,7 +5,7 @@ Every ratio is against noshare measured in the same run on the same trace.
 
     python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 1024]
                              [--only warm_repeat] [--schedulers noshare,jaws] [--policies urc] [--no-sweep]
-                             [--pairs 7]
+                             [--pairs 7] [--driver threads|futures]
 
 Measures: (1) at a saturating load — speed-up ∞ (every job ready at once) and more clients
 than jobs (1024 > 600), so every job is in flight from the start and the queue only grows,
@@ -25,7 +25,9 @@ workload_quick.*, about a minute). ``--only warm_repeat`` runs (3) alone (second
 replaces that section of the existing JSON, keeping the others. ``--schedulers``,
 ``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
 is the baseline); such a partial run writes workload_partial.json and leaves the full
-run's workload.json and plot as they are.
+run's workload.json and plot as they are. ``--driver futures`` runs the clients as futures
+from one thread (turbdb.workload.replay) instead of a thread each: the 1 024 client
+threads take a third of the CPU that the engine would have (the same machine's 2 cores).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 
 import turbdb
 from turbdb.workload import generate, replay
+from turbdb.workload.replay import DRIVERS
 
 from direct_reads import direct_read_rate, shard_files
 
@@ -90,18 +93,18 @@ def ensure_data(data: Path, grid: int, steps: int, seed: int) -> turbdb.Dataset:
 
 
 def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_bytes: int, speedup: float,
-            clients: int) -> dict:
+            clients: int, driver: str = "threads") -> dict:
     db = turbdb.open(data, scheduler=scheduler, cache_policy=policy, cache_bytes=cache_bytes, io="direct")
     if db.engine_stats()["cache_atoms"]:
         # turbdb.open shares a live engine with the same settings: every run must start cold.
         raise RuntimeError("the engine of an earlier run with these settings is still alive (its cache is warm)")
     cpu = os.times()
-    report = replay(db, trace, speedup=speedup, clients=clients)
+    report = replay(db, trace, speedup=speedup, clients=clients, driver=driver)
     cpu_seconds = sum(getattr(os.times(), k) - getattr(cpu, k) for k in ("user", "system"))
     stats = db.engine_stats()
     row = {"scheduler": scheduler, "policy": policy, "speedup": speedup if math.isfinite(speedup) else "inf",
            **report.summary(), "alpha_end": stats["alpha"], "batches": stats["batches"],
-           "clients": clients, "busy_seconds": stats["busy_seconds"],
+           "clients": clients, "driver": driver, "busy_seconds": stats["busy_seconds"],
            "read_wait_seconds": stats["read_wait_seconds"], "schedule_seconds": stats["schedule_seconds"],
            "idle_seconds": stats["idle_seconds"],
            # Points summed out of one block of their home atom's stencils, and of those the
@@ -257,6 +260,10 @@ def main() -> None:
                              "each pair is two saturating replays of a few seconds)")
     parser.add_argument("--no-sweep", action="store_true",
                         help="skip the speed-up sweep and the warm repeat; writes workload_partial.json")
+    parser.add_argument("--driver", choices=DRIVERS, default="threads",
+                        help="how the replay runs its clients: a thread each (default), or futures driven from one "
+                             "thread (Dataset.submit), whose clients take no CPU from the engine; anything but "
+                             "threads writes workload_partial.json")
     args = parser.parse_args()
     s = setup(args.quick)
     schedulers = SCHEDULERS if args.schedulers is None else tuple(
@@ -265,7 +272,7 @@ def main() -> None:
         s["policies"] = tuple(args.policies)
     ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
     name = ds.name
-    partial = args.schedulers is not None or args.policies is not None or args.no_sweep
+    partial = args.schedulers is not None or args.policies is not None or args.no_sweep or args.driver != "threads"
     suffix = "_partial" if partial else "_quick" if args.quick else ""
     if args.only == "warm_repeat":
         return only_warm_repeat(args.data, name, args.seed, RESULTS / f"workload{suffix}.json")
@@ -277,15 +284,15 @@ def main() -> None:
     machine = machine_info()
     print(f"workload: {len(trace)} queries in {s['jobs']} jobs ({classes}), {sum(q.count for q in trace)} points; "
           f"data {data_bytes / 1e6:.0f} MB, cache {cache_bytes / 1e6:.1f} MB (1/12), io=direct, "
-          f"{args.clients} clients; {machine['cpu']} ({machine['simd']}), {machine['cores']} cores, "
+          f"{args.clients} clients ({args.driver}); {machine['cpu']} ({machine['simd']}), {machine['cores']} cores, "
           f"load {load_start[0]:.2f}", flush=True)
     started = time.perf_counter()
-    saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients)
+    saturating = [run_one(args.data, name, trace, sch, pol, cache_bytes, math.inf, args.clients, args.driver)
                   for pol in s["policies"] for sch in schedulers]
     pairs = None
     if "lru" in s["policies"] and "jaws" in schedulers:
         def saturated(sch: str) -> dict:
-            return run_one(args.data, name, trace, sch, "lru", cache_bytes, math.inf, args.clients)
+            return run_one(args.data, name, trace, sch, "lru", cache_bytes, math.inf, args.clients, args.driver)
         first = tuple(next(r for r in saturating if (r["scheduler"], r["policy"]) == (sch, "lru"))
                       for sch in ("noshare", "jaws"))
         pairs = repeated_pairs(first, saturated, args.pairs)
@@ -294,16 +301,19 @@ def main() -> None:
         first = tuple(next(r for r in saturating if (r["scheduler"], r["policy"]) == ("jaws", pol))
                       for pol in ("lruk", "urc"))
         cache_pairs = repeated_cache_pairs(
-            first, lambda pol: run_one(args.data, name, trace, "jaws", pol, cache_bytes, math.inf, args.clients),
+            first, lambda pol: run_one(args.data, name, trace, "jaws", pol, cache_bytes, math.inf, args.clients,
+                                       args.driver),
             args.pairs)
 
     def at_clients(scheduler: str, clients: int) -> dict:
         """The lru row at ``clients``: the saturating run's where it is the same setting."""
         same = [r for r in saturating if (r["scheduler"], r["policy"], r["clients"]) == (scheduler, "lru", clients)]
-        return same[0] if same else run_one(args.data, name, trace, scheduler, "lru", cache_bytes, math.inf, clients)
+        return same[0] if same else run_one(args.data, name, trace, scheduler, "lru", cache_bytes, math.inf, clients,
+                                                  args.driver)
 
     by_clients = [] if args.no_sweep else [at_clients(sch, c) for c in CLIENT_COUNTS for sch in ("noshare", "jaws")]
-    sweep = [] if args.no_sweep else [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients)
+    sweep = [] if args.no_sweep else [run_one(args.data, name, trace, sch, "urc", cache_bytes, sp, args.clients,
+                                              args.driver)
                                       for sch in schedulers for sp in s["speedups"] if math.isfinite(sp)]
     sweep += [r for r in saturating if r["policy"] == "urc"]
     warm = None if args.no_sweep else warm_repeat(args.data, name, args.seed)
@@ -321,6 +331,7 @@ def main() -> None:
         "setup": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items() if k != "speedups"},
                   "speedups": [sp if math.isfinite(sp) else "inf" for sp in s["speedups"]],
                   "data_bytes": data_bytes, "cache_bytes": cache_bytes, "io": "direct", "clients": args.clients,
+                  "driver": args.driver,
                   "seed": args.seed, "queries": len(trace), "size_classes": classes},
         "machine": machine, "load_average_start": load_start, "load_average_end": load_end,
         "saturating": saturating, "clients": by_clients, "sweep": sweep, "warm_repeat": warm,

@@ -128,6 +128,32 @@ def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):
     assert sum(len(v) for v in wrong.response.values()) == wrong.queries
 
 
+@pytest.mark.parametrize("scheduler", [None, "jaws"])
+def test_a_replay_driven_by_futures_answers_every_query_in_job_order(small_db, scheduler):
+    from turbdb.workload.replay import replay
+
+    db = turbdb.open(small_db) if scheduler is None else turbdb.open(small_db, scheduler=scheduler, cache_bytes=1 << 20)
+    trace = generate(db["box"].info, dataset="box", jobs=40, duration=1.0, seed=5)
+    local = turbdb.open(small_db)["box"]
+
+    answered: dict[int, list[int]] = {}
+
+    def right(q, points, values):
+        answered.setdefault(q.job, []).append(q.index)
+        return np.allclose(values, local.query(q.field, points, time=q.time, method=q.method, operator=q.operator),
+                           rtol=1e-6, atol=1e-6)
+
+    report = replay(db, trace, clients=3, check=right, driver="futures")
+    assert report.queries == len(trace) and report.failed == 0 and all(a.correct for a in report.log)
+    # A job's queries one after another, each sent once the previous one was answered.
+    assert all(indices == list(range(len(indices))) for indices in answered.values())
+    assert sum(map(len, answered.values())) == len(trace)
+    paced = replay(db, trace[:12], speedup=20.0, clients=2, driver="futures")
+    assert paced.queries == 12 and paced.seconds >= max(q.arrival for q in trace[:12]) / 20.0
+    with pytest.raises(ValueError, match="driver"):
+        replay(db, trace, driver="coroutines")
+
+
 def test_the_benchmark_judges_urc_against_lruk_on_alternating_pairs_with_a_sign_test(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
     import workload as bench

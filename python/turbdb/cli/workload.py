@@ -60,7 +60,11 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default="∞",
               help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
 @click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
-              help="Concurrent clients (threads) sending the jobs' queries.")
+              help="Concurrent clients sending the jobs' queries (jobs under way at once).")
+@click.option("--driver", type=click.Choice(["threads", "futures"]), default="threads", show_default=True,
+              help="threads: a thread per client, waiting for its answers; futures: every client driven from one "
+                   "thread by Dataset.submit (through a local node engine no client takes a thread; against a "
+                   "server, at most 64 queries are sent at once).")
 @click.option("--scheduler", type=click.Choice(["noshare", "liferaft", "jaws"]), default=None,
               help="For a database directory: query through a node engine scheduled this way.")
 @click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
@@ -72,7 +76,7 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar of queries answered on stderr (default: when stderr is a terminal).")
 def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | None, speedup: float, clients: int,
-           scheduler: str | None, cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
+           driver: str, scheduler: str | None, cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
            progress: bool | None) -> None:
     """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address;
     or give the address with --url) and print throughput (queries/s, points/s),
@@ -100,7 +104,8 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
     bar = tqdm(total=len(queries), unit="query", desc="replay", disable=None if progress is None else not progress,
                dynamic_ncols=True)
     try:
-        report = run(db, queries, speedup=speedup, clients=clients, progress=lambda done, total: bar.update(1))
+        report = run(db, queries, speedup=speedup, clients=clients, progress=lambda done, total: bar.update(1),
+                     driver=driver)
         summary = report.summary()
         if is_url(db_or_url):
             # The server's totals since it started, beside the replay's own figures in "engine".

@@ -8,8 +8,10 @@ by query size and what the engine read."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -112,6 +114,10 @@ ENGINE_COUNTERS = ("atoms_read", "bytes_read", "read_requests", "cache_hits", "c
 Check = Callable[[Query, np.ndarray, np.ndarray], bool]
 
 
+#: How the clients are run: a thread each, or futures driven from the calling thread.
+DRIVERS = ("threads", "futures")
+
+
 def replay(
     database: Any,
     trace: Sequence[Query],
@@ -120,16 +126,23 @@ def replay(
     clients: int = 8,
     progress: Callable[[int, int], None] | None = None,
     check: Check | None = None,
+    driver: str = "threads",
 ) -> ReplayReport:
     """Replays ``trace`` against ``database`` (a :class:`turbdb.Database`, best opened with a
-    node engine, or a cluster) from ``clients`` threads at ``speedup`` times the trace's
+    node engine, or a cluster) from ``clients`` clients at ``speedup`` times the trace's
     pace (``math.inf``: every job is ready at once, the saturating case). ``progress`` is
     called with (queries done, total) as queries complete; ``check``, if given, judges
-    every answer (a wrong one counts as failed)."""
+    every answer (a wrong one counts as failed). ``driver``: ``threads`` runs each client
+    in a thread that waits for its answers; ``futures`` runs them all from the calling
+    thread with ``Dataset.submit`` (at most ``clients`` jobs under way, each job's next
+    query sent when the previous one's future is done), so that, through a node engine in
+    this process, the clients' threads take no CPU from it, as remote clients would not."""
     if not (speedup > 0):
         raise ValueError(f"speedup must be positive, not {speedup!r}")
     if clients < 1:
         raise ValueError(f"clients must be at least 1, not {clients!r}")
+    if driver not in DRIVERS:
+        raise ValueError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
     by_job: dict[int, list[Query]] = defaultdict(list)
     for q in trace:
         by_job[q.job].append(q)
@@ -164,21 +177,27 @@ def replay(
                     took = time.perf_counter() - sent
                     correct = None if check is None or values is None else bool(check(q, points, values))
                     answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
-                    with lock:
-                        log.append(answered)
-                        if progress is not None:
-                            progress(len(log), len(trace))
+                    record(answered)
                     if not answered.ok:
                         break
             finally:
                 if declared is not None:
                     declared.close()
 
-    threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def record(answered: Answered) -> None:
+        with lock:
+            log.append(answered)
+            if progress is not None:
+                progress(len(log), len(trace))
+
+    if driver == "futures":
+        _drive_futures(database, jobs, datasets, drawn, speedup, clients, origin, check, record)
+    else:
+        threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     seconds = time.perf_counter() - origin
     after = _counters(database)
     engine = {k: after[k] - before[k] for k in after}
@@ -188,6 +207,56 @@ def replay(
     waits = _throttling(database)
     throttling = {} if waits is None else dataclasses.asdict(waits - waits_before)
     return ReplayReport(log=log, seconds=seconds, engine=engine, throttling=throttling)
+
+
+def _drive_futures(database: Any, jobs: list[list[Query]], datasets: dict[str, Any],
+                   drawn: dict[tuple[int, int], np.ndarray], speedup: float, clients: int, origin: float,
+                   check: Check | None, record: Callable[[Answered], None]) -> None:
+    """The clients as futures, all driven from this thread: a job starts at its arrival
+    (while fewer than ``clients`` are under way), and each of its queries is submitted when
+    the previous one's answer is in; the futures' callbacks only hand the answers back."""
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    upcoming = collections.deque(jobs)
+    under_way = 0
+
+    def ask(job: list[Query], i: int, declared: Any) -> None:
+        q = job[i]
+        sent = time.perf_counter()
+        future = datasets[q.dataset].submit(q.field, drawn[(q.job, q.index)], time=q.time, method=q.method,
+                                            operator=q.operator, temporal=q.temporal, job=declared)
+        future.add_done_callback(lambda f: answers.put((job, i, declared, sent, f)))
+
+    while upcoming or under_way:
+        wait = None
+        while upcoming and under_way < clients:
+            wait = origin + upcoming[0][0].arrival / speedup - time.perf_counter() if math.isfinite(speedup) else 0
+            if wait > 0:
+                break
+            job = upcoming.popleft()
+            under_way += 1
+            ask(job, 0, _declare(database, job))
+            wait = None
+        try:
+            job, i, declared, sent, future = answers.get(timeout=wait)
+        except queue.Empty:  # the next job's arrival has come
+            continue
+        took = time.perf_counter() - sent
+        q = job[i]
+        points = drawn[(q.job, q.index)]
+        values, error = None, None
+        try:
+            values = future.result()
+        except TurbdbError as e:
+            error = f"{type(e).__name__}: {e}"
+        correct = None if check is None or values is None else bool(check(q, points, values))
+        answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
+        record(answered)
+        if answered.ok and i + 1 < len(job):
+            ask(job, i + 1, declared)
+        else:
+            if declared is not None:
+                declared.close()
+            under_way -= 1
 
 
 def _declare(database: Any, job: list[Query]) -> Any:
