@@ -19,6 +19,7 @@ from .exceptions import (
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
+from .query import point_call
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -321,8 +322,6 @@ class Dataset:
         64 run at a time on a pool of threads. ``options`` are those of :meth:`query`
         (``cancel=`` an event still abandons it)."""
         if self.engine is not None and options.get("cancel") is None and np.ndim(options.get("time")) == 0:
-            from .query import point_call
-
             try:
                 call = point_call(self, field, points, **{k: v for k, v in options.items() if k != "cancel"})
             except Exception as e:  # as from the pool: the error comes with the answer

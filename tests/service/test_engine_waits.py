@@ -5,6 +5,8 @@ goes away, which the engine then drops."""
 
 import asyncio
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -62,7 +64,6 @@ def test_queries_awaited_together_on_one_loop_get_the_lone_answers(database, mon
             return await asyncio.gather(*(waits.query(ds, call, gone) for call in calls))
 
     answers = asyncio.run(main())
-    waits.close()
     for answer, ask in zip(answers, work):
         np.testing.assert_allclose(answer, lone.query("velocity", dtype=np.float64, **ask), rtol=1e-6, atol=1e-6)
 
@@ -82,7 +83,6 @@ def test_a_query_the_engine_served_before_it_was_awaited_is_answered(database):
 
     np.testing.assert_allclose(asyncio.run(main()), expected, rtol=1e-6)
     assert db.engine_stats()["served_from_cache"] == served + 1
-    waits.close()
 
 
 def test_a_client_that_goes_away_cancels_its_query_in_the_engine(database):
@@ -109,7 +109,6 @@ def test_a_client_that_goes_away_cancels_its_query_in_the_engine(database):
     asyncio.run(main())
     stats = db.engine_stats()
     assert stats["cancelled"] == before + 1 and stats["pending"] == 0
-    waits.close()
 
 
 def test_the_completion_queue_reports_ids_and_closes():
@@ -119,3 +118,29 @@ def test_the_completion_queue_reports_ids_and_closes():
         queue.wait(-1.0)
     queue.close()
     assert queue.wait(1.0) is None
+
+
+def test_one_thread_per_engine_calls_back_once_and_survives_a_callback_that_fails(database):
+    from turbdb import engine_completions
+
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+    ds = db["box"]
+    completions = engine_completions.of(db.engine)
+    assert engine_completions.of(db.engine) is completions  # shared by the server and Dataset.submit
+    calls = []
+    ended = threading.Event()
+
+    def broken(pending):
+        calls.append(pending.id)
+        raise RuntimeError("a waiter's bug")
+
+    work = asks(6, seed=9)
+    first = completions.submit(point_call(ds, "velocity", **work[0]), broken)
+    forgotten = completions.submit(point_call(ds, "velocity", **work[1]), lambda p: calls.append("forgotten"))
+    completions.forget(forgotten.id)
+    last = completions.submit(point_call(ds, "velocity", **work[2]), lambda p: ended.set())
+    assert ended.wait(30), "the waiting thread stopped after a callback raised"
+    for pending in (first, forgotten, last):
+        assert pending.wait(30)
+    time.sleep(0.05)
+    assert calls == [first.id]

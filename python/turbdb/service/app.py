@@ -158,7 +158,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                                 else await anyio.to_thread.run_sync(encode, values))
                 backend.metrics.points.labels("query").inc(len(points))
                 return response
-        # With a node engine, a client that goes away cancels its query's pending work.
+        # Here with a node engine only for the sorted/direct baselines, which look at the
+        # client's disconnection before they start.
         gone = backend.disconnection(request)
 
         def evaluate() -> Response:  # in the worker thread, encoding included: a large JSON takes a while

@@ -100,9 +100,7 @@ class Backend:
         return copy.copy(opened)
 
     def close(self) -> None:
-        """Stops awaiting the engine, and lets go of the cluster, if there is one."""
-        if self.waits is not None:
-            self.waits.close()
+        """Lets go of the cluster, if there is one."""
         close = getattr(self.database, "close", None)
         if close is not None:
             close()

@@ -199,14 +199,13 @@ def router(backend: Backend) -> APIRouter:
 
         if backend.waits is not None:
             return await _through_engine(backend, request, ds, points, fields, times, method, operator, temporal)
-        gone = backend.disconnection(request)  # with a node engine: a client gone cancels the rest
 
         def evaluate() -> bytes:
             rows = []
             for ti in times:
                 # Several fields (GetVelocityAndPressure) side by side, in the order named.
                 rows.append(np.hstack([ds.query(field, points, time=float(ti), method=method, operator=operator,
-                                                temporal=temporal, cancel=gone).reshape(len(points), -1)
+                                                temporal=temporal).reshape(len(points), -1)
                                        for field in fields]))
                 for field in fields:
                     backend.record_reads(ds, field)
@@ -225,27 +224,26 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     """getData through the node engine, awaited on the event loop: every (time, field) query
     of the request handed over at once, so that the engine batches them; a client that
     goes away, or one query that fails, cancels the others' pending work."""
-    calls = [[point_call(ds, field, points, time=float(ti), method=method, operator=operator, temporal=temporal)
-              for field in fields] for ti in times]
-    # A dataset copy a query: each keeps its own counters for the metrics.
-    copies = [[copy.copy(ds) for _ in fields] for _ in times]
+    # (time, field) in the answer's order; a dataset copy a query keeps its own counters.
+    asked = [(copy.copy(ds), field, point_call(ds, field, points, time=float(ti), method=method, operator=operator,
+                                               temporal=temporal))
+             for ti in times for field in fields]
     async with backend.limiter.admit(len(points) * len(times)), watch(request) as gone:
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [[group.create_task(backend.waits.query(d, call, gone)) for d, call in zip(row_ds, row)]
-                         for row_ds, row in zip(copies, calls)]
+                tasks = [group.create_task(backend.waits.query(d, call, gone)) for d, _, call in asked]
         except ExceptionGroup as failed:  # the first failure answers, as when they ran one by one
             raise failed.exceptions[0] from None
-    for row_ds in copies:
-        for d, field in zip(row_ds, fields):
-            backend.record_reads(d, field)
+    for d, field, _ in asked:
+        backend.record_reads(d, field)
     # Several fields (GetVelocityAndPressure) side by side, in the order named; time-major.
-    rows = np.concatenate([np.hstack([t.result().reshape(len(points), -1) for t in row]) for row in tasks])
+    columns = [t.result().reshape(len(points), -1) for t in tasks]
+    rows = np.concatenate([np.hstack(columns[k:k + len(fields)]) for k in range(0, len(columns), len(fields))])
 
     def encode() -> bytes:
         return json.dumps(rows.tolist()).encode()
 
-    answer = encode() if rows.size <= 3 * ENCODE_INLINE_POINTS else await anyio.to_thread.run_sync(encode)
+    answer = encode() if len(rows) <= ENCODE_INLINE_POINTS else await anyio.to_thread.run_sync(encode)
     backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
     return Response(answer, media_type="application/json")
 

@@ -8,13 +8,12 @@ by query size and what the engine read."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -174,24 +173,25 @@ def replay(
                     points = drawn[(q.job, q.index)]
                     sent = time.perf_counter()
                     values, error = _ask(datasets[q.dataset], q, points, declared)
-                    took = time.perf_counter() - sent
-                    correct = None if check is None or values is None else bool(check(q, points, values))
-                    answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
-                    record(answered)
-                    if not answered.ok:
+                    if not record(q, points, sent, values, error).ok:
                         break
             finally:
                 if declared is not None:
                     declared.close()
 
-    def record(answered: Answered) -> None:
+    def record(q: Query, points: np.ndarray, sent: float, values: np.ndarray | None, error: str | None) -> Answered:
+        """Logs the answer to ``q`` (sent at ``sent``), checked if there is a check."""
+        took = time.perf_counter() - sent
+        correct = None if check is None or values is None else bool(check(q, points, values))
+        answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
         with lock:
             log.append(answered)
             if progress is not None:
                 progress(len(log), len(trace))
+        return answered
 
     if driver == "futures":
-        _drive_futures(database, jobs, datasets, drawn, speedup, clients, origin, check, record)
+        _drive_futures(database, jobs, datasets, drawn, speedup, clients, origin, record)
     else:
         threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
         for t in threads:
@@ -211,12 +211,12 @@ def replay(
 
 def _drive_futures(database: Any, jobs: list[list[Query]], datasets: dict[str, Any],
                    drawn: dict[tuple[int, int], np.ndarray], speedup: float, clients: int, origin: float,
-                   check: Check | None, record: Callable[[Answered], None]) -> None:
+                   record: Callable[..., Answered]) -> None:
     """The clients as futures, all driven from this thread: a job starts at its arrival
     (while fewer than ``clients`` are under way), and each of its queries is submitted when
     the previous one's answer is in; the futures' callbacks only hand the answers back."""
     answers: queue.SimpleQueue = queue.SimpleQueue()
-    upcoming = collections.deque(jobs)
+    upcoming = deque(jobs)
     under_way = 0
 
     def ask(job: list[Query], i: int, declared: Any) -> None:
@@ -240,18 +240,13 @@ def _drive_futures(database: Any, jobs: list[list[Query]], datasets: dict[str, A
             job, i, declared, sent, future = answers.get(timeout=wait)
         except queue.Empty:  # the next job's arrival has come
             continue
-        took = time.perf_counter() - sent
         q = job[i]
-        points = drawn[(q.job, q.index)]
         values, error = None, None
         try:
             values = future.result()
         except TurbdbError as e:
             error = f"{type(e).__name__}: {e}"
-        correct = None if check is None or values is None else bool(check(q, points, values))
-        answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
-        record(answered)
-        if answered.ok and i + 1 < len(job):
+        if record(q, drawn[(q.job, q.index)], sent, values, error).ok and i + 1 < len(job):
             ask(job, i + 1, declared)
         else:
             if declared is not None:
