@@ -38,8 +38,18 @@ def test_database_lists_datasets_and_names_the_valid_ones_on_a_miss(tmp_path):
     assert db.datasets == ["flow"] and list(db) == ["flow"] and len(db) == 1
     with pytest.raises(KeyError, match="available: flow"):
         db["nope"]
-    with pytest.raises(turbdb.UnknownNameError):
-        db["../flow"]
+    # Only what the listing would show is found: no path, no other Zarr group, no file.
+    (tmp_path / "db" / "group").mkdir()
+    (tmp_path / "db" / "group" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    (tmp_path / "db" / "file").write_text("")
+    for name in ["../flow", "..", ".", "", "flow/velocity", "group", "file", 3]:
+        with pytest.raises(turbdb.UnknownNameError, match="available: flow"):
+            db[name]
+    assert db.datasets == ["flow"]
+    # A dataset whose metadata is damaged is found, and says so.
+    (tmp_path / "db" / "flow" / "zarr.json").write_text("{not json")
+    with pytest.raises(turbdb.DamagedMetadataError, match="not valid JSON"):
+        db["flow"]
 
 
 def test_a_local_database_is_a_context_manager_like_a_remote_or_cluster_one(tmp_path):
@@ -131,9 +141,9 @@ def test_copies_of_a_dataset_share_its_parsed_metadata_until_it_changes(tmp_path
     reads = []
     real = turbdb.dataset.read_json
     monkeypatch.setattr(turbdb.dataset, "read_json", lambda path: reads.append(path) or real(path))
-    assert ds.metadata.nt == 4 and len(reads) == 1
+    assert ds.metadata.nt == 4 and reads == []  # parsed once, when it was opened
     copies = [copy.copy(ds) for _ in range(3)]
-    assert all(c.metadata.nt == 4 for c in copies) and len(reads) == 1
+    assert all(c.metadata.nt == 4 for c in copies) and reads == []
     copies[0].append_times([1.0])  # rewrites zarr.json: every copy sees it, parsed once more
     reads.clear()
     assert [c.metadata.nt for c in (ds, *copies)] == [5] * 4

@@ -44,16 +44,27 @@ class Dataset:
         self.path = Path(path)
         #: The database's node engine (``turbdb._core.Engine``), or None: queries alone.
         self.engine = engine
-        document = read_json(self.path / ZARR_JSON)
-        if _turbdb_attrs(document) is None:
-            raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
-        self.name = self.path.name
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
+        try:
+            key = _stat_key(self._metadata_file)
+        except OSError:  # read_json below says what is wrong
+            key = None
+        document = read_json(self.path / ZARR_JSON)
+        attrs = _turbdb_attrs(document)
+        if attrs is None:
+            raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
+        self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any]] = {}
         # A list, not the tuple itself, so that shallow copies (the service makes one per
-        # request) share what one of them parsed: (stat key, attrs, info).
+        # request) share what one of them parsed: (stat key, attrs, info). Filled from the
+        # document just read (stat'ed first: were it replaced since, the key is stale and
+        # the next look reads it again), unless its attributes are damaged: that is
+        # reported when they are used.
         self._cache: list[tuple[Any, dict[str, Any], DatasetInfo] | None] = [None]
+        if key is not None:
+            with contextlib.suppress(Exception):
+                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
@@ -71,10 +82,9 @@ class Dataset:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
         of it is a rename, which changes its inode and time)."""
         try:
-            st = os.stat(self._metadata_file)
+            key = _stat_key(self._metadata_file)
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
         cached = self._cache[0]
         if cached is None or cached[0] != key:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
@@ -396,6 +406,12 @@ class Dataset:
         shards carried a header binding them to their place."""
         nt = len(self._attrs()["times"])
         return {field: self.field_store(field).verify(nt) for field in self._attrs()["fields"]}
+
+
+def _stat_key(path: str) -> tuple[int, int, int]:
+    """What changes when a metadata file is replaced (every write of it is a rename)."""
+    st = os.stat(path)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ hint only: answers do not depend on it, and without a node engine it changes not
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .arguments import TEMPORAL_ALIASES, TEMPORALS, choice, finite_number
@@ -97,8 +97,9 @@ def job_number(job: Any) -> int | None:
     raise InvalidRequestError(f"job must be a turbdb.Job (from db.job(...)) or its number, not {job!r}")
 
 
-def plan_of(database: Any, plan: Iterable[Any]) -> list[tuple[Any, list[int]]]:
-    """The regions of a plan of ``(dataset, field, time[, temporal])`` on ``database``."""
+def plan_of(dataset_named: Callable[[str], Dataset], plan: Iterable[Any]) -> list[tuple[Any, list[int]]]:
+    """The regions of a plan of ``(dataset, field, time[, temporal])``, its datasets
+    opened by ``dataset_named``."""
     regions = []
     datasets: dict[str, Dataset] = {}
     for count, entry in enumerate(plan, 1):
@@ -107,7 +108,7 @@ def plan_of(database: Any, plan: Iterable[Any]) -> list[tuple[Any, list[int]]]:
                                      "one after the other")
         name, field, time, temporal = planned_query(entry)
         if name not in datasets:
-            datasets[name] = database[name]
+            datasets[name] = dataset_named(name)
         dataset = datasets[name]
         regions.append((dataset.field_store(field), steps_read(dataset, field, time, temporal)))
     if not regions:
