@@ -1080,9 +1080,7 @@ impl Core {
         for response in inbox.served {
             self.end_of_run(response);
         }
-        for (id, plan) in inbox.declares {
-            self.jobs.declare_as(id, plan, now);
-        }
+        self.jobs.declare_all(inbox.declares, now);
         for id in inbox.closes {
             let released = self.jobs.close(id);
             self.release(released);

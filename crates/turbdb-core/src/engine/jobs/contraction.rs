@@ -70,6 +70,18 @@ impl Contraction {
         graph
     }
 
+    /// Adds the queries `from..len` of a job with no gating edges yet.
+    pub fn add_job(&mut self, id: JobId, from: usize, len: usize) {
+        for index in from..len {
+            let x = self.next.len();
+            self.node.insert((id, index), x);
+            self.next.push(if index + 1 < len { x + 1 } else { NONE });
+            self.parent.push(x);
+            self.members.push(vec![x]);
+            self.seen.push(0);
+        }
+    }
+
     fn find(&mut self, mut x: usize) -> usize {
         while self.parent[x] != x {
             self.parent[x] = self.parent[self.parent[x]];

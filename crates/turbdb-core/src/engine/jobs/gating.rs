@@ -165,24 +165,38 @@ impl JobGraph {
 
     /// Declares a job under the number `id` (given out by the engine beforehand).
     pub fn declare_as(&mut self, id: JobId, plan: Vec<Region>, now: f64) {
-        let pairings = self.pairings(&plan);
-        self.insert(id, plan, now);
-        if pairings.is_empty() {
-            return;
-        }
-        let mut graph = Contraction::new(
-            self.jobs
-                .iter()
-                .map(|(&j, job)| (j, job.done, job.plan.len(), job.edges.as_slice())),
-        );
-        for (other, pairs) in pairings {
-            for (mine, theirs) in pairs {
-                if self.one_per_pair(id, mine, other, theirs)
-                    && graph.try_join((id, mine), (other, theirs))
-                {
-                    self.add_edge((id, mine), (other, theirs));
-                } else {
-                    self.counters.refused += 1;
+        self.declare_all(vec![(id, plan)], now);
+    }
+
+    /// Declares jobs handed in together, in order, each under its number. One contracted
+    /// graph serves them all: nothing completes in between, so each job only adds its
+    /// queries to it. Rebuilt for every job, it was a fifth of the engine thread's time
+    /// when the saturating trace's hundreds of jobs were declared at once.
+    pub fn declare_all(&mut self, jobs: Vec<(JobId, Vec<Region>)>, now: f64) {
+        let mut graph: Option<Contraction> = None;
+        for (id, plan) in jobs {
+            let pairings = self.pairings(&plan);
+            let queries = plan.len();
+            self.insert(id, plan, now);
+            match graph.as_mut() {
+                Some(graph) => graph.add_job(id, 0, queries),
+                None if pairings.is_empty() => continue,
+                None => {
+                    graph = Some(Contraction::new(self.jobs.iter().map(|(&j, job)| {
+                        (j, job.done, job.plan.len(), job.edges.as_slice())
+                    })))
+                }
+            }
+            let graph = graph.as_mut().expect("built above");
+            for (other, pairs) in pairings {
+                for (mine, theirs) in pairs {
+                    if self.one_per_pair(id, mine, other, theirs)
+                        && graph.try_join((id, mine), (other, theirs))
+                    {
+                        self.add_edge((id, mine), (other, theirs));
+                    } else {
+                        self.counters.refused += 1;
+                    }
                 }
             }
         }
@@ -837,29 +851,36 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Jobs declared while others run (some queries done): the incremental deadlock
-        /// check admits exactly the edges that rebuilding the graph for each one did, and
-        /// the graph stays acyclic.
+        /// Jobs declared while others run (some queries done), alone or several at once
+        /// (one drain of the engine's inbox): the incremental deadlock check admits exactly
+        /// the edges that rebuilding the graph for each one did, and the graph stays acyclic.
         #[test]
         fn incremental_deadlock_check_admits_what_rebuilding_admits(
             ops in proptest::collection::vec(
-                (proptest::collection::vec(0u32..4, 1..6), 0usize..8, proptest::bool::ANY),
+                (proptest::collection::vec(0u32..4, 1..6), 0usize..8, 0u8..3),
                 1..24,
             )
         ) {
             let mut fast = JobGraph::new(true, 1e9);
             let mut slow = JobGraph::new(true, 1e9);
             let mut query = 0u64;
-            for (id, (steps, advance, advancing)) in ops.into_iter().enumerate() {
-                let id = id as JobId + 1;
-                fast.declare_as(id, plan(&steps), 0.0);
+            let mut together = Vec::new();
+            let last = ops.len() - 1;
+            for (k, (steps, advance, then)) in ops.into_iter().enumerate() {
+                let id = k as JobId + 1;
                 declare_by_rebuilding(&mut slow, id, plan(&steps));
+                together.push((id, plan(&steps)));
+                // 0: declared together with the job after it.
+                if then == 0 && k < last {
+                    continue;
+                }
+                fast.declare_all(std::mem::take(&mut together), 0.0);
                 for (&j, job) in &fast.jobs {
                     proptest::prop_assert_eq!(&job.edges, &slow.jobs[&j].edges);
                 }
                 proptest::prop_assert!(fast.contracted(None).is_some());
-                // One running job hands in and completes its next query, in both graphs.
-                if advancing {
+                // 2: one running job hands in and completes its next query, in both graphs.
+                if then == 2 {
                     let ids: Vec<JobId> = fast.jobs.keys().copied().collect();
                     let job = ids[advance % ids.len()];
                     query += 1;
