@@ -283,7 +283,9 @@ impl PointWork {
 /// keeps its code ([`PointWork::homes`]), by which a batch groups points.
 #[inline]
 fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
-    s.map(|v| v.max(0.0) as u32 / atom as u32)
+    // Atoms are a power of two wide (`FieldGeometry::new`): a shift, not a division.
+    debug_assert!(atom.is_power_of_two());
+    s.map(|v| (v.max(0.0) as u32) >> atom.trailing_zeros())
 }
 
 /// The points' numbers sorted by their home atom's code (ties in point order). The keys are
@@ -362,18 +364,22 @@ impl ChunkAtoms {
 /// The atoms along one axis that the stencil of grid position `s` reaches into, each once,
 /// in the order the stencil meets them. The stencil's nodes are one run, or two where it
 /// wraps past the end of a periodic axis; each run covers a range of atoms, so this takes
-/// a few divisions rather than one per node (they were a third of the cut's time).
+/// a few shifts rather than a division per node (those were a third of the cut's time).
 #[inline]
 pub(crate) fn stencil_atoms(kernel: &Kernel, axis: &Axis, s: f64, atom: usize, out: &mut Vec<u32>) {
     out.clear();
     let first = kernel.first_node(s, axis);
     let (n, width) = (axis.n, kernel.width());
+    // Atoms are a power of two wide (`FieldGeometry::new`): shifts, not divisions by a
+    // width known only at run time (a 1 000-point cut 5–8 % faster).
+    debug_assert!(atom.is_power_of_two());
+    let shift = atom.trailing_zeros();
     let before_wrap = width.min(n - first);
     for (lo, len) in [(first, before_wrap), (0, width - before_wrap)] {
         if len == 0 {
             continue;
         }
-        for a in (lo / atom) as u32..=((lo + len - 1) / atom) as u32 {
+        for a in (lo >> shift) as u32..=((lo + len - 1) >> shift) as u32 {
             if !out.contains(&a) {
                 out.push(a);
             }
