@@ -20,7 +20,8 @@ from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .byte_size import parse_byte_size
 from .dataset import Dataset
 from .exceptions import (
-    DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError, UnknownNameError,
+    DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
+    UnknownNameError,
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
 from .zarr_meta import (

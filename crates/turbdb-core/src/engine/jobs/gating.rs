@@ -170,7 +170,7 @@ impl JobGraph {
 
     /// Declares jobs handed in together, in order, each under its number. One contracted
     /// graph serves them all: nothing completes in between, so each job only adds its
-    /// queries to it. Rebuilt for every job, it was a fifth of the engine thread's time
+    /// queries to it. Rebuilt for every job, it was a sixth of the engine thread's time
     /// when the saturating trace's hundreds of jobs were declared at once.
     pub fn declare_all(&mut self, jobs: Vec<(JobId, Vec<Region>)>, now: f64) {
         let mut graph: Option<Contraction> = None;
