@@ -26,9 +26,11 @@ replaces that section of the existing JSON, keeping the others. ``--schedulers``
 ``--policies`` and ``--no-sweep`` narrow (1) and (2) for iterating (noshare always runs: it
 is the baseline); such a partial run writes workload_partial.json and leaves the full
 run's workload.json and plot as they are. ``--driver futures`` runs the clients as futures
-from one thread (turbdb.workload.replay) instead of a thread each: the 1 024 client
-threads took 0.70 of the 3.05 CPU-seconds of a saturating jaws replay (perf, the 2-core
-Intel Xeon, AVX2 path, 2 threads, load about 1.5), CPU the engine then lacks.
+from one thread (turbdb.workload.replay) instead of a thread each: in a saturating jaws
+replay the 1 024 client threads took 0.42 CPU-seconds (their Python and waits 0.25, the
+cut of their queries into sub-queries 0.17) beside the engine's 1.3 (perf at git c9126c7,
+the 2-core Intel Xeon, fields on the AVX2 path, 2 threads, load about 1.2), CPU the engine
+then lacks.
 """
 
 from __future__ import annotations

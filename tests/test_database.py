@@ -52,6 +52,25 @@ def test_database_lists_datasets_and_names_the_valid_ones_on_a_miss(tmp_path):
         db["flow"]
 
 
+def test_declaring_jobs_reads_a_datasets_metadata_once(tmp_path, monkeypatch):
+    # Each declaration reopened its dataset (every dataset's metadata, then the field's):
+    # half a millisecond a job. The datasets planned on are kept.
+    import turbdb.dataset
+
+    make(tmp_path)
+    db = turbdb.open(tmp_path / "db")
+    plan = [("flow", "velocity", 0.0), ("flow", "velocity", 0.5)]
+    db.job(plan).close()
+    reads = []
+    real = turbdb.dataset.read_json
+    monkeypatch.setattr(turbdb.dataset, "read_json", lambda path: reads.append(path) or real(path))
+    for _ in range(3):
+        db.job(plan).close()
+    assert reads == []
+    with pytest.raises(turbdb.UnknownNameError, match="available: flow"):
+        db.job([("nope", "velocity", 0.0)])
+
+
 def test_a_local_database_is_a_context_manager_like_a_remote_or_cluster_one(tmp_path):
     ds = make(tmp_path)
     ds.write("pressure", 0, np.ones((16, 18, 20)))

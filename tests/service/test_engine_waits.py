@@ -111,11 +111,20 @@ def test_a_client_that_goes_away_cancels_its_query_in_the_engine(database):
     assert stats["cancelled"] == before + 1 and stats["pending"] == 0
 
 
-def test_the_completion_queue_reports_ids_and_closes():
+def test_the_completion_queue_reports_ids_and_closes(database):
     queue = _core.CompletionQueue()
     assert queue.wait(0.01) == []
     with pytest.raises(turbdb.InvalidRequestError, match="timeout"):
         queue.wait(-1.0)
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=0, io="direct")
+    ds = db["box"]
+    pending = [point_call(ds, "velocity", **ask).submit(db.engine, notify=queue) for ask in asks(5, seed=3)]
+    reported: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(reported) < len(pending) and time.monotonic() < deadline:
+        reported += queue.wait(1.0)
+    assert sorted(reported) == sorted(p.id for p in pending)  # each query once, when it ended
+    assert all(p.done for p in pending)
     queue.close()
     assert queue.wait(1.0) is None
 

@@ -76,8 +76,8 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar of queries answered on stderr (default: when stderr is a terminal).")
 def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | None, speedup: float, clients: int,
-           driver: str, scheduler: str | None, cache_policy: str | None, cache_bytes: int | None, io: str | None, as_json: bool,
-           progress: bool | None) -> None:
+           driver: str, scheduler: str | None, cache_policy: str | None, cache_bytes: int | None, io: str | None,
+           as_json: bool, progress: bool | None) -> None:
     """Replay TRACE against DB_OR_URL (a database directory, or a turbdb server's address;
     or give the address with --url) and print throughput (queries/s, points/s),
     response-time percentiles by size class and, where there is a node engine, the bytes it
