@@ -189,8 +189,11 @@ const AHEAD: usize = 4;
 /// once rather than atom by atom.
 const GATHER_PIECES: usize = 2;
 
-/// Points given to one task.
+/// Most points given to one task of a short list (a long one is cut into 8 tasks a thread).
 const TASK_POINTS: usize = 256;
+/// Fewest points given to one task: fewer would pay more to start their gathers than the
+/// threads gain.
+const MIN_TASK_POINTS: usize = 64;
 /// Below this many points a batch runs on the calling thread: handing out tasks would
 /// cost more than it saves.
 const SERIAL_POINTS: usize = 512;
@@ -351,7 +354,7 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
         min_points(atom, ncomp, n, width, level)
     });
     let mut points = homes.grouped();
-    let home_tasks = homes.tasks(TASK_POINTS.max(points.div_ceil(8 * threads)));
+    let home_tasks = homes.tasks(task_points(points, threads));
     // Each query's points in no group: its whole list where none is in one (no copy).
     let in_groups = homes.grouped_by_part(views.len());
     let mut leftover: Vec<Vec<u32>> = vec![Vec::new(); views.len()];
@@ -371,8 +374,7 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
             list
         };
         points += list.len();
-        // Large tasks for long lists, so fewer tasks start their gathers cold.
-        let task = TASK_POINTS.max(list.len().div_ceil(8 * threads));
+        let task = task_points(list.len(), threads);
         for chunk in list.chunks(task) {
             tasks.push(Task::Points {
                 part,
@@ -441,6 +443,16 @@ pub fn execute(parts: &mut [Part<'_>], data: &[AtomData]) -> Served {
         }
     }
     added
+}
+
+/// Points per task for a list of `len` points on `threads` threads: two tasks a thread
+/// where that gives tasks of [`MIN_TASK_POINTS`] to [`TASK_POINTS`] points (a 1 000-point
+/// query from the cache on 16 threads: 16 tasks, not 4), eight a thread for long lists (large
+/// tasks, so fewer of them start their gathers cold).
+fn task_points(len: usize, threads: usize) -> usize {
+    len.div_ceil(2 * threads)
+        .clamp(MIN_TASK_POINTS, TASK_POINTS)
+        .max(len.div_ceil(8 * threads))
 }
 
 /// Sets up part `i` of a batch: marks its atoms' slots, lists the points they serve, once
@@ -1002,6 +1014,28 @@ mod tests {
                     execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data).contributions;
                 let case = format!("{grid:?} {ncomp} {method:?} {operator:?}");
                 assert_streaming_answer(&work, &progress, added, &expected, &case);
+            }
+        }
+    }
+
+    #[test]
+    fn tasks_are_two_a_thread_for_short_lists_and_eight_for_long_ones() {
+        let tasks = |len: usize, threads: usize| len.div_ceil(task_points(len, threads));
+        // A 1 000-point query from the cache: every one of 16 threads gets a task.
+        assert_eq!(tasks(1000, 16), 16);
+        assert_eq!(tasks(1000, 2), 4);
+        // Never fewer than MIN_TASK_POINTS points a task, nor more than TASK_POINTS for a
+        // list that eight tasks a thread would cut finer; long lists in eight a thread.
+        assert_eq!(task_points(100, 16), MIN_TASK_POINTS);
+        assert_eq!(task_points(2000, 2), TASK_POINTS);
+        assert_eq!(tasks(1_000_000, 16), 128);
+        for len in 1..3000 {
+            for threads in [1, 2, 4, 16] {
+                let task = task_points(len, threads);
+                assert!(
+                    task >= MIN_TASK_POINTS
+                        && tasks(len, threads) <= (8 * threads).max(len.div_ceil(MIN_TASK_POINTS))
+                );
             }
         }
     }
