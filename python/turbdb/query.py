@@ -41,10 +41,16 @@ def query(
     if np.ndim(time) != 0:  # a time series: one evaluation per time, stacked
         return np.stack([query(dataset, field, points, time=t, method=method, operator=operator, temporal=temporal,
                                dtype=dtype, strategy=strategy, job=job, cancel=cancel) for t in time_list(time)])
-    if cancel is not None and cancel.is_set():
-        raise QueryCancelledError("the query was cancelled before it started")
     call = point_call(dataset, field, points, time=time, method=method, operator=operator, temporal=temporal,
                       dtype=dtype, strategy=strategy, job=job)
+    return evaluate_call(dataset, call, cancel)
+
+
+def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | None = None) -> np.ndarray:
+    """The answer to a checked point query (:func:`point_call`): through the dataset's node
+    engine or its store, as the call's strategy says; ``cancel`` as in :func:`query`."""
+    if cancel is not None and cancel.is_set():
+        raise QueryCancelledError("the query was cancelled before it started")
     if call.through_engine(dataset) and cancel is not None:
         values, counters = unless_cancelled(call.submit(dataset.engine), cancel)
     elif call.through_engine(dataset):

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from ..arguments import MAX_INDEX
 from ..exceptions import TurbdbError
-from ..query import point_call
+from ..query import evaluate_call, point_call
 from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
@@ -145,6 +145,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
         points = await backend.points(request, limits)
         encode = _encoder(request)
+        call = None
         if backend.waits is not None:
             call = point_call(ds, field, points, time=time, method=method, operator=operator, temporal=temporal,
                               dtype=dtype, strategy=strategy, job=engine_job)
@@ -162,14 +163,15 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         # client's disconnection before they start.
         gone = backend.disconnection(request)
 
-        def evaluate() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
-            values = ds.query(field, points, time=time, method=method, operator=operator, temporal=temporal,
-                              dtype=dtype, strategy=strategy, job=engine_job, cancel=gone)
+        def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
+            checked = call or point_call(ds, field, points, time=time, method=method, operator=operator,
+                                         temporal=temporal, dtype=dtype, strategy=strategy, job=engine_job)
+            values = evaluate_call(ds, checked, cancel=gone)
             backend.record_reads(ds, field)
             return encode(values)
 
         async with backend.limiter.admit(len(points)):
-            response = await backend.run(evaluate, points=len(points))
+            response = await backend.run(answer, points=len(points))
         backend.metrics.points.labels("query").inc(len(points))
         return response
 
