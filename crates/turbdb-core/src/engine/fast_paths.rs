@@ -7,8 +7,11 @@
 //! - none for the portable path: it runs the general kernel (it serves CPUs without AVX2,
 //!   and is the reference the tests compare the fast paths with);
 //! - scalar and vector fields (1 and 3 components), widths 4, 6 and 8;
-//! - derivatives whose rows take at most two float64 vectors on the four-lane paths (AVX2,
-//!   NEON: five sums a vector must fit their 16 registers) and three on AVX-512 (32).
+//! - the gradient and the Laplacian of scalars and vectors, widths 4, 6 and 8 (on the
+//!   four-lane paths, AVX2 and NEON, a row of more than two float64 vectors is summed two
+//!   at a time: five sums a vector must fit their 16 registers);
+//! - the Hessian of scalars of width 4 on the four-lane paths (nine sums a vector), of
+//!   scalars and vectors of every width on AVX-512 (32 registers).
 //!
 //! The rest take the general kernel ([`crate::engine::accumulate`]), which gives the same
 //! answers.
@@ -116,7 +119,7 @@ fn four_lanes<S: Simd, F: FastVisit>(
     use Summed::*;
     debug_assert_eq!(S::LANES, 4);
     // N = ⌈W · ncomp / 8⌉ float32 vectors for a field; ⌈W · ncomp / 4⌉ float64 vectors
-    // for the derivatives, at most 2 (five sums a vector), 1 for the Hessian (nine).
+    // for the derivatives (summed two at a time), 1 for the Hessian (nine sums a vector).
     Some(match (summed, width, ncomp) {
         (Field, 4, 1) => f.sum::<S, 4, 1, FIELD>(simd),
         (Field, 6, 1) => f.sum::<S, 6, 1, FIELD>(simd),
@@ -127,9 +130,15 @@ fn four_lanes<S: Simd, F: FastVisit>(
         (Gradient, 4, 1) => f.sum::<S, 4, 1, GRADIENT>(simd),
         (Gradient, 6, 1) => f.sum::<S, 6, 2, GRADIENT>(simd),
         (Gradient, 8, 1) => f.sum::<S, 8, 2, GRADIENT>(simd),
+        (Gradient, 4, 3) => f.sum::<S, 4, 3, GRADIENT>(simd),
+        (Gradient, 6, 3) => f.sum::<S, 6, 5, GRADIENT>(simd),
+        (Gradient, 8, 3) => f.sum::<S, 8, 6, GRADIENT>(simd),
         (Laplacian, 4, 1) => f.sum::<S, 4, 1, LAPLACIAN>(simd),
         (Laplacian, 6, 1) => f.sum::<S, 6, 2, LAPLACIAN>(simd),
         (Laplacian, 8, 1) => f.sum::<S, 8, 2, LAPLACIAN>(simd),
+        (Laplacian, 4, 3) => f.sum::<S, 4, 3, LAPLACIAN>(simd),
+        (Laplacian, 6, 3) => f.sum::<S, 6, 5, LAPLACIAN>(simd),
+        (Laplacian, 8, 3) => f.sum::<S, 8, 6, LAPLACIAN>(simd),
         (Hessian, 4, 1) => f.sum::<S, 4, 1, HESSIAN>(simd),
         _ => return None,
     })

@@ -142,8 +142,9 @@ impl WholeStencil<'_> {
     /// `D` = 2 — like [`Self::field`] (`w` holds each axis's weights of orders 0 to 2),
     /// with every sum in float64: each row is widened as it is read, summed along z with
     /// the value and derivative weights, then along y into the three (y, z) pairs the
-    /// derivatives need. `V` float64 vectors a row; the `5 V` sums must fit the path's
-    /// registers (AVX-512 has 32).
+    /// derivatives need ([`Self::derivative_rows`]). `V` float64 vectors a row, five sums
+    /// a vector: on AVX-512 (32 registers) a whole row at once, on the four-lane paths (16)
+    /// two vectors of it at a time.
     ///
     /// # Panics
     /// As [`Self::field`], with `V · S::LANES` values a row.
@@ -155,49 +156,77 @@ impl WholeStencil<'_> {
         w: [&[[f64; MAX_WIDTH]; 3]; 3],
         out: &mut [f64],
     ) {
+        self.assert_rows::<W>(start, V * S::LANES);
+        // By (y, z) order (0, 0), (D, 0) and (0, D): each x node's and component's sum.
+        let mut sums = [[0.0f64; MAX_LANES]; 3];
+        if S::WIDE || V <= 2 {
+            self.derivative_rows::<S, W, V, D>(simd, start, 0, w, &mut sums);
+        } else {
+            let mut first = 0;
+            while first + 2 <= V {
+                self.derivative_rows::<S, W, 2, D>(simd, start, first, w, &mut sums);
+                first += 2;
+            }
+            if first < V {
+                self.derivative_rows::<S, W, 1, D>(simd, start, first, w, &mut sums);
+            }
+        }
+        let nc = self.ncomp;
+        let wx = w[0];
+        // Along x, y and z: x's weights of order D on the first, of order 0 on the others.
+        for (d, (sums, wx)) in sums.iter().zip([&wx[D], &wx[0], &wx[0]]).enumerate() {
+            for c in 0..nc {
+                let mut sum = 0.0;
+                for k in 0..W {
+                    sum += wx[k] * sums[k * nc + c];
+                }
+                out[3 * c + d] = sum;
+            }
+        }
+    }
+
+    /// [`Self::derivatives`]' sums along z and y of the `N` float64 vectors of each row
+    /// from vector `first` on, written to `sums[d]` from value `first · S::LANES` on, for
+    /// the (y, z) orders (0, 0), (D, 0) and (0, D); its `5 N` sums stay in the registers.
+    #[inline(always)]
+    fn derivative_rows<S: Simd, const W: usize, const N: usize, const D: usize>(
+        &self,
+        simd: S,
+        start: usize,
+        first: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        sums: &mut [[f64; MAX_LANES]; 3],
+    ) {
         let lanes = S::LANES;
-        self.assert_rows::<W>(start, V * lanes);
         let (row, plane) = (self.row_stride, self.plane_stride);
-        let [wx, wy, wz] = w;
+        let [_, wy, wz] = w;
         let base = self.values.as_ptr();
         let zero = simd.splat(0.0);
-        // The (y, z) orders (0, 0), (D, 0) and (0, D): along x, y and z before x.
-        let (mut flat, mut along_y, mut along_z) = ([zero; V], [zero; V], [zero; V]);
+        let (mut flat, mut along_y, mut along_z) = ([zero; N], [zero; N], [zero; N]);
         for y in 0..W {
-            let (mut value, mut slope) = ([zero; V], [zero; V]);
+            let (mut value, mut slope) = ([zero; N], [zero; N]);
             for z in 0..W {
                 let (f0, f1) = (simd.splat(wz[0][z]), simd.splat(wz[D][z]));
-                let r = start + z * plane + y * row;
-                for v in 0..V {
-                    // SAFETY: every row of the stencil, read to `V` whole vectors, lies
-                    // in the block (asserted above).
+                let r = start + z * plane + y * row + first * lanes;
+                for v in 0..N {
+                    // SAFETY: every row of the stencil, read to its `V` whole vectors, lies
+                    // in the block ([`Self::derivatives`] asserted it), and vectors
+                    // `first .. first + N` are among them.
                     let x = unsafe { simd.load_f32(base.add(r + v * lanes)) };
                     value[v] = simd.mul_add(x, f0, value[v]);
                     slope[v] = simd.mul_add(x, f1, slope[v]);
                 }
             }
             let (g0, g1) = (simd.splat(wy[0][y]), simd.splat(wy[D][y]));
-            for v in 0..V {
+            for v in 0..N {
                 flat[v] = simd.mul_add(value[v], g0, flat[v]);
                 along_y[v] = simd.mul_add(value[v], g1, along_y[v]);
                 along_z[v] = simd.mul_add(slope[v], g0, along_z[v]);
             }
         }
-        let nc = self.ncomp;
-        for (d, (sums, wx)) in [(flat, &wx[D]), (along_y, &wx[0]), (along_z, &wx[0])]
-            .into_iter()
-            .enumerate()
-        {
-            let mut row_sums = [0.0f64; MAX_LANES];
-            for (v, &s) in sums.iter().enumerate() {
-                simd.store(s, &mut row_sums[v * lanes..]);
-            }
-            for c in 0..nc {
-                let mut sum = 0.0;
-                for k in 0..W {
-                    sum += wx[k] * row_sums[k * nc + c];
-                }
-                out[3 * c + d] = sum;
+        for (sums, vectors) in sums.iter_mut().zip([flat, along_y, along_z]) {
+            for (v, &s) in vectors.iter().enumerate() {
+                simd.store(s, &mut sums[(first + v) * lanes..]);
             }
         }
     }
@@ -492,13 +521,18 @@ mod tests {
         let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
         let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
         let (laplacian, hessian) = (terms(Operator::Laplacian), terms(Operator::Hessian));
-        // Three components' rows of derivatives fit the registers on AVX-512 alone.
+        // The gradient and the Laplacian of vectors on every SIMD path (their rows summed
+        // in parts on the four-lane ones); the Hessian's nine sums a vector fit AVX-512's
+        // registers alone.
         let wide = KernelPath::Avx512.is_supported();
+        let vector = KernelPath::supported()
+            .into_iter()
+            .any(|path| path != KernelPath::Portable);
         for width in [4, 6, 8] {
             assert!(FastSum::of(&field, true, width, 3).is_some());
             assert!(FastSum::of(&field, false, width, 3).is_none());
-            assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), wide);
-            assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), wide);
+            assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), vector);
+            assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), vector);
             assert_eq!(FastSum::of(&hessian, false, width, 3).is_some(), wide);
         }
         // A row longer than the widest path's registers hold.
@@ -679,11 +713,15 @@ mod tests {
                 assert_eq!(has(Summed::Field, width, 3), vector, "{}", path.name());
                 assert!(!has(Summed::Field, width, 4), "{}", path.name());
             }
-            // Three components' rows of derivatives fit AVX-512's registers alone.
+            // Three components' rows of the Hessian fit AVX-512's registers alone; the
+            // gradient's and the Laplacian's are summed in parts on the other paths.
             let wide = path == KernelPath::Avx512;
             for summed in [Summed::Gradient, Summed::Laplacian, Summed::Hessian] {
+                let parts = summed != Summed::Hessian && vector;
                 assert_eq!(has(summed, 4, 1), vector, "{}", path.name());
-                assert_eq!(has(summed, 8, 3), wide, "{}", path.name());
+                for width in [4, 6, 8] {
+                    assert_eq!(has(summed, width, 3), wide || parts, "{}", path.name());
+                }
                 // A scalar's row of 8 is one AVX-512 vector.
                 assert_eq!(
                     has(summed, 8, 1),
