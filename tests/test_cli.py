@@ -33,6 +33,18 @@ def test_help_explains_every_command():
         assert "Usage" in run(command, "--help").stdout
 
 
+def test_query_help_names_every_method_operator_and_temporal_method():
+    # The CLI lists them literally (its --help must not import numpy): they must not drift.
+    from click.testing import CliRunner
+
+    from turbdb.arguments import METHODS, OPERATORS, TEMPORALS
+    from turbdb.cli import main
+
+    out = " ".join(CliRunner().invoke(main, ["query", "--help"], terminal_width=400).output.split())
+    for name in (*METHODS, *OPERATORS, *TEMPORALS):
+        assert name in out, f"turbdb query --help does not name {name!r}"
+
+
 def test_info_prints_the_metadata_and_json(db):
     out = run("info", db).stdout
     assert "16 x 16 x 16" in out and "2/2 steps written" in out
