@@ -1032,10 +1032,12 @@ mod tests {
         for len in 1..3000 {
             for threads in [1, 2, 4, 16] {
                 let task = task_points(len, threads);
+                assert!(task >= MIN_TASK_POINTS, "{len} points, {threads} threads");
                 assert!(
-                    task >= MIN_TASK_POINTS
-                        && tasks(len, threads) <= (8 * threads).max(len.div_ceil(MIN_TASK_POINTS))
+                    task <= TASK_POINTS.max(len.div_ceil(8 * threads)),
+                    "{len}, {threads}"
                 );
+                assert!(tasks(len, threads) <= (8 * threads).max(len.div_ceil(MIN_TASK_POINTS)));
             }
         }
     }

@@ -159,7 +159,7 @@ impl WholeStencil<'_> {
         self.assert_rows::<W>(start, V * S::LANES);
         // By (y, z) order (0, 0), (D, 0) and (0, D): each x node's and component's sum.
         let mut sums = [[0.0f64; MAX_LANES]; 3];
-        if S::WIDE || V <= 2 {
+        if S::WIDE {
             self.derivative_rows::<S, W, V, D>(simd, start, 0, w, &mut sums);
         } else {
             let mut first = 0;

@@ -70,9 +70,9 @@ impl Contraction {
         graph
     }
 
-    /// Adds the queries `from..len` of a job with no gating edges yet.
-    pub fn add_job(&mut self, id: JobId, from: usize, len: usize) {
-        for index in from..len {
+    /// Adds the `len` queries of a job with no gating edges yet.
+    pub fn add_job(&mut self, id: JobId, len: usize) {
+        for index in 0..len {
             let x = self.next.len();
             self.node.insert((id, index), x);
             self.next.push(if index + 1 < len { x + 1 } else { NONE });

@@ -179,7 +179,7 @@ impl JobGraph {
             let queries = plan.len();
             self.insert(id, plan, now);
             match graph.as_mut() {
-                Some(graph) => graph.add_job(id, 0, queries),
+                Some(graph) => graph.add_job(id, queries),
                 None if pairings.is_empty() => continue,
                 None => {
                     graph = Some(Contraction::new(self.jobs.iter().map(|(&j, job)| {
