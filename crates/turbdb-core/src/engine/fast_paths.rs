@@ -7,11 +7,11 @@
 //! - none for the portable path: it runs the general kernel (it serves CPUs without AVX2,
 //!   and is the reference the tests compare the fast paths with);
 //! - scalar and vector fields (1 and 3 components), widths 4, 6 and 8;
-//! - the gradient and the Laplacian of scalars and vectors, widths 4, 6 and 8 (on the
-//!   four-lane paths, AVX2 and NEON, a row of more than two float64 vectors is summed two
-//!   at a time: five sums a vector must fit their 16 registers);
-//! - the Hessian of scalars of width 4 on the four-lane paths (nine sums a vector), of
-//!   scalars and vectors of every width on AVX-512 (32 registers).
+//! - the gradient, the Laplacian and the Hessian of scalars and vectors, widths 4, 6 and
+//!   8. On the four-lane paths, AVX2 and NEON, a row of more float64 vectors than their
+//!   16 registers hold sums for is summed in parts: two vectors at a time for the gradient
+//!   and the Laplacian (five sums a vector), one for the Hessian (nine); AVX-512 (32
+//!   registers) sums a whole row at once.
 //!
 //! The rest take the general kernel ([`crate::engine::accumulate`]), which gives the same
 //! answers.
@@ -119,7 +119,8 @@ fn four_lanes<S: Simd, F: FastVisit>(
     use Summed::*;
     debug_assert_eq!(S::LANES, 4);
     // N = ⌈W · ncomp / 8⌉ float32 vectors for a field; ⌈W · ncomp / 4⌉ float64 vectors
-    // for the derivatives (summed two at a time), 1 for the Hessian (nine sums a vector).
+    // for the derivatives (summed two at a time; the Hessian's one at a time, nine sums a
+    // vector).
     Some(match (summed, width, ncomp) {
         (Field, 4, 1) => f.sum::<S, 4, 1, FIELD>(simd),
         (Field, 6, 1) => f.sum::<S, 6, 1, FIELD>(simd),
@@ -140,6 +141,11 @@ fn four_lanes<S: Simd, F: FastVisit>(
         (Laplacian, 6, 3) => f.sum::<S, 6, 5, LAPLACIAN>(simd),
         (Laplacian, 8, 3) => f.sum::<S, 8, 6, LAPLACIAN>(simd),
         (Hessian, 4, 1) => f.sum::<S, 4, 1, HESSIAN>(simd),
+        (Hessian, 6, 1) => f.sum::<S, 6, 2, HESSIAN>(simd),
+        (Hessian, 8, 1) => f.sum::<S, 8, 2, HESSIAN>(simd),
+        (Hessian, 4, 3) => f.sum::<S, 4, 3, HESSIAN>(simd),
+        (Hessian, 6, 3) => f.sum::<S, 6, 5, HESSIAN>(simd),
+        (Hessian, 8, 3) => f.sum::<S, 8, 6, HESSIAN>(simd),
         _ => return None,
     })
 }

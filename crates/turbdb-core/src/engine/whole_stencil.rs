@@ -386,8 +386,9 @@ impl WholeStencil<'_> {
     /// Writes the Hessian at one point to `out[6c + s]` for each component `c`, in the
     /// order xx, xy, xz, yy, yz, zz, like [`Self::derivatives`]: each row summed along z
     /// with the weights of orders 0, 1 and 2, then along y into the six (y, z) pairs of
-    /// total order at most 2, each weighted along x at the end. Its `9 V` sums fit
-    /// AVX-512's 32 registers for `V` up to 3, the 16 of the other paths for `V` = 1.
+    /// total order at most 2 ([`Self::hessian_rows`]), each weighted along x at the end.
+    /// Nine sums a vector: on AVX-512 (32 registers) a whole row of up to three vectors
+    /// at once, on the four-lane paths (16) one vector of it at a time.
     ///
     /// # Panics
     /// As [`Self::derivatives`].
@@ -399,24 +400,48 @@ impl WholeStencil<'_> {
         w: [&[[f64; MAX_WIDTH]; 3]; 3],
         out: &mut [f64],
     ) {
+        self.assert_rows::<W>(start, V * S::LANES);
+        // By term: each x node's and component's sum along z and y.
+        let mut sums = [[0.0f64; MAX_LANES]; 6];
+        if S::WIDE {
+            self.hessian_rows::<S, W, V>(simd, start, 0, w, &mut sums);
+        } else {
+            for first in 0..V {
+                self.hessian_rows::<S, W, 1>(simd, start, first, w, &mut sums);
+            }
+        }
+        let (nc, wx) = (self.ncomp, w[0]);
+        for (slot, (sums, &(_, _, ox))) in sums.iter().zip(&HESSIAN_TERMS).enumerate() {
+            for c in 0..nc {
+                let mut sum = 0.0;
+                for k in 0..W {
+                    sum += wx[ox][k] * sums[k * nc + c];
+                }
+                out[6 * c + slot] = sum;
+            }
+        }
+    }
+
+    /// [`Self::hessian`]'s sums along z and y of the `N` float64 vectors of each row from
+    /// vector `first` on, written to `sums[term]` from value `first · S::LANES` on; its
+    /// `9 N` sums stay in the registers.
+    #[inline(always)]
+    fn hessian_rows<S: Simd, const W: usize, const N: usize>(
+        &self,
+        simd: S,
+        start: usize,
+        first: usize,
+        w: [&[[f64; MAX_WIDTH]; 3]; 3],
+        sums: &mut [[f64; MAX_LANES]; 6],
+    ) {
         let lanes = S::LANES;
-        self.assert_rows::<W>(start, V * lanes);
         let (row, plane) = (self.row_stride, self.plane_stride);
-        let [wx, wy, wz] = w;
+        let [_, wy, wz] = w;
         let base = self.values.as_ptr();
         let zero = simd.splat(0.0);
-        // The (y, z) orders of the six terms, and the x order each is weighted with.
-        const PAIRS: [(usize, usize, usize); 6] = [
-            (0, 0, 2),
-            (1, 0, 1),
-            (0, 1, 1),
-            (2, 0, 0),
-            (1, 1, 0),
-            (0, 2, 0),
-        ];
-        let mut pairs = [[zero; V]; 6];
+        let mut terms = [[zero; N]; 6];
         for y in 0..W {
-            let mut along_z = [[zero; V]; 3];
+            let mut along_z = [[zero; N]; 3];
             for z in 0..W {
                 // Written out, not `array::map`: a closure the compiler leaves outlined
                 // cannot inline the path's intrinsics, and returns each vector in memory.
@@ -425,10 +450,11 @@ impl WholeStencil<'_> {
                     simd.splat(wz[1][z]),
                     simd.splat(wz[2][z]),
                 ];
-                let r = start + z * plane + y * row;
-                for v in 0..V {
-                    // SAFETY: every row of the stencil, read to `V` whole vectors, lies
-                    // in the block (asserted above).
+                let r = start + z * plane + y * row + first * lanes;
+                for v in 0..N {
+                    // SAFETY: every row of the stencil, read to its `V` whole vectors, lies
+                    // in the block ([`Self::hessian`] asserted it), and vectors
+                    // `first .. first + N` are among them.
                     let x = unsafe { simd.load_f32(base.add(r + v * lanes)) };
                     for o in 0..3 {
                         along_z[o][v] = simd.mul_add(x, f[o], along_z[o][v]);
@@ -440,28 +466,30 @@ impl WholeStencil<'_> {
                 simd.splat(wy[1][y]),
                 simd.splat(wy[2][y]),
             ];
-            for (sums, &(oy, oz, _)) in pairs.iter_mut().zip(&PAIRS) {
-                for v in 0..V {
+            for (sums, &(oy, oz, _)) in terms.iter_mut().zip(&HESSIAN_TERMS) {
+                for v in 0..N {
                     sums[v] = simd.mul_add(along_z[oz][v], g[oy], sums[v]);
                 }
             }
         }
-        let nc = self.ncomp;
-        for (slot, (sums, &(_, _, ox))) in pairs.iter().zip(&PAIRS).enumerate() {
-            let mut row_sums = [0.0f64; MAX_LANES];
-            for (v, &s) in sums.iter().enumerate() {
-                simd.store(s, &mut row_sums[v * lanes..]);
-            }
-            for c in 0..nc {
-                let mut sum = 0.0;
-                for k in 0..W {
-                    sum += wx[ox][k] * row_sums[k * nc + c];
-                }
-                out[6 * c + slot] = sum;
+        for (sums, vectors) in sums.iter_mut().zip(terms) {
+            for (v, &s) in vectors.iter().enumerate() {
+                simd.store(s, &mut sums[(first + v) * lanes..]);
             }
         }
     }
 }
+
+/// The Hessian's terms xx, xy, xz, yy, yz, zz as their (y, z) derivative orders, and the
+/// x order each is weighted with.
+const HESSIAN_TERMS: [(usize, usize, usize); 6] = [
+    (0, 0, 2),
+    (1, 0, 1),
+    (0, 1, 1),
+    (2, 0, 0),
+    (1, 1, 0),
+    (0, 2, 0),
+];
 
 impl WholeStencil<'_> {
     /// Writes the gradient at one point to `out[3c + d]`: [`Self::derivatives`] of order 1.
@@ -516,15 +544,13 @@ mod tests {
     use crate::engine::simd::KernelPath;
 
     #[test]
-    fn only_float32_answers_take_the_field_fast_path_and_vector_derivatives_need_avx512() {
+    fn only_float32_answers_take_the_field_fast_path_and_derivatives_have_one_on_every_simd_path() {
         use crate::interp::method::Operator;
         let terms = |op: Operator| TermSet::new(op.terms(), op.slots());
         let (field, gradient) = (terms(Operator::Field), terms(Operator::Gradient));
         let (laplacian, hessian) = (terms(Operator::Laplacian), terms(Operator::Hessian));
-        // The gradient and the Laplacian of vectors on every SIMD path (their rows summed
-        // in parts on the four-lane ones); the Hessian's nine sums a vector fit AVX-512's
-        // registers alone.
-        let wide = KernelPath::Avx512.is_supported();
+        // The derivatives of vectors on every SIMD path (their rows summed in parts on the
+        // four-lane ones).
         let vector = KernelPath::supported()
             .into_iter()
             .any(|path| path != KernelPath::Portable);
@@ -533,7 +559,7 @@ mod tests {
             assert!(FastSum::of(&field, false, width, 3).is_none());
             assert_eq!(FastSum::of(&gradient, false, width, 3).is_some(), vector);
             assert_eq!(FastSum::of(&laplacian, true, width, 3).is_some(), vector);
-            assert_eq!(FastSum::of(&hessian, false, width, 3).is_some(), wide);
+            assert_eq!(FastSum::of(&hessian, false, width, 3).is_some(), vector);
         }
         // A row longer than the widest path's registers hold.
         assert!(FastSum::of(&field, true, 8, 7).is_none());
@@ -713,20 +739,14 @@ mod tests {
                 assert_eq!(has(Summed::Field, width, 3), vector, "{}", path.name());
                 assert!(!has(Summed::Field, width, 4), "{}", path.name());
             }
-            // Three components' rows of the Hessian fit AVX-512's registers alone; the
-            // gradient's and the Laplacian's are summed in parts on the other paths.
-            let wide = path == KernelPath::Avx512;
+            // Every derivative of scalars and vectors, at every width (summed in parts on
+            // the four-lane paths), and none for four components.
             for summed in [Summed::Gradient, Summed::Laplacian, Summed::Hessian] {
-                let parts = summed != Summed::Hessian && vector;
-                assert_eq!(has(summed, 4, 1), vector, "{}", path.name());
                 for width in [4, 6, 8] {
-                    assert_eq!(has(summed, width, 3), wide || parts, "{}", path.name());
+                    assert_eq!(has(summed, width, 1), vector, "{}", path.name());
+                    assert_eq!(has(summed, width, 3), vector, "{}", path.name());
+                    assert!(!has(summed, width, 4), "{}", path.name());
                 }
-                // A scalar's row of 8 is one AVX-512 vector.
-                assert_eq!(
-                    has(summed, 8, 1),
-                    wide || summed != Summed::Hessian && vector
-                );
             }
         }
     }
