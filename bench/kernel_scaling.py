@@ -4,7 +4,8 @@ comparison.
 
 For each thread count T and each SIMD path P this CPU has, a fresh process with
 RAYON_NUM_THREADS=T and TURBDB_KERNEL=P times warm 1e6-point queries (lag4/lag6/lag8, field
-and gradient; best of two after a warm-up) and reports the seconds per phase. The baseline is a
+and gradient, or the operators ``--operators`` names; best of two after a warm-up) and reports
+the seconds per phase. The baseline is a
 plain direct gather compiled with numba (bench/numba_gather.py: the whole field in RAM, every
 point gathers its 8³ nodes and sums them with its weights, lag8 field) on the same T threads,
 timed in the same process; without numba, a numpy gather on one thread, and the report says
@@ -31,7 +32,10 @@ import numpy as np
 import numba_gather
 import turbdb
 
-CASES = [(m, op) for m in ("lag8", "lag6", "lag4") for op in ("field", "gradient")]
+METHODS = ("lag8", "lag6", "lag4")
+#: The operators the kernel benchmark can time, and those it times unless told otherwise.
+OPERATORS = ("field", "gradient", "laplacian", "hessian")
+DEFAULT_OPERATORS = ("field", "gradient")
 PHASES = ("plan", "read", "weights", "accumulate", "scatter")
 #: Float64 multiply-adds a core can issue per cycle on each path (two FMA pipes; the portable
 #: path has SSE2's two lanes and separate multiply and add).
@@ -41,11 +45,14 @@ GATHER_N, ACCURACY_N = 100_000, 20_000
 
 def fmas_per_point(method: str, operator: str, ncomp: int) -> int:
     """Multiply-adds of one point in the kernel's row sums: a field sums w² rows of w·ncomp
-    values once; a gradient sums each row along z for two z orders, then adds the columns
-    into its three (y, z) derivative pairs."""
+    values once; a gradient (or Laplacian) sums each row along z for two z orders, then adds
+    the columns into its three (y, z) derivative pairs; a Hessian sums each row along z for
+    three z orders, then into its six (y, z) pairs."""
     w = int(method[3:])
     if operator == "field":
         return w**3 * ncomp
+    if operator == "hessian":
+        return 3 * w**3 * ncomp + 6 * w**2 * ncomp
     return 2 * w**3 * ncomp + 3 * w**2 * ncomp
 
 
@@ -125,7 +132,7 @@ def measure_one(payload: str) -> None:
     ds = turbdb.open(args["data"])[args["dataset"]]
     pts = np.load(args["points"])
     rows = []
-    for method, operator in CASES:
+    for method, operator in ((m, op) for m in METHODS for op in args["operators"]):
         def once():
             start = time.perf_counter()
             ds.query(args["field"], pts, time=args["time"], method=method, operator=operator, dtype=np.float32)
@@ -156,21 +163,24 @@ def measure_one(payload: str) -> None:
 
 
 def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: float, pts: np.ndarray,
-                results: Path, machine: dict, repeats: int = 1, paths: list[str] | None = None) -> None:
+                results: Path, machine: dict, repeats: int = 1, paths: list[str] | None = None,
+                operators: list[str] | None = None) -> None:
     """``repeats`` > 1 runs every thread count and path that many times, each in a fresh
     process, one round of all of them after another (so a slow spell of a shared machine
     falls on every thread count alike), and reports each row's median with its range, and
     the speed-up from the fewest threads to the most paired round by round (on a shared
     machine one process's speed moves more than the rounds' medians can smooth). ``paths``:
-    the SIMD paths to run (default every one this CPU has)."""
+    the SIMD paths to run (default every one this CPU has); ``operators``: the operators to
+    time (default field and gradient)."""
     began = time.perf_counter()
     ds = turbdb.open(data)[dataset]
     ncomp = ds.info.fields[field].ncomp
     paths, ghz, nominal = paths or turbdb.kernel_paths(), measured_clock_ghz(), clock_ghz()
+    operators = list(operators or DEFAULT_OPERATORS)
     load_start = os.getloadavg()
     measured = "not measured" if ghz is None else f"{ghz:.2f} GHz measured"
     print(f"kernel benchmark: {field} of {dataset}, N={len(pts):.0e} uniform, warm; threads {threads}, "
-          f"paths {paths}; {machine['cpu']}, clock {measured} ({nominal} GHz in /proc/cpuinfo); "
+          f"paths {paths}, operators {operators}; {machine['cpu']}, clock {measured} ({nominal} GHz in /proc/cpuinfo); "
           f"load average {load_start[0]:.2f}", flush=True)
     numpy_gather, reference = measure_gather(ds, field, pts[:GATHER_N], t)
     print(f"  reference ({numpy_gather['what']}): {numpy_gather['points_per_s'] / 1e6:.3f} M points/s", flush=True)
@@ -185,7 +195,8 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
         for n_threads, path, repeat in ((n, p, k) for k in range(repeats) for n in threads for p in paths):
             env = {**os.environ, "RAYON_NUM_THREADS": str(n_threads), "TURBDB_KERNEL": path}
             payload = json.dumps({"data": str(data), "dataset": dataset, "field": field, "time": t,
-                                  "points": str(points_file), "gather": n_threads not in gathers})
+                                  "points": str(points_file), "gather": n_threads not in gathers,
+                                  "operators": operators})
             out = subprocess.run([sys.executable, str(Path(__file__).parent / "query.py"), "--kernel-one", payload],
                                  env=env, check=True, capture_output=True, text=True)
             result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -219,7 +230,7 @@ def run_threads(threads: list[int], data: Path, dataset: str, field: str, t: flo
     if repeats > 1:
         print_scaling(rows, threads, paired)
     report = {"benchmark": "query --threads", "dataset": dataset, "field": field, "n": len(pts), "time": t,
-              "repeats": repeats, "paired_scaling": paired,
+              "repeats": repeats, "operators": operators, "paired_scaling": paired,
               "machine": machine, "clock_GHz": ghz, "clock_GHz_cpuinfo": nominal, "paths": paths, "threads": threads,
               "fma_per_cycle": FMA_PER_CYCLE, "gather": gathers or numpy_gather, "numpy_gather": numpy_gather,
               "load_average_start": load_start,
@@ -325,7 +336,7 @@ def plot(rows: list[dict], threads: list[int], path: Path, machine: dict, load: 
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for i, p in enumerate(sorted({r["path"] for r in rows})):
-        for op, style in (("field", "-"), ("gradient", "--")):
+        for op, style in (("field", "-"), ("gradient", "--"), ("laplacian", "-."), ("hessian", ":")):
             pts = sorted((r["threads"], r["points_per_s"]) for r in rows
                          if r["path"] == p and r["method"] == "lag8" and r["operator"] == op)
             left.plot(*zip(*pts), color=f"C{i}", linestyle=style, marker="o", label=f"{p} lag8 {op}")

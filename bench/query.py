@@ -8,6 +8,7 @@ run in one process) and cold (page cache dropped, fresh process), plus the peak 
     python bench/query.py --threads 1,2 [--data …]   # the kernel per thread count and SIMD path
     python bench/query.py --threads 1,16 --repeats 5  # medians of 5 fresh processes each, with ranges
     python bench/query.py --threads 1,16 --repeats 12 --paths avx2  # one path: more rounds in the time
+    python bench/query.py --threads 1,2 --operators field,hessian  # other operators (default field,gradient)
 
 Workloads: "3D" = points uniform in the box [0, 2π)³; "128" = points uniform in a 128³-node
 sub-box at a random origin (wrapped). Cold runs need root (sync; echo 3 > drop_caches); if
@@ -256,6 +257,10 @@ def main() -> None:
     parser.add_argument("--paths", type=_path_names, metavar="avx2,…",
                         help="with --threads: only these SIMD paths (default: every one this CPU has: "
                              f"{', '.join(turbdb.kernel_paths())})")
+    parser.add_argument("--operators", type=_operator_names, metavar="field,gradient,…",
+                        help="with --threads: the operators to time, of "
+                             f"{', '.join(kernel_scaling.OPERATORS)} (default "
+                             f"{','.join(kernel_scaling.DEFAULT_OPERATORS)})")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -269,13 +274,15 @@ def main() -> None:
         parser.error("--repeats must be at least 1")
     if args.paths and not args.threads:
         parser.error("--paths goes with --threads")
+    if args.operators and not args.threads:
+        parser.error("--operators goes with --threads")
     if args.threads:
         ensure_data(args.data)
         info = turbdb.open(args.data)[NAME].info
         RESULTS.mkdir(exist_ok=True)
         kernel_scaling.run_threads(args.threads, args.data, NAME, FIELD, query_time(info),
                                    make_points(info, "3D", 1_000_000, args.seed), RESULTS, machine_info(),
-                                   repeats=args.repeats, paths=args.paths)
+                                   repeats=args.repeats, paths=args.paths, operators=args.operators)
         return
 
     began = time.perf_counter()
@@ -370,6 +377,14 @@ def _path_names(text: str) -> list[str]:
     missing = [p for p in names if p not in have]
     if not names or missing:
         raise argparse.ArgumentTypeError(f"{text!r}: this CPU's SIMD paths are {', '.join(have)}")
+    return list(dict.fromkeys(names))
+
+
+def _operator_names(text: str) -> list[str]:
+    names = [o.strip() for o in text.split(",") if o.strip()]
+    unknown = [o for o in names if o not in kernel_scaling.OPERATORS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: the kernel benchmark times {', '.join(kernel_scaling.OPERATORS)}")
     return list(dict.fromkeys(names))
 
 
