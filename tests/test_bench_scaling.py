@@ -49,3 +49,14 @@ def test_medians_keep_every_runs_rate_and_take_the_slower_middle_of_an_even_coun
     assert median["points_per_s"] == 2.0
     assert sorted(median["runs_points_per_s"]) == [1.0, 2.0, 3.0, 4.0]
     assert "round" not in median
+
+
+def test_a_run_without_the_field_prints_no_scaling_and_plots_its_first_operator(tmp_path, capsys):
+    # --operators hessian: no lag8 field rows for the scaling figures.
+    rows = [{**run("avx2", t, 0, pps, operator="hessian"), "ns_per_point": dict.fromkeys(kernel_scaling.PHASES, 1.0)}
+            for t, pps in ((1, 2.0), (2, 4.0))]
+    kernel_scaling.print_scaling(rows, [1, 2], kernel_scaling.paired_scaling(rows, [1, 2]))
+    assert capsys.readouterr().out == ""
+    pytest.importorskip("matplotlib")
+    kernel_scaling.plot(rows, [1, 2], tmp_path / "k.png", {"cpu": "test"}, (0.0,), {})
+    assert "lag8 hessian, where the time goes" in (tmp_path / "k.svg").read_text()

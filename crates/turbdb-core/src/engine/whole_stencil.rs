@@ -171,16 +171,11 @@ impl WholeStencil<'_> {
                 self.derivative_rows::<S, W, 1, D>(simd, start, first, w, &mut sums);
             }
         }
-        let nc = self.ncomp;
         let wx = w[0];
         // Along x, y and z: x's weights of order D on the first, of order 0 on the others.
         for (d, (sums, wx)) in sums.iter().zip([&wx[D], &wx[0], &wx[0]]).enumerate() {
-            for c in 0..nc {
-                let mut sum = 0.0;
-                for k in 0..W {
-                    sum += wx[k] * sums[k * nc + c];
-                }
-                out[3 * c + d] = sum;
+            for c in 0..self.ncomp {
+                out[3 * c + d] = along_x::<W>(sums, wx, self.ncomp, c);
             }
         }
     }
@@ -410,14 +405,9 @@ impl WholeStencil<'_> {
                 self.hessian_rows::<S, W, 1>(simd, start, first, w, &mut sums);
             }
         }
-        let (nc, wx) = (self.ncomp, w[0]);
         for (slot, (sums, &(_, _, ox))) in sums.iter().zip(&HESSIAN_TERMS).enumerate() {
-            for c in 0..nc {
-                let mut sum = 0.0;
-                for k in 0..W {
-                    sum += wx[ox][k] * sums[k * nc + c];
-                }
-                out[6 * c + slot] = sum;
+            for c in 0..self.ncomp {
+                out[6 * c + slot] = along_x::<W>(sums, &w[0][ox], self.ncomp, c);
             }
         }
     }
@@ -523,6 +513,17 @@ impl WholeStencil<'_> {
             *out = terms[3 * c] + terms[3 * c + 1] + terms[3 * c + 2];
         }
     }
+}
+
+/// `Σ_k wx[k] · sums[k·nc + c]` over the `W` x nodes of a row's sums (nodes times
+/// `nc` components): component `c` of one derivative term, weighted along x.
+#[inline(always)]
+fn along_x<const W: usize>(sums: &[f64], wx: &[f64; MAX_WIDTH], nc: usize, c: usize) -> f64 {
+    let mut sum = 0.0;
+    for k in 0..W {
+        sum += wx[k] * sums[k * nc + c];
+    }
+    sum
 }
 
 /// Writes `Σ_k wx[k] · row_sums[k·NC + c]` to `out[c]` for each component `c`.
