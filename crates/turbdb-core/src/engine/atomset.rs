@@ -48,10 +48,21 @@ impl AtomSet {
         let ny = self.side[1];
         self.rows.iter().enumerate().flat_map(move |(r, &row)| {
             let (y, z) = (r % ny, r / ny);
-            (0..MAX_X)
-                .filter(move |&x| row >> x & 1 == 1)
-                .map(move |x| [x, y, z])
+            // The set bits of the row, lowest first.
+            let mut bits = row;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let x = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    [x, y, z]
+                })
+            })
         })
+    }
+
+    /// Atoms of the box along each axis.
+    pub fn side(&self) -> [usize; 3] {
+        self.side
     }
 
     /// Atoms in the set.

@@ -381,6 +381,7 @@ impl PlaneMemo {
 }
 
 /// One atom a cell needs: its shard, where it lies there, and where it goes in the block.
+#[derive(Clone, Copy)]
 struct NeededAtom {
     shard: ShardPos,
     local: [usize; 3],
@@ -394,28 +395,34 @@ fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
     let g = &plan.geometry;
     let (a, per_shard) = (g.atom, g.atoms_per_side());
     let atoms_per_axis = g.atoms_per_axis();
-    let mut needed: Vec<NeededAtom> = cell
+    // Along axis `k`, box atom `l`: the atom (global), and the part of the box it fills.
+    let along = |k: usize, l: usize| {
+        let (n, count) = (plan.axes[k].n as i64, atoms_per_axis[k] as i64);
+        let u = cell.first_box_atom[k] + l as i64;
+        let (image, atom) = (u.div_euclid(count), u.rem_euclid(count));
+        let first = image * n + atom * a as i64;
+        let len = (a as i64).min(n - atom * a as i64);
+        let from = first.max(cell.origin[k]);
+        let to = (first + len).min(cell.origin[k] + cell.dims[k] as i64);
+        debug_assert!(from < to, "a needed atom overlaps the box");
+        let part = (
+            (from - cell.origin[k]) as usize,
+            (from - first) as usize,
+            (to - from) as usize,
+        );
+        (atom as usize, part)
+    };
+    // Each depends on its own axis alone: found once per atom of the box's sides, not
+    // with six divisions per needed atom.
+    let side = cell.atoms.side();
+    let axes: [Vec<(usize, (usize, usize, usize))>; 3] =
+        [0, 1, 2].map(|k| (0..side[k]).map(|l| along(k, l)).collect());
+    let shards = g.shards_per_axis();
+    let atoms: Vec<NeededAtom> = cell
         .atoms
         .iter()
         .map(|l| {
-            // Along each axis: the atom (global), and the part of the box it fills.
-            let along = |k: usize| {
-                let (n, count) = (plan.axes[k].n as i64, atoms_per_axis[k] as i64);
-                let u = cell.first_box_atom[k] + l[k] as i64;
-                let (image, atom) = (u.div_euclid(count), u.rem_euclid(count));
-                let first = image * n + atom * a as i64;
-                let len = (a as i64).min(n - atom * a as i64);
-                let from = first.max(cell.origin[k]);
-                let to = (first + len).min(cell.origin[k] + cell.dims[k] as i64);
-                debug_assert!(from < to, "a needed atom overlaps the box");
-                let part = (
-                    (from - cell.origin[k]) as usize,
-                    (from - first) as usize,
-                    (to - from) as usize,
-                );
-                (atom as usize, part)
-            };
-            let parts = [along(0), along(1), along(2)];
+            let parts = [axes[0][l[0]], axes[1][l[1]], axes[2][l[2]]];
             let global = parts.map(|(atom, _)| atom);
             let local = global.map(|v| v % per_shard);
             NeededAtom {
@@ -432,8 +439,18 @@ fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
             }
         })
         .collect();
-    needed.sort_unstable_by_key(|n| (n.shard, n.code));
-    needed
+    // Shard by shard (any order of shards), storage order in each; the keys are sorted,
+    // not the atoms (a hundred bytes each).
+    let mut keys: Vec<(usize, u64, u32)> = atoms
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let [x, y, z] = n.shard;
+            ((z * shards[1] + y) * shards[0] + x, n.code, i as u32)
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.iter().map(|&(_, _, i)| atoms[i as usize]).collect()
 }
 
 /// Sums every point of one cell and writes its answer. The atoms of the cell and its halo
@@ -838,6 +855,7 @@ impl FastVisit for CellPoints<'_, WholeStencil<'_>> {
 }
 
 /// Where one atom goes in a cell block.
+#[derive(Clone, Copy)]
 struct AtomPlace {
     /// Nodes along a side of the atom.
     side: usize,
