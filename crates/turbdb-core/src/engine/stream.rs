@@ -390,6 +390,10 @@ struct NeededAtom {
     place: AtomPlace,
 }
 
+/// Along one axis, a box atom's atom of the grid and `(first box node, first atom node,
+/// length)` of the part of the box it fills.
+type AxisPart = (usize, (usize, usize, usize));
+
 /// The atoms of a cell's box its points need, by shard and in storage order in each.
 fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
     let g = &plan.geometry;
@@ -415,8 +419,7 @@ fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
     // Each depends on its own axis alone: found once per atom of the box's sides, not
     // with six divisions per needed atom.
     let side = cell.atoms.side();
-    let axes: [Vec<(usize, (usize, usize, usize))>; 3] =
-        [0, 1, 2].map(|k| (0..side[k]).map(|l| along(k, l)).collect());
+    let axes: [Vec<AxisPart>; 3] = [0, 1, 2].map(|k| (0..side[k]).map(|l| along(k, l)).collect());
     let shards = g.shards_per_axis();
     let atoms: Vec<NeededAtom> = cell
         .atoms
