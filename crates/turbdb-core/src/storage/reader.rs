@@ -349,7 +349,9 @@ impl FieldReader {
             }
             places.push((request.slot, slot, range));
         }
-        let path = self.shard_path(t, shard);
+        // The shard's path (formatted and allocated) only for an atom checked here, once
+        // per mapping: a warm step's calls need none.
+        let mut path = None;
         let mut missing = Vec::new();
         for (slot, index_slot, range) in places {
             let Some((offset, nbytes)) = range else {
@@ -364,8 +366,9 @@ impl FieldReader {
                 put(slot, &bytes[..n * 4]);
                 continue;
             }
-            self.check_atom_place(&opened, index_slot, bytes, &path)?;
-            put(slot, self.checked_body(bytes, &path)?);
+            let path = path.get_or_insert_with(|| self.shard_path(t, shard));
+            self.check_atom_place(&opened, index_slot, bytes, path)?;
+            put(slot, self.checked_body(bytes, path)?);
             map.checked.insert(index_slot);
         }
         Ok(true)
