@@ -443,7 +443,7 @@ fn needed_atoms(plan: &Plan, cell: &Cell, plane: usize) -> Vec<NeededAtom> {
         })
         .collect();
     // Shard by shard (any order of shards), storage order in each; the keys are sorted,
-    // not the atoms (a hundred bytes each).
+    // not the atoms (160 bytes each).
     let mut keys: Vec<(usize, u64, u32)> = atoms
         .iter()
         .enumerate()

@@ -302,8 +302,10 @@ impl<'a> ShardFile<'a> {
 
 /// The alignment `file`'s direct reads need of their offsets and lengths, as its file
 /// system reports it (`statx`, Linux 6.1 and later): on ext4 over a disk of 512-byte
-/// sectors, 512, so a lone atom of 6 KiB is read in about 6.5 KiB instead of 10 on
-/// average at 4 KiB. [`ALIGN`] where the system does not say, or asks for more than the
+/// sectors, 512, so a lone atom of 6 148 bytes takes about 6.7 KB on average over where
+/// it starts, against 10.2 KB at 4 KiB (arithmetic; in the workload replay, whose reads
+/// mostly span several atoms and the gaps between them, about 3 % fewer bytes an atom:
+/// docs/benchmarks.md). [`ALIGN`] where the system does not say, or asks for more than the
 /// buffers have.
 fn direct_alignment(file: &File) -> u64 {
     // SAFETY: `statx` fills the struct it is given (all integers: zeroes are valid) and
