@@ -118,22 +118,33 @@ def test_shutdown_lets_the_request_in_progress_finish(service_db, tmp_path):
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(f'[[token]]\ntoken = "{FULL}"\nmax_points = 1000000\n')
     with running_server(service_db, tmp_path / "shutdown.log", "--tokens", str(tokens)) as s:
-        pts = random_points(60_000, seed=30)
         result = {}
 
-        def slow_request():
+        def slow_request(pts):
             with turbdb.connect(s.url, token=FULL) as db:
                 result["values"] = db["trig"].query("velocity", pts, time=0.7, method="lag8", operator="hessian",
                                                     temporal="pchip")
 
-        worker = threading.Thread(target=slow_request)
-        worker.start()
-        deadline = time.monotonic() + 20
-        while s.get("/healthz").json()["in_flight_points"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # The signal must come while the request is in flight. A poll of /healthz takes tens of
+        # milliseconds and a short request can end between two of them (60 000 points did,
+        # now and then, and the signal then came after it), so a request that ends unseen is
+        # asked again, bigger.
+        for n in (120_000, 480_000):
+            pts = random_points(n, seed=30)
+            worker = threading.Thread(target=slow_request, args=(pts,))
+            worker.start()
+            in_flight = False
+            while worker.is_alive() and not in_flight:
+                in_flight = s.get("/healthz").json()["in_flight_points"] > 0
+                time.sleep(0.01)
+            if in_flight:
+                break
+            worker.join()
+        else:
+            pytest.fail("no request was seen in flight: it ended between two polls of /healthz")
         s.process.send_signal(signal.SIGTERM)
         worker.join(60)
-        assert result["values"].shape == (60_000, 3, 6)
+        assert result["values"].shape == (n, 3, 6)
         assert s.process.wait(30) == 0
         with pytest.raises(httpx.TransportError):
             httpx.get(s.url + "/healthz", timeout=2)

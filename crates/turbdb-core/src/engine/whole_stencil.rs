@@ -92,9 +92,11 @@ impl<'a> WholeStencil<'a> {
         let wz: [f32; W] = std::array::from_fn(|k| wz[k] as f32);
         let base = self.values.as_ptr();
         let mut sums = [simd.splat_narrow(0.0); H];
-        // Four y rows at a time, so 4 · H z sums are in flight (12 on AVX2 for a velocity,
-        // with the z weight: 13 of its 16 registers) and the multiply-adds do not wait on
-        // each other.
+        // Four y rows at a time, so 4 · H z sums are in flight and the multiply-adds do
+        // not wait on each other. (On AVX2 a velocity's 12 z sums, 3 y sums and z weight
+        // take all 16 registers, and the fourth row's last two vectors become chains of
+        // dependent multiply-adds; three rows avoid that but were no faster over the grid,
+        // where misses dominate: docs/queries.md.)
         for y in (0..W).step_by(ROWS) {
             let rows = (W - y).min(ROWS);
             let mut acc = [[simd.splat_narrow(0.0); H]; ROWS];
