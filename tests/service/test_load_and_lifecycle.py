@@ -130,6 +130,7 @@ def test_shutdown_lets_the_request_in_progress_finish(service_db, tmp_path):
         # now and then, and the signal then came after it), so a request that ends unseen is
         # asked again, bigger.
         for n in (120_000, 480_000):
+            result.clear()  # an answer must be this request's, not an earlier one's
             pts = random_points(n, seed=30)
             worker = threading.Thread(target=slow_request, args=(pts,))
             worker.start()
