@@ -11,7 +11,32 @@ pub(crate) trait Buckets: Sync {
     type Value: Pooled + Default + Sync;
     /// The bucket of `item` and what goes there, or `None` to leave it out.
     fn bucket(&self, item: usize) -> Option<(usize, Self::Value)>;
+
+    /// [`Buckets::bucket`] of items `first ..` for each of `keys` and `values` (the key
+    /// [`LEFT_OUT`] for an item left out), each kept item counted in `count`: item by item
+    /// unless overridden (the plan finds four points at a time).
+    fn bucket_all(
+        &self,
+        first: usize,
+        keys: &mut [u32],
+        values: &mut [Self::Value],
+        count: &mut [u32],
+    ) {
+        for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
+            // The values of items left out are never read.
+            match self.bucket(first + i) {
+                Some((b, v)) => {
+                    count[b] += 1;
+                    (*key, *value) = (b as u32, v);
+                }
+                None => *key = LEFT_OUT,
+            }
+        }
+    }
 }
+
+/// The key of an item left out.
+pub(crate) const LEFT_OUT: u32 = u32::MAX;
 
 /// A parallel counting sort in two passes over chunks of items: the first finds every
 /// item's bucket and value once (kept in item order) and counts the chunk's items per
@@ -30,12 +55,10 @@ pub(crate) fn bucket_sort<B: Buckets>(
         buckets < u32::MAX as usize,
         "{buckets} buckets are too many"
     );
-    /// The bucket of an item left out.
-    const NONE: u32 = u32::MAX;
     let chunk = items
         .div_ceil(4 * rayon::current_num_threads())
         .max(1 << 14);
-    let mut keys = Buffer::to_overwrite(items, NONE);
+    let mut keys = Buffer::to_overwrite(items, LEFT_OUT);
     let mut values = Buffer::to_overwrite(items, B::Value::default());
     let mut next: Vec<Vec<u32>> = keys
         .par_chunks_mut(chunk)
@@ -43,16 +66,7 @@ pub(crate) fn bucket_sort<B: Buckets>(
         .enumerate()
         .map(|(k, (keys, values))| {
             let mut count = vec![0u32; buckets];
-            for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
-                // The values of items left out are never read.
-                match by.bucket(k * chunk + i) {
-                    Some((b, v)) => {
-                        count[b] += 1;
-                        (*key, *value) = (b as u32, v);
-                    }
-                    None => *key = NONE,
-                }
-            }
+            by.bucket_all(k * chunk, keys, values, &mut count);
             count
         })
         .collect();
@@ -76,7 +90,7 @@ pub(crate) fn bucket_sort<B: Buckets>(
         .zip(next.par_iter_mut())
         .for_each(|((keys, values), next)| {
             for (&b, &value) in keys.iter().zip(values.iter()) {
-                if b != NONE {
+                if b != LEFT_OUT {
                     let b = b as usize;
                     // SAFETY: every slot below `sorted.len()` is handed out exactly once.
                     unsafe { out.0.add(next[b] as usize).write(value) };

@@ -32,6 +32,7 @@ pub mod direct;
 pub(crate) mod fast_paths;
 pub(crate) mod gather;
 pub(crate) mod home_block;
+pub(crate) mod home_four;
 pub(crate) mod home_groups;
 pub mod io_pool;
 pub mod jobs;
