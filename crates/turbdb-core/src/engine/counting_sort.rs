@@ -22,15 +22,26 @@ pub(crate) trait Buckets: Sync {
         values: &mut [Self::Value],
         count: &mut [u32],
     ) {
-        for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
-            // The values of items left out are never read.
-            match self.bucket(first + i) {
-                Some((b, v)) => {
-                    count[b] += 1;
-                    (*key, *value) = (b as u32, v);
-                }
-                None => *key = LEFT_OUT,
+        bucket_each(self, first, keys, values, count)
+    }
+}
+
+/// [`Buckets::bucket_all`] item by item (also for an override to fall back on).
+pub(crate) fn bucket_each<B: Buckets + ?Sized>(
+    by: &B,
+    first: usize,
+    keys: &mut [u32],
+    values: &mut [B::Value],
+    count: &mut [u32],
+) {
+    for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
+        // The values of items left out are never read.
+        match by.bucket(first + i) {
+            Some((b, v)) => {
+                count[b] += 1;
+                (*key, *value) = (b as u32, v);
             }
+            None => *key = LEFT_OUT,
         }
     }
 }

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::engine::atomset::{AtomSet, MAX_X};
 use crate::engine::buffers::{pooled, Buffer};
 use crate::engine::cell_finder::CellFinder;
-use crate::engine::counting_sort::{bucket_sort, Buckets, LEFT_OUT};
+use crate::engine::counting_sort::{bucket_each, bucket_sort, Buckets, LEFT_OUT};
 use crate::engine::home_four::{Home, HomeFour};
 use crate::engine::simd::KernelPath;
 use crate::error::{Error, Result};
@@ -293,7 +293,7 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>, path: KernelPath) ->
             count: &mut [u32],
         ) {
             let Some(four) = &self.3 else {
-                return default_bucket_all(self, first, keys, values, count);
+                return bucket_each(self, first, keys, values, count);
             };
             four.each(&self.0[first..first + keys.len()], |i, home| {
                 let (key, placed) = match home {
@@ -323,24 +323,6 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>, path: KernelPath) ->
                 count[key] += 1;
                 (keys[i], values[i]) = (key as u32, placed);
             });
-        }
-    }
-    /// The trait's item-by-item pass (a provided method cannot be called once overridden).
-    fn default_bucket_all(
-        by: &HomeCell<'_>,
-        first: usize,
-        keys: &mut [u32],
-        values: &mut [Placed],
-        count: &mut [u32],
-    ) {
-        for (i, (key, value)) in keys.iter_mut().zip(values.iter_mut()).enumerate() {
-            match by.bucket(first + i) {
-                Some((b, v)) => {
-                    count[b] += 1;
-                    (*key, *value) = (b as u32, v);
-                }
-                None => *key = LEFT_OUT,
-            }
         }
     }
     let by_home = HomeCell(
