@@ -42,7 +42,7 @@ impl HomeFour {
     /// one and the CPU has AVX2 (nodes are then counted in 32-bit lanes: grids up to 2³¹
     /// nodes a side).
     pub(crate) fn new(finder: &CellFinder<'_>, path: KernelPath) -> Option<Self> {
-        if path == KernelPath::Portable || !has_avx2() {
+        if path == KernelPath::Portable || !KernelPath::Avx2.is_supported() {
             return None;
         }
         let axes: &[Axis; 3] = finder.axes;
@@ -176,16 +176,5 @@ fn spread(v: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m128i {
             _mm_or_si128(bit(1), _mm_slli_epi32::<2>(bit(2))),
             _mm_or_si128(_mm_slli_epi32::<4>(bit(4)), _mm_slli_epi32::<6>(bit(8))),
         )
-    }
-}
-
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
