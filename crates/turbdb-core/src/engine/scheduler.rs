@@ -11,7 +11,10 @@
 //!   up to [`JAWS_REGIONS`] of its regions above their mean, each with every pending atom
 //!   in it, in storage order (a region is [`REGION_BITS`]-aligned: 8³ of our 8³-node atoms,
 //!   the paper's 64³-node atom), at most `k` atoms; α adapts (see [`crate::engine::alpha`])
-//!   and ordered jobs are gated ([`crate::engine::jobs`]).
+//!   and ordered jobs are gated ([`crate::engine::jobs`]). Beyond the paper, the batch is
+//!   widened to the pending regions that touch the chosen ones, within the `k` atoms, so
+//!   that the stencils near their faces are summed once, not once in each of two batches
+//!   ([`Workload::top_regions`]).
 //!
 //! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) have their own lane:
 //! the paper's batching is for throughput, while a small query is usually someone waiting
@@ -338,8 +341,9 @@ mod tests {
         push(&mut w, &mut book, 1, 0, &[1, 2, 3], 50, 0.0);
         push(&mut w, &mut book, 2, 0, &[2, 3], 50, 0.0);
         push(&mut w, &mut book, 3, 4, &[9], 60, 0.0);
-        // A second region of step 0 (Morton codes from 512 up), colder than the first.
-        push(&mut w, &mut book, 4, 0, &[600], 20, 0.0);
+        // A second region of step 0, colder than the first and not touching it (region 9,
+        // two regions away along x: Morton codes from 9 · 512).
+        push(&mut w, &mut book, 4, 0, &[4700], 20, 0.0);
         let mut liferaft = Scheduler::new(SchedulerKind::Liferaft, 15);
         let pick = liferaft.next(&mut w, &mut book).unwrap();
         assert_eq!((pick.step, pick.codes), (step(0), vec![1, 2, 3]));
