@@ -297,9 +297,10 @@ impl Workload {
     /// stencil near a region's face has atoms in its neighbour, and one served in two
     /// batches is summed twice (each time with its whole stencil gathered). On the
     /// benchmark's grid, where every region of a step touches every other,
-    /// `bench/workload.py`'s saturating `jaws`/lru replay computed 1.08–1.31 s instead of
-    /// 1.26–1.54 s and served 657–830 instead of 588–712 queries/s (nine runs each, three
-    /// alternating rounds; the 2-core Intel Xeon, AVX2 path, load 1.8–2.4).
+    /// `bench/workload.py`'s saturating `jaws`/lru replay computed a median of 0.96 s
+    /// instead of 1.14 (0.79–1.10 against 0.97–1.47) and served 875 instead of 809
+    /// queries/s (nine runs each, three alternating rounds), 838 instead of 660 with
+    /// `--driver futures` (six each; the 2-core Intel Xeon, AVX2 path, load 1.9–4.8).
     pub fn top_regions(
         &mut self,
         step: StepKey,
