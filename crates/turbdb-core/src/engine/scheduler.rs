@@ -20,7 +20,8 @@
 //! the paper's batching is for throughput, while a small query is usually someone waiting
 //! at a prompt. Small queries are served in arrival order, each whole, as soon as they
 //! are queued, ahead of the metric batches, with every other pending atom of their regions
-//! (one contiguous read each) — sharing those reads with every query waiting on them. So a
+//! (one contiguous read each) and of the pending regions that touch them, within the `k`
+//! atoms — sharing those reads with every query waiting on them. So a
 //! small query waits only for the small queries before it and for at most one metric batch
 //! per [`LANE_BURST`] of them, never for a deadline or a batch to fill; and the metric
 //! batches (the medium and large queries) get at least one batch in [`LANE_BURST`]` + 1`,
@@ -398,8 +399,9 @@ mod tests {
         let mut w = Workload::new(0.0, CostModel::default());
         let mut book = Book::default();
         let mut s = Scheduler::new(SchedulerKind::Jaws, 4096);
-        // Query 1 has atoms in region 0 (codes below 512) and in region 1.
-        push(&mut w, &mut book, 1, 0, &[1, 2, 9, 600], 5_000, 0.0);
+        // Query 1 has atoms in region 0 (codes below 512) and in region 9, which does not
+        // touch it (two regions away along x: codes from 9 · 512).
+        push(&mut w, &mut book, 1, 0, &[1, 2, 9, 4700], 5_000, 0.0);
         push(&mut w, &mut book, 2, 0, &[2], 3, 1.0);
         s.queued(1, false);
         s.queued(2, true);
@@ -407,7 +409,7 @@ mod tests {
         // The small query's region is read whole, in storage order, for every query.
         assert_eq!((pick.codes, pick.serve), (vec![1, 2, 9], Serve::All));
         assert!(!book.0.contains_key(&2));
-        assert_eq!(book.0[&1], vec![(step(0), 600)]);
+        assert_eq!(book.0[&1], vec![(step(0), 4700)]);
     }
 
     proptest::proptest! {
