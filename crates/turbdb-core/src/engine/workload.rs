@@ -365,9 +365,10 @@ impl Workload {
     /// regions that touch those, best first, within `max_atoms`: the points of other
     /// queries near the regions' faces are summed once, and the lane's batches share
     /// more. On the benchmark's grid (where every region of a step touches every other)
-    /// the saturating `jaws`/lru replay served a median of 1 055 instead of 821
-    /// queries/s, its small queries' p99 521 instead of 699 ms (nine runs each, three
-    /// alternating rounds; the 2-core Intel Xeon, AVX2 path, load about 2–4).
+    /// the saturating `jaws`/lru replay served a median of 853 instead of 774 queries/s,
+    /// its small queries' p99 596 instead of 810 ms (nine runs each, three alternating
+    /// rounds; the 2-core Intel Xeon, AVX2 path, load about 2–4; 1 055 against 821 and 521
+    /// against 699 ms in an hour before, with a prototype that made the same batches).
     pub fn regions_of(
         &self,
         step: StepKey,
