@@ -34,7 +34,7 @@ use crate::engine::telemetry::{size_class, EngineStats, Histogram, BATCH_BOUNDS,
 use crate::engine::ticket::{
     Canceller, Completions, Outcome, QueryStats, Ticket, TicketState, Values,
 };
-use crate::engine::workload::{Entry, StepKey, Workload};
+use crate::engine::workload::{AtomGrid, Entry, StepKey, Workload};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -1149,6 +1149,15 @@ impl Core {
         if direct {
             self.scheduler.direct(live.id);
         } else {
+            if let Work::Points(work) = &live.work {
+                let grid = AtomGrid {
+                    atoms: work
+                        .axes
+                        .map(|axis| axis.n.div_ceil(work.geometry.atom) as u32),
+                    periodic: work.axes.map(|axis| axis.periodic),
+                };
+                self.workload.set_grid(live.field, grid);
+            }
             let cache = self.shared.cache.lock().expect("cache");
             for level in 0..live.levels.len() {
                 let step = live.step(level);

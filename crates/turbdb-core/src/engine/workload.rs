@@ -101,6 +101,25 @@ pub struct Workload {
     entries: u64,
     /// Points pending, over all sub-queries.
     points: u64,
+    /// Each field's grid of atoms, where a point query has said it: which regions touch
+    /// across a periodic seam.
+    grids: FxHashMap<u32, AtomGrid>,
+}
+
+/// A field's grid in atoms: how many along each axis, and which axes are periodic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomGrid {
+    /// Atoms along x, y, z (the last one may be partial).
+    pub atoms: [u32; 3],
+    /// Whether each axis wraps.
+    pub periodic: [bool; 3],
+}
+
+impl AtomGrid {
+    /// Regions of `2^bits` atoms a side along each axis.
+    fn regions(&self, bits: u32) -> [u32; 3] {
+        self.atoms.map(|a| a.div_ceil(1 << bits))
+    }
 }
 
 impl Workload {
@@ -111,6 +130,29 @@ impl Workload {
             cost,
             ..Self::default()
         }
+    }
+
+    /// Says that `field`'s grid is `grid`, so that regions across its periodic seams count
+    /// as touching.
+    pub fn set_grid(&mut self, field: u32, grid: AtomGrid) {
+        self.grids.insert(field, grid);
+    }
+
+    /// Whether regions `a` and `b` of `step` (aligned cubes of `2^bits` atoms a side, by
+    /// the Morton codes of their positions) are the same or touch at a face, an edge or a
+    /// corner, across a periodic seam too where the field's grid is known.
+    fn regions_touch(&self, step: StepKey, bits: u32, a: u64, b: u64) -> bool {
+        let grid = self.grids.get(&step.field);
+        let (a, b) = (morton::decode(a), morton::decode(b));
+        let (a, b) = ([a.0, a.1, a.2], [b.0, b.1, b.2]);
+        (0..3).all(|k| {
+            let apart = a[k].abs_diff(b[k]);
+            let apart = match grid {
+                Some(g) if g.periodic[k] => apart.min(g.regions(bits)[k].saturating_sub(apart)),
+                _ => apart,
+            };
+            apart <= 1
+        })
     }
 
     /// Sub-queries pending.
@@ -330,7 +372,8 @@ impl Workload {
             chosen.extend(codes);
             regions.push(region);
         }
-        add_touching(&mut chosen, &regions, rest, max_atoms);
+        let touch = |a: u64, b: u64| self.regions_touch(step, bits, a, b);
+        add_touching(&mut chosen, &regions, rest, max_atoms, touch);
         chosen.sort_unstable();
         chosen
     }
@@ -410,7 +453,8 @@ impl Workload {
             .into_iter()
             .filter(|r| regions.binary_search(&r.1).is_err())
             .map(|(_, region, codes)| (region, codes));
-        add_touching(&mut wide, &regions, others, max_atoms);
+        let touch = |a: u64, b: u64| self.regions_touch(step, bits, a, b);
+        add_touching(&mut wide, &regions, others, max_atoms, touch);
         wide.sort_unstable();
         wide
     }
@@ -458,28 +502,21 @@ impl Workload {
 }
 
 /// Adds to `chosen` the atoms of each of the `candidates` (`(region, its pending atoms)`,
-/// best first) that touches one of `regions`, while they fit in `max_atoms`: a batch
-/// widened to its neighbourhood.
+/// best first) that touches one of `regions` (`touch`), while they fit in `max_atoms`: a
+/// batch widened to its neighbourhood.
 fn add_touching(
     chosen: &mut Vec<u64>,
     regions: &[u64],
     candidates: impl IntoIterator<Item = (u64, Vec<u64>)>,
     max_atoms: usize,
+    touch: impl Fn(u64, u64) -> bool,
 ) {
     for (region, codes) in candidates {
-        let touches = regions.iter().any(|&r| regions_touch(r, region));
+        let touches = regions.iter().any(|&r| touch(r, region));
         if touches && chosen.len() + codes.len() <= max_atoms {
             chosen.extend(codes);
         }
     }
-}
-
-/// Whether two regions (by the Morton codes of their positions) are the same or touch at
-/// a face, an edge or a corner. The periodic seam is not seen: regions across it are
-/// served in batches of their own, as before.
-fn regions_touch(a: u64, b: u64) -> bool {
-    let (a, b) = (morton::decode(a), morton::decode(b));
-    a.0.abs_diff(b.0) <= 1 && a.1.abs_diff(b.1) <= 1 && a.2.abs_diff(b.2) <= 1
 }
 
 impl Ranking for Workload {
@@ -593,6 +630,42 @@ mod tests {
         // The neighbour is taken past k too, but not past the atom budget.
         assert_eq!(w.top_regions(step(1), 1, 4096, 1), with_neighbour);
         assert_eq!(w.top_regions(step(1), 15, 6, 1), hot.collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn regions_across_a_periodic_seam_touch_where_the_grid_is_known() {
+        // Four regions of 2³ atoms along x (8 atoms): region 0 at x = 0 is hot; region 9 at
+        // x = 3 is across the seam from it, region 8 at x = 2 two regions away either way.
+        let fill = |w: &mut Workload| {
+            for i in 0..4 {
+                w.push(step(1), code(0, i), entry(1, i as u32, 100), 0.0, false);
+                w.push(step(1), code(9, i), entry(2, i as u32, 1), 0.0, false);
+                w.push(step(1), code(8, i), entry(3, i as u32, 1), 0.0, false);
+            }
+        };
+        let hot: Vec<u64> = (0..4).map(|i| code(0, i)).collect();
+        let mut across = hot.clone();
+        across.extend((0..4).map(|i| code(9, i)));
+        let grid = |periodic| AtomGrid {
+            atoms: [8, 8, 8],
+            periodic: [periodic; 3],
+        };
+        // Unknown grid, or a bounded one: no seam.
+        let mut w = Workload::new(0.0, COST);
+        fill(&mut w);
+        assert_eq!(w.top_regions(step(1), 15, 4096, 1), hot);
+        w.set_grid(0, grid(false));
+        assert_eq!(w.top_regions(step(1), 15, 4096, 1), hot);
+        assert_eq!(w.regions_of(step(1), &[code(0, 1)], 4096, 1), hot);
+        // Periodic: region 9 touches region 0 across the seam; region 8 still does not.
+        w.set_grid(0, grid(true));
+        assert_eq!(w.top_regions(step(1), 15, 4096, 1), across);
+        assert_eq!(w.regions_of(step(1), &[code(0, 1)], 4096, 1), across);
+        // Another field's grid says nothing of this one's.
+        let mut other = Workload::new(0.0, COST);
+        fill(&mut other);
+        other.set_grid(1, grid(true));
+        assert_eq!(other.top_regions(step(1), 15, 4096, 1), hot);
     }
 
     #[test]
