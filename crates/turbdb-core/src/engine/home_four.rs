@@ -8,7 +8,6 @@
 
 use crate::engine::cell_finder::CellFinder;
 use crate::engine::simd::KernelPath;
-use crate::storage::axis::Axis;
 
 /// Where one point lies: what [`HomeFour::each`] hands on for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,53 +20,19 @@ pub(crate) struct Home {
     pub(crate) position: [f64; 3],
 }
 
-/// The constants of a grid's cells, for the four-point pass.
-#[derive(Debug, Clone)]
-pub(crate) struct HomeFour {
-    origin: [f64; 3],
-    spacing: [f64; 3],
-    /// The highest position taken as is: `n` (excluded) on a periodic axis, `n − 1`
-    /// (included) on a bounded one.
-    upper: [f64; 3],
-    periodic: [bool; 3],
-    side_shift: [u32; 3],
-    side_mask: [u32; 3],
-    atom_shift: u32,
-    cells_x: u32,
-    cells_y: u32,
-}
+/// The four-point pass over the cells of a [`CellFinder`].
+#[derive(Clone, Copy)]
+pub(crate) struct HomeFour<'a>(&'a CellFinder<'a>);
 
-impl HomeFour {
+impl<'a> HomeFour<'a> {
     /// The four-point pass for the cells of `finder`, if the kernel's `path` is a SIMD
     /// one and the CPU has AVX2 (nodes are then counted in 32-bit lanes: grids up to 2³¹
     /// nodes a side).
-    pub(crate) fn new(finder: &CellFinder<'_>, path: KernelPath) -> Option<Self> {
-        if path == KernelPath::Portable || !KernelPath::Avx2.is_supported() {
-            return None;
-        }
-        let axes: &[Axis; 3] = finder.axes;
-        if axes.iter().any(|a| a.n > i32::MAX as usize) || finder.total_cells() > u32::MAX as usize
-        {
-            return None;
-        }
-        let [cx, cy, _] = finder.cells_per_axis;
-        Some(Self {
-            origin: axes.map(|a| a.origin),
-            spacing: axes.map(|a| a.spacing),
-            upper: axes.map(|a| {
-                if a.periodic {
-                    a.n as f64
-                } else {
-                    (a.n - 1) as f64
-                }
-            }),
-            periodic: axes.map(|a| a.periodic),
-            side_shift: finder.side_shift,
-            side_mask: finder.side.map(|s| s as u32 - 1),
-            atom_shift: finder.atom_shift,
-            cells_x: cx as u32,
-            cells_y: cy as u32,
-        })
+    pub(crate) fn new(finder: &'a CellFinder<'a>, path: KernelPath) -> Option<Self> {
+        let fits = finder.axes.iter().all(|a| a.n <= i32::MAX as usize)
+            && finder.total_cells() <= u32::MAX as usize;
+        (path != KernelPath::Portable && KernelPath::Avx2.is_supported() && fits)
+            .then_some(Self(finder))
     }
 
     /// Calls `each(i, home)` for every point `i` of `points` in order: its [`Home`], or
@@ -90,17 +55,17 @@ impl HomeFour {
     #[target_feature(enable = "avx2")]
     unsafe fn each_avx2(&self, points: &[[f64; 3]], mut each: impl FnMut(usize, Option<Home>)) {
         use std::arch::x86_64::*;
+        let (finder, axes) = (self.0, self.0.axes);
         let zero = _mm256_setzero_pd();
-        let origin = self.origin.map(|v| _mm256_set1_pd(v));
-        let spacing = self.spacing.map(|v| _mm256_set1_pd(v));
-        let upper = self.upper.map(|v| _mm256_set1_pd(v));
-        let side_shift = self.side_shift.map(|s| _mm_cvtsi32_si128(s as i32));
-        let side_mask = self.side_mask.map(|m| _mm_set1_epi32(m as i32));
-        let atom_shift = _mm_cvtsi32_si128(self.atom_shift as i32);
-        let (cells_x, cells_y) = (
-            _mm_set1_epi32(self.cells_x as i32),
-            _mm_set1_epi32(self.cells_y as i32),
-        );
+        let origin = axes.map(|a| _mm256_set1_pd(a.origin));
+        let spacing = axes.map(|a| _mm256_set1_pd(a.spacing));
+        // The highest position taken as is: `n` (excluded) on a periodic axis, `n − 1`
+        // (included) on a bounded one.
+        let upper = axes.map(|a| _mm256_set1_pd((a.n - usize::from(!a.periodic)) as f64));
+        let side_shift = finder.side_shift.map(|s| _mm_cvtsi32_si128(s as i32));
+        let side_mask = finder.side.map(|s| _mm_set1_epi32(s as i32 - 1));
+        let atom_shift = _mm_cvtsi32_si128(finder.atom_shift as i32);
+        let [cells_x, cells_y, _] = finder.cells_per_axis.map(|c| _mm_set1_epi32(c as i32));
         let groups = points.chunks_exact(4);
         let rest = groups.remainder().len();
         for (g, p) in groups.enumerate() {
@@ -110,7 +75,7 @@ impl HomeFour {
                 let x = _mm256_set_pd(p[3][a], p[2][a], p[1][a], p[0][a]);
                 s[a] = _mm256_div_pd(_mm256_sub_pd(x, origin[a]), spacing[a]);
                 let low = _mm256_cmp_pd::<_CMP_GE_OQ>(s[a], zero);
-                let high = if self.periodic[a] {
+                let high = if axes[a].periodic {
                     _mm256_cmp_pd::<_CMP_LT_OQ>(s[a], upper[a])
                 } else {
                     _mm256_cmp_pd::<_CMP_LE_OQ>(s[a], upper[a])

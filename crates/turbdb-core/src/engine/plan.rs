@@ -266,7 +266,7 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>, path: KernelPath) ->
         &'a [[f64; 3]],
         &'a CellFinder<'a>,
         AtomicBool,
-        Option<HomeFour>,
+        Option<HomeFour<'a>>,
     );
     impl Buckets for HomeCell<'_> {
         type Value = Placed;
@@ -296,22 +296,20 @@ fn cell_order(points: &[[f64; 3]], finder: &CellFinder<'_>, path: KernelPath) ->
                 return bucket_each(self, first, keys, values, count);
             };
             four.each(&self.0[first..first + keys.len()], |i, home| {
+                let point = (first + i) as u32;
                 let (key, placed) = match home {
                     Some(Home {
                         cell,
                         atom,
                         position,
-                    }) => {
-                        let point = (first + i) as u32;
-                        (
-                            cell,
-                            Placed {
-                                point,
-                                atom,
-                                position,
-                            },
-                        )
-                    }
+                    }) => (
+                        cell,
+                        Placed {
+                            point,
+                            atom,
+                            position,
+                        },
+                    ),
                     None => match self.bucket(first + i) {
                         Some(kept) => kept,
                         None => {

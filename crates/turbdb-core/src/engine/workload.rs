@@ -138,21 +138,29 @@ impl Workload {
         self.grids.insert(field, grid);
     }
 
-    /// Whether regions `a` and `b` of `step` (aligned cubes of `2^bits` atoms a side, by
-    /// the Morton codes of their positions) are the same or touch at a face, an edge or a
+    /// Whether two regions of `step` (aligned cubes of `2^bits` atoms a side, by the
+    /// Morton codes of their positions) are the same or touch at a face, an edge or a
     /// corner, across a periodic seam too where the field's grid is known.
-    fn regions_touch(&self, step: StepKey, bits: u32, a: u64, b: u64) -> bool {
-        let grid = self.grids.get(&step.field);
-        let (a, b) = (morton::decode(a), morton::decode(b));
-        let (a, b) = ([a.0, a.1, a.2], [b.0, b.1, b.2]);
-        (0..3).all(|k| {
-            let apart = a[k].abs_diff(b[k]);
-            let apart = match grid {
-                Some(g) if g.periodic[k] => apart.min(g.regions(bits)[k].saturating_sub(apart)),
-                _ => apart,
-            };
-            apart <= 1
-        })
+    fn regions_touch(&self, step: StepKey, bits: u32) -> impl Fn(u64, u64) -> bool {
+        // Regions along each axis that wraps (none where the grid is not known).
+        let wrap: [Option<u32>; 3] = match self.grids.get(&step.field) {
+            Some(g) => {
+                let regions = g.regions(bits);
+                [0, 1, 2].map(|k| g.periodic[k].then_some(regions[k]))
+            }
+            None => [None; 3],
+        };
+        move |a, b| {
+            let (a, b) = (morton::decode(a), morton::decode(b));
+            let (a, b) = ([a.0, a.1, a.2], [b.0, b.1, b.2]);
+            (0..3).all(|k| {
+                let apart = a[k].abs_diff(b[k]);
+                match wrap[k] {
+                    Some(n) => apart.min(n.saturating_sub(apart)) <= 1,
+                    None => apart <= 1,
+                }
+            })
+        }
     }
 
     /// Sub-queries pending.
@@ -342,7 +350,8 @@ impl Workload {
     /// `bench/workload.py`'s saturating `jaws`/lru replay computed a median of 0.96 s
     /// instead of 1.14 (0.79–1.10 against 0.97–1.47) and served 875 instead of 809
     /// queries/s (nine runs each, three alternating rounds), 838 instead of 660 with
-    /// `--driver futures` (six each; the 2-core Intel Xeon, AVX2 path, load 1.9–4.8).
+    /// `--driver futures` (six each; the 2-core Intel Xeon, fields on AVX2 and derivatives on
+    /// AVX-512, 2 threads, load 1.9–4.8).
     pub fn top_regions(
         &mut self,
         step: StepKey,
@@ -353,7 +362,7 @@ impl Workload {
         let Some(queue) = self.steps.get(&step) else {
             return Vec::new();
         };
-        let ranked = self.ranked_regions(queue, bits);
+        let ranked = self.best_regions_first(queue, bits);
         let mean = ranked.iter().map(|r| r.0).sum::<f64>() / ranked.len().max(1) as f64;
         let mut chosen: Vec<u64> = Vec::new();
         let mut regions: Vec<u64> = Vec::new();
@@ -372,8 +381,13 @@ impl Workload {
             chosen.extend(codes);
             regions.push(region);
         }
-        let touch = |a: u64, b: u64| self.regions_touch(step, bits, a, b);
-        add_touching(&mut chosen, &regions, rest, max_atoms, touch);
+        add_touching(
+            &mut chosen,
+            &regions,
+            rest,
+            max_atoms,
+            self.regions_touch(step, bits),
+        );
         chosen.sort_unstable();
         chosen
     }
@@ -410,7 +424,8 @@ impl Workload {
     /// more. On the benchmark's grid (where every region of a step touches every other)
     /// the saturating `jaws`/lru replay served a median of 853 instead of 774 queries/s,
     /// its small queries' p99 596 instead of 810 ms (nine runs each, three alternating
-    /// rounds; the 2-core Intel Xeon, AVX2 path, load about 2–4; 1 055 against 821 and 521
+    /// rounds; the 2-core Intel Xeon, fields on AVX2 and derivatives on AVX-512, 2 threads,
+    /// load about 2–4; 1 055 against 821 and 521
     /// against 699 ms in an hour before, with a prototype that made the same batches).
     pub fn regions_of(
         &self,
@@ -449,18 +464,22 @@ impl Workload {
             return codes.to_vec();
         }
         let others = self
-            .ranked_regions(queue, bits)
+            .best_regions_first(queue, bits)
             .into_iter()
             .filter(|r| regions.binary_search(&r.1).is_err())
             .map(|(_, region, codes)| (region, codes));
-        let touch = |a: u64, b: u64| self.regions_touch(step, bits, a, b);
-        add_touching(&mut wide, &regions, others, max_atoms, touch);
+        add_touching(
+            &mut wide,
+            &regions,
+            others,
+            max_atoms,
+            self.regions_touch(step, bits),
+        );
         wide.sort_unstable();
         wide
     }
 
-    /// Each region of `queue` with pending atoms, `(static key, region, its atoms)`, the
-    /// highest key first (ties to the lower region: storage order).
+    /// Each region of `queue` with pending atoms: `(static key, region, its atoms)`.
     fn ranked_regions(&self, queue: &StepQueue, bits: u32) -> Vec<(f64, u64, Vec<u64>)> {
         let (alpha, cost) = (self.alpha, self.cost);
         // Region → (pending points, uncached atoms, oldest arrival, atoms).
@@ -475,7 +494,7 @@ impl Workload {
             region.2 = region.2.min(atom.oldest);
             region.3.push(code);
         }
-        let mut ranked = regions
+        regions
             .into_iter()
             .map(|(region, (points, uncached, oldest, codes))| {
                 let u_t = if points > 0.0 {
@@ -485,7 +504,13 @@ impl Workload {
                 };
                 (static_key(u_t, oldest, alpha), region, codes)
             })
-            .collect::<Vec<_>>();
+            .collect()
+    }
+
+    /// [`Self::ranked_regions`], the highest key first (ties to the lower region: storage
+    /// order).
+    fn best_regions_first(&self, queue: &StepQueue, bits: u32) -> Vec<(f64, u64, Vec<u64>)> {
+        let mut ranked = self.ranked_regions(queue, bits);
         ranked.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         ranked
     }
