@@ -37,6 +37,7 @@ pub(crate) mod home_groups;
 pub mod io_pool;
 pub mod jobs;
 pub mod metric;
+pub(crate) mod needed_atoms;
 pub mod node;
 pub mod partitions;
 pub mod plan;

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::engine::accumulate::TermSet;
+use crate::engine::needed_atoms::{self, Reach, CHUNK};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::stencil::Kernel;
@@ -31,7 +32,7 @@ pub struct NeededAtom {
 }
 
 impl NeededAtom {
-    fn new(coords: [u32; 3]) -> Self {
+    pub(crate) fn new(coords: [u32; 3]) -> Self {
         Self {
             coords,
             code: morton::encode(coords[0], coords[1], coords[2]),
@@ -60,6 +61,12 @@ impl Rows {
     #[inline]
     pub fn row(&self, i: usize) -> &[u32] {
         &self.items[self.starts[i] as usize..self.starts[i + 1] as usize]
+    }
+
+    /// The relation whose row `i` is `items[starts[i]..starts[i + 1]]`.
+    pub(crate) fn new(starts: Vec<u32>, items: Vec<u32>) -> Self {
+        debug_assert_eq!(starts.last().map_or(0, |&s| s as usize), items.len());
+        Self { starts, items }
     }
 
     /// Number of rows.
@@ -128,9 +135,6 @@ pub struct PointWork {
     pub partial: bool,
 }
 
-/// Points per chunk of the parallel parts of the cut.
-const CHUNK: usize = 1 << 14;
-
 impl PointWork {
     /// Cuts the query `points` (physical `[x, y, z]`) into sub-queries. With `partitions`,
     /// only atoms of those shards are kept: the query then yields partial sums.
@@ -187,60 +191,17 @@ impl PointWork {
         let homes: Vec<u64> = by_home.iter().map(|&i| placed[i as usize].1).collect();
         drop(placed);
 
-        // The atoms of every point's stencil, numbered per chunk, then joined.
+        // The atoms of every point's stencil, in storage order, and each point's list.
         let allowed: Option<FxHashSet<ShardPos>> = partitions.map(|p| p.iter().copied().collect());
-        let per_shard = geometry.atoms_per_side();
-        let cut_chunk = |part: &[[f64; 3]]| {
-            let mut found = ChunkAtoms::with_capacity(part.len());
-            let mut along: [Vec<u32>; 3] = Default::default();
-            for s in part {
-                for k in 0..3 {
-                    stencil_atoms(&kernel, &axes[k], s[k], a, &mut along[k]);
-                }
-                let mut count = 0u32;
-                for &z in &along[2] {
-                    for &y in &along[1] {
-                        for &x in &along[0] {
-                            let atom = NeededAtom::new([x, y, z]);
-                            if let Some(allowed) = &allowed {
-                                if !allowed.contains(&atom.place(per_shard).0) {
-                                    continue;
-                                }
-                            }
-                            found.push(atom);
-                            count += 1;
-                        }
-                    }
-                }
-                found.counts.push(count);
-            }
-            (found.list, found.counts, found.atoms)
+        let reach = Reach {
+            kernel: &kernel,
+            axes: &axes,
+            atom: a,
+            per_shard: geometry.atoms_per_side(),
+            allowed: allowed.as_ref(),
+            alone,
         };
-        let chunks: Vec<(Vec<u32>, Vec<u32>, Vec<NeededAtom>)> = if alone {
-            positions.chunks(CHUNK).map(cut_chunk).collect()
-        } else {
-            positions.par_chunks(CHUNK).map(cut_chunk).collect()
-        };
-        // One numbering for the whole query, in storage order.
-        let mut atoms: Vec<NeededAtom> = chunks.iter().flat_map(|c| c.2.iter().copied()).collect();
-        atoms.sort_unstable_by_key(|atom| atom.code);
-        atoms.dedup_by_key(|atom| atom.code);
-        let number: FxHashMap<u64, u32> = atoms
-            .iter()
-            .enumerate()
-            .map(|(i, atom)| (atom.code, i as u32))
-            .collect();
-        let mut starts = Vec::with_capacity(positions.len() + 1);
-        starts.push(0u32);
-        let mut items = Vec::with_capacity(chunks.iter().map(|c| c.0.len()).sum());
-        for (list, counts, local) in &chunks {
-            let global: Vec<u32> = local.iter().map(|atom| number[&atom.code]).collect();
-            items.extend(list.iter().map(|&l| global[l as usize]));
-            for &count in counts {
-                starts.push(starts.last().copied().unwrap_or(0) + count);
-            }
-        }
-        let point_atoms = Rows { starts, items };
+        let (atoms, point_atoms) = needed_atoms::number(&positions, &reach);
         let atom_points = point_atoms.transpose(atoms.len());
         Ok(Self {
             kernel,
@@ -293,13 +254,23 @@ fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
 /// a key looked up elsewhere missed the cache on every comparison (half the cut of 10⁶
 /// points). `alone`: sorted in the calling thread (a query of one chunk).
 fn by_home(placed: &[([f64; 3], u64)], alone: bool) -> Vec<u32> {
+    let packed = placed.iter().all(|&(_, code)| code <= u64::from(u32::MAX));
     if alone {
-        // At most one chunk of points: their keys stay in the core's caches.
+        // At most one chunk of points: sorted in the calling thread.
+        if packed {
+            let mut keys: Vec<u64> = placed
+                .iter()
+                .enumerate()
+                .map(|(i, &(_, code))| code << 32 | i as u64)
+                .collect();
+            keys.sort_unstable();
+            return keys.into_iter().map(|key| key as u32).collect();
+        }
         let mut order: Vec<u32> = (0..placed.len() as u32).collect();
         order.sort_unstable_by_key(|&i| (placed[i as usize].1, i));
         return order;
     }
-    if placed.iter().all(|&(_, code)| code <= u64::from(u32::MAX)) {
+    if packed {
         let mut keys: Vec<u64> = placed
             .par_iter()
             .enumerate()
@@ -315,75 +286,6 @@ fn by_home(placed: &[([f64; 3], u64)], alone: bool) -> Vec<u32> {
             .collect();
         keys.par_sort_unstable();
         keys.into_par_iter().map(|(_, i)| i).collect()
-    }
-}
-
-/// The atoms one chunk of points needs, numbered in order of first sight, with the list
-/// of each point's atoms (by that number).
-#[derive(Default)]
-struct ChunkAtoms {
-    index: FxHashMap<u64, u32>,
-    atoms: Vec<NeededAtom>,
-    list: Vec<u32>,
-    counts: Vec<u32>,
-    /// The last atoms looked up, by their low bits: neighbouring points share atoms.
-    recent: [(u64, u32); 8],
-}
-
-impl ChunkAtoms {
-    /// Room for `points` points of about eight atoms each (lag8, 8³ atoms): growing the
-    /// index as it fills cost a tenth of the cut.
-    fn with_capacity(points: usize) -> Self {
-        Self {
-            index: FxHashMap::with_capacity_and_hasher(points * 4, Default::default()),
-            atoms: Vec::with_capacity(points * 4),
-            list: Vec::with_capacity(points * 8),
-            counts: Vec::with_capacity(points),
-            recent: Default::default(),
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, atom: NeededAtom) {
-        let slot = &mut self.recent[(atom.code & 7) as usize];
-        let number = if slot.0 == atom.code + 1 {
-            slot.1
-        } else {
-            let next = self.atoms.len() as u32;
-            let number = *self.index.entry(atom.code).or_insert(next);
-            if number == next {
-                self.atoms.push(atom);
-            }
-            *slot = (atom.code + 1, number);
-            number
-        };
-        self.list.push(number);
-    }
-}
-
-/// The atoms along one axis that the stencil of grid position `s` reaches into, each once,
-/// in the order the stencil meets them. The stencil's nodes are one run, or two where it
-/// wraps past the end of a periodic axis; each run covers a range of atoms, so this takes
-/// a few shifts rather than a division per node (those were a third of the cut's time).
-#[inline]
-pub(crate) fn stencil_atoms(kernel: &Kernel, axis: &Axis, s: f64, atom: usize, out: &mut Vec<u32>) {
-    out.clear();
-    let first = kernel.first_node(s, axis);
-    let (n, width) = (axis.n, kernel.width());
-    // Atoms are a power of two wide (`FieldGeometry::new`): shifts, not divisions by a
-    // width known only at run time (a 1 000-point cut 5–8 % faster).
-    debug_assert!(atom.is_power_of_two());
-    let shift = atom.trailing_zeros();
-    let before_wrap = width.min(n - first);
-    for (lo, len) in [(first, before_wrap), (0, width - before_wrap)] {
-        if len == 0 {
-            continue;
-        }
-        for a in (lo >> shift) as u32..=((lo + len - 1) >> shift) as u32 {
-            if !out.contains(&a) {
-                out.push(a);
-            }
-        }
     }
 }
 
@@ -610,31 +512,5 @@ mod tests {
                 .sum::<usize>(),
             3 * 2
         );
-    }
-
-    #[test]
-    fn stencil_atoms_are_those_of_its_nodes_in_order_even_where_it_wraps() {
-        for (n, atom) in [(32, 8), (30, 8), (20, 4)] {
-            for periodic in [true, false] {
-                let axis = Axis::unit(n, periodic);
-                for method in [Method::Lagrange(8), Method::Lagrange(4), Method::Nearest] {
-                    let kernel = Kernel::new(method, 0).unwrap();
-                    let mut got = Vec::new();
-                    for i in 0..(n * 16) {
-                        let s = i as f64 / 16.0;
-                        stencil_atoms(&kernel, &axis, s, atom, &mut got);
-                        let first = kernel.first_node(s, &axis);
-                        let mut want: Vec<u32> = Vec::new();
-                        for k in 0..kernel.width() {
-                            let a = (((first + k) % n) / atom) as u32;
-                            if !want.contains(&a) {
-                                want.push(a);
-                            }
-                        }
-                        assert_eq!(got, want, "{method:?} n {n} atom {atom} s {s}");
-                    }
-                }
-            }
-        }
     }
 }
