@@ -135,11 +135,31 @@ fn by_table(positions: &[[f64; 3]], reach: &Reach<'_>) -> Option<(Vec<NeededAtom
     };
     let [nx, ny, nz] = [0, 1, 2].map(|k| axes[k].used.len());
     // Each point's atoms as slots of the table, chunk by chunk.
+    let (width, shift) = (reach.kernel.width(), reach.atom.trailing_zeros());
     let slots_of = |part: &[[f64; 3]]| {
         let mut slots = Vec::with_capacity(part.len() * 8);
         let mut counts = Vec::with_capacity(part.len());
         let mut along: [Vec<u32>; 3] = Default::default();
         for s in part {
+            let first: [usize; 3] =
+                std::array::from_fn(|k| reach.kernel.first_node(s[k], &reach.axes[k]));
+            if (0..3).all(|k| first[k] + width <= reach.axes[k].n) {
+                // No wrap (almost every point): the atoms along each axis are consecutive
+                // and all reached, so their ranks are consecutive too.
+                let lo = first.map(|f| f >> shift);
+                let count: [usize; 3] =
+                    std::array::from_fn(|k| ((first[k] + width - 1) >> shift) - lo[k] + 1);
+                let rank = |k: usize| axes[k].rank[lo[k]] as usize;
+                let base = (rank(2) * ny + rank(1)) * nx + rank(0);
+                for dz in 0..count[2] {
+                    for dy in 0..count[1] {
+                        let row = base + (dz * ny + dy) * nx;
+                        slots.extend((row..row + count[0]).map(|slot| slot as u32));
+                    }
+                }
+                counts.push((count[0] * count[1] * count[2]) as u32);
+                continue;
+            }
             reach.along(s, &mut along);
             for &z in &along[2] {
                 let rz = axes[2].rank[z as usize] as usize;
