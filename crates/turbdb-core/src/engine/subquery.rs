@@ -254,38 +254,35 @@ fn home_atom(s: &[f64; 3], atom: usize) -> [u32; 3] {
 /// a key looked up elsewhere missed the cache on every comparison (half the cut of 10⁶
 /// points). `alone`: sorted in the calling thread (a query of one chunk).
 fn by_home(placed: &[([f64; 3], u64)], alone: bool) -> Vec<u32> {
-    let packed = placed.iter().all(|&(_, code)| code <= u64::from(u32::MAX));
-    if alone {
-        // At most one chunk of points: sorted in the calling thread.
-        if packed {
-            let mut keys: Vec<u64> = placed
-                .iter()
-                .enumerate()
-                .map(|(i, &(_, code))| code << 32 | i as u64)
-                .collect();
-            keys.sort_unstable();
-            return keys.into_iter().map(|key| key as u32).collect();
-        }
-        let mut order: Vec<u32> = (0..placed.len() as u32).collect();
-        order.sort_unstable_by_key(|&i| (placed[i as usize].1, i));
-        return order;
-    }
-    if packed {
-        let mut keys: Vec<u64> = placed
-            .par_iter()
-            .enumerate()
-            .map(|(i, &(_, code))| code << 32 | i as u64)
-            .collect();
-        keys.par_sort_unstable();
-        keys.into_par_iter().map(|key| key as u32).collect()
+    if placed.iter().all(|&(_, code)| code <= u64::from(u32::MAX)) {
+        sorted_numbers(
+            placed,
+            alone,
+            |i, code| code << 32 | i as u64,
+            |key| key as u32,
+        )
     } else {
-        let mut keys: Vec<(u64, u32)> = placed
-            .par_iter()
-            .enumerate()
-            .map(|(i, &(_, code))| (code, i as u32))
-            .collect();
+        sorted_numbers(placed, alone, |i, code| (code, i as u32), |(_, i)| i)
+    }
+}
+
+/// The points' numbers in the order of their keys `key(number, home code)`, which `number`
+/// turns back into the number.
+fn sorted_numbers<K: Ord + Send>(
+    placed: &[([f64; 3], u64)],
+    alone: bool,
+    key: impl Fn(usize, u64) -> K + Sync + Send,
+    number: impl Fn(K) -> u32 + Sync + Send,
+) -> Vec<u32> {
+    let key = |(i, &(_, code)): (usize, &([f64; 3], u64))| key(i, code);
+    if alone {
+        let mut keys: Vec<K> = placed.iter().enumerate().map(key).collect();
+        keys.sort_unstable();
+        keys.into_iter().map(number).collect()
+    } else {
+        let mut keys: Vec<K> = placed.par_iter().enumerate().map(key).collect();
         keys.par_sort_unstable();
-        keys.into_par_iter().map(|(_, i)| i).collect()
+        keys.into_par_iter().map(number).collect()
     }
 }
 
