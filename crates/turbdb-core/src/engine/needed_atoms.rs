@@ -15,7 +15,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::interp::stencil::Kernel;
 use crate::storage::axis::Axis;
-use crate::storage::geometry::ShardPos;
+use crate::storage::geometry::{FieldGeometry, ShardPos};
 
 use super::subquery::{NeededAtom, Rows};
 
@@ -25,17 +25,15 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// Fewest slots the table may always have (the 4 096 atoms of a 128³ grid in atoms of 8);
 /// past it, at most [`SLOTS_PER_POINT`] a point.
 const MIN_SLOTS: usize = 1 << 12;
-/// Most slots of the table a point may bring: it is filled and scanned once per query.
+/// Most slots of the table a point may bring: it is filled once per query.
 const SLOTS_PER_POINT: usize = 16;
 
 /// What the numbering needs to know of the query.
 pub(crate) struct Reach<'a> {
     pub(crate) kernel: &'a Kernel,
     pub(crate) axes: &'a [Axis; 3],
-    /// Side of an atom.
-    pub(crate) atom: usize,
-    /// Atoms along a shard's side.
-    pub(crate) per_shard: usize,
+    /// The stored layout: atoms and shards.
+    pub(crate) geometry: &'a FieldGeometry,
     /// The shards whose atoms may be kept (all where `None`).
     pub(crate) allowed: Option<&'a FxHashSet<ShardPos>>,
     /// Whether to work in the calling thread only (a query of at most one chunk).
@@ -46,14 +44,20 @@ impl Reach<'_> {
     /// Whether the query may keep `atom`.
     fn keeps(&self, atom: &NeededAtom) -> bool {
         self.allowed
-            .is_none_or(|allowed| allowed.contains(&atom.place(self.per_shard).0))
+            .is_none_or(|allowed| allowed.contains(&atom.place(self.geometry.atoms_per_side()).0))
     }
 
     /// The atoms along each axis that the stencil of grid position `s` reaches.
     #[inline(always)]
     fn along(&self, s: &[f64; 3], along: &mut [Vec<u32>; 3]) {
         for k in 0..3 {
-            stencil_atoms(self.kernel, &self.axes[k], s[k], self.atom, &mut along[k]);
+            stencil_atoms(
+                self.kernel,
+                &self.axes[k],
+                s[k],
+                self.geometry.atom,
+                &mut along[k],
+            );
         }
     }
 }
@@ -91,51 +95,11 @@ const LEFT_OUT: u32 = u32::MAX - 1;
 /// [`number`] through a table of the atoms the stencils can reach; `None` where the table
 /// would hold more than [`MIN_SLOTS`] and [`SLOTS_PER_POINT`] slots a point.
 fn by_table(positions: &[[f64; 3]], reach: &Reach<'_>) -> Option<(Vec<NeededAtom>, Rows)> {
-    // Slots are numbered in a u32, below the two marks.
-    let limit = MIN_SLOTS
-        .max(SLOTS_PER_POINT * positions.len())
-        .min(LEFT_OUT as usize);
-    let grid: [usize; 3] = std::array::from_fn(|k| reach.axes[k].n.div_ceil(reach.atom));
-    // The whole grid of atoms where it fits; else only the atoms reached along each axis.
-    let axes: [AxisAtoms; 3] = if grid.iter().product::<usize>() <= limit {
-        grid.map(|count| AxisAtoms::from_flags(vec![true; count]))
-    } else {
-        let flag = |mut flags: [Vec<bool>; 3], part: &[[f64; 3]]| {
-            let mut along: [Vec<u32>; 3] = Default::default();
-            for s in part {
-                reach.along(s, &mut along);
-                for k in 0..3 {
-                    for &a in &along[k] {
-                        flags[k][a as usize] = true;
-                    }
-                }
-            }
-            flags
-        };
-        let none = || grid.map(|count| vec![false; count]);
-        let flags = if reach.alone {
-            flag(none(), positions)
-        } else {
-            positions
-                .par_chunks(CHUNK)
-                .fold(none, flag)
-                .reduce(none, |mut a, b| {
-                    for k in 0..3 {
-                        a[k].iter_mut().zip(&b[k]).for_each(|(x, &y)| *x |= y);
-                    }
-                    a
-                })
-        };
-        let [x, y, z] = flags;
-        let axes = [x, y, z].map(AxisAtoms::from_flags);
-        if axes.iter().map(|a| a.used.len()).product::<usize>() > limit {
-            return None;
-        }
-        axes
-    };
+    let grid = reach.geometry.atoms_per_axis();
+    let axes = axis_atoms(positions, reach, grid)?;
     let [nx, ny, nz] = [0, 1, 2].map(|k| axes[k].used.len());
     // Each point's atoms as slots of the table, chunk by chunk.
-    let (width, shift) = (reach.kernel.width(), reach.atom.trailing_zeros());
+    let (width, shift) = (reach.kernel.width(), reach.geometry.atom.trailing_zeros());
     let slots_of = |part: &[[f64; 3]]| {
         let mut slots = Vec::with_capacity(part.len() * 8);
         let mut counts = Vec::with_capacity(part.len());
@@ -143,12 +107,12 @@ fn by_table(positions: &[[f64; 3]], reach: &Reach<'_>) -> Option<(Vec<NeededAtom
         for s in part {
             let first: [usize; 3] =
                 std::array::from_fn(|k| reach.kernel.first_node(s[k], &reach.axes[k]));
-            if (0..3).all(|k| first[k] + width <= reach.axes[k].n) {
+            let runs: [Option<(usize, usize)>; 3] =
+                std::array::from_fn(|k| atom_run(first[k], width, reach.axes[k].n, shift));
+            if let [Some(x), Some(y), Some(z)] = runs {
                 // No wrap (almost every point): the atoms along each axis are consecutive
                 // and all reached, so their ranks are consecutive too.
-                let lo = first.map(|f| f >> shift);
-                let count: [usize; 3] =
-                    std::array::from_fn(|k| ((first[k] + width - 1) >> shift) - lo[k] + 1);
+                let (lo, count) = ([x.0, y.0, z.0], [x.1, y.1, z.1]);
                 let rank = |k: usize| axes[k].rank[lo[k]] as usize;
                 let base = (rank(2) * ny + rank(1)) * nx + rank(0);
                 for dz in 0..count[2] {
@@ -193,7 +157,7 @@ fn by_table(positions: &[[f64; 3]], reach: &Reach<'_>) -> Option<(Vec<NeededAtom
     }
     // The atoms reached, in storage order, numbered in the table.
     let atom_of = |slot: u32| {
-        let (slot, nx, ny) = (slot as usize, nx, ny);
+        let slot = slot as usize;
         let rest = slot / nx;
         NeededAtom::new([
             axes[0].used[slot % nx],
@@ -259,6 +223,51 @@ fn by_table(positions: &[[f64; 3]], reach: &Reach<'_>) -> Option<(Vec<NeededAtom
     Some((atoms, Rows::new(starts, items)))
 }
 
+/// The atoms of each axis the table has slots for: the whole grid of atoms where it fits
+/// the limit, else only the atoms the stencils reach along each axis, if their product
+/// fits it (`None` where not).
+fn axis_atoms(
+    positions: &[[f64; 3]],
+    reach: &Reach<'_>,
+    grid: [usize; 3],
+) -> Option<[AxisAtoms; 3]> {
+    // Slots are numbered in a u32, below the two marks.
+    let limit = MIN_SLOTS
+        .max(SLOTS_PER_POINT * positions.len())
+        .min(LEFT_OUT as usize);
+    if grid.iter().product::<usize>() <= limit {
+        return Some(grid.map(|count| AxisAtoms::from_flags(vec![true; count])));
+    }
+    let flag = |mut flags: [Vec<bool>; 3], part: &[[f64; 3]]| {
+        let mut along: [Vec<u32>; 3] = Default::default();
+        for s in part {
+            reach.along(s, &mut along);
+            for k in 0..3 {
+                for &a in &along[k] {
+                    flags[k][a as usize] = true;
+                }
+            }
+        }
+        flags
+    };
+    let none = || grid.map(|count| vec![false; count]);
+    let flags = if reach.alone {
+        flag(none(), positions)
+    } else {
+        positions
+            .par_chunks(CHUNK)
+            .fold(none, flag)
+            .reduce(none, |mut a, b| {
+                for k in 0..3 {
+                    a[k].iter_mut().zip(&b[k]).for_each(|(x, &y)| *x |= y);
+                }
+                a
+            })
+    };
+    let axes = flags.map(AxisAtoms::from_flags);
+    (axes.iter().map(|a| a.used.len()).product::<usize>() <= limit).then_some(axes)
+}
+
 /// [`number`] through a hash map: each chunk numbers its atoms in order of first sight,
 /// then one numbering in storage order joins them.
 fn by_hash(positions: &[[f64; 3]], reach: &Reach<'_>) -> (Vec<NeededAtom>, Rows) {
@@ -272,7 +281,7 @@ fn by_hash(positions: &[[f64; 3]], reach: &Reach<'_>) -> (Vec<NeededAtom>, Rows)
                 for &y in &along[1] {
                     for &x in &along[0] {
                         let atom = NeededAtom::new([x, y, z]);
-                        if reach.allowed.is_some() && !reach.keeps(&atom) {
+                        if !reach.keeps(&atom) {
                             continue;
                         }
                         found.push(atom);
@@ -354,6 +363,17 @@ impl ChunkAtoms {
     }
 }
 
+/// The atoms along an axis of `n` nodes (atoms `1 << shift` wide) of a stencil `width`
+/// wide whose first node is `first`, where it does not wrap: the first and how many, all
+/// consecutive. `None` where it wraps past the end of a periodic axis.
+#[inline(always)]
+fn atom_run(first: usize, width: usize, n: usize, shift: u32) -> Option<(usize, usize)> {
+    (first + width <= n).then(|| {
+        let lo = first >> shift;
+        (lo, ((first + width - 1) >> shift) - lo + 1)
+    })
+}
+
 /// The atoms along one axis that the stencil of grid position `s` reaches into, each once,
 /// in the order the stencil meets them. The stencil's nodes are one run, or two where it
 /// wraps past the end of a periodic axis; each run covers a range of atoms, so this takes
@@ -367,9 +387,8 @@ pub(crate) fn stencil_atoms(kernel: &Kernel, axis: &Axis, s: f64, atom: usize, o
     // width known only at run time (a 1 000-point cut 5–8 % faster).
     debug_assert!(atom.is_power_of_two());
     let shift = atom.trailing_zeros();
-    if first + width <= n {
-        // No wrap (almost every point): one run of distinct atoms.
-        out.extend((first >> shift) as u32..=((first + width - 1) >> shift) as u32);
+    if let Some((lo, count)) = atom_run(first, width, n, shift) {
+        out.extend(lo as u32..(lo + count) as u32);
         return;
     }
     let before_wrap = width.min(n - first);
@@ -480,19 +499,23 @@ mod tests {
             let kernel = Kernel::new(method, 0).unwrap();
             prop_assume!(axes.iter().all(|axis| kernel.check_axis(axis, 'x').is_ok()));
             let positions = positions(n, periodic, count, spread, seed);
-            let per_shard = 2;
+            // Shards two atoms wide.
+            let geometry = FieldGeometry::new(n, 1, atom, 2 * atom).unwrap();
             let allowed: FxHashSet<ShardPos> = [[0, 0, 0], [1, 0, 1], [0, 1, 0]].into_iter().collect();
             let reach = Reach {
                 kernel: &kernel,
                 axes: &axes,
-                atom,
-                per_shard,
+                geometry: &geometry,
                 allowed: partitioned.then_some(&allowed),
                 alone,
             };
             let (atoms, lists) = by_hash(&positions, &reach);
-            // (A few points scattered over the bigger grids take the hash map.)
-            if let Some((table_atoms, table_lists)) = by_table(&positions, &reach) {
+            let table = by_table(&positions, &reach);
+            // A grid of at most MIN_SLOTS atoms always fits the table; a few points scattered
+            // over a bigger one may take the hash map.
+            let atoms_in_grid: usize = geometry.atoms_per_axis().iter().product();
+            prop_assert!(table.is_some() || atoms_in_grid > MIN_SLOTS);
+            if let Some((table_atoms, table_lists)) = table {
                 prop_assert_eq!(&table_atoms, &atoms);
                 prop_assert_eq!(table_lists.len(), positions.len());
                 for p in 0..positions.len() {
@@ -512,11 +535,11 @@ mod tests {
         let positions: Vec<[f64; 3]> = (0..64)
             .map(|i| [(i * 61) as f64 + 0.5, (i * 37) as f64, (i * 53) as f64])
             .collect();
+        let geometry = FieldGeometry::new([4096; 3], 1, 8, 64).unwrap();
         let reach = Reach {
             kernel: &kernel,
             axes: &axes,
-            atom: 8,
-            per_shard: 8,
+            geometry: &geometry,
             allowed: None,
             alone: true,
         };

@@ -196,8 +196,7 @@ impl PointWork {
         let reach = Reach {
             kernel: &kernel,
             axes: &axes,
-            atom: a,
-            per_shard: geometry.atoms_per_side(),
+            geometry: &geometry,
             allowed: allowed.as_ref(),
             alone,
         };
