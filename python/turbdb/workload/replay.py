@@ -157,7 +157,13 @@ def replay(
     log: list[Answered] = []
     origin = time.perf_counter()
 
+    # The clock starts once every client thread is up: starting 1 024 threads took 74 ms on
+    # an idle 2-core machine and longer beside running clients, their time, not the
+    # database's (jaws at saturation: 1 131 against 1 039 q/s, median of 3 alternating runs).
+    go = threading.Event()
+
     def client() -> None:
+        go.wait()
         while True:
             with lock:
                 job = next(next_job, None)
@@ -196,6 +202,8 @@ def replay(
         threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
         for t in threads:
             t.start()
+        origin = time.perf_counter()
+        go.set()
         for t in threads:
             t.join()
     seconds = time.perf_counter() - origin
