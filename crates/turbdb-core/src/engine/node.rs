@@ -1175,10 +1175,7 @@ impl Core {
             }
             drop(cache);
             let small = matches!(live.work, Work::Points(_)) && live.work.size() <= SMALL_POINTS;
-            let after = live
-                .job
-                .map_or(0, |(job, index)| self.jobs.queries_after(job, index));
-            self.scheduler.queued(live.id, small, now, after);
+            self.scheduler.queued(live.id, small);
         }
         self.queries.insert(live.id, live);
     }

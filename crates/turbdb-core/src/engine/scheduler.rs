@@ -18,9 +18,8 @@
 //!
 //! Beyond the paper, small queries (at most [`SMALL_POINTS`] points) have their own lane:
 //! the paper's batching is for throughput, while a small query is usually someone waiting
-//! at a prompt. Small queries are served in arrival order (a query of a declared job with
-//! more queries to come is due a little sooner: [`HEAD_START_MS`]), each whole, as soon as
-//! they are queued, ahead of the metric batches, with every other pending atom of their regions
+//! at a prompt. Small queries are served in arrival order, each whole, as soon as they
+//! are queued, ahead of the metric batches, with every other pending atom of their regions
 //! (one contiguous read each) and of the pending regions that touch them, within the `k`
 //! atoms — sharing those reads with every query waiting on them. So a
 //! small query waits only for the small queries before it and for at most one metric batch
@@ -31,7 +30,7 @@
 //! A query that finds the engine idle is served at once, without queueing (any scheduler):
 //! there is nothing to share it with, and a batch must not wait to fill.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::engine::workload::{StepKey, Workload};
 use crate::error::{Error, Result};
@@ -50,20 +49,6 @@ pub const SMALL_POINTS: usize = 1000;
 /// 477–541; at saturation the same, then 719–761 vs 732–801 q/s, and the medium p99 a few
 /// per cent higher.
 pub const LANE_BURST: usize = 4;
-/// How much sooner a small query of a job is due in the lane for each query its job will
-/// hand in after it (ms), up to [`MAX_HEAD_START`] queries: its client sends the next only
-/// when this one is answered, so each batch it waits delays all the rest. In the saturating
-/// replay of `bench/workload.py` the 22 jobs of 12 queries finished last, each query of the
-/// first six having waited 170–250 ms, and the last tenth of the run completed an eighth as
-/// many queries as the middle. `jaws`/lru, medians of alternating runs (2-core Intel Xeon,
-/// fields on AVX2, 2 threads, load 2–5): 1 173 against 1 039 q/s (3 rounds), 954 against
-/// 901 (8 rounds, 5 won), 1 022 against 985 (5 rounds, with the replay's clock started
-/// after its threads); 50 and 100 ms were no better than 25, and made the small queries'
-/// p99 longer (600–950 against 460–600 ms; `noshare`'s 1 230–1 860).
-pub const HEAD_START_MS: f64 = 25.0;
-/// Most queries to come that earn a head start: no query is passed by one that came more
-/// than `HEAD_START_MS × MAX_HEAD_START` ms after it.
-pub const MAX_HEAD_START: usize = 16;
 /// JAWS's batch size in regions: the paper's k = 15 (its atoms are our regions).
 pub const JAWS_REGIONS: usize = 15;
 /// A region is an aligned cube of `2^REGION_BITS` atoms a side (its atoms' Morton codes
@@ -148,10 +133,8 @@ pub struct Scheduler {
     fifo: VecDeque<u64>,
     /// Queries served directly, without queueing.
     direct: VecDeque<u64>,
-    /// Small queries by when they are due, then arrival (jaws's small-query lane).
-    lane: BTreeMap<(i64, u64), u64>,
-    /// Small queries queued so far: the lane's tie-break.
-    lane_arrivals: u64,
+    /// Small queries in arrival order (jaws's small-query lane).
+    lane: VecDeque<u64>,
     /// Lane batches served since the last metric batch.
     lane_streak: usize,
 }
@@ -164,8 +147,7 @@ impl Scheduler {
             k: k.max(1),
             fifo: VecDeque::new(),
             direct: VecDeque::new(),
-            lane: BTreeMap::new(),
-            lane_arrivals: 0,
+            lane: VecDeque::new(),
             lane_streak: 0,
         }
     }
@@ -180,17 +162,11 @@ impl Scheduler {
         self.k
     }
 
-    /// A query was queued at `now` (ms); `small` if it has at most [`SMALL_POINTS`]
-    /// points; `queries_after`: how many more its job will hand in after it.
-    pub fn queued(&mut self, q: u64, small: bool, now: f64, queries_after: usize) {
+    /// A query was queued; `small` if it has at most [`SMALL_POINTS`] points.
+    pub fn queued(&mut self, q: u64, small: bool) {
         match self.kind {
             SchedulerKind::Noshare => self.fifo.push_back(q),
-            SchedulerKind::Jaws if small => {
-                let head_start = HEAD_START_MS * queries_after.min(MAX_HEAD_START) as f64;
-                let due = ((now - head_start) * 1e3) as i64;
-                self.lane_arrivals += 1;
-                self.lane.insert((due, self.lane_arrivals), q);
-            }
+            SchedulerKind::Jaws if small => self.lane.push_back(q),
             SchedulerKind::Jaws | SchedulerKind::Liferaft => {}
         }
     }
@@ -256,7 +232,7 @@ impl Scheduler {
         }
     }
 
-    /// The small query due first with sub-queries left, whole (up to [`CHUNK_ATOMS`] atoms of
+    /// The oldest small query with sub-queries left, whole (up to [`CHUNK_ATOMS`] atoms of
     /// its first time level with any left), widened to every pending atom of its regions
     /// (up to `k` atoms) and served to every query waiting on them: a region is one
     /// contiguous read, and small queries crowd into the same regions of interest, so one
@@ -264,7 +240,7 @@ impl Scheduler {
     /// AMD EPYC AVX-512, load 1.5–2.2: median 1.53× → 1.71× `noshare`, small p99 866 →
     /// 720 ms at 1 024 clients).
     fn lane_head(&mut self, workload: &Workload, queries: &mut dyn QueryBook) -> Option<Pick> {
-        while let Some((_, &q)) = self.lane.first_key_value() {
+        while let Some(&q) = self.lane.front() {
             if queries.alive(q) {
                 if let Some((step, codes)) = queries.remaining(q, CHUNK_ATOMS) {
                     if !codes.is_empty() {
@@ -277,7 +253,7 @@ impl Scheduler {
                     }
                 }
             }
-            self.lane.pop_first();
+            self.lane.pop_front();
         }
         None
     }
@@ -350,8 +326,8 @@ mod tests {
         let mut s = Scheduler::new(SchedulerKind::Noshare, 15);
         push(&mut w, &mut book, 1, 0, &[5, 3], 1, 0.0);
         push(&mut w, &mut book, 2, 1, &[3], 900, 1.0);
-        s.queued(1, false, 1 as f64, 0);
-        s.queued(2, false, 2 as f64, 0);
+        s.queued(1, false);
+        s.queued(2, false);
         let first = s.next(&mut w, &mut book).unwrap();
         assert_eq!((first.step, first.serve), (step(0), Serve::Only(1)));
         let second = s.next(&mut w, &mut book).unwrap();
@@ -403,9 +379,9 @@ mod tests {
         push(&mut w, &mut book, 1, 0, &[1, 2, 3], 50_000, 0.0); // large and busy
         push(&mut w, &mut book, 2, 7, &[40, 41], 1, 1.0); // small
         push(&mut w, &mut book, 3, 8, &[50], 1, 2.0); // small
-        s.queued(1, false, 1 as f64, 0);
-        s.queued(2, true, 2 as f64, 0);
-        s.queued(3, true, 3 as f64, 0);
+        s.queued(1, false);
+        s.queued(2, true);
+        s.queued(3, true);
         // No deadline to wait for: the small queries go first, whole, oldest first.
         let first = serve(&mut s, &mut w, &mut book).unwrap();
         assert_eq!(
@@ -419,29 +395,6 @@ mod tests {
     }
 
     #[test]
-    fn a_small_query_of_a_long_job_is_due_sooner_but_passes_no_one_much_older() {
-        let mut w = Workload::new(0.0, CostModel::default());
-        let mut book = Book::default();
-        let mut s = Scheduler::new(SchedulerKind::Jaws, 15);
-        let passed = HEAD_START_MS * MAX_HEAD_START as f64;
-        // Query 1 came long before the rest; 2 a moment before 3, whose job has many
-        // queries to come (more than earn a head start); 4 came last, alone.
-        push(&mut w, &mut book, 1, 0, &[1], 1, 0.0);
-        push(&mut w, &mut book, 2, 1, &[2], 1, passed + 10.0);
-        push(&mut w, &mut book, 3, 2, &[3], 1, passed + 20.0);
-        push(&mut w, &mut book, 4, 3, &[4], 1, passed + 30.0);
-        s.queued(1, true, 0.0, 0);
-        s.queued(2, true, passed + 10.0, 0);
-        s.queued(3, true, passed + 20.0, 1_000);
-        s.queued(4, true, passed + 30.0, 0);
-        let order: Vec<u32> = std::iter::from_fn(|| serve(&mut s, &mut w, &mut book))
-            .map(|pick| pick.step.t)
-            .collect();
-        // 3 goes ahead of 2 (10 ms older) but not of 1 (more than `passed` older).
-        assert_eq!(order, vec![0, 2, 1, 3]);
-    }
-
-    #[test]
     fn a_small_query_is_widened_to_its_regions_and_shares_their_reads() {
         let mut w = Workload::new(0.0, CostModel::default());
         let mut book = Book::default();
@@ -450,8 +403,8 @@ mod tests {
         // touch it (two regions away along x: codes from 9 · 512).
         push(&mut w, &mut book, 1, 0, &[1, 2, 9, 4700], 5_000, 0.0);
         push(&mut w, &mut book, 2, 0, &[2], 3, 1.0);
-        s.queued(1, false, 1 as f64, 0);
-        s.queued(2, true, 2 as f64, 0);
+        s.queued(1, false);
+        s.queued(2, true);
         let pick = serve(&mut s, &mut w, &mut book).unwrap();
         // The small query's region is read whole, in storage order, for every query.
         assert_eq!((pick.codes, pick.serve), (vec![1, 2, 9], Serve::All));
@@ -478,7 +431,7 @@ mod tests {
                 let codes: Vec<u64> = (0..atoms as u64).map(|a| a * 3 + q % 5).collect();
                 let points = if small { 10 } else { 20_000 };
                 push(&mut w, &mut book, q, t, &codes, points, i as f64);
-                s.queued(q, small, q as f64, 0);
+                s.queued(q, small);
                 if small {
                     smalls.push(q);
                 }

@@ -364,13 +364,6 @@ impl JobGraph {
         number.get(group.get(&(job, index))?).copied()
     }
 
-    /// Queries of `job` planned after query `index` (0 for a job not declared).
-    pub fn queries_after(&self, job: JobId, index: usize) -> usize {
-        self.jobs
-            .get(&job)
-            .map_or(0, |j| j.plan.len().saturating_sub(index + 1))
-    }
-
     /// Where query `index` of `job` stands (`None`: no such job).
     pub fn state(&self, job: JobId, index: usize) -> Option<QueryState> {
         self.jobs.get(&job).map(|j| j.state(index))
@@ -672,12 +665,6 @@ mod tests {
             .map(|i| graph.gating_number(j2, i).unwrap())
             .collect();
         assert_eq!(numbers, vec![1, 2, 3]);
-        assert_eq!(
-            [0, 3, 9].map(|i| graph.queries_after(j1, i)),
-            [3, 0, 0],
-            "the queries still planned after each"
-        );
-        assert_eq!(graph.queries_after(99, 0), 0, "a job never declared");
         let groups = run(&mut graph, &[(j1, 4), (j2, 3)]);
         // R1, R3 and R4 each run once for both jobs.
         assert!(
