@@ -200,10 +200,12 @@ def replay(
         _drive_futures(database, jobs, datasets, drawn, speedup, clients, origin, record)
     else:
         threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
-        for t in threads:
-            t.start()
-        origin = time.perf_counter()
-        go.set()
+        try:
+            for t in threads:
+                t.start()
+        finally:  # a thread that cannot start must not leave the others waiting forever
+            origin = time.perf_counter()
+            go.set()
         for t in threads:
             t.join()
     seconds = time.perf_counter() - origin
