@@ -155,11 +155,10 @@ def replay(
     lock = threading.Lock()
     next_job = iter(jobs)
     log: list[Answered] = []
-    origin = time.perf_counter()
-
     # The clock starts once every client thread is up: starting 1 024 threads took 74 ms on
-    # an idle 2-core machine and longer beside running clients, their time, not the
-    # database's (jaws at saturation: 1 131 against 1 039 q/s, median of 3 alternating runs).
+    # an idle 2-core Intel Xeon and longer beside running clients, their time, not the
+    # database's (jaws at saturation, AVX2 path, 2 threads, load 2.0–2.4: 1 131 against
+    # 1 039 q/s, medians of 3 alternating runs).
     go = threading.Event()
 
     def client() -> None:
@@ -197,6 +196,7 @@ def replay(
         return answered
 
     if driver == "futures":
+        origin = time.perf_counter()
         _drive_futures(database, jobs, datasets, drawn, speedup, clients, origin, record)
     else:
         threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]

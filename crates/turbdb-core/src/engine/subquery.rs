@@ -280,7 +280,8 @@ const COUNTED_POINTS: usize = 2048;
 /// grid of a few thousand atoms, or points crowded into a corner of a larger one): each
 /// point goes to its code's bucket, in point order, as the sorts order ties. The large
 /// uniform queries of the workload trace (24 000 points on 4 096 atoms) are cut 10–20 %
-/// faster so (`cut_profile 24000 400 uniform`, one thread). `None` for a small query or
+/// faster so (`cut_profile 24000 400 uniform`, one thread, 2-core Intel Xeon, load not
+/// recorded). `None` for a small query or
 /// where the span is too wide.
 fn counted_by_home(placed: &[([f64; 3], u64)]) -> Option<Vec<u32>> {
     if placed.len() < COUNTED_POINTS {
