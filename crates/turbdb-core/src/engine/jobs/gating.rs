@@ -35,6 +35,10 @@ pub struct Region {
     pub field: u32,
     /// The time indices read, ascending.
     pub steps: Vec<u32>,
+    /// Bit `t % 64` for each step `t`: two regions whose masks do not meet share no step,
+    /// and where every step of both is below 64 meeting masks share one. The alignment of
+    /// two jobs asks [`Region::shares`] of every pair of their queries.
+    mask: u64,
 }
 
 impl Region {
@@ -42,17 +46,27 @@ impl Region {
     pub fn new(field: u32, mut steps: Vec<u32>) -> Self {
         steps.sort_unstable();
         steps.dedup();
-        Self { field, steps }
+        let mask = steps.iter().fold(0u64, |m, &t| m | 1 << (t % 64));
+        Self { field, steps, mask }
     }
 
     /// Whether two regions share data: the same field at a common time step.
     pub fn shares(&self, other: &Region) -> bool {
-        self.field == other.field
-            && self
+        if self.field != other.field || self.mask & other.mask == 0 {
+            return false;
+        }
+        let below_64 = |r: &Region| r.steps.last().is_none_or(|&t| t < 64);
+        (below_64(self) && below_64(other))
+            || self
                 .steps
                 .iter()
                 .any(|t| other.steps.binary_search(t).is_ok())
     }
+}
+
+/// The union of the regions' masks.
+fn plan_mask(plan: &[Region]) -> u64 {
+    plan.iter().fold(0, |m, r| m | r.mask)
 }
 
 /// Where a job's query stands.
@@ -71,6 +85,9 @@ pub enum QueryState {
 #[derive(Debug)]
 struct Job {
     plan: Vec<Region>,
+    /// Every step of the plan as [`Region`]'s mask: a new job whose plan's mask does not
+    /// meet it shares nothing with this one and is not aligned with it.
+    mask: u64,
     /// Queries handed in so far (the next one gets this index).
     submitted: usize,
     /// Queries completed.
@@ -210,7 +227,13 @@ impl JobGraph {
             return pairings;
         }
         let mine = plan.len().min(MAX_ALIGNED_QUERIES);
+        let mask = plan_mask(&plan[..mine]);
         for (&other, job) in &self.jobs {
+            // Most running jobs are on other steps: with 2 400 jobs in flight (1 700
+            // declared), aligning with every one took a tenth of the engine thread.
+            if job.mask & mask == 0 {
+                continue;
+            }
             let from = job.submitted;
             let theirs = &job.plan[from.min(job.plan.len())..];
             let theirs = &theirs[..theirs.len().min(MAX_ALIGNED_QUERIES)];
@@ -233,6 +256,7 @@ impl JobGraph {
         self.jobs.insert(
             id,
             Job {
+                mask: plan_mask(&plan),
                 plan,
                 submitted: 0,
                 done: 0,
@@ -599,6 +623,19 @@ mod tests {
 
     fn plan(regions: &[u32]) -> Vec<Region> {
         regions.iter().map(|&r| Region::new(0, vec![r])).collect()
+    }
+
+    #[test]
+    fn regions_share_exactly_when_they_have_a_step_of_one_field_in_common() {
+        let r = |field, steps: &[u32]| Region::new(field, steps.to_vec());
+        assert!(r(0, &[3, 7]).shares(&r(0, &[7, 9])));
+        assert!(!r(0, &[3, 7]).shares(&r(1, &[3, 7])), "another field");
+        assert!(!r(0, &[3]).shares(&r(0, &[4])));
+        // Steps 64 apart fall on the same bit of the mask, and share nothing.
+        assert!(!r(0, &[1]).shares(&r(0, &[65])));
+        assert!(!r(0, &[65, 200]).shares(&r(0, &[1, 136])));
+        assert!(r(0, &[65, 200]).shares(&r(0, &[1, 200])));
+        assert!(!r(0, &[]).shares(&r(0, &[0])));
     }
 
     /// Runs the jobs to the end: each hands in its next query when the previous one
