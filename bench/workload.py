@@ -5,7 +5,7 @@ Every ratio is against noshare measured in the same run on the same trace.
 
     python bench/workload.py [--data /tmp/turbdb-bench-workload] [--quick] [--seed 0] [--clients 1024]
                              [--only warm_repeat] [--schedulers noshare,jaws] [--policies urc] [--no-sweep]
-                             [--pairs 7] [--driver threads|futures]
+                             [--pairs 7] [--driver threads|futures] [--jobs 2400]
 
 Measures: (1) at a saturating load — speed-up ∞ (every job ready at once) and more clients
 than jobs (1024 > 600), so every job is in flight from the start and the queue only grows,
@@ -30,7 +30,9 @@ from one thread (turbdb.workload.replay) instead of a thread each: in a saturati
 replay the 1 024 client threads took 0.42 CPU-seconds (their Python and waits 0.25, the
 cut of their queries into sub-queries 0.17) beside the engine's 1.3 (perf at git c9126c7,
 the 2-core Intel Xeon, fields on the AVX2 path, 2 threads, load about 1.2), CPU the engine
-then lacks.
+then lacks. ``--jobs N`` draws a trace of N jobs instead of 600 at the same arrival rate:
+a saturating ``jaws`` replay of 600 jobs lasts under two seconds, and its ramp-up and its
+last long jobs weigh on it more than on a long replay such as the paper's.
 """
 
 from __future__ import annotations
@@ -263,19 +265,29 @@ def main() -> None:
                              "each pair is two saturating replays of a few seconds)")
     parser.add_argument("--no-sweep", action="store_true",
                         help="skip the speed-up sweep and the warm repeat; writes workload_partial.json")
+    parser.add_argument("--jobs", type=int,
+                        help="jobs in the trace (default 600; --quick 150), at the same arrival rate (the trace "
+                             "lasts in proportion): a longer trace weighs the run's start and end less against its "
+                             "steady state; anything but the default writes workload_partial.json")
     parser.add_argument("--driver", choices=DRIVERS, default="threads",
                         help="how the replay runs its clients: a thread each (default), or futures driven from one "
                              "thread (Dataset.submit), whose clients take no CPU from the engine; anything but "
                              "threads writes workload_partial.json")
     args = parser.parse_args()
     s = setup(args.quick)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            parser.error("--jobs must be at least 1")
+        s["duration"] *= args.jobs / s["jobs"]
+        s["jobs"] = args.jobs
     schedulers = SCHEDULERS if args.schedulers is None else tuple(
         sch for sch in SCHEDULERS if sch == "noshare" or sch in args.schedulers)
     if args.policies is not None:
         s["policies"] = tuple(args.policies)
     ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
     name = ds.name
-    partial = args.schedulers is not None or args.policies is not None or args.no_sweep or args.driver != "threads"
+    partial = (args.schedulers is not None or args.policies is not None or args.no_sweep
+               or args.driver != "threads" or args.jobs is not None)
     suffix = "_partial" if partial else "_quick" if args.quick else ""
     if args.only == "warm_repeat":
         return only_warm_repeat(args.data, name, args.seed, RESULTS / f"workload{suffix}.json")
