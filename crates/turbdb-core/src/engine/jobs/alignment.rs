@@ -8,33 +8,9 @@
 /// `shares(i, j)` says whether query `i` of the first and `j` of the second share data;
 /// ascending in both `i` and `j`.
 pub fn align(n: usize, m: usize, shares: impl Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
-    SCORE.with_borrow_mut(|score| {
-        let pairs = align_in(score, n, m, shares);
-        // A table for two jobs of a thousand queries is 4 MB: not kept.
-        score.shrink_to(KEPT_CELLS);
-        pairs
-    })
-}
-
-/// Cells of the score table kept between alignments.
-const KEPT_CELLS: usize = 1 << 16;
-
-thread_local! {
-    /// The score table, kept between alignments: a new job is aligned with every running
-    /// one, hundreds of small tables in a row.
-    static SCORE: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn align_in(
-    score: &mut Vec<u32>,
-    n: usize,
-    m: usize,
-    shares: impl Fn(usize, usize) -> bool,
-) -> Vec<(usize, usize)> {
     // score[i][j]: the best alignment of the first i and the first j queries.
     let width = m + 1;
-    score.clear();
-    score.resize((n + 1) * width, 0);
+    let mut score = vec![0u32; (n + 1) * width];
     for i in 1..=n {
         for j in 1..=m {
             let diagonal = score[(i - 1) * width + j - 1] + u32::from(shares(i - 1, j - 1));
