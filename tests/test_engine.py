@@ -4,6 +4,9 @@ lone queries, whose co-scheduled queries share reads,
 and whose bad options are refused with a message."""
 
 import gc
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -278,6 +281,23 @@ def test_a_forked_process_gets_an_engine_and_a_submission_pool_of_its_own(databa
         child.kill()
     assert child.exitcode == 0
     np.testing.assert_array_equal(answer, parent["box"].query("velocity", **ask))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="thread names are read from /proc")
+def test_the_kernel_threads_carry_their_own_name_not_the_engines(database):
+    # A fresh process: in this one another test may have started the kernel's pool already.
+    script = (
+        "import os, sys, numpy as np, turbdb\n"
+        "db = turbdb.open(sys.argv[1], scheduler='jaws', cache_bytes='8MiB')\n"
+        "points = np.random.default_rng(0).uniform(0.0, 6.0, (20000, 3))\n"
+        "db['box'].query('velocity', points, time=0.1, method='lag8')\n"  # alone: the caller's thread
+        "db['box'].query('velocity', points[:300], time=0.2, method='lag4')\n"  # on the engine's thread
+        "print(' '.join(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')))\n"
+    )
+    names = subprocess.run([sys.executable, "-c", script, str(database)], capture_output=True, text=True,
+                           timeout=120, check=True, env={**os.environ, "RAYON_NUM_THREADS": "2"}).stdout.split()
+    assert sorted(n for n in names if n.startswith("turbdb-kernel-")) == ["turbdb-kernel-0", "turbdb-kernel-1"]
+    assert names.count("turbdb-engine") == 1, names
 
 
 def test_without_engine_options_queries_run_alone(database):

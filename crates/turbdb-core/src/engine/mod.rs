@@ -9,7 +9,7 @@
 //! sub-queries per atom ([`subquery`]), keeps them in [`workload`] queues ranked by the
 //! workload-throughput [`metric`], lets the [`scheduler`] choose batches (with the age
 //! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
-//! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel, and hands
+//! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel (its workers named by [`kernel_pool`]), and hands
 //! results back through a [`ticket`]; [`telemetry`] says what it did. A query whose atoms
 //! are all cached skips the queues: it is served at once from the [`cached_source`]; one
 //! asked again with the same points is not cut again ([`recent_cuts`]).
@@ -36,6 +36,7 @@ pub(crate) mod home_four;
 pub(crate) mod home_groups;
 pub mod io_pool;
 pub mod jobs;
+pub mod kernel_pool;
 pub mod metric;
 pub(crate) mod needed_atoms;
 pub mod node;
