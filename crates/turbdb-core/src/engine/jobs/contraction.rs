@@ -10,6 +10,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::engine::jobs::gating::JobId;
+use crate::engine::jobs::partners::Partners;
 
 const NONE: usize = usize::MAX;
 
@@ -33,7 +34,7 @@ impl Contraction {
     /// of queries, and its gating edges per query (edges to queries not in the graph are
     /// ignored).
     pub fn new<'a>(
-        jobs: impl Iterator<Item = (JobId, usize, usize, &'a [Vec<(JobId, usize)>])> + Clone,
+        jobs: impl Iterator<Item = (JobId, usize, usize, &'a [Partners])> + Clone,
     ) -> Self {
         let mut node = FxHashMap::default();
         let mut next = Vec::new();
@@ -58,9 +59,9 @@ impl Contraction {
         };
         for (id, from, len, edges) in jobs {
             for (index, edges) in edges.iter().enumerate().take(len).skip(from) {
-                for &other in edges {
+                for (job, theirs) in edges.iter() {
                     if let (Some(&x), Some(&y)) =
-                        (graph.node.get(&(id, index)), graph.node.get(&other))
+                        (graph.node.get(&(id, index)), graph.node.get(&(job, theirs)))
                     {
                         graph.join(x, y);
                     }
@@ -158,13 +159,15 @@ mod tests {
     type Edge = ((JobId, usize), (JobId, usize));
 
     fn graph(jobs: &[(JobId, usize)], edges: &[Edge]) -> Contraction {
-        let mut lists: Vec<Vec<Vec<(JobId, usize)>>> =
-            jobs.iter().map(|&(_, n)| vec![Vec::new(); n]).collect();
+        let mut lists: Vec<Vec<Partners>> = jobs
+            .iter()
+            .map(|&(_, n)| vec![Partners::new(); n])
+            .collect();
         for &(a, b) in edges {
             let ja = jobs.iter().position(|j| j.0 == a.0).unwrap();
             let jb = jobs.iter().position(|j| j.0 == b.0).unwrap();
-            lists[ja][a.1].push(b);
-            lists[jb][b.1].push(a);
+            lists[ja][a.1].insert(b.0, b.1);
+            lists[jb][b.1].insert(a.0, a.1);
         }
         Contraction::new(
             jobs.iter()

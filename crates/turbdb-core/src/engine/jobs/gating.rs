@@ -19,6 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::engine::jobs::alignment::align;
 use crate::engine::jobs::contraction::Contraction;
+use crate::engine::jobs::partners::Partners;
 
 /// A job's number.
 pub type JobId = u64;
@@ -89,8 +90,8 @@ struct Job {
     done: usize,
     /// The query held at its gate: (index, engine query id, when it goes alone, ms).
     held: Option<(usize, u64, f64)>,
-    /// Per planned query: its gating edges, `(job, query index)`.
-    edges: Vec<Vec<(JobId, usize)>>,
+    /// Per planned query: its gating edges.
+    edges: Vec<Partners>,
     last_activity: f64,
 }
 
@@ -258,26 +259,36 @@ impl JobGraph {
                 submitted: 0,
                 done: 0,
                 held: None,
-                edges: vec![Vec::new(); n],
+                edges: vec![Partners::new(); n],
                 last_activity: now,
             },
         );
     }
 
     fn add_edge(&mut self, (a, i): (JobId, usize), (b, j): (JobId, usize)) {
-        self.jobs.get_mut(&a).expect("job").edges[i].push((b, j));
-        self.jobs.get_mut(&b).expect("job").edges[j].push((a, i));
+        let had = self.jobs.get_mut(&a).expect("job").edges[i].insert(b, j);
+        let had_too = self.jobs.get_mut(&b).expect("job").edges[j].insert(a, i);
+        debug_assert!(
+            had.is_none() && had_too.is_none(),
+            "one edge per query and job"
+        );
         self.counters.edges += 1;
     }
 
     /// Whether neither query has an edge to the other's job yet (at most one per pair).
     fn one_per_pair(&self, a: JobId, i: usize, b: JobId, j: usize) -> bool {
-        let free = |job: JobId, index: usize, other: JobId| {
-            self.jobs[&job].edges[index]
-                .iter()
-                .all(|&(k, _)| k != other)
-        };
+        let free =
+            |job: JobId, index: usize, other: JobId| !self.jobs[&job].edges[index].contains(other);
         free(a, i, b) && free(b, j, a)
+    }
+
+    /// Cuts the edge from `other`'s query `index` to `job`'s query `theirs`, if it has it.
+    fn cut_partner(&mut self, other: JobId, index: usize, job: JobId, theirs: usize) {
+        if let Some(found) = self.jobs.get_mut(&other) {
+            if found.edges[index].get(job) == Some(theirs) {
+                found.edges[index].remove(job);
+            }
+        }
     }
 
     /// The remaining queries with every gated group contracted to one node, with the
@@ -311,8 +322,8 @@ impl JobGraph {
         };
         for (&id, job) in &self.jobs {
             for index in job.done..job.plan.len() {
-                for &edge in &job.edges[index] {
-                    union((id, index), edge, &mut parent);
+                for (other, theirs) in job.edges[index].iter() {
+                    union((id, index), (other, theirs), &mut parent);
                 }
             }
         }
@@ -443,9 +454,9 @@ impl JobGraph {
             if found.state(i) == QueryState::Wait {
                 return None;
             }
-            for &edge in &found.edges[i] {
-                if known.insert(edge) {
-                    seen.push(edge);
+            for (other, theirs) in found.edges[i].iter() {
+                if known.insert((other, theirs)) {
+                    seen.push((other, theirs));
                 }
             }
         }
@@ -487,9 +498,7 @@ impl JobGraph {
         let mut released: Vec<u64> = j.held.take().map(|(_, q, _)| q).into_iter().collect();
         if index < j.plan.len() {
             for (other, theirs) in std::mem::take(&mut j.edges[index]) {
-                if let Some(partner) = self.jobs.get_mut(&other) {
-                    partner.edges[theirs].retain(|&(k, i)| !(k == job && i == index));
-                }
+                self.cut_partner(other, theirs, job, index);
                 if self.state(other, theirs) == Some(QueryState::Ready) {
                     released.extend(self.try_release(other, theirs));
                 }
@@ -520,10 +529,10 @@ impl JobGraph {
         };
         let mut released: Vec<u64> = gone.held.map(|(_, q, _)| q).into_iter().collect();
         let mut partners = Vec::new();
-        for edges in &gone.edges {
-            for &(other, index) in edges {
-                if let Some(found) = self.jobs.get_mut(&other) {
-                    found.edges[index].retain(|&(k, _)| k != job);
+        for (mine, edges) in gone.edges.iter().enumerate() {
+            for (other, index) in edges.iter() {
+                if self.jobs.contains_key(&other) {
+                    self.cut_partner(other, index, job, mine);
                     partners.push((other, index));
                 }
             }
@@ -561,10 +570,10 @@ impl JobGraph {
     /// job is declared just before it) or the timeout.
     pub fn release_held(&mut self) -> Vec<u64> {
         let jobs = &self.jobs;
-        let under_way = |partners: &[(JobId, usize)]| {
+        let under_way = |partners: &Partners| {
             partners
-                .iter()
-                .all(|(k, _)| jobs.get(k).is_none_or(|j| j.submitted > 0))
+                .jobs()
+                .all(|k| jobs.get(&k).is_none_or(|j| j.submitted > 0))
         };
         let idle = self.held_where(|job, index, _| under_way(&job.edges[index]));
         let released = self.let_go(idle);
@@ -591,9 +600,7 @@ impl JobGraph {
             // Cut its edges: it goes alone, and those gated with it stop waiting for it.
             let edges = std::mem::take(&mut self.jobs.get_mut(&id).expect("job").edges[index]);
             for (other, theirs) in edges {
-                if let Some(found) = self.jobs.get_mut(&other) {
-                    found.edges[theirs].retain(|&(k, i)| !(k == id && i == index));
-                }
+                self.cut_partner(other, theirs, id, index);
             }
             let job = self.jobs.get_mut(&id).expect("job");
             if let Some((_, query, _)) = job.held.take() {
@@ -608,7 +615,7 @@ impl JobGraph {
         self.jobs
             .values()
             .flat_map(|j| &j.edges)
-            .map(Vec::len)
+            .map(Partners::len)
             .sum::<usize>()
             / 2
     }
@@ -717,12 +724,11 @@ mod tests {
         let j3 = graph.declare(plan(&[1, 4]), 0.0);
         // At most one edge from any query to any other job.
         for job in [j1, j2, j3] {
-            for edges in &graph.jobs[&job].edges {
-                let mut others: Vec<JobId> = edges.iter().map(|e| e.0).collect();
-                others.sort_unstable();
-                let n = others.len();
-                others.dedup();
-                assert_eq!(others.len(), n);
+            for (index, edges) in graph.jobs[&job].edges.iter().enumerate() {
+                // Each edge is there from both ends (the map keeps one per other job).
+                for (other, theirs) in edges.iter() {
+                    assert_eq!(graph.jobs[&other].edges[theirs].get(job), Some(index));
+                }
             }
         }
         // Nothing is handed in yet: every query waits.
@@ -887,7 +893,8 @@ mod tests {
     proptest::proptest! {
         /// Jobs declared while others run (some queries done), alone or several at once
         /// (one drain of the engine's inbox): the incremental deadlock check admits exactly
-        /// the edges that rebuilding the graph for each one did, and the graph stays acyclic.
+        /// the edges that rebuilding the graph for each one did, the graph stays acyclic, and
+        /// every edge is kept at both its ends.
         #[test]
         fn incremental_deadlock_check_admits_what_rebuilding_admits(
             ops in proptest::collection::vec(
@@ -921,6 +928,15 @@ mod tests {
                     for graph in [&mut fast, &mut slow] {
                         if let (Some(index), _) = graph.submit(job, query, 0.0) {
                             graph.completed(job, index, 0.0);
+                        }
+                    }
+                }
+                // Every edge is kept at both its ends, also after queries passed and jobs closed.
+                for (&j, job) in &fast.jobs {
+                    for (index, edges) in job.edges.iter().enumerate() {
+                        for (other, theirs) in edges.iter() {
+                            let back = fast.jobs.get(&other).and_then(|o| o.edges[theirs].get(j));
+                            proptest::prop_assert_eq!(back, Some(index));
                         }
                     }
                 }
