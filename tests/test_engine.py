@@ -300,6 +300,35 @@ def test_the_kernel_threads_carry_their_own_name_not_the_engines(database):
     assert names.count("turbdb-engine") == 1, names
 
 
+def _large_queries_in_child(database, points, answers):
+    alone = turbdb.open(database)["box"].query("velocity", points, time=0.1, method="lag8")
+    shared = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB")["box"]
+    answers.put((alone, shared.query("velocity", points, time=0.2, method="lag8")))
+
+
+def test_a_process_forked_after_parallel_queries_runs_them_on_a_pool_of_its_own(database):
+    import multiprocessing
+
+    # Large enough that the kernel's pool sums them in parallel, in the parent first: the
+    # pool's threads do not survive a fork, and a child waiting on them would hang.
+    points = np.random.default_rng(3).uniform(0.5, 5.5, (20_000, 3))
+    expected = (turbdb.open(database)["box"].query("velocity", points, time=0.1, method="lag8"),
+                turbdb.open(database, scheduler="jaws", cache_bytes="8MiB")["box"].query(
+                    "velocity", points, time=0.2, method="lag8"))
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_large_queries_in_child, args=(database, points, answers))
+    child.start()
+    try:
+        answer = answers.get(timeout=60)
+        child.join(timeout=30)
+    finally:
+        child.kill()
+    assert child.exitcode == 0
+    for got, want in zip(answer, expected):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_without_engine_options_queries_run_alone(database):
     db = turbdb.open(database)
     assert db.engine is None

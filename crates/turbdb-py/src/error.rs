@@ -6,6 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::prelude::*;
+use turbdb_core::engine::kernel_pool;
 use turbdb_core::Error;
 
 mod exceptions {
@@ -94,12 +95,13 @@ pub fn invalid(message: impl Into<String>) -> PyTurbdbErr {
     PyTurbdbErr::Core(Error::InvalidArgument(message.into()))
 }
 
-/// Runs `work` with the GIL released; a panic inside it comes back as an error.
+/// Runs `work` with the GIL released, on the kernel's pool (a forked process's own where
+/// its parent's did not survive the fork); a panic inside it comes back as an error.
 pub fn without_gil<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> turbdb_core::Result<T> + Send,
 ) -> Result<T> {
-    match py.detach(|| catch_unwind(AssertUnwindSafe(work))) {
+    match py.detach(|| kernel_pool::run(|| catch_unwind(AssertUnwindSafe(work)))) {
         Ok(result) => Ok(result?),
         Err(payload) => {
             let message = payload

@@ -1416,7 +1416,7 @@ impl Core {
             if poisoned {
                 panic!("test hook: a poisoned batch");
             }
-            execute(&mut parts, &data)
+            crate::engine::kernel_pool::run(|| execute(&mut parts, &data))
         }));
         drop(parts);
         let added = match added {
