@@ -262,24 +262,31 @@ def _query_in_child(database, ask, answers):
     answers.put(db["box"].submit("velocity", **ask).result(timeout=30))
 
 
-def test_a_forked_process_gets_an_engine_and_a_submission_pool_of_its_own(database):
+def _answer_of_forked_child(target, *args, timeout):
+    """What ``target(*args, answers)``, run in a forked child, puts in ``answers``; the child
+    must exit cleanly. A child that waits on threads its parent had (they do not survive
+    the fork) hangs: ``answers.get`` then times out."""
     import multiprocessing
 
-    parent = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
-    first, ask = asks(2, seed=8)
-    # The parent's engine threads and submission pool are running.
-    parent["box"].submit("velocity", **first).result(timeout=30)
     context = multiprocessing.get_context("fork")
     answers = context.Queue()
-    child = context.Process(target=_query_in_child, args=(database, ask, answers))
+    child = context.Process(target=target, args=(*args, answers))
     child.start()
     try:
-        # The parent's engine has no threads in the child: a query through it there hangs.
-        answer = answers.get(timeout=30)
+        answer = answers.get(timeout=timeout)
         child.join(timeout=30)
     finally:
         child.kill()
     assert child.exitcode == 0
+    return answer
+
+
+def test_a_forked_process_gets_an_engine_and_a_submission_pool_of_its_own(database):
+    parent = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
+    first, ask = asks(2, seed=8)
+    # The parent's engine threads and submission pool are running.
+    parent["box"].submit("velocity", **first).result(timeout=30)
+    answer = _answer_of_forked_child(_query_in_child, database, ask, timeout=30)
     np.testing.assert_array_equal(answer, parent["box"].query("velocity", **ask))
 
 
@@ -307,24 +314,13 @@ def _large_queries_in_child(database, points, answers):
 
 
 def test_a_process_forked_after_parallel_queries_runs_them_on_a_pool_of_its_own(database):
-    import multiprocessing
-
     # Large enough that the kernel's pool sums them in parallel, in the parent first: the
     # pool's threads do not survive a fork, and a child waiting on them would hang.
     points = np.random.default_rng(3).uniform(0.5, 5.5, (20_000, 3))
     expected = (turbdb.open(database)["box"].query("velocity", points, time=0.1, method="lag8"),
                 turbdb.open(database, scheduler="jaws", cache_bytes="8MiB")["box"].query(
                     "velocity", points, time=0.2, method="lag8"))
-    context = multiprocessing.get_context("fork")
-    answers = context.Queue()
-    child = context.Process(target=_large_queries_in_child, args=(database, points, answers))
-    child.start()
-    try:
-        answer = answers.get(timeout=60)
-        child.join(timeout=30)
-    finally:
-        child.kill()
-    assert child.exitcode == 0
+    answer = _answer_of_forked_child(_large_queries_in_child, database, points, timeout=60)
     for got, want in zip(answer, expected):
         np.testing.assert_array_equal(got, want)
 

@@ -22,8 +22,8 @@ static POOL_OWNER: OnceLock<u32> = OnceLock::new();
 
 /// Builds rayon's global pool with threads named `turbdb-kernel-N`, as many as rayon
 /// would start (`RAYON_NUM_THREADS`, else one per CPU), unless something built it first
-/// (the host program): then it is kept. Called as a query first reaches the engine (or
-/// [`run`]), not at import: threads started early would be missing in a process forked
+/// (the host program): then it is kept. [`run`] calls it on the first entry into the
+/// kernel, not at import: threads started early would be missing in a process forked
 /// before its first query.
 pub fn name_kernel_threads() {
     static NAMED: Once = Once::new();

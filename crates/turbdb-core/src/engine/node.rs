@@ -370,8 +370,6 @@ impl NodeEngine {
         query: &PointQuery<'_>,
         notify: Option<Arc<Completions>>,
     ) -> Result<Ticket> {
-        // Before this thread, cutting the query, can start the kernel's pool unnamed.
-        crate::engine::kernel_pool::name_kernel_threads();
         let submitted = Instant::now();
         if let Some(ticket) = self.serve_alone(reader, query, &notify, submitted)? {
             return Ok(ticket);
@@ -647,7 +645,6 @@ impl NodeEngine {
         query: &CutoutQuery,
         notify: Option<Arc<Completions>>,
     ) -> Result<Ticket> {
-        crate::engine::kernel_pool::name_kernel_threads();
         let geometry = reader.geometry();
         for (k, nodes) in query.nodes.iter().enumerate() {
             if let Some(&bad) = nodes.iter().find(|&&n| n >= geometry.grid[k]) {

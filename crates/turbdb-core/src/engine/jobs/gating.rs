@@ -282,13 +282,16 @@ impl JobGraph {
         free(a, i, b) && free(b, j, a)
     }
 
-    /// Cuts the edge from `other`'s query `index` to `job`'s query `theirs`, if it has it.
-    fn cut_partner(&mut self, other: JobId, index: usize, job: JobId, theirs: usize) {
-        if let Some(found) = self.jobs.get_mut(&other) {
-            if found.edges[index].get(job) == Some(theirs) {
-                found.edges[index].remove(job);
-            }
+    /// Cuts the edge from `other`'s query `index` to `job`'s query `theirs`, if it has it;
+    /// returns whether `other` still runs.
+    fn cut_partner(&mut self, other: JobId, index: usize, job: JobId, theirs: usize) -> bool {
+        let Some(found) = self.jobs.get_mut(&other) else {
+            return false;
+        };
+        if found.edges[index].get(job) == Some(theirs) {
+            found.edges[index].remove(job);
         }
+        true
     }
 
     /// The remaining queries with every gated group contracted to one node, with the
@@ -531,8 +534,7 @@ impl JobGraph {
         let mut partners = Vec::new();
         for (mine, edges) in gone.edges.iter().enumerate() {
             for (other, index) in edges.iter() {
-                if self.jobs.contains_key(&other) {
-                    self.cut_partner(other, index, job, mine);
+                if self.cut_partner(other, index, job, mine) {
                     partners.push((other, index));
                 }
             }
