@@ -206,26 +206,41 @@ const SCAN_MARKS: usize = 16;
 
 /// Fewest points of one home atom, of all the batch's queries together, that are summed
 /// from one block of all their stencils ([`HomeBlock`]) rather than each from its own
-/// gathered stencil: the block copies up to 15³ nodes (lag8), a stencil 8³. Measured
-/// (`warm_profile`, lag8, 1 thread, AMD EPYC Zen 3 AVX2, load ≈ 1.8): at 7 points an atom,
-/// 16 was 5 % faster than 8 and 20 % faster than 4; at 24 an atom all three were 40 %
-/// faster than gathering each stencil. A cube of atoms ([`HomeGroups`]) needs as many
-/// points for each node of its box.
+/// gathered stencil, for stencils narrower than 8 nodes (lag4, lag6: the block copies up to
+/// 13³ nodes, a stencil 6³). First measured for every width on lag8 (`warm_profile`, 1
+/// thread, AMD EPYC Zen 3 AVX2, load ≈ 1.8): at 7 points an atom, 16 was 5 % faster than 8
+/// and 20 % faster than 4; at 24 an atom all three were 40 % faster than gathering each
+/// stencil. A cube of atoms ([`HomeGroups`]) needs as many points for each node of its box.
 const GROUP_POINTS: usize = 16;
+
+/// [`GROUP_POINTS`] for stencils 8 nodes wide or wider, whose gathers copy the most: a
+/// cube of 4³ atoms (39³ nodes for lag8) then pays from about 2 points an atom, not 4.4.
+/// Measured on the 2-core Intel Xeon (Emerald Rapids, 1 thread, the least of 5 interleaved
+/// `warm_profile` runs): at 4 uniform points an atom lag8 took 645 ns a point from cubes
+/// against 977 gathering each stencil, while lag6 took the same either way at 4 and lag4
+/// gathered faster (403 against 480); a warm 16 000-point lag8 query through the engine
+/// (2 threads, 4 points an atom) 481–531 against 781–929 ns a point, its gradient 507–523
+/// against 699–857.
+const WIDE_GROUP_POINTS: usize = 8;
 
 /// Most bytes of a home block: it stays in the L2 cache beside the task's other data.
 const HOME_BLOCK_BYTES: usize = 768 << 10;
 
 /// The fewest points a cube of `2^level` atoms (of side `atom`, `ncomp` components, on a
 /// grid of `n` nodes) must hold for one block of their stencils `width` wide to pay
-/// ([`GROUP_POINTS`] for each home atom's box of nodes); `None` above level 0 where the
-/// block would be wider than the grid or than [`HOME_BLOCK_BYTES`].
+/// ([`GROUP_POINTS`] or [`WIDE_GROUP_POINTS`] for each home atom's box of nodes); `None`
+/// above level 0 where the block would be wider than the grid or than [`HOME_BLOCK_BYTES`].
 fn min_points(atom: usize, ncomp: usize, n: [usize; 3], width: u32, level: u32) -> Option<usize> {
     let side = |level: u32| (atom << level) + width as usize - 1;
     let nodes = side(level).pow(3);
     let fits = side(level) <= n.into_iter().min().unwrap_or(0)
         && nodes * ncomp * std::mem::size_of::<f32>() <= HOME_BLOCK_BYTES;
-    (level == 0 || fits).then(|| (GROUP_POINTS * nodes).div_ceil(side(0).pow(3)))
+    let per_home = if width >= 8 {
+        WIDE_GROUP_POINTS
+    } else {
+        GROUP_POINTS
+    };
+    (level == 0 || fits).then(|| (per_home * nodes).div_ceil(side(0).pow(3)))
 }
 
 /// What serving a batch did.
@@ -1078,6 +1093,37 @@ mod tests {
                 size += 1;
             }
             assert_streaming_answer(&work, &progress, added, &expected, &format!("{method:?}"));
+        }
+    }
+
+    #[test]
+    fn sparse_lag8_points_are_summed_from_cubes_and_sparse_lag6_points_are_gathered() {
+        // About 3 points an atom of 8 nodes on a 64³ grid: enough for a lag8 cube of 4³
+        // atoms (WIDE_GROUP_POINTS), too few for lag6's, whose stencils gather cheaper.
+        let grid = [64; 3];
+        let geometry = FieldGeometry::new(grid, 3, 8, 64).unwrap();
+        let axes = grid.map(|n| Axis::unit(n, true));
+        let points = points_in(&axes, 3 * 512, 5);
+        let source = Analytic(geometry.clone());
+        for (method, from_cubes) in [(Method::Lagrange(8), true), (Method::Lagrange(6), false)] {
+            let (expected, work, data) =
+                streaming_case(&source, &points, method, Operator::Field, axes);
+            let mut progress = Progress::new(&work);
+            let mut parts = [Part {
+                work: &work,
+                progress: &mut progress,
+                scale: 1.0,
+                atoms: (0..work.atoms() as u32).map(|i| (i, i)).collect(),
+                narrow: false,
+            }];
+            let served = execute(&mut parts, &data);
+            let case = format!("{method:?}");
+            if from_cubes {
+                assert!(served.from_home_blocks >= 1200, "{case}: {served:?}");
+            } else {
+                assert_eq!(served.from_home_blocks, 0, "{case}: {served:?}");
+            }
+            assert_streaming_answer(&work, &progress, served.contributions, &expected, &case);
         }
     }
 
