@@ -207,20 +207,22 @@ const SCAN_MARKS: usize = 16;
 /// Fewest points of one home atom, of all the batch's queries together, that are summed
 /// from one block of all their stencils ([`HomeBlock`]) rather than each from its own
 /// gathered stencil, for stencils narrower than 8 nodes (lag4, lag6: the block copies up to
-/// 13³ nodes, a stencil 6³). First measured for every width on lag8 (`warm_profile`, 1
-/// thread, AMD EPYC Zen 3 AVX2, load ≈ 1.8): at 7 points an atom, 16 was 5 % faster than 8
-/// and 20 % faster than 4; at 24 an atom all three were 40 % faster than gathering each
-/// stencil. A cube of atoms ([`HomeGroups`]) needs as many points for each node of its box.
+/// 13³ nodes, a stencil 6³). Set when it held for every width, measured on lag8
+/// (`warm_profile`, 1 thread, AMD EPYC Zen 3 AVX2, load ≈ 1.8): at 7 points an atom, 16 was
+/// 5 % faster than 8 and 20 % faster than 4; at 24 an atom all three were 40 % faster than
+/// gathering each stencil. A cube of atoms ([`HomeGroups`]) needs as many points for each
+/// node of its box.
 const GROUP_POINTS: usize = 16;
 
 /// [`GROUP_POINTS`] for stencils 8 nodes wide or wider, whose gathers copy the most: a
-/// cube of 4³ atoms (39³ nodes for lag8) then pays from about 2 points an atom, not 4.4.
-/// Measured on the 2-core Intel Xeon (Emerald Rapids, 1 thread, the least of 5 interleaved
-/// `warm_profile` runs): at 4 uniform points an atom lag8 took 645 ns a point from cubes
-/// against 977 gathering each stencil, while lag6 took the same either way at 4 and lag4
-/// gathered faster (403 against 480); a warm 16 000-point lag8 query through the engine
-/// (2 threads, 4 points an atom) 481–531 against 781–929 ns a point, its gradient 507–523
-/// against 699–857.
+/// cube of 4³ atoms (39³ nodes for lag8) then needs 2.2 points an atom, not 4.4. Measured
+/// on the 2-core Intel Xeon (Emerald Rapids; `warm_profile`, fields on AVX2, 1 thread, the
+/// least of 5 interleaved runs, load not recorded): cubes pay from about 3 points an atom
+/// for lag8 (645 against 977 ns a point at 4; at 2 gathering is ahead, 1 012 against
+/// 1 125), about 5 for lag6, about 8 for lag4 (gathering 403 against 480 at 4). A warm 16 000-point uniform lag8 query through the
+/// engine (4 points an atom, 2 threads, this build against the one before, 3 alternating
+/// rounds, load not recorded): 402–442 against 592–702 ns a point, its gradient (AVX-512)
+/// 534–649 against 756–771.
 const WIDE_GROUP_POINTS: usize = 8;
 
 /// Most bytes of a home block: it stays in the L2 cache beside the task's other data.
