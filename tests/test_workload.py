@@ -3,6 +3,7 @@ step, most queries small and concentrated), written and read back exactly, and r
 from the command line through a node engine with every query answered."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,31 @@ def test_the_cli_generates_and_replays_a_trace_through_an_engine(small_db, tmp_p
     report = json.loads(ran.stdout)
     assert report["queries"] == count and report["failed"] == 0
     assert report["engine"]["atoms_read"] > 0 and 0 <= report["engine"]["hit_ratio"] <= 1
+    # The job that ended last is one of the trace's, whole, and ended with the replay's last answer.
+    completion, jobs = report["completion"], Counter(q.job for q in read_trace(trace))
+    assert completion["last_job"]["queries"] == jobs[completion["last_job"]["job"]]
+    by = completion["answered_by"]
+    assert 0 < by["50%"] <= by["90%"] <= by["100%"] == completion["last_job"]["ended"] <= report["seconds"]
     # The bar goes to stderr and counts every query answered.
     assert f"{count}/{count}" in ran.stderr
+    text = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--clients", "8"])
+    assert text.exit_code == 0 and "90 % by" in text.output and "the last job to end" in text.output
+
+
+def test_a_replays_completion_names_the_job_whose_chain_ended_last():
+    from turbdb.workload.replay import Answered, ReplayReport
+
+    log = [
+        Answered(0.0, 1.0, 10, "small", job=1, index=0),
+        Answered(1.0, 1.0, 10, "small", job=1, index=1),  # answered at 2.0: the last
+        Answered(0.0, 0.5, 5, "small", job=2, index=0),
+        Answered(0.1, 0.2, 5, "small", job=3, index=0),
+        Answered(0.0, 3.0, 5, "small", "EngineBusyError: full", job=4, index=0),  # failed: not an answer
+    ]
+    completion = ReplayReport(log=log, seconds=3.0, engine={}).completion()
+    assert completion["answered_by"] == {"50%": 0.5, "90%": 2.0, "100%": 2.0}
+    assert completion["last_job"] == {"job": 1, "queries": 2, "first_sent": 0.0, "ended": 2.0}
+    assert ReplayReport(log=[], seconds=0.0, engine={}).completion() == {}
 
 
 def test_the_replay_command_says_what_is_wrong_with_its_arguments(small_db, tmp_path):

@@ -29,7 +29,8 @@ SIZE_CLASSES = ("small", "medium", "large")
 class Answered:
     """One query as its client saw it: sent ``sent`` seconds after the start, answered
     ``seconds`` later, or failed with ``error``; ``correct`` is the check's verdict (None
-    when the replay checks nothing)."""
+    when the replay checks nothing); ``job`` and ``index``: which query of the trace it
+    was (-1 where not known)."""
 
     sent: float
     seconds: float
@@ -37,6 +38,13 @@ class Answered:
     size_class: str
     error: str | None = None
     correct: bool | None = None
+    job: int = -1
+    index: int = -1
+
+    @property
+    def done(self) -> float:
+        """When the answer came, seconds after the start."""
+        return self.sent + self.seconds
 
     @property
     def ok(self) -> bool:
@@ -90,6 +98,27 @@ class ReplayReport:
         values = self.response.get(size_class, [])
         return float(np.percentile(values, q)) if values else math.nan
 
+    def completion(self) -> dict[str, Any]:
+        """When the answers came: by when half, 90 % and all of the answered queries were
+        in (seconds after the start), and the job that ended last — its queries answered,
+        when its first was sent and when its last was answered. A closed-loop replay cannot end
+        before its longest job's queries have gone one after another, so where the last
+        job ends well after 90 % of the queries are in, that job's chain, not the
+        database's capacity, set the replay's length (empty without answers)."""
+        answered = [a for a in self.log if a.ok]
+        if not answered:
+            return {}
+        done = np.sort([a.done for a in answered])
+        by_job: dict[int, list[Answered]] = defaultdict(list)
+        for a in answered:
+            by_job[a.job].append(a)
+        last_job, last = max(by_job.items(), key=lambda item: max(a.done for a in item[1]))
+        return {
+            "answered_by": {f"{q}%": float(done[max(math.ceil(q / 100 * len(done)) - 1, 0)]) for q in (50, 90, 100)},
+            "last_job": {"job": last_job, "queries": len(last), "first_sent": min(a.sent for a in last),
+                         "ended": max(a.done for a in last)},
+        }
+
     def summary(self) -> dict[str, Any]:
         """The figures as plain numbers (for JSON)."""
         response = self.response
@@ -102,6 +131,7 @@ class ReplayReport:
                 for c in SIZE_CLASSES if response.get(c)
             },
             "engine": self.engine,
+            "completion": self.completion(),
             **({"throttling": self.throttling} if self.throttling else {}),
         }
 
@@ -188,7 +218,7 @@ def replay(
         """Logs the answer to ``q`` (sent at ``sent``), checked if there is a check."""
         took = time.perf_counter() - sent
         correct = None if check is None or values is None else bool(check(q, points, values))
-        answered = Answered(sent - origin, took, len(points), q.size_class, error, correct)
+        answered = Answered(sent - origin, took, len(points), q.size_class, error, correct, q.job, q.index)
         with lock:
             log.append(answered)
             if progress is not None:
