@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::engine::alpha::AgeBias;
 use crate::engine::batch::{execute, Part, Progress, Work};
@@ -34,7 +34,7 @@ use crate::engine::telemetry::{size_class, EngineStats, Histogram, BATCH_BOUNDS,
 use crate::engine::ticket::{
     Canceller, Completions, Outcome, QueryStats, Ticket, TicketState, Values,
 };
-use crate::engine::workload::{AtomGrid, Entry, StepKey, Workload};
+use crate::engine::workload::{AtomGrid, Entry, StepKey, WithNextSteps, Workload};
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
 use crate::interp::time::{time_weights, Temporal};
@@ -1325,12 +1325,24 @@ impl Core {
             .collect();
         let mut failed = FxHashMap::default();
         let read = atoms.len() as u64;
+        // Only URC ranks its victims.
+        let next_steps: FxHashSet<(u32, u32)> =
+            if self.shared.config.cache_policy == PolicyKind::Urc {
+                self.jobs.next_steps().collect()
+            } else {
+                FxHashSet::default()
+            };
         let mut cache = self.shared.cache.lock().expect("cache");
         for (key, result) in atoms {
             let slot = slot_of[&key.code];
             match result {
                 Ok(atom) => {
-                    for gone in cache.insert(key, Arc::clone(&atom), &self.workload) {
+                    let ranking = WithNextSteps {
+                        workload: &self.workload,
+                        next_steps: &next_steps,
+                    };
+                    let evicted = cache.insert(key, Arc::clone(&atom), &ranking);
+                    for gone in evicted {
                         self.workload.set_cached(&gone, false);
                     }
                     if cache.contains(&key) {

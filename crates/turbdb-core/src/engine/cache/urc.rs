@@ -1,6 +1,9 @@
 //! Utility-ranked caching as in the JAWS paper (§V-B): atoms that no pending query needs
 //! leave first, least recently used first; then atoms of the time step with the lowest
-//! mean workload throughput, within it the atom with the least pending work. Ranking every
+//! mean workload throughput, within it the atom with the least pending work. The engine
+//! ranks with [`crate::engine::workload::WithNextSteps`]: beyond the paper, atoms of the
+//! steps that declared jobs will read next count as needed, after every pending atom and
+//! before the idle ones. Ranking every
 //! cached atom at every eviction would cost too much: idle atoms are looked for among the
 //! least recently used few, and the order of the others is prepared in one pass and
 //! prepared again after an eighth of the cache has been replaced; an atom that gained

@@ -399,6 +399,17 @@ impl JobGraph {
         number.get(group.get(&(job, index))?).copied()
     }
 
+    /// The `(field, time index)` steps that the next queries of the running jobs will read
+    /// (each job's first query not yet handed in).
+    pub fn next_steps(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.jobs.values().flat_map(|job| {
+            job.plan
+                .get(job.submitted)
+                .into_iter()
+                .flat_map(|region| region.steps.iter().map(move |&t| (region.field, t)))
+        })
+    }
+
     /// Where query `index` of `job` stands (`None`: no such job).
     pub fn state(&self, job: JobId, index: usize) -> Option<QueryState> {
         self.jobs.get(&job).map(|j| j.state(index))
@@ -690,6 +701,27 @@ mod tests {
             }
         }
         groups
+    }
+
+    #[test]
+    fn the_next_steps_are_those_of_each_jobs_first_query_not_handed_in() {
+        let mut graph = JobGraph::new(false, 1e9);
+        let j1 = graph.declare(plan(&[5, 5, 7]), 0.0);
+        let j2 = graph.declare(vec![Region::new(1, vec![3, 2])], 0.0);
+        let steps = |g: &JobGraph| {
+            let mut s: Vec<(u32, u32)> = g.next_steps().collect();
+            s.sort_unstable();
+            s
+        };
+        assert_eq!(steps(&graph), vec![(0, 5), (1, 2), (1, 3)]);
+        // j1's first query is handed in: its next reads step 5 again; j2's only query is in.
+        graph.submit(j1, 11, 0.0);
+        graph.submit(j2, 21, 0.0);
+        assert_eq!(steps(&graph), vec![(0, 5)]);
+        graph.submit(j1, 12, 0.0);
+        assert_eq!(steps(&graph), vec![(0, 7)]);
+        graph.close(j1);
+        assert!(steps(&graph).is_empty());
     }
 
     #[test]
