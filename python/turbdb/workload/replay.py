@@ -101,8 +101,8 @@ class ReplayReport:
     def completion(self) -> dict[str, Any]:
         """When the answers came: by when half, 90 % and all of the answered queries were
         in (seconds after the start), and the job that ended last — its queries answered,
-        when its first was sent and when its last was answered. A closed-loop replay cannot end
-        before its longest job's queries have gone one after another, so where the last
+        when its first was sent and when its last was answered. A closed-loop replay cannot
+        end before its longest job's queries have gone one after another, so where the last
         job ends well after 90 % of the queries are in, that job's chain, not the
         database's capacity, set the replay's length (empty without answers)."""
         answered = [a for a in self.log if a.ok]
@@ -113,8 +113,9 @@ class ReplayReport:
         for a in answered:
             by_job[a.job].append(a)
         last_job, last = max(by_job.items(), key=lambda item: max(a.done for a in item[1]))
+        by = {f"{q}%": float(done[max(math.ceil(q / 100 * len(done)) - 1, 0)]) for q in (50, 90, 100)}
         return {
-            "answered_by": {f"{q}%": float(done[max(math.ceil(q / 100 * len(done)) - 1, 0)]) for q in (50, 90, 100)},
+            "answered_by": by,
             "last_job": {"job": last_job, "queries": len(last), "first_sent": min(a.sent for a in last),
                          "ended": max(a.done for a in last)},
         }

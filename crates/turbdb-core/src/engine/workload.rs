@@ -570,8 +570,9 @@ pub struct WithNextSteps<'a> {
     pub next_steps: &'a FxHashSet<(u32, u32)>,
 }
 
-/// Where atoms of a step a job reads next rank: below every pending atom (whose step ranks
-/// are means of aged workload throughputs, never negative).
+/// Where atoms of a step a job reads next rank: below every pending atom, whose step's
+/// rank is its mean aged key (`U_t·(1−α) − oldest·α`: negative where the oldest
+/// sub-query is old, so not 0 or −1 but the least value there is).
 const NEXT_STEP_RANK: (f64, f64) = (f64::MIN, 0.0);
 
 impl Ranking for WithNextSteps<'_> {
