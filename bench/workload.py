@@ -53,7 +53,7 @@ import numpy as np
 
 import turbdb
 from turbdb.workload import generate, replay
-from turbdb.workload.replay import DRIVERS
+from turbdb.workload.replay import DRIVERS, completion_text
 
 from direct_reads import direct_read_rate, shard_files
 
@@ -129,7 +129,7 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
           f"points from home blocks {row['block_points'] / max(row['points'], 1):.0%} "
           f"({row['block_points_shared'] / max(row['points'], 1):.0%} shared across queries); "
           f"process CPU {row['cpu_seconds']:.2f} s ({row['cores_busy']:.2f} cores busy); "
-          f"{completion_text(row['completion'])}",
+          f"{completion_text(row['completion']) or 'no answers'}",
           flush=True)
     del db
     gc.collect()  # the engine (and its cache) goes with the last reference to it
@@ -389,16 +389,6 @@ def repeated_cache_pairs(first: tuple[dict, dict], saturated, count: int = PAIRS
 def sign_test_p(wins: int, n: int) -> float:
     """One-sided sign test: the chance of ``wins`` or more of ``n`` fair coin flips."""
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
-
-
-def completion_text(completion: dict) -> str:
-    """90 % of the queries answered by when, and the job that ended last: where it ends well
-    after the 90 %, its chain of queries, not the engine, set the run's length."""
-    if not completion:
-        return "no answers"
-    last = completion["last_job"]
-    return (f"90 % answered by {completion['answered_by']['90%']:.2f} s, the last job ({last['queries']} queries) "
-            f"ended at {last['ended']:.2f} s")
 
 
 def clients_lines(rows: list[dict]) -> list[str]:

@@ -100,7 +100,7 @@ def test_the_cli_generates_and_replays_a_trace_through_an_engine(small_db, tmp_p
 
 
 def test_a_replays_completion_names_the_job_whose_chain_ended_last():
-    from turbdb.workload.replay import Answered, ReplayReport
+    from turbdb.workload.replay import Answered, ReplayReport, completion_text
 
     log = [
         Answered(0.0, 1.0, 10, "small", job=1, index=0),
@@ -112,7 +112,10 @@ def test_a_replays_completion_names_the_job_whose_chain_ended_last():
     completion = ReplayReport(log=log, seconds=3.0, engine={}).completion()
     assert completion["answered_by"] == {"50%": 0.5, "90%": 2.0, "100%": 2.0}
     assert completion["last_job"] == {"job": 1, "queries": 2, "first_sent": 0.0, "ended": 2.0}
+    assert completion_text(completion) == ("answered: half by 0.50 s, 90 % by 2.00 s, all by 2.00 s; the last job "
+                                           "to end (2 queries, its first sent at 0.00 s) ended at 2.00 s")
     assert ReplayReport(log=[], seconds=0.0, engine={}).completion() == {}
+    assert completion_text({}) == ""
 
 
 def test_the_replay_command_says_what_is_wrong_with_its_arguments(small_db, tmp_path):

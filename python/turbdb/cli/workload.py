@@ -87,6 +87,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
     from ..database import open as open_db
     from ..workload import read_trace
     from ..workload import replay as run
+    from ..workload.replay import completion_text
 
     if (db_or_url is None) == (url is None):
         raise click.UsageError("give the database directory or the server's address as DB_OR_URL, or the address "
@@ -123,27 +124,15 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
     for size, r in summary["response"].items():
         click.echo(f"  {size:>6}: {r['count']} queries, response p50 {r['p50'] * 1e3:.1f} ms, "
                    f"p95 {r['p95'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms")
-    line = completion_line(summary.get("completion", {}))
+    line = completion_text(summary.get("completion", {}))
     if line:
-        click.echo(line)
+        click.echo(f"  {line}")
     engine = summary["engine"]  # what the engine did during the replay (the server's: also for other clients)
     if engine.get("bytes_read") is not None:
         click.echo(f"  engine: {engine['atoms_read']:.0f} atoms, {engine['bytes_read'] / 1e6:.1f} MB read, "
                    f"cache hit ratio {engine['hit_ratio']:.3f}")
     for line in throttling_lines(summary.get("throttling", {}), summary["seconds"], clients):
         click.echo(line)
-
-
-def completion_line(completion: dict) -> str:
-    """When the answers came and which job ended last ('' without answers): a last job that
-    ends well after 90 % of the queries are in is a chain of queries that set the replay's
-    length."""
-    if not completion:
-        return ""
-    by, last = completion["answered_by"], completion["last_job"]
-    return (f"  answered: half by {by['50%']:.2f} s, 90 % by {by['90%']:.2f} s, all by {by['100%']:.2f} s; "
-            f"the last job to end ({last['queries']} {'query' if last['queries'] == 1 else 'queries'}, "
-            f"its first sent at {last['first_sent']:.2f} s) ended at {last['ended']:.2f} s")
 
 
 def throttling_lines(waits: dict[str, float], seconds: float, clients: int) -> list[str]:

@@ -137,6 +137,19 @@ class ReplayReport:
         }
 
 
+def completion_text(completion: dict[str, Any]) -> str:
+    """A ``completion`` (:meth:`ReplayReport.completion`, or its copy in a summary) in
+    words: when half, 90 % and all of the answers were in, and the job that ended last
+    ('' without answers)."""
+    if not completion:
+        return ""
+    by, last = completion["answered_by"], completion["last_job"]
+    queries = f"{last['queries']} {'query' if last['queries'] == 1 else 'queries'}"
+    return (f"answered: half by {by['50%']:.2f} s, 90 % by {by['90%']:.2f} s, all by {by['100%']:.2f} s; "
+            f"the last job to end ({queries}, its first sent at {last['first_sent']:.2f} s) "
+            f"ended at {last['ended']:.2f} s")
+
+
 ENGINE_COUNTERS = ("atoms_read", "bytes_read", "read_requests", "cache_hits", "cache_misses", "batches",
                    "contributions")
 

@@ -219,10 +219,10 @@ const GROUP_POINTS: usize = 16;
 /// on the 2-core Intel Xeon (Emerald Rapids; `warm_profile`, fields on AVX2, 1 thread, the
 /// least of 5 interleaved runs, load not recorded): cubes pay from about 3 points an atom
 /// for lag8 (645 against 977 ns a point at 4; at 2 gathering is ahead, 1 012 against
-/// 1 125), about 5 for lag6, about 8 for lag4 (gathering 403 against 480 at 4). A warm 16 000-point uniform lag8 query through the
-/// engine (4 points an atom, 2 threads, this build against the one before, 3 alternating
-/// rounds, load not recorded): 402–442 against 592–702 ns a point, its gradient (AVX-512)
-/// 534–649 against 756–771.
+/// 1 125), about 5 for lag6, about 8 for lag4 (gathering 403 against 480 at 4). A warm
+/// 16 000-point uniform lag8 query through the engine (4 points an atom, 2 threads, this
+/// build against the one before, 3 alternating rounds, load not recorded): 402–442 against
+/// 592–702 ns a point, its gradient (AVX-512) 534–649 against 756–771.
 const WIDE_GROUP_POINTS: usize = 8;
 
 /// Most bytes of a home block: it stays in the L2 cache beside the task's other data.
