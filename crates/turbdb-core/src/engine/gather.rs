@@ -13,14 +13,15 @@
 //! next few points are prefetched while one point is gathered ([`Stencil::prefetch`]).
 
 use crate::engine::accumulate::{Block, Runs, MAX_ROW, PADDING};
+use crate::engine::atom_rows::{AtomRows, AxisRows};
 use crate::engine::cache::AtomData;
 use crate::engine::short_copy::copy_exact;
 use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
-/// Most atoms a stencil spans along one axis that the gather handles (two, or three where
-/// the grid ends in a short atom and the stencil wraps); wider spans are summed atom by atom.
-const MAX_SPANS: usize = 3;
+// Most atoms a stencil spans along one axis that the gather handles (two, or three where
+// the grid ends in a short atom and the stencil wraps); wider spans are summed atom by atom.
+use crate::engine::atom_rows::MAX_SPANS;
 
 /// A stencil's nodes along one axis, split by the atom they lie in.
 #[derive(Clone, Copy, Default)]
@@ -172,6 +173,50 @@ impl Stencil {
                 }
             }
         }
+    }
+}
+
+impl Stencil {
+    /// The stencil's rows where they lie in its atoms `data` (of side `atom`, `ncomp`
+    /// components), to be summed without a copy; `None` unless every atom is at hand and
+    /// its x nodes span at most two atoms.
+    #[inline(always)]
+    pub(crate) fn atom_rows<'d>(
+        &self,
+        width: usize,
+        atom: usize,
+        ncomp: usize,
+        data: &'d [AtomData],
+    ) -> Option<AtomRows<'d>> {
+        let [sx, sy, sz] = &self.spans;
+        if !self.complete || sx.count() > 2 {
+            return None;
+        }
+        let (row, plane) = (atom * ncomp, atom * atom * ncomp);
+        let along = |spans: &Spans, stride: usize| {
+            let mut rows = AxisRows {
+                span: [0; MAX_WIDTH],
+                offset: [0; MAX_WIDTH],
+            };
+            for (i, &(_, first, local, len)) in spans.spans[..spans.count()].iter().enumerate() {
+                for j in 0..len as usize {
+                    rows.span[first as usize + j] = i as u8;
+                    rows.offset[first as usize + j] = ((local as usize + j) * stride) as u32;
+                }
+            }
+            rows
+        };
+        let (_, _, x_local, x_len) = sx.spans[0];
+        Some(AtomRows::new(
+            |ix, iy, iz| &data[self.slots[self.cell(ix, iy, iz)] as usize][..],
+            atom * atom * atom * ncomp,
+            [sx.count(), sy.count(), sz.count()],
+            x_local as usize * ncomp,
+            x_len as usize * ncomp,
+            along(sy, row),
+            along(sz, plane),
+            width,
+        ))
     }
 }
 

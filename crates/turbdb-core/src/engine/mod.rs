@@ -9,7 +9,7 @@
 //! sub-queries per atom ([`subquery`]), keeps them in [`workload`] queues ranked by the
 //! workload-throughput [`metric`], lets the [`scheduler`] choose batches (with the age
 //! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
-//! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel (its workers named by [`kernel_pool`]), and hands
+//! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel (its workers named by [`kernel_pool`]; a sparse field's stencils read where they lie in their atoms: [`atom_rows`]), and hands
 //! results back through a [`ticket`]; [`telemetry`] says what it did. A query whose atoms
 //! are all cached skips the queues: it is served at once from the [`cached_source`]; one
 //! asked again with the same points is not cut again ([`recent_cuts`]).
@@ -19,6 +19,7 @@
 
 pub mod accumulate;
 pub mod alpha;
+pub(crate) mod atom_rows;
 pub(crate) mod atomset;
 pub mod batch;
 pub(crate) mod buffers;

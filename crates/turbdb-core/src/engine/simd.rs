@@ -262,6 +262,24 @@ pub(crate) trait Simd: Copy {
     /// # Safety
     /// `src .. src + 2 · LANES` must be readable.
     unsafe fn load_narrow(self, src: *const f32) -> Self::N;
+    /// `2 · LANES` float32 values, the first `d` from `left` and the others from `right`
+    /// on (lane `i ≥ d` is `right[i − d]`): a stencil's row that an atom's end cuts in two.
+    ///
+    /// # Safety
+    /// `d < 2 · LANES`; `left .. left + 2 · LANES` and `right .. right + 2 · LANES − d`
+    /// must be readable.
+    #[inline(always)]
+    unsafe fn load_narrow_split(self, left: *const f32, right: *const f32, d: usize) -> Self::N {
+        let lanes = 2 * Self::LANES;
+        debug_assert!(d < lanes && lanes <= 16);
+        let mut row = [0f32; 16];
+        // SAFETY: the caller's promise; `row` holds the `lanes` values.
+        unsafe {
+            std::ptr::copy_nonoverlapping(left, row.as_mut_ptr(), d);
+            std::ptr::copy_nonoverlapping(right, row.as_mut_ptr().add(d), lanes - d);
+            self.load_narrow(row.as_ptr())
+        }
+    }
     /// `a · b + c` in float32 (fused where the path has FMA).
     fn mul_add_narrow(self, a: Self::N, b: Self::N, c: Self::N) -> Self::N;
     /// The lanes widened to float64: the first `LANES`, then the rest.

@@ -13,6 +13,7 @@
 //! derivatives keep every sum in float64 (their sums cancel).
 
 use crate::engine::accumulate::{Block, TermSet};
+use crate::engine::atom_rows::AtomRows;
 use crate::engine::fast_paths::{
     FastVisit, Probe, Summed, Visit, FIELD, GRADIENT, HESSIAN, LAPLACIAN, MAX_COMPONENTS,
 };
@@ -85,54 +86,110 @@ impl<'a> WholeStencil<'a> {
         w: [&[f64; MAX_WIDTH]; 3],
         out: &mut [f64],
     ) {
-        let lanes = 2 * S::LANES;
-        self.assert_rows::<W>(start, H * lanes);
-        let (row, plane) = (self.row_stride, self.plane_stride);
-        let [wx, wy, wz] = w;
-        let wz: [f32; W] = std::array::from_fn(|k| wz[k] as f32);
-        let base = self.values.as_ptr();
-        let mut sums = [simd.splat_narrow(0.0); H];
-        // Four y rows at a time, so 4 · H z sums are in flight and the multiply-adds do
-        // not wait on each other. (On AVX2 a velocity's 12 z sums, 3 y sums and z weight
-        // take all 16 registers, and the fourth row's last two vectors become chains of
-        // dependent multiply-adds; three rows avoid that but were no faster over the grid,
-        // where misses dominate: docs/queries.md.)
-        for y in (0..W).step_by(ROWS) {
-            let rows = (W - y).min(ROWS);
-            let mut acc = [[simd.splat_narrow(0.0); H]; ROWS];
-            for (z, &wz) in wz.iter().enumerate() {
-                let f = simd.splat_narrow(wz);
-                let first = start + z * plane + y * row;
-                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                    for (h, acc) in acc.iter_mut().enumerate() {
-                        // SAFETY: every row of the stencil, read to `H` whole vectors,
-                        // lies in the block (asserted above).
-                        let x = unsafe { simd.load_narrow(base.add(first + r * row + h * lanes)) };
-                        *acc = simd.mul_add_narrow(x, f, *acc);
-                    }
-                }
-            }
-            for (r, acc) in acc.iter().enumerate().take(rows) {
-                let fy = simd.splat_narrow(wy[y + r] as f32);
-                for h in 0..H {
-                    sums[h] = simd.mul_add_narrow(acc[h], fy, sums[h]);
+        self.assert_rows::<W>(start, H * 2 * S::LANES);
+        let rows = BlockRows {
+            // SAFETY: the stencil's first value is in the block (asserted above).
+            first: unsafe { self.values.as_ptr().add(start) },
+            row: self.row_stride,
+            plane: self.plane_stride,
+        };
+        sum_field::<S, W, H, _>(simd, &rows, w, self.ncomp, out);
+    }
+}
+
+/// Where a field's sum ([`sum_field`]) reads the rows of a stencil: in a block, or
+/// straight out of the atoms the stencil spans
+/// ([`crate::engine::atom_rows::AtomRows`]).
+///
+/// # Safety
+/// An implementation promises that every row of its stencil (`z`, `y` < the stencil's
+/// width) is readable as the whole vectors its sum takes ([`FieldRows::vector`] for each
+/// `h` < `H`).
+pub(crate) unsafe trait FieldRows {
+    /// Where one row is.
+    type Row: Copy;
+    /// Row `y` of plane `z` of the stencil.
+    fn row(&self, z: usize, y: usize) -> Self::Row;
+    /// The row's values `h · 2 · LANES ..` as one float32 vector.
+    fn vector<S: Simd>(&self, simd: S, row: Self::Row, h: usize) -> S::N;
+}
+
+/// The rows of a stencil in a dense block ([`WholeStencil::field`]).
+struct BlockRows {
+    /// The stencil's first value.
+    first: *const f32,
+    row: usize,
+    plane: usize,
+}
+
+// SAFETY: `WholeStencil::field` asserts that the block holds every row, read whole.
+unsafe impl FieldRows for BlockRows {
+    type Row = *const f32;
+
+    #[inline(always)]
+    fn row(&self, z: usize, y: usize) -> *const f32 {
+        self.first.wrapping_add(z * self.plane + y * self.row)
+    }
+
+    #[inline(always)]
+    fn vector<S: Simd>(&self, simd: S, row: *const f32, h: usize) -> S::N {
+        // SAFETY: the row's vectors are in the block (the impl's promise).
+        unsafe { simd.load_narrow(row.add(h * 2 * S::LANES)) }
+    }
+}
+
+/// The field at one point whose stencil's rows `rows` gives, `W` wide, rows of `H`
+/// float32 vectors, `ncomp` components, into `out[c]` (see [`WholeStencil::field`]).
+#[inline(always)]
+pub(crate) fn sum_field<S: Simd, const W: usize, const H: usize, R: FieldRows>(
+    simd: S,
+    rows: &R,
+    w: [&[f64; MAX_WIDTH]; 3],
+    ncomp: usize,
+    out: &mut [f64],
+) {
+    let lanes = 2 * S::LANES;
+    assert!(W <= MAX_WIDTH && H * lanes <= MAX_LANES && W * ncomp <= H * lanes);
+    let [wx, wy, wz] = w;
+    let wz: [f32; W] = std::array::from_fn(|k| wz[k] as f32);
+    let mut sums = [simd.splat_narrow(0.0); H];
+    // Four y rows at a time, so 4 · H z sums are in flight and the multiply-adds do
+    // not wait on each other. (On AVX2 a velocity's 12 z sums, 3 y sums and z weight
+    // take all 16 registers, and the fourth row's last two vectors become chains of
+    // dependent multiply-adds; three rows avoid that but were no faster over the grid,
+    // where misses dominate: docs/queries.md.)
+    for y in (0..W).step_by(ROWS) {
+        let count = (W - y).min(ROWS);
+        let mut acc = [[simd.splat_narrow(0.0); H]; ROWS];
+        for (z, &wz) in wz.iter().enumerate() {
+            let f = simd.splat_narrow(wz);
+            for (r, acc) in acc.iter_mut().enumerate().take(count) {
+                let row = rows.row(z, y + r);
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    *acc = simd.mul_add_narrow(rows.vector(simd, row, h), f, *acc);
                 }
             }
         }
-        let mut row_sums = [0.0f64; MAX_LANES];
-        for (h, &s) in sums.iter().enumerate() {
-            let [low, high] = simd.widen(s);
-            simd.store(low, &mut row_sums[2 * h * S::LANES..]);
-            simd.store(high, &mut row_sums[(2 * h + 1) * S::LANES..]);
+        for (r, acc) in acc.iter().enumerate().take(count) {
+            let fy = simd.splat_narrow(wy[y + r] as f32);
+            for h in 0..H {
+                sums[h] = simd.mul_add_narrow(acc[h], fy, sums[h]);
+            }
         }
-        match self.ncomp {
-            1 => fold_x::<1>(&row_sums, &wx[..W], out),
-            2 => fold_x::<2>(&row_sums, &wx[..W], out),
-            3 => fold_x::<3>(&row_sums, &wx[..W], out),
-            nc => {
-                for (c, out) in out[..nc].iter_mut().enumerate() {
-                    *out = (0..W).map(|k| wx[k] * row_sums[k * nc + c]).sum();
-                }
+    }
+    let mut row_sums = [0.0f64; MAX_LANES];
+    for (h, &s) in sums.iter().enumerate() {
+        let [low, high] = simd.widen(s);
+        simd.store(low, &mut row_sums[2 * h * S::LANES..]);
+        simd.store(high, &mut row_sums[(2 * h + 1) * S::LANES..]);
+    }
+    match ncomp {
+        1 => fold_x::<1>(&row_sums, &wx[..W], out),
+        2 => fold_x::<2>(&row_sums, &wx[..W], out),
+        3 => fold_x::<3>(&row_sums, &wx[..W], out),
+        nc => {
+            for (c, out) in out[..nc].iter_mut().enumerate() {
+                *out = (0..W).map(|k| wx[k] * row_sums[k * nc + c]).sum();
             }
         }
     }
@@ -293,6 +350,74 @@ impl FastSum {
                 visitor: add,
             })
             .is_some()
+    }
+}
+
+impl FastSum {
+    /// Whether the sum reads a stencil's rows straight out of its atoms
+    /// ([`Self::add_from_atoms`]): a field's does.
+    pub(crate) fn reads_atoms(self) -> bool {
+        self.summed == Summed::Field
+    }
+
+    /// Adds `scale` times the field at one point whose stencil's rows `rows` reads
+    /// straight out of its atoms to `out`; false (adding nothing) where the sum is not a
+    /// field's, which takes rows from a block only.
+    #[inline]
+    pub(crate) fn add_from_atoms(
+        self,
+        rows: &AtomRows<'_>,
+        w: &[AxisWeights; 3],
+        scale: f64,
+        out: &mut [f64],
+        ncomp: usize,
+    ) -> bool {
+        if self.summed != Summed::Field {
+            return false;
+        }
+        let add = AddFromAtoms {
+            rows,
+            w,
+            scale,
+            out,
+            ncomp,
+        };
+        self.path
+            .run(Visit {
+                summed: self.summed,
+                width: self.width,
+                ncomp,
+                visitor: add,
+            })
+            .is_some()
+    }
+}
+
+/// [`FastSum::add_from_atoms`] as a visit of its fast path.
+struct AddFromAtoms<'a, 'r, 'o> {
+    rows: &'r AtomRows<'a>,
+    w: &'r [AxisWeights; 3],
+    scale: f64,
+    out: &'o mut [f64],
+    ncomp: usize,
+}
+
+impl FastVisit for AddFromAtoms<'_, '_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn sum<S: Simd, const W: usize, const N: usize, const K: u8>(self, simd: S) {
+        if K != FIELD {
+            unreachable!("only a field's sum reads rows from atoms");
+        }
+        let w = self.w;
+        let nc = self.ncomp;
+        let mut sums = [0.0; MAX_COMPONENTS];
+        self.rows
+            .field::<S, W, N>(simd, [&w[0].w[0], &w[1].w[0], &w[2].w[0]], nc, &mut sums);
+        for (o, s) in self.out[..nc].iter_mut().zip(&sums) {
+            *o = self.scale.mul_add(*s, *o);
+        }
     }
 }
 

@@ -87,6 +87,21 @@ impl Simd for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn load_narrow_split(self, left: *const f32, right: *const f32, d: usize) -> __m256 {
+        debug_assert!(d < 8);
+        /// Read from `8 − d` on: `d` lanes clear, then the lanes taken from `right`.
+        static FROM: [i32; 16] = [0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1];
+        // SAFETY: the caller's promise: eight values of `left` and those of `right` the
+        // mask takes are readable (a masked load touches only the lanes it takes, so the
+        // address of the lanes before `right` is never read).
+        unsafe {
+            let take = _mm256_loadu_si256(FROM.as_ptr().add(8 - d).cast());
+            let high = _mm256_maskload_ps(right.wrapping_sub(d), take);
+            _mm256_blendv_ps(_mm256_loadu_ps(left), high, _mm256_castsi256_ps(take))
+        }
+    }
+
+    #[inline(always)]
     fn mul_add_narrow(self, a: __m256, b: __m256, c: __m256) -> __m256 {
         unsafe { _mm256_fmadd_ps(a, b, c) }
     }

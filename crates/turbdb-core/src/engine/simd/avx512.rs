@@ -81,6 +81,17 @@ impl Simd for Avx512 {
     }
 
     #[inline(always)]
+    unsafe fn load_narrow_split(self, left: *const f32, right: *const f32, d: usize) -> __m512 {
+        debug_assert!(d < 16);
+        // SAFETY: the caller's promise: sixteen values of `left` and those of `right` the
+        // mask takes are readable (a masked load touches only the lanes it takes).
+        unsafe {
+            let take: __mmask16 = (0xffff_u32 << d) as u16;
+            _mm512_mask_loadu_ps(_mm512_loadu_ps(left), take, right.wrapping_sub(d))
+        }
+    }
+
+    #[inline(always)]
     fn mul_add_narrow(self, a: __m512, b: __m512, c: __m512) -> __m512 {
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
