@@ -13,7 +13,7 @@
 //!
 //! Dense points keep their home blocks: one box copied for many points costs less than
 //! reading each point's cut rows (`warm_profile`, lag8, one thread: at 24 points an atom
-//! 195 against 120 ns a point; at 4 an atom about even).
+//! 195 against 120 ns a point; at 4 to 7 an atom about even).
 
 use std::marker::PhantomData;
 
@@ -52,8 +52,8 @@ impl<'a> AtomRows<'a> {
     /// The rows of a stencil: `atoms(ix, iy, iz)` is the atom of its x, y and z spans
     /// (`ix` < 2), each holding `atom_values` values and [`PADDING`] more; its x nodes
     /// start at value `x_start` of a row of the first x atom, of which `split` values are
-    /// the stencil's (all of them if `x_spans` is 1); `y` and `z` give every y and z node's
-    /// span (< `y_spans`, `z_spans`) and offset.
+    /// the stencil's (all of them if `spans[0]` is 1); `y` and `z` give every y and z
+    /// node's span (< `spans[1]`, `spans[2]`) and offset.
     ///
     /// # Panics
     /// If an atom holds fewer values, or a node's offset or the x part lies outside one.
