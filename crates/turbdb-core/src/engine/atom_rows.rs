@@ -12,18 +12,17 @@
 //! the derivatives' float64 rows are still gathered.
 //!
 //! Dense points keep their home blocks: one box copied for many points costs less than
-//! reading each point's cut rows (`warm_profile`, lag8, one thread: at 24 points an atom
-//! 195 against 120 ns a point; at 4 to 7 an atom about even).
+//! reading each point's cut rows (`warm_profile`, lag8, one thread of the 2-core Intel Xeon,
+//! fields on AVX2, load not recorded: at 24 points an atom 195 against 120 ns a point; at 4
+//! to 7 an atom about even).
 
 use std::marker::PhantomData;
 
 use crate::engine::accumulate::PADDING;
+use crate::engine::gather::MAX_SPANS;
 use crate::engine::simd::Simd;
 use crate::engine::whole_stencil::{sum_field, FieldRows};
 use crate::interp::method::MAX_WIDTH;
-
-/// Most atoms a stencil spans along y or z that the rows handle.
-pub(crate) const MAX_SPANS: usize = 3;
 
 /// One axis of a stencil: per node, the span (atom) it lies in and its offset in that
 /// atom (in values).
@@ -43,8 +42,8 @@ pub(crate) struct AtomRows<'a> {
     right: [*const f32; MAX_SPANS * MAX_SPANS],
     y: AxisRows,
     z: AxisRows,
-    /// Values of a row in the first x span's atom (every value, if it has only one).
-    split: usize,
+    /// Values of a row in the first x span's atom; `None` where the x nodes lie in one.
+    split: Option<usize>,
     atoms: PhantomData<&'a [f32]>,
 }
 
@@ -103,7 +102,7 @@ impl<'a> AtomRows<'a> {
             right,
             y,
             z,
-            split: if spans[0] == 2 { split } else { usize::MAX },
+            split: (spans[0] == 2).then_some(split),
             atoms: PhantomData,
         }
     }
@@ -126,11 +125,9 @@ impl AtomRows<'_> {
         assert!(H * lanes <= PADDING);
         // The vector the first x atom's end cuts (those before it are that atom's, those
         // after it the second's), and its lanes in the first atom.
-        let (cut, d) = if self.split == usize::MAX {
-            (H, 0)
-        } else {
-            (self.split / lanes, self.split % lanes)
-        };
+        let (cut, d) = self
+            .split
+            .map_or((H, 0), |split| (split / lanes, split % lanes));
         macro_rules! cut_at {
             ($cut:literal) => {
                 sum_field::<S, W, H, _>(simd, &CutRows::<$cut> { rows: self, d }, w, ncomp, out)

@@ -19,9 +19,9 @@ use crate::engine::short_copy::copy_exact;
 use crate::interp::method::MAX_WIDTH;
 use crate::interp::stencil::AxisWeights;
 
-// Most atoms a stencil spans along one axis that the gather handles (two, or three where
-// the grid ends in a short atom and the stencil wraps); wider spans are summed atom by atom.
-use crate::engine::atom_rows::MAX_SPANS;
+/// Most atoms a stencil spans along one axis that the gather handles (two, or three where
+/// the grid ends in a short atom and the stencil wraps); wider spans are summed atom by atom.
+pub(crate) const MAX_SPANS: usize = 3;
 
 /// A stencil's nodes along one axis, split by the atom they lie in.
 #[derive(Clone, Copy, Default)]
@@ -174,9 +174,7 @@ impl Stencil {
             }
         }
     }
-}
 
-impl Stencil {
     /// The stencil's rows where they lie in its atoms `data` (of side `atom`, `ncomp`
     /// components), to be summed without a copy; `None` unless every atom is at hand and
     /// its x nodes span at most two atoms.
