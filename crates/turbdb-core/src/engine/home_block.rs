@@ -10,6 +10,11 @@
 //! home, and sums every point of the group from it, as the streaming executor does with
 //! its cell blocks. Sparse points (a few per atom) keep the per-point gather: a box per
 //! point would copy more than its stencil.
+//!
+//! The fill prefetches nothing: its cost is the copy itself, not waiting for the atoms
+//! (`warm_profile 32768`, lag8, 1 thread of the 2-core Intel Xeon at 2.9 GHz, load about
+//! 1: a second fill of each box, from atoms then in the L2 cache, cost as much as the
+//! first, 165 ns a point; the next atom's rows prefetched meanwhile gained nothing).
 
 use crate::engine::accumulate::{Block, Runs, PADDING};
 use crate::engine::short_copy::copy_exact;
