@@ -12,9 +12,10 @@
 //! point would copy more than its stencil.
 //!
 //! The fill prefetches nothing: its cost is the copy itself, not waiting for the atoms
-//! (`warm_profile 32768`, lag8, 1 thread of the 2-core Intel Xeon at 2.9 GHz, load about
-//! 1: a second fill of each box, from atoms then in the L2 cache, cost as much as the
-//! first, 165 ns a point; the next atom's rows prefetched meanwhile gained nothing).
+//! (`warm_profile 32768`, lag8 field on the AVX2 path, 1 thread of the 2-core Intel Xeon
+//! at 2.9 GHz, load 0.7–1.8: a second fill of each box, from atoms then in the L2 cache,
+//! cost as much as the first, 165 ns a point; the next atom's rows prefetched meanwhile
+//! gained nothing).
 
 use crate::engine::accumulate::{Block, Runs, PADDING};
 use crate::engine::short_copy::copy_exact;

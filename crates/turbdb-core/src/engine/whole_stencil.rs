@@ -351,9 +351,7 @@ impl FastSum {
             })
             .is_some()
     }
-}
 
-impl FastSum {
     /// Whether the sum reads a stencil's rows straight out of its atoms
     /// ([`Self::add_from_atoms`]): a field's does.
     pub(crate) fn reads_atoms(self) -> bool {
@@ -372,7 +370,7 @@ impl FastSum {
         out: &mut [f64],
         ncomp: usize,
     ) -> bool {
-        if self.summed != Summed::Field {
+        if !self.reads_atoms() {
             return false;
         }
         let add = AddFromAtoms {
