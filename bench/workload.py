@@ -55,6 +55,7 @@ import turbdb
 from turbdb.workload import generate, replay
 from turbdb.workload.replay import DRIVERS, completion_text
 
+from cpu_timeline import CpuTimeline
 from direct_reads import direct_read_rate, shard_files
 
 RESULTS = Path(__file__).parent / "results"
@@ -103,9 +104,14 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
     if db.engine_stats()["cache_atoms"]:
         # turbdb.open shares a live engine with the same settings: every run must start cold.
         raise RuntimeError("the engine of an earlier run with these settings is still alive (its cache is warm)")
-    cpu = os.times()
-    report = replay(db, trace, speedup=speedup, clients=clients, driver=driver)
-    cpu_seconds = sum(getattr(os.times(), k) - getattr(cpu, k) for k in ("user", "system"))
+    with CpuTimeline() as timeline:
+        report = replay(db, trace, speedup=speedup, clients=clients, driver=driver)
+        end = time.perf_counter()
+    # The replay's own window: before it, the same call drew the points and started the
+    # client threads (about a tenth of a saturating jaws replay's CPU, counted until now).
+    origin = end - report.seconds
+    cpu_seconds, busy_timeline = timeline.window(origin, end)
+    answered_90 = origin + report.completion().get("answered_by", {}).get("90%", report.seconds)
     stats = db.engine_stats()
     row = {"scheduler": scheduler, "policy": policy, "speedup": speedup if math.isfinite(speedup) else "inf",
            **report.summary(), "alpha_end": stats["alpha"], "batches": stats["batches"],
@@ -117,7 +123,12 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
            "block_points": stats["block_points"], "block_points_shared": stats["block_points_shared"],
            # The whole process (clients, engine, readers, kernel threads): near the core count,
            # the run is bound by CPU, and reads saved help only by the CPU they cost.
-           "cpu_seconds": cpu_seconds, "cores_busy": cpu_seconds / max(report.seconds, 1e-9)}
+           "cpu_seconds": cpu_seconds, "cores_busy": cpu_seconds / max(report.seconds, 1e-9),
+           # Cores busy until 90 % of the answers were in and after: the run's last answers,
+           # few queries and chains of a job's queries, leave cores idle.
+           "cores_busy_to_90": busy_between(timeline, origin, answered_90),
+           "cores_busy_after_90": busy_between(timeline, answered_90, end),
+           "cores_busy_timeline": {"interval_s": timeline.interval, "cores": [round(b, 2) for b in busy_timeline]}}
     small, medium, engine = row["response"].get("small", {}), row["response"].get("medium", {}), row["engine"]
     row["bytes_per_atom_read"] = engine["bytes_read"] / max(engine["atoms_read"], 1)
     print(f"  {scheduler:>8} {policy:>4} ×{row['speedup']!s:>4} {clients:>4} clients: {row['queries_per_second']:7.1f} q/s "
@@ -128,12 +139,18 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
           f"scheduling {row['schedule_seconds']:.2f} s, idle {row['idle_seconds']:.2f} s of {row['seconds']:.2f} s; "
           f"points from home blocks {row['block_points'] / max(row['points'], 1):.0%} "
           f"({row['block_points_shared'] / max(row['points'], 1):.0%} shared across queries); "
-          f"process CPU {row['cpu_seconds']:.2f} s ({row['cores_busy']:.2f} cores busy); "
+          f"process CPU {row['cpu_seconds']:.2f} s ({row['cores_busy']:.2f} cores busy: "
+          f"{row['cores_busy_to_90']:.2f} until 90 % of the answers, {row['cores_busy_after_90']:.2f} after); "
           f"{completion_text(row['completion']) or 'no answers'}",
           flush=True)
     del db
     gc.collect()  # the engine (and its cache) goes with the last reference to it
     return row
+
+
+def busy_between(timeline: CpuTimeline, start: float, end: float) -> float:
+    """Cores busy on average between two instants of ``timeline`` (NaN for an empty span)."""
+    return timeline.window(start, end)[0] / (end - start) if end > start else math.nan
 
 
 def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:

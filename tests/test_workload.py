@@ -3,6 +3,8 @@ step, most queries small and concentrated), written and read back exactly, and r
 from the command line through a node engine with every query answered."""
 
 import json
+import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -221,3 +223,31 @@ def test_a_replay_paced_by_the_servers_rate_limit_says_so():
     # A few short waits are reported without the warning; none, nothing.
     assert len(throttling_lines({**waits, "paced_seconds": 2.0, "rate_limited_seconds": 0.0}, 10.0, 8)) == 2
     assert throttling_lines({}, 10.0, 8) == []
+
+
+def test_the_cpu_timeline_counts_only_the_window_asked_for(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
+    from cpu_timeline import CpuTimeline
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    with CpuTimeline(interval=0.02) as timeline:
+        spin(0.3)  # before the window: CPU of the same process that must not count
+        quiet_start = time.perf_counter()
+        time.sleep(0.3)
+        busy_start = time.perf_counter()
+        spin(0.3)
+        busy_end = time.perf_counter()
+    quiet_cpu, quiet = timeline.window(quiet_start, busy_start)
+    busy_cpu, busy = timeline.window(busy_start, busy_end)
+    assert quiet_cpu < 0.1 and max(quiet) < 0.5
+    assert 0.15 < busy_cpu < 0.45
+    assert len(busy) >= 5 and all(0 <= b < (os.cpu_count() or 1) + 0.5 for b in busy)
+    # Windows that meet add up: the first spin is counted before the quiet window only.
+    first = timeline.samples[0][0]
+    before_cpu, _ = timeline.window(first, quiet_start)
+    assert before_cpu > 0.15
+    assert timeline.window(first, busy_end)[0] == pytest.approx(before_cpu + quiet_cpu + busy_cpu, abs=1e-9)
