@@ -11,8 +11,9 @@ Measures: (1) at a saturating load — speed-up ∞ (every job ready at once) an
 than jobs (1024 > 600), so every job is in flight from the start and the queue only grows,
 the paper's saturation — each scheduler × policy: queries/s, points/s, atoms and bytes read,
 cache hit ratio, response-time percentiles by query size (the paper's Table I for the
-cache), and where the engine's thread spent the run (computing, waiting for reads,
-scheduling, idle); noshare and jaws (lru) again, alternating, so the headline ratio is
+cache), where the engine's thread spent the run (computing, waiting for reads,
+scheduling, idle) and how many cores the process kept busy over the replay alone, until
+90 % of the answers and after (``bench/cpu_timeline.py``); noshare and jaws (lru) again, alternating, so the headline ratio is
 the median of seven pairs, and lruk and urc under jaws the same way for the cache's hit
 ratio (``--pairs``); (1b) noshare and jaws (lru) at 64, 256 and 1024 clients: with fewer
 clients than jobs the load is closed-loop and few whole-step queries are pending together;
