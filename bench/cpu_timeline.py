@@ -6,6 +6,7 @@ points and starting a thousand client threads, is CPU of the same process)."""
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import threading
 import time
@@ -19,8 +20,8 @@ def process_cpu() -> float:
 
 class CpuTimeline:
     """Samples :func:`process_cpu` every ``interval`` seconds in a thread of its own, from
-    ``with`` to its end. ``window(start, end)`` (``time.perf_counter`` times) gives the CPU
-    seconds spent between two instants and the cores busy in each interval inside them."""
+    ``with`` to its end. Between two instants (``time.perf_counter`` times) it gives the
+    CPU seconds spent, the cores busy on average and in each sampling interval."""
 
     def __init__(self, interval: float = 0.05):
         self.interval = interval
@@ -52,9 +53,15 @@ class CpuTimeline:
         (t0, c0), (t1, c1) = self.samples[i - 1], self.samples[i]
         return c0 + (c1 - c0) * min(max((when - t0) / max(t1 - t0, 1e-9), 0.0), 1.0)
 
-    def window(self, start: float, end: float) -> tuple[float, list[float]]:
-        """CPU seconds spent between ``start`` and ``end``, and the cores busy in each
-        interval of the samples that lies inside them."""
-        busy = [(c1 - c0) / max(t1 - t0, 1e-9)
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds spent between ``start`` and ``end``."""
+        return self.cpu_at(end) - self.cpu_at(start)
+
+    def cores_busy(self, start: float, end: float) -> float:
+        """Cores busy on average between ``start`` and ``end`` (NaN for an empty span)."""
+        return self.cpu_between(start, end) / (end - start) if end > start else math.nan
+
+    def intervals(self, start: float, end: float) -> list[float]:
+        """Cores busy in each sampling interval that lies between ``start`` and ``end``."""
+        return [(c1 - c0) / max(t1 - t0, 1e-9)
                 for (t0, c0), (t1, c1) in zip(self.samples, self.samples[1:]) if start <= t0 and t1 <= end]
-        return self.cpu_at(end) - self.cpu_at(start), busy

@@ -111,8 +111,6 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
     # The replay's own window: before it, the same call draws the points and starts the
     # client threads, 0.7 CPU-seconds on the 2-core Xeon, which is not the engine's work.
     origin = end - report.seconds
-    cpu_seconds, busy_timeline = timeline.window(origin, end)
-    answered_90 = origin + report.completion().get("answered_by", {}).get("90%", report.seconds)
     stats = db.engine_stats()
     row = {"scheduler": scheduler, "policy": policy, "speedup": speedup if math.isfinite(speedup) else "inf",
            **report.summary(), "alpha_end": stats["alpha"], "batches": stats["batches"],
@@ -124,12 +122,14 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
            "block_points": stats["block_points"], "block_points_shared": stats["block_points_shared"],
            # The whole process (clients, engine, readers, kernel threads): near the core count,
            # the run is bound by CPU, and reads saved help only by the CPU they cost.
-           "cpu_seconds": cpu_seconds, "cores_busy": cpu_seconds / max(report.seconds, 1e-9),
-           # Cores busy until 90 % of the answers were in and after: the run's last answers,
-           # few queries and chains of a job's queries, leave cores idle.
-           "cores_busy_to_90": busy_between(timeline, origin, answered_90),
-           "cores_busy_after_90": busy_between(timeline, answered_90, end),
-           "cores_busy_timeline": {"interval_s": timeline.interval, "cores": [round(b, 2) for b in busy_timeline]}}
+           "cpu_seconds": timeline.cpu_between(origin, end), "cores_busy": timeline.cores_busy(origin, end),
+           "cores_busy_timeline": {"interval_s": timeline.interval,
+                                   "cores": [round(b, 2) for b in timeline.intervals(origin, end)]}}
+    # Cores busy until 90 % of the answers were in and after: the run's last answers, few
+    # queries and chains of a job's queries, leave cores idle.
+    answered_90 = origin + row["completion"].get("answered_by", {}).get("90%", report.seconds)
+    row["cores_busy_to_90"] = timeline.cores_busy(origin, answered_90)
+    row["cores_busy_after_90"] = timeline.cores_busy(answered_90, end)
     small, medium, engine = row["response"].get("small", {}), row["response"].get("medium", {}), row["engine"]
     row["bytes_per_atom_read"] = engine["bytes_read"] / max(engine["atoms_read"], 1)
     print(f"  {scheduler:>8} {policy:>4} ×{row['speedup']!s:>4} {clients:>4} clients: {row['queries_per_second']:7.1f} q/s "
@@ -147,11 +147,6 @@ def run_one(data: Path, name: str, trace, scheduler: str, policy: str, cache_byt
     del db
     gc.collect()  # the engine (and its cache) goes with the last reference to it
     return row
-
-
-def busy_between(timeline: CpuTimeline, start: float, end: float) -> float:
-    """Cores busy on average between two instants of ``timeline`` (NaN for an empty span)."""
-    return timeline.window(start, end)[0] / (end - start) if end > start else math.nan
 
 
 def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:

@@ -241,13 +241,14 @@ def test_the_cpu_timeline_counts_only_the_window_asked_for(monkeypatch):
         busy_start = time.perf_counter()
         spin(0.3)
         busy_end = time.perf_counter()
-    quiet_cpu, quiet = timeline.window(quiet_start, busy_start)
-    busy_cpu, busy = timeline.window(busy_start, busy_end)
-    assert quiet_cpu < 0.1 and max(quiet) < 0.5
-    assert 0.15 < busy_cpu < 0.45
+    quiet_cpu, busy_cpu = timeline.cpu_between(quiet_start, busy_start), timeline.cpu_between(busy_start, busy_end)
+    assert quiet_cpu < 0.1 and max(timeline.intervals(quiet_start, busy_start)) < 0.5
+    assert 0.1 < busy_cpu < 0.45
+    assert timeline.cores_busy(busy_start, busy_end) == pytest.approx(busy_cpu / (busy_end - busy_start))
+    busy = timeline.intervals(busy_start, busy_end)
     assert len(busy) >= 5 and all(0 <= b < (os.cpu_count() or 1) + 0.5 for b in busy)
     # Windows that meet add up: the first spin is counted before the quiet window only.
     first = timeline.samples[0][0]
-    before_cpu, _ = timeline.window(first, quiet_start)
-    assert before_cpu > 0.15
-    assert timeline.window(first, busy_end)[0] == pytest.approx(before_cpu + quiet_cpu + busy_cpu, abs=1e-9)
+    before_cpu = timeline.cpu_between(first, quiet_start)
+    assert before_cpu > 0.1
+    assert timeline.cpu_between(first, busy_end) == pytest.approx(before_cpu + quiet_cpu + busy_cpu, abs=1e-9)
