@@ -210,6 +210,32 @@ def test_the_benchmark_judges_urc_against_lruk_on_alternating_pairs_with_a_sign_
     assert out["median"]["urc_hit_ratio"] == pytest.approx(0.13)
 
 
+def test_the_benchmark_gives_each_pairs_ratio_over_the_whole_replay_and_to_90_per_cent(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
+    import workload as bench
+
+    def run(seconds: float, at_90: float) -> dict:
+        return {"seconds": seconds, "queries_per_second": 1000.0 / seconds, "cores_busy": 1.0,
+                "completion": {"answered_by": {"50%": at_90 / 2, "90%": at_90, "100%": seconds}}}
+
+    # (noshare, jaws) of the pairs after the first: jaws's tail is long in the first.
+    later = iter([(run(4.0, 3.8), run(2.0, 1.2)), (run(3.0, 2.7), run(1.5, 1.0))])
+    pending: list[dict] = []
+
+    def saturated(scheduler: str) -> dict:
+        if not pending:
+            pending.extend(next(later))
+        return pending.pop(0)
+
+    out = bench.repeated_pairs((run(4.4, 4.0), run(2.2, 1.6)), saturated, count=3)
+    assert [p["ratio"] for p in out["pairs"]] == pytest.approx([2.0, 2.0, 2.0])
+    assert [p["ratio_to_90"] for p in out["pairs"]] == pytest.approx([2.5, 3.8 / 1.2, 2.7])
+    assert out["median"] == pytest.approx(2.0)
+    assert out["to_90"] == pytest.approx({"median": 2.7, "min": 2.5, "max": 3.8 / 1.2})
+    line = next(x for x in bench.compute_ratios([], [], (), pairs=out)["lines"] if "alternating pairs" in x)
+    assert "median 2.00×" in line and "2.70× sooner (2.50–3.17×)" in line
+
+
 def test_a_replay_paced_by_the_servers_rate_limit_says_so():
     from turbdb.cli.workload import throttling_lines
 
