@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use turbdb_core::engine::plan::unwrapped_atom;
 use turbdb_core::FieldReader;
 use turbdb_core::Plan;
-use turbdb_core::{execute, Order, StreamStats, TimeLevel};
+use turbdb_core::{
+    execute, execute_within, AtomRequest, AtomSource, Order, StreamStats, TimeLevel,
+};
 use turbdb_core::{run, Strategy};
 use turbdb_core::{write_step, Axis, FieldGeometry, Method, Operator};
 use turbdb_core::{ChunkCodec, IndexLocation};
@@ -233,4 +235,51 @@ fn streaming_reads_each_atom_once_where_direct_rereads() {
         "each box's atoms once"
     );
     assert!(direct.snapshot().0 > 4 * boxed as u64);
+}
+
+/// The store read through copies only ([`AtomSource::read_atoms`]): what a source that
+/// cannot hand atoms in place (compressed shards, a cache) gives the executor.
+struct Copied<'a>(&'a FieldReader);
+
+impl AtomSource for Copied<'_> {
+    fn read_atoms(
+        &self,
+        t: usize,
+        shard: [usize; 3],
+        atoms: &[AtomRequest],
+        out: &mut [f32],
+    ) -> turbdb_core::Result<()> {
+        self.0.read_atoms(t, shard, atoms, out)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn a_fields_time_levels_blended_for_float32_answers_agree_with_the_float64_blend(seed in any::<u64>(), m in 0usize..6, periodic in any::<bool>(), copied in any::<bool>()) {
+        // Float32 answers of a field blend the time levels in float32 (and sum them on the
+        // float32 path); float64 answers, and the direct baseline, in float64. Both read in
+        // place from the mapped shards or through copies. Weights of either sign, as pchip's.
+        let f = fixture(periodic);
+        let method = METHODS[m];
+        prop_assume!(method.check_supports(Operator::Field).is_ok());
+        let pts = points(seed, 300, [9.5, 7.5, 5.5]);
+        let levels = [TimeLevel { t: 0, weight: -0.125 }, TimeLevel { t: 1, weight: 0.75 }, TimeLevel { t: 2, weight: 0.375 }];
+        let plan = Plan::new(&pts, method, Operator::Field, f.axes, f.reader.geometry().clone(), levels.len()).unwrap();
+        let copies = Copied(&f.reader);
+        let source: &dyn AtomSource = if copied { &copies } else { &f.reader };
+        let narrow: Vec<f32> = execute_within(&plan, source, &levels, None, Order::Storage, &StreamStats::default()).unwrap();
+        let wide: Vec<f64> = execute_within(&plan, source, &levels, None, Order::Storage, &StreamStats::default()).unwrap();
+        let direct = run(&plan, &f.reader, &levels, Strategy::Direct, &StreamStats::default()).unwrap();
+        prop_assert!(close(&wide, &direct));
+        // The fixture's values are 0–10: float32's rounding of a blend and its sums.
+        let largest = direct.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (i, (&a, &b)) in narrow.iter().zip(&direct).enumerate() {
+            prop_assert!((f64::from(a) - b).abs() <= 2e-6 * largest, "value {}: {} against {}", i, a, b);
+        }
+        // Not one level's values alone, nor their plain sum: the weights were applied.
+        let one = run(&plan, &f.reader, &levels[1..2], Strategy::Direct, &StreamStats::default()).unwrap();
+        prop_assert!(narrow.iter().zip(&one).any(|(&a, &b)| (f64::from(a) - 0.75 * b).abs() > 1e-3));
+    }
 }

@@ -487,10 +487,16 @@ fn run_cell(
         planes,
     } = scratch;
     // At one stored time the block keeps the stored float32 values (half the cache of
-    // float64); the time levels of pchip are blended into a float64 block first (every
-    // point of a query is at the same time), so the spatial sums run once either way.
+    // float64); the time levels of pchip are blended into one block first (every point of
+    // a query is at the same time), so the spatial sums run once either way. A field's
+    // value for float32 answers is blended in float32 too, and summed on the float32 fast
+    // path: its rounding (6e-8 of a value) is that of the float32 sums that follow.
+    // Derivatives are blended in float64: their weights (1/h² for a second derivative)
+    // would magnify a float32 blend's rounding past what float32 answers round away.
     let single = levels.len() == 1 && levels[0].weight == 1.0;
-    let value_bytes = if single { 4 } else { 8 };
+    let narrow = terms.is_narrow();
+    let in_f32 = single || (narrow && terms.is_field());
+    let value_bytes = if in_f32 { 4 } else { 8 };
     let dims = cell.dims;
     // The read's time: finding the atoms, then reading them into the block.
     let read = Instant::now();
@@ -522,14 +528,14 @@ fn run_cell(
     // from the previous cell elsewhere are harmless. Stencils read only the needed atoms'
     // nodes, so only those are cleared (the whole block is a few MiB).
     let from_zero = within.is_some();
-    if single {
+    if in_f32 {
         block32.resize(block_len, 0.0);
     } else {
         block64.resize(block_len, 0.0);
     }
     if from_zero {
         for atom in &needed {
-            if single {
+            if in_f32 {
                 atom.place.clear_rows(block32);
             } else {
                 atom.place.clear_rows(block64);
@@ -570,12 +576,30 @@ fn run_cell(
             stats
                 .atoms_read
                 .fetch_add(atoms.len() as u64, Ordering::Relaxed);
-            // At one stored time, straight from the mapped shard into the block.
-            if single
-                && source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
+            // Straight from the mapped shard into the block: copied at one stored time,
+            // else weighed and added.
+            let weight = level.weight;
+            let in_place = if single {
+                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
                     atoms[slot].place.copy_stored_rows(atom, block32)
                 })?
-            {
+            } else if in_f32 {
+                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
+                    atoms[slot].place.blend_stored_rows(
+                        atom,
+                        &mut block32[..],
+                        weight as f32,
+                        assign,
+                    )
+                })?
+            } else {
+                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
+                    atoms[slot]
+                        .place
+                        .blend_stored_rows(atom, &mut block64[..], weight, assign)
+                })?
+            };
+            if in_place {
                 continue;
             }
             buffer.resize(atoms.len() * atom_values, 0.0);
@@ -584,20 +608,13 @@ fn run_cell(
                 let atom = &buffer[slot * atom_values..][..atom_values];
                 if single {
                     n.place.copy_rows(atom, block32, copy_row);
-                } else if assign {
-                    let weight = level.weight;
-                    n.place.copy_rows(atom, block64, |d, s| {
-                        for (d, &s) in d.iter_mut().zip(s) {
-                            *d = weight * f64::from(s);
-                        }
-                    });
+                } else if in_f32 {
+                    let weight = weight as f32;
+                    n.place
+                        .copy_rows(atom, block32, |d, s| blend(d, s, weight, assign));
                 } else {
-                    let weight = level.weight;
-                    n.place.copy_rows(atom, block64, |d, s| {
-                        for (d, &s) in d.iter_mut().zip(s) {
-                            *d = weight.mul_add(f64::from(s), *d);
-                        }
-                    });
+                    n.place
+                        .copy_rows(atom, block64, |d, s| blend(d, s, weight, assign));
                 }
             }
         }
@@ -637,10 +654,9 @@ fn run_cell(
     stats
         .contributions
         .fetch_add(points.len() as u64, Ordering::Relaxed);
-    let narrow = terms.is_narrow();
-    // The fast paths of `whole_stencil.rs`, at one stored time, where compiled
+    // The fast paths of `whole_stencil.rs`, from a float32 block, where compiled
     // (`fast_paths.rs`).
-    if let Some(summed) = Summed::of(terms, narrow).filter(|_| single) {
+    if let Some(summed) = Summed::of(terms, narrow).filter(|_| in_f32) {
         let fast = Visit {
             summed,
             width: plan.kernel.width(),
@@ -674,7 +690,7 @@ fn run_cell(
             })
         };
     }
-    match (single, narrow) {
+    match (in_f32, narrow) {
         (true, true) => general!(f32, true, values32),
         (true, false) => general!(f32, false, values32),
         (false, _) => general!(f64, false, values64),
@@ -905,6 +921,26 @@ impl AtomPlace {
         }
     }
 
+    /// Adds the atom's rows (clipped to the box), read from its stored bytes as
+    /// [`Self::copy_stored_rows`] reads them, times `weight` into `block` (into zeros if
+    /// `assign`): one time level of a blend.
+    #[inline(always)]
+    fn blend_stored_rows<T: BlendValue>(
+        &self,
+        atom: &[u8],
+        block: &mut [T],
+        weight: T,
+        assign: bool,
+    ) {
+        for (src, dst, n) in self.rows() {
+            let from = atom[4 * src..4 * (src + n)].chunks_exact(4);
+            let values = from.map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            for (d, s) in block[dst..dst + n].iter_mut().zip(values) {
+                weigh_in(d, s, weight, assign);
+            }
+        }
+    }
+
     /// Copies the atom's rows (clipped to the box) from its stored bytes (little-endian
     /// float32 at any alignment, as read in place) into `block`.
     #[inline(always)]
@@ -920,6 +956,40 @@ impl AtomPlace {
             }
         }
     }
+}
+
+/// A value of a blended block: float32 for float32 answers, float64 for float64 ones.
+trait BlendValue: Copy + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self> {
+    fn from_f32(v: f32) -> Self;
+}
+
+impl BlendValue for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+impl BlendValue for f64 {
+    fn from_f32(v: f32) -> Self {
+        f64::from(v)
+    }
+}
+
+/// `d = weight · s` for each value if `assign`, else `d += weight · s`: one time level of
+/// a blend.
+#[inline(always)]
+fn blend<T: BlendValue>(d: &mut [T], s: &[f32], weight: T, assign: bool) {
+    for (d, &s) in d.iter_mut().zip(s) {
+        weigh_in(d, s, weight, assign);
+    }
+}
+
+/// One value of [`blend`]. Unfused: `mul_add` is a call to libm's `fma` in a build
+/// without FMA.
+#[inline(always)]
+fn weigh_in<T: BlendValue>(d: &mut T, s: f32, weight: T, assign: bool) {
+    let term = weight * T::from_f32(s);
+    *d = if assign { term } else { *d + term };
 }
 
 /// A tiny deterministic generator for shuffling (no dependency for a test-only need).
