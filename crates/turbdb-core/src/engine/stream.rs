@@ -576,46 +576,29 @@ fn run_cell(
             stats
                 .atoms_read
                 .fetch_add(atoms.len() as u64, Ordering::Relaxed);
-            // Straight from the mapped shard into the block: copied at one stored time,
-            // else weighed and added.
-            let weight = level.weight;
-            let in_place = if single {
-                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
-                    atoms[slot].place.copy_stored_rows(atom, block32)
-                })?
-            } else if in_f32 {
-                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
-                    atoms[slot].place.blend_stored_rows(
-                        atom,
-                        &mut block32[..],
-                        weight as f32,
-                        assign,
-                    )
-                })?
-            } else {
-                source.atoms_in_place(level.t, first.shard, &requests, &mut |slot, atom| {
-                    atoms[slot]
-                        .place
-                        .blend_stored_rows(atom, &mut block64[..], weight, assign)
-                })?
+            // Straight from the mapped shard into the block where the source can hand
+            // atoms in place, else through the buffer: copied at one stored time, else
+            // weighed and added.
+            let group = ShardGroup {
+                source,
+                t: level.t,
+                shard: first.shard,
+                requests: &requests,
+                atom_values,
             };
-            if in_place {
-                continue;
-            }
-            buffer.resize(atoms.len() * atom_values, 0.0);
-            source.read_atoms(level.t, first.shard, &requests, buffer)?;
-            for (slot, n) in atoms.iter().enumerate() {
-                let atom = &buffer[slot * atom_values..][..atom_values];
-                if single {
-                    n.place.copy_rows(atom, block32, copy_row);
-                } else if in_f32 {
-                    let weight = weight as f32;
-                    n.place
-                        .copy_rows(atom, block32, |d, s| blend(d, s, weight, assign));
-                } else {
-                    n.place
-                        .copy_rows(atom, block64, |d, s| blend(d, s, weight, assign));
+            if single {
+                let copied = group.in_place(&mut |slot, atom| {
+                    atoms[slot].place.copy_stored_rows(atom, block32)
+                })?;
+                if !copied {
+                    group.through(buffer, |slot, atom| {
+                        atoms[slot].place.copy_rows(atom, block32, copy_row)
+                    })?;
                 }
+            } else if in_f32 {
+                group.blend(atoms, buffer, block32, level.weight as f32, assign)?;
+            } else {
+                group.blend(atoms, buffer, block64, level.weight, assign)?;
             }
         }
     }
@@ -955,6 +938,60 @@ impl AtomPlace {
                 le_f32_into(from, to);
             }
         }
+    }
+}
+
+/// One read of a cell: the atoms of one shard at one time step, a group at a time.
+struct ShardGroup<'a> {
+    source: &'a dyn AtomSource,
+    t: usize,
+    shard: ShardPos,
+    requests: &'a [AtomRequest],
+    atom_values: usize,
+}
+
+impl ShardGroup<'_> {
+    /// Hands `put` each atom (slot, stored bytes) read in place; `false`, having handed
+    /// nothing, where the source cannot.
+    fn in_place(&self, put: &mut dyn FnMut(usize, &[u8])) -> Result<bool> {
+        self.source
+            .atoms_in_place(self.t, self.shard, self.requests, put)
+    }
+
+    /// Reads the atoms into `buffer` and hands `put` each (slot, values).
+    fn through(&self, buffer: &mut Vec<f32>, mut put: impl FnMut(usize, &[f32])) -> Result<()> {
+        buffer.resize(self.requests.len() * self.atom_values, 0.0);
+        self.source
+            .read_atoms(self.t, self.shard, self.requests, buffer)?;
+        for (slot, atom) in buffer.chunks_exact(self.atom_values).enumerate() {
+            put(slot, atom);
+        }
+        Ok(())
+    }
+
+    /// Adds the atoms (`atoms`, by slot) times `weight` into `block` (into zeros if
+    /// `assign`): one time level of a blend, in place where the source allows.
+    fn blend<T: BlendValue>(
+        &self,
+        atoms: &[NeededAtom],
+        buffer: &mut Vec<f32>,
+        block: &mut [T],
+        weight: T,
+        assign: bool,
+    ) -> Result<()> {
+        let blended = self.in_place(&mut |slot, atom| {
+            atoms[slot]
+                .place
+                .blend_stored_rows(atom, block, weight, assign)
+        })?;
+        if !blended {
+            self.through(buffer, |slot, atom| {
+                atoms[slot]
+                    .place
+                    .copy_rows(atom, block, |d, s| blend(d, s, weight, assign))
+            })?;
+        }
+        Ok(())
     }
 }
 
