@@ -60,3 +60,20 @@ def test_a_run_without_the_field_prints_no_scaling_and_plots_its_first_operator(
     pytest.importorskip("matplotlib")
     kernel_scaling.plot(rows, [1, 2], tmp_path / "k.png", {"cpu": "test"}, (0.0,), {})
     assert "lag8 hessian, where the time goes" in (tmp_path / "k.svg").read_text()
+
+
+def test_the_ceiling_of_independent_copies_is_paired_within_each_round():
+    import independent_copies
+
+    # Round 1 is a slow spell for all three runs; each round's own ratios are what count.
+    rounds = [{"alone": 1.0, "copies": 12.0, "copies_each": [0.5, 1.0] * 8, "threads": 9.0},
+              {"alone": 4.0, "copies": 52.0, "copies_each": [3.0, 3.5] * 8, "threads": 44.0},
+              {"alone": 2.0, "copies": 22.0, "copies_each": [1.0, 2.0] * 8, "threads": 22.0}]
+    s = independent_copies.summarize(rounds, 16)
+    assert s["ceiling"]["per_round"] == pytest.approx([12.0, 13.0, 11.0])
+    assert s["ceiling"]["median"] == pytest.approx(12.0)
+    assert s["scaling"]["per_round"] == pytest.approx([9.0, 11.0, 11.0])
+    assert s["share_of_ceiling"]["per_round"] == pytest.approx([0.75, 44 / 52, 1.0])
+    assert (s["share_of_ceiling"]["min"], s["share_of_ceiling"]["max"]) == pytest.approx((0.75, 1.0))
+    # Each copy's median against the process alone: 1/0.75, 4/3.25, 2/1.5; their median.
+    assert s["slowdown_each_copy"] == pytest.approx(4 / 3)
