@@ -23,7 +23,7 @@ pub use engine::core_clock::measured_clock_hz;
 pub use engine::jobs::gating::JobId;
 pub use engine::node::{default_cache_bytes, CutoutQuery, EngineConfig, NodeEngine, PointQuery};
 pub use engine::partitions::Partitions;
-pub use engine::plan::Plan;
+pub use engine::plan::{BlockValues, Plan};
 pub use engine::query::{
     evaluate, evaluate_within, evaluate_within_f32, evaluate_within_f64, run, QuerySpec, Strategy,
     STRATEGY_NAMES,

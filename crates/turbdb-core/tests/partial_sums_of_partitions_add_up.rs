@@ -6,7 +6,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use turbdb_core::{
-    evaluate_within, execute, execute_within, stencil_reach, write_step, Axis, ChunkCodec,
+    evaluate_within, execute, execute_within, stencil_reach, write_step, Axis, BlockValues, ChunkCodec,
     FieldGeometry, FieldReader, IndexLocation, Method, Operator, Order, Partitions, Plan,
     QuerySpec, Strategy, StreamStats, Temporal, TimeLevel,
 };
@@ -76,7 +76,7 @@ proptest! {
         let levels = [TimeLevel { t: 0, weight: -0.1 }, TimeLevel { t: 1, weight: 0.6 },
                       TimeLevel { t: 2, weight: 0.6 }, TimeLevel { t: 3, weight: -0.1 }];
         let pts = points(seed, 80);
-        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), levels.len()).unwrap();
+        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), BlockValues::of(levels.len(), operator, false)).unwrap();
         let whole = execute(&plan, &reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
         // Every (time, shard) partition goes to one of `nodes` owners, at random.
         let mut owner = owner_seed;
@@ -195,7 +195,7 @@ fn reach_covers_every_node_a_stencil_uses() {
                 Operator::Field,
                 axes(periodic),
                 geometry(),
-                1,
+                BlockValues::Float32,
             )
             .unwrap();
             let none = execute_within::<f64>(

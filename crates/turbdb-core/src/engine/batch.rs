@@ -877,7 +877,7 @@ unsafe impl Sync for ValuesPtr {}
 mod tests {
     use super::*;
     use crate::engine::cache::padded;
-    use crate::engine::plan::Plan;
+    use crate::engine::plan::{BlockValues, Plan};
     use crate::engine::stream::{execute as stream, Order, StreamStats, TimeLevel};
     use crate::interp::method::{Method, Operator};
     use crate::storage::axis::Axis;
@@ -976,7 +976,7 @@ mod tests {
         axes: [Axis; 3],
     ) -> (Vec<f64>, Work, Vec<AtomData>) {
         let geometry = source.0.clone();
-        let plan = Plan::new(points, method, operator, axes, geometry.clone(), 1).unwrap();
+        let plan = Plan::new(points, method, operator, axes, geometry.clone(), BlockValues::Float32).unwrap();
         let levels = [TimeLevel { t: 0, weight: 1.0 }];
         let expected = stream(
             &plan,

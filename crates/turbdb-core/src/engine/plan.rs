@@ -133,16 +133,47 @@ pub struct Plan {
     kernel_path: KernelPath,
 }
 
+/// The values a cell's block holds, whose size sets how many atoms a cell may have
+/// ([`cell_atoms`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockValues {
+    /// Float32: the stored values at one stored time, or a field's value for float32
+    /// answers blended in float32 between stored times.
+    Float32,
+    /// Float64: the stored times blended in float64 (derivatives, float64 answers).
+    Float64,
+}
+
+impl BlockValues {
+    /// The block the streaming executor fills for a query of `operator` that blends
+    /// `levels` stored times, answered in float32 if `float32` (the rule of
+    /// [`crate::engine::stream`]'s `run_cell`).
+    pub fn of(levels: usize, operator: Operator, float32: bool) -> Self {
+        if levels <= 1 || (float32 && operator == Operator::Field) {
+            Self::Float32
+        } else {
+            Self::Float64
+        }
+    }
+
+    fn bytes(self) -> usize {
+        match self {
+            Self::Float32 => 4,
+            Self::Float64 => 8,
+        }
+    }
+}
+
 impl Plan {
-    /// Checks the points and groups them by cell. `points` are physical `[x, y, z]`.
-    /// `levels` is the number of stored times the query blends (their block is float64).
+    /// Checks the points and groups them by cell. `points` are physical `[x, y, z]`;
+    /// `block` is what the cells' blocks will hold ([`BlockValues::of`]), which sizes them.
     pub fn new(
         points: &[[f64; 3]],
         method: Method,
         operator: Operator,
         axes: [Axis; 3],
         geometry: FieldGeometry,
-        levels: usize,
+        block: BlockValues,
     ) -> Result<Self> {
         method.check_supports(operator)?;
         if points.len() > u32::MAX as usize {
@@ -155,12 +186,11 @@ impl Plan {
         for (axis, name) in axes.iter().zip(['x', 'y', 'z']) {
             kernel.check_axis(axis, name)?;
         }
-        let value_bytes = if levels > 1 { 8 } else { 4 };
         let cell_atoms = cell_atoms(
             &axes,
             &geometry,
             kernel.width(),
-            geometry.ncomp * value_bytes,
+            geometry.ncomp * block.bytes(),
         );
         let finder = CellFinder::new(&axes, geometry.atom, cell_atoms);
         let kernel_path = KernelPath::selected_for(operator.max_order())?;
@@ -488,6 +518,26 @@ fn cell_box(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_blend_sizes_its_cells_for_the_block_it_fills() {
+        use BlockValues::{Float32, Float64};
+        // One stored time: the stored float32 values, whatever the answers.
+        assert_eq!(BlockValues::of(1, Operator::Gradient, false), Float32);
+        // Blended: float32 for a field's value in float32 answers, else float64.
+        assert_eq!(BlockValues::of(4, Operator::Field, true), Float32);
+        assert_eq!(BlockValues::of(4, Operator::Field, false), Float64);
+        assert_eq!(BlockValues::of(4, Operator::Gradient, true), Float64);
+        // A float32 block of lag8 velocity on 256³ takes cells of twice the atoms (on two
+        // threads, which leave the cells' count free).
+        let axes = [Axis::unit(256, true); 3];
+        let geometry = FieldGeometry::new([256; 3], 3, 8, 64).unwrap();
+        let atoms = |block: BlockValues| {
+            cell_atoms(&axes, &geometry, 8, 3 * block.bytes()).iter().product::<usize>()
+        };
+        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        assert_eq!(two.install(|| atoms(Float32)), 2 * two.install(|| atoms(Float64)));
+    }
 
     /// A coordinate along `axis`: mostly inside, else on an edge, past one, or not finite.
     fn coordinate(axis: Axis) -> impl Strategy<Value = f64> {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::engine::direct::execute_direct;
 use crate::engine::partitions::Partitions;
-use crate::engine::plan::Plan;
+use crate::engine::plan::{BlockValues, Plan};
 use crate::engine::stream::{
     execute, execute_within, AnswerValue, Order, PhaseTimes, StreamStats, TimeLevel,
 };
@@ -130,7 +130,7 @@ pub fn evaluate_within<T: AnswerValue>(
         spec.operator,
         axes,
         reader.geometry().clone(),
-        levels.len(),
+        BlockValues::of(levels.len(), spec.operator, T::FLOAT32),
     )?;
     PhaseTimes::add(&stats.phases.plan, planning.elapsed());
     match (within, spec.strategy) {
