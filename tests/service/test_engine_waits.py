@@ -144,16 +144,23 @@ def test_one_thread_per_engine_calls_back_once_and_survives_a_callback_that_fail
     completions = engine_completions.of(db.engine)
     assert engine_completions.of(db.engine) is completions  # shared by the server and Dataset.submit
     calls = []
-    ended = threading.Event()
+    ended, entered, go_on = threading.Event(), threading.Event(), threading.Event()
 
     def broken(pending):
         calls.append(pending.id)
+        entered.set()
+        go_on.wait(30)  # holds the waiting thread until the next query is forgotten
         raise RuntimeError("a waiter's bug")
 
     work = asks(6, seed=9)
     first = completions.submit(point_call(ds, "velocity", **work[0]), broken)
-    forgotten = completions.submit(point_call(ds, "velocity", **work[1]), lambda p: calls.append("forgotten"))
+    assert entered.wait(30)
+    # Forgotten before it can be called back: the waiting thread is held in `broken`, and
+    # the query is large enough (2 × 10⁵ points) not to have ended when `submit` looks.
+    big = dict(work[1], points=np.random.default_rng(1).uniform(0.5, 2.5, (200_000, 3)))
+    forgotten = completions.submit(point_call(ds, "velocity", **big), lambda p: calls.append("forgotten"))
     completions.forget(forgotten.id)
+    go_on.set()
     last = completions.submit(point_call(ds, "velocity", **work[2]), lambda p: ended.set())
     assert ended.wait(30), "the waiting thread stopped after a callback raised"
     for pending in (first, forgotten, last):
