@@ -71,7 +71,7 @@ proptest! {
         } else {
             vec![TimeLevel { t: 1, weight: 1.0 }]
         };
-        let mut plan = Plan::new(&points, method, operator, axes, geometry, BlockValues::of(levels.len(), operator, false)).unwrap();
+        let mut plan = Plan::new(&points, method, operator, axes, geometry, BlockValues::of(levels.len() > 1, operator, false)).unwrap();
         let answers = |plan: &Plan| {
             let streamed = execute(plan, &reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
             let direct = run(plan, &reader, &levels, Strategy::Direct, &StreamStats::default()).unwrap();

@@ -76,7 +76,7 @@ proptest! {
         let levels = [TimeLevel { t: 0, weight: -0.1 }, TimeLevel { t: 1, weight: 0.6 },
                       TimeLevel { t: 2, weight: 0.6 }, TimeLevel { t: 3, weight: -0.1 }];
         let pts = points(seed, 80);
-        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), BlockValues::of(levels.len(), operator, false)).unwrap();
+        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), BlockValues::of(levels.len() > 1, operator, false)).unwrap();
         let whole = execute(&plan, &reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
         // Every (time, shard) partition goes to one of `nodes` owners, at random.
         let mut owner = owner_seed;

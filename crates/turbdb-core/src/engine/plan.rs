@@ -145,11 +145,14 @@ pub enum BlockValues {
 }
 
 impl BlockValues {
-    /// The block the streaming executor fills for a query of `operator` that blends
-    /// `levels` stored times, answered in float32 if `float32` (the rule of
-    /// [`crate::engine::stream`]'s `run_cell`).
-    pub fn of(levels: usize, operator: Operator, float32: bool) -> Self {
-        if levels <= 1 || (float32 && operator == Operator::Field) {
+    /// The block the streaming executor fills for a query of `operator`, answered in
+    /// float32 if `float32`, that `blends` stored times (else reads one as stored): the
+    /// stored float32 values; a field's value for float32 answers blended in float32 (its
+    /// rounding, 6e-8 of a value, is that of the float32 sums that follow); other blends
+    /// in float64, as a derivative's weights (1/h² for a second one) would magnify a
+    /// float32 blend's rounding past what float32 answers round away.
+    pub fn of(blends: bool, operator: Operator, float32: bool) -> Self {
+        if !blends || (float32 && operator == Operator::Field) {
             Self::Float32
         } else {
             Self::Float64
@@ -523,20 +526,32 @@ mod tests {
     fn a_blend_sizes_its_cells_for_the_block_it_fills() {
         use BlockValues::{Float32, Float64};
         // One stored time: the stored float32 values, whatever the answers.
-        assert_eq!(BlockValues::of(1, Operator::Gradient, false), Float32);
+        assert_eq!(BlockValues::of(false, Operator::Gradient, false), Float32);
         // Blended: float32 for a field's value in float32 answers, else float64.
-        assert_eq!(BlockValues::of(4, Operator::Field, true), Float32);
-        assert_eq!(BlockValues::of(4, Operator::Field, false), Float64);
-        assert_eq!(BlockValues::of(4, Operator::Gradient, true), Float64);
-        // A float32 block of lag8 velocity on 256³ takes cells of twice the atoms (on two
-        // threads, which leave the cells' count free).
+        assert_eq!(BlockValues::of(true, Operator::Field, true), Float32);
+        assert_eq!(BlockValues::of(true, Operator::Field, false), Float64);
+        assert_eq!(BlockValues::of(true, Operator::Gradient, true), Float64);
+        // lag8 velocity on 256³, a point every 16 nodes: a float64 block's plan has twice
+        // the cells of a float32 block's (on two threads, which leave the cells' count free).
         let axes = [Axis::unit(256, true); 3];
         let geometry = FieldGeometry::new([256; 3], 3, 8, 64).unwrap();
-        let atoms = |block: BlockValues| {
-            cell_atoms(&axes, &geometry, 8, 3 * block.bytes()).iter().product::<usize>()
+        let points: Vec<[f64; 3]> = (0..16 * 16 * 16)
+            .map(|i| [i % 16, i / 16 % 16, i / 256].map(|k| 16.0 * k as f64 + 0.5))
+            .collect();
+        let cells = |block: BlockValues| {
+            let plan = Plan::new(
+                &points,
+                Method::Lagrange(8),
+                Operator::Field,
+                axes,
+                geometry.clone(),
+                block,
+            );
+            plan.unwrap().cells.len()
         };
         let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        assert_eq!(two.install(|| atoms(Float32)), 2 * two.install(|| atoms(Float64)));
+        let (narrow, wide) = two.install(|| (cells(Float32), cells(Float64)));
+        assert_eq!((narrow, wide), (64, 128));
     }
 
     /// A coordinate along `axis`: mostly inside, else on an edge, past one, or not finite.

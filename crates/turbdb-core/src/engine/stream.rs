@@ -19,7 +19,7 @@ use crate::engine::buffers::{Buffer, Pooled};
 use crate::engine::cache_sets;
 use crate::engine::fast_paths::{FastVisit, Summed, Visit};
 use crate::engine::partitions::Partitions;
-use crate::engine::plan::{Cell, Plan};
+use crate::engine::plan::{BlockValues, Cell, Plan};
 use crate::engine::short_copy::{copy_bytes_exact, copy_row};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::engine::weights::weights_xyz;
@@ -37,6 +37,11 @@ pub struct TimeLevel {
     pub t: usize,
     /// Weight of that step.
     pub weight: f64,
+}
+
+/// Whether `levels` are one stored time read as stored (weight 1), not a blend.
+pub(crate) fn one_stored_time(levels: &[TimeLevel]) -> bool {
+    levels.len() == 1 && levels[0].weight == 1.0
 }
 
 /// Counters that show what an execution did.
@@ -488,14 +493,12 @@ fn run_cell(
     } = scratch;
     // At one stored time the block keeps the stored float32 values (half the cache of
     // float64); the time levels of pchip are blended into one block first (every point of
-    // a query is at the same time), so the spatial sums run once either way. A field's
-    // value for float32 answers is blended in float32 too, and summed on the float32 fast
-    // path: its rounding (6e-8 of a value) is that of the float32 sums that follow.
-    // Derivatives are blended in float64: their weights (1/h² for a second derivative)
-    // would magnify a float32 blend's rounding past what float32 answers round away.
-    let single = levels.len() == 1 && levels[0].weight == 1.0;
+    // a query is at the same time), so the spatial sums run once either way. Which block
+    // a query fills is the plan's rule, which sized its cells ([`BlockValues::of`]); a
+    // field's value blended in float32 is summed on the float32 fast path.
+    let single = one_stored_time(levels);
     let narrow = terms.is_narrow();
-    let in_f32 = single || (narrow && terms.is_field());
+    let in_f32 = BlockValues::of(!single, plan.operator, narrow) == BlockValues::Float32;
     let value_bytes = if in_f32 { 4 } else { 8 };
     let dims = cell.dims;
     // The read's time: finding the atoms, then reading them into the block.
