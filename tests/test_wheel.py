@@ -26,7 +26,7 @@ def test_wheel_installs_and_queries_in_a_fresh_venv_without_rust(tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel)], check=True)
 
     # A user's shell: the new venv and the system, no cargo/rustc, nothing of this repository.
     env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
