@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -81,21 +81,30 @@ impl Loading {
 }
 
 impl IoPool {
-    /// `threads` readers using `mode`.
+    /// `threads` readers using `mode`, each started (and so named) when this returns.
     pub fn new(threads: usize, mode: IoMode) -> Self {
         let queue = Arc::new(Queue {
             jobs: Mutex::new((VecDeque::new(), false)),
             ready: Condvar::new(),
         });
-        let threads = (0..threads.max(1))
+        let count = threads.max(1);
+        // A new thread wears its creator's name (the engine's) until it runs and names
+        // itself; on a busy machine that took over a second, and `top -H` or a test
+        // reading /proc counted readers as engine threads meanwhile.
+        let started = Arc::new(Barrier::new(count + 1));
+        let threads = (0..count)
             .map(|i| {
-                let queue = Arc::clone(&queue);
+                let (queue, started) = (Arc::clone(&queue), Arc::clone(&started));
                 std::thread::Builder::new()
                     .name(format!("turbdb-io-{i}"))
-                    .spawn(move || work(&queue, mode))
+                    .spawn(move || {
+                        started.wait();
+                        work(&queue, mode)
+                    })
                     .expect("spawn a reader thread")
             })
             .collect();
+        started.wait();
         Self {
             queue,
             threads,
@@ -173,5 +182,42 @@ fn work(queue: &Queue, mode: IoMode) {
             },
         );
         let _ = reply.send(ShardResult { atoms, counts });
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The names of this process's threads, as `top -H` and `/proc` show them.
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn every_reader_wears_its_own_name_once_the_pool_is_made() {
+        // As the engine does: a named thread starts the readers. Many readers, so that
+        // the last ones would often not have run yet if `new` did not wait for them.
+        let creator = "pool-maker-test";
+        let names = std::thread::Builder::new()
+            .name(creator.into())
+            .spawn(|| {
+                let pool = IoPool::new(32, IoMode::Buffered);
+                let names = thread_names();
+                drop(pool);
+                names
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let wearing = names.iter().filter(|n| *n == creator).count();
+        assert_eq!(wearing, 1, "readers wore their creator's name: {names:?}");
+        for i in 0..32 {
+            assert!(names.contains(&format!("turbdb-io-{i}")), "{names:?}");
+        }
     }
 }
