@@ -31,7 +31,9 @@ pub use engine::query::{
 pub use engine::reach::stencil_reach;
 pub use engine::scheduler::SchedulerKind;
 pub use engine::simd::KernelPath;
-pub use engine::stream::{execute, execute_within, AnswerValue, Order, StreamStats, TimeLevel};
+pub use engine::stream::{
+    block_values, execute, execute_within, AnswerValue, Order, StreamStats, TimeLevel,
+};
 pub use engine::telemetry::{EngineStats, Histogram, BATCH_BOUNDS, RESPONSE_BOUNDS, SIZE_CLASSES};
 pub use engine::ticket::{Completions, Outcome, QueryStats, Ticket, Values};
 pub use error::{Error, Result};

@@ -6,11 +6,11 @@
 //! float64 answer on every path.
 
 use proptest::prelude::*;
+use turbdb_core::{block_values, BlockValues, FieldReader, KernelPath, Plan};
 use turbdb_core::{execute, execute_within, Order, StreamStats, TimeLevel};
 use turbdb_core::{run, Strategy};
 use turbdb_core::{write_step, Axis, FieldGeometry, Method, Operator};
 use turbdb_core::{ChunkCodec, IndexLocation};
-use turbdb_core::{BlockValues, FieldReader, KernelPath, Plan};
 
 /// Uniform numbers in [0, 1) from `seed` (a 64-bit LCG: no dependency for test data).
 fn uniform(seed: u64) -> impl FnMut() -> f64 {
@@ -71,7 +71,7 @@ proptest! {
         } else {
             vec![TimeLevel { t: 1, weight: 1.0 }]
         };
-        let mut plan = Plan::new(&points, method, operator, axes, geometry, BlockValues::of(levels.len() > 1, operator, false)).unwrap();
+        let mut plan = Plan::new(&points, method, operator, axes, geometry, block_values(&levels, operator, false)).unwrap();
         let answers = |plan: &Plan| {
             let streamed = execute(plan, &reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
             let direct = run(plan, &reader, &levels, Strategy::Direct, &StreamStats::default()).unwrap();

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use turbdb_core::engine::plan::unwrapped_atom;
 use turbdb_core::FieldReader;
-use turbdb_core::{BlockValues, Plan};
+use turbdb_core::{block_values, BlockValues, Plan};
 use turbdb_core::{
     execute, execute_within, AtomRequest, AtomSource, Order, StreamStats, TimeLevel,
 };
@@ -92,7 +92,7 @@ proptest! {
         } else {
             vec![TimeLevel { t: 1, weight: 1.0 }]
         };
-        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), BlockValues::of(levels.len() > 1, operator, false)).unwrap();
+        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), block_values(&levels, operator, false)).unwrap();
         let stats = StreamStats::default();
         let storage = execute(&plan, &f.reader, &levels, Order::Storage, &stats).unwrap();
         let shuffled = execute(&plan, &f.reader, &levels, Order::Shuffled(seed), &StreamStats::default()).unwrap();
@@ -122,7 +122,7 @@ proptest! {
         prop_assume!(method.check_supports(operator).is_ok());
         let pts = points(seed, 400, [10.0, 6.5, 4.0]);
         let levels = [TimeLevel { t: 0, weight: 0.5 }, TimeLevel { t: 2, weight: 0.5 }];
-        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), BlockValues::of(levels.len() > 1, operator, false)).unwrap();
+        let plan = Plan::new(&pts, method, operator, f.axes, f.reader.geometry().clone(), block_values(&levels, operator, false)).unwrap();
         let streaming = execute(&plan, &f.reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
         let direct = run(&plan, &f.reader, &levels, Strategy::Direct, &StreamStats::default()).unwrap();
         prop_assert!(close(&streaming, &direct));
@@ -168,7 +168,7 @@ proptest! {
         grid in proptest::array::uniform3(8usize..70),
         periodic in proptest::array::uniform3(any::<bool>()),
         atom_log in 0u32..4,
-        levels in 1usize..3,
+        wide in any::<bool>(),
     ) {
         // A cell sums each of its points from its own block alone: the block must hold the
         // whole stencil, the cell must read every atom the stencil touches, and no point
@@ -179,7 +179,7 @@ proptest! {
         let axes = [0, 1, 2].map(|a| Axis::unit(grid[a], periodic[a]));
         let extent = grid.map(|n| (n - 1) as f64);
         let pts = points(seed, 300, extent);
-        let plan = Plan::new(&pts, method, Operator::Gradient, axes, geometry.clone(), BlockValues::of(levels > 1, Operator::Gradient, false)).unwrap();
+        let plan = Plan::new(&pts, method, Operator::Gradient, axes, geometry.clone(), if wide { BlockValues::Float64 } else { BlockValues::Float32 }).unwrap();
         let width = plan.kernel.width() as i64;
         let atoms = geometry.atoms_per_axis();
         let mut served = vec![0; pts.len()];
@@ -266,7 +266,7 @@ proptest! {
         prop_assume!(method.check_supports(Operator::Field).is_ok());
         let pts = points(seed, 300, [9.5, 7.5, 5.5]);
         let levels = [TimeLevel { t: 0, weight: -0.125 }, TimeLevel { t: 1, weight: 0.75 }, TimeLevel { t: 2, weight: 0.375 }];
-        let plan = Plan::new(&pts, method, Operator::Field, f.axes, f.reader.geometry().clone(), BlockValues::of(levels.len() > 1, Operator::Field, true)).unwrap();
+        let plan = Plan::new(&pts, method, Operator::Field, f.axes, f.reader.geometry().clone(), block_values(&levels, Operator::Field, true)).unwrap();
         let copies = Copied(&f.reader);
         let source: &dyn AtomSource = if copied { &copies } else { &f.reader };
         let narrow: Vec<f32> = execute_within(&plan, source, &levels, None, Order::Storage, &StreamStats::default()).unwrap();

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use turbdb_core::{
-    evaluate_within, execute, execute_within, stencil_reach, write_step, Axis, BlockValues, ChunkCodec,
-    FieldGeometry, FieldReader, IndexLocation, Method, Operator, Order, Partitions, Plan,
-    QuerySpec, Strategy, StreamStats, Temporal, TimeLevel,
+    block_values, evaluate_within, execute, execute_within, stencil_reach, write_step, Axis,
+    BlockValues, ChunkCodec, FieldGeometry, FieldReader, IndexLocation, Method, Operator, Order,
+    Partitions, Plan, QuerySpec, Strategy, StreamStats, Temporal, TimeLevel,
 };
 
 const GRID: [usize; 3] = [20, 16, 12];
@@ -76,7 +76,7 @@ proptest! {
         let levels = [TimeLevel { t: 0, weight: -0.1 }, TimeLevel { t: 1, weight: 0.6 },
                       TimeLevel { t: 2, weight: 0.6 }, TimeLevel { t: 3, weight: -0.1 }];
         let pts = points(seed, 80);
-        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), BlockValues::of(levels.len() > 1, operator, false)).unwrap();
+        let plan = Plan::new(&pts, method, operator, axes(periodic), geometry(), block_values(&levels, operator, false)).unwrap();
         let whole = execute(&plan, &reader, &levels, Order::Storage, &StreamStats::default()).unwrap();
         // Every (time, shard) partition goes to one of `nodes` owners, at random.
         let mut owner = owner_seed;

@@ -976,7 +976,15 @@ mod tests {
         axes: [Axis; 3],
     ) -> (Vec<f64>, Work, Vec<AtomData>) {
         let geometry = source.0.clone();
-        let plan = Plan::new(points, method, operator, axes, geometry.clone(), BlockValues::Float32).unwrap();
+        let plan = Plan::new(
+            points,
+            method,
+            operator,
+            axes,
+            geometry.clone(),
+            BlockValues::Float32,
+        )
+        .unwrap();
         let levels = [TimeLevel { t: 0, weight: 1.0 }];
         let expected = stream(
             &plan,

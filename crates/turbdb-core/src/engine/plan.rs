@@ -549,7 +549,10 @@ mod tests {
             );
             plan.unwrap().cells.len()
         };
-        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let two = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
         let (narrow, wide) = two.install(|| (cells(Float32), cells(Float64)));
         assert_eq!((narrow, wide), (64, 128));
     }

@@ -5,10 +5,9 @@ use std::time::Instant;
 
 use crate::engine::direct::execute_direct;
 use crate::engine::partitions::Partitions;
-use crate::engine::plan::{BlockValues, Plan};
+use crate::engine::plan::Plan;
 use crate::engine::stream::{
-    execute, execute_within, one_stored_time, AnswerValue, Order, PhaseTimes, StreamStats,
-    TimeLevel,
+    block_values, execute, execute_within, AnswerValue, Order, PhaseTimes, StreamStats, TimeLevel,
 };
 use crate::error::{Error, Result};
 use crate::interp::method::{Method, Operator};
@@ -131,7 +130,7 @@ pub fn evaluate_within<T: AnswerValue>(
         spec.operator,
         axes,
         reader.geometry().clone(),
-        BlockValues::of(!one_stored_time(&levels), spec.operator, T::FLOAT32),
+        block_values(&levels, spec.operator, T::FLOAT32),
     )?;
     PhaseTimes::add(&stats.phases.plan, planning.elapsed());
     match (within, spec.strategy) {

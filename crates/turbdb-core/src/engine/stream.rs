@@ -25,6 +25,7 @@ use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::engine::weights::weights_xyz;
 use crate::engine::whole_stencil::WholeStencil;
 use crate::error::Result;
+use crate::interp::method::Operator;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::geometry::ShardPos;
 use crate::storage::morton;
@@ -40,8 +41,15 @@ pub struct TimeLevel {
 }
 
 /// Whether `levels` are one stored time read as stored (weight 1), not a blend.
-pub(crate) fn one_stored_time(levels: &[TimeLevel]) -> bool {
+fn one_stored_time(levels: &[TimeLevel]) -> bool {
     levels.len() == 1 && levels[0].weight == 1.0
+}
+
+/// The block the cells of a query of `operator` at `levels` fill, answered in float32 if
+/// `float32` ([`BlockValues::of`]): what its plan sizes the cells for, and what
+/// [`run_cell`] fills.
+pub fn block_values(levels: &[TimeLevel], operator: Operator, float32: bool) -> BlockValues {
+    BlockValues::of(!one_stored_time(levels), operator, float32)
 }
 
 /// Counters that show what an execution did.
@@ -494,11 +502,11 @@ fn run_cell(
     // At one stored time the block keeps the stored float32 values (half the cache of
     // float64); the time levels of pchip are blended into one block first (every point of
     // a query is at the same time), so the spatial sums run once either way. Which block
-    // a query fills is the plan's rule, which sized its cells ([`BlockValues::of`]); a
+    // a query fills is the plan's rule, which sized its cells ([`block_values`]); a
     // field's value blended in float32 is summed on the float32 fast path.
     let single = one_stored_time(levels);
     let narrow = terms.is_narrow();
-    let in_f32 = BlockValues::of(!single, plan.operator, narrow) == BlockValues::Float32;
+    let in_f32 = block_values(levels, plan.operator, narrow) == BlockValues::Float32;
     let value_bytes = if in_f32 { 4 } else { 8 };
     let dims = cell.dims;
     // The read's time: finding the atoms, then reading them into the block.
