@@ -296,6 +296,22 @@ def test_points_outside_a_bounded_axis_and_unwritten_steps_are_refused(tmp_path)
         fresh.query("pressure", [[1, 1, 1]], time=0.5, temporal="pchip")
 
 
+def test_a_runaway_point_on_a_periodic_axis_is_refused_not_wrapped(tmp_path):
+    # 1e20 and 1e308 once wrapped onto the same node and gave a plausible answer: a float64
+    # that large no longer says where in its cell the point is.
+    ds = trig_dataset(tmp_path, 16)
+    far = [[1.0, 2.0, 3.0], [1.0, 1e20, 3.0]]
+    for strategy in ("streaming", "sorted", "direct"):
+        with pytest.raises(turbdb.OutOfDomainError, match=r"point 1: y = 1e20 is too far from the periodic y axis"):
+            ds.query("velocity", far, time=0.0, strategy=strategy)
+    with pytest.raises(turbdb.OutOfDomainError, match=r"x = -1e308 is too far"):
+        ds.query("velocity", [[-1e308, 0, 0]], time=0.0, method="lag4", operator="gradient")
+    # A thousand periods away still wraps, to the same answer as inside the box.
+    near = np.array([[1.0, 2.0, 3.0]])
+    np.testing.assert_allclose(ds.query("velocity", near + 1000 * TWO_PI, time=0.0),
+                               ds.query("velocity", near, time=0.0), rtol=0, atol=1e-5)
+
+
 def test_cutout_wraps_on_periodic_axes_and_carries_coordinates(tmp_path):
     ds = trig_dataset(tmp_path, 16)
     stored = np.asarray(__import__("zarr").open_array(ds.path / "velocity", mode="r")[1])

@@ -6,7 +6,8 @@ catch for that kind of problem, so ``except KeyError`` works as well as
 
     TurbdbError (Exception)
     ├── InvalidRequestError (ValueError)      bad arguments: shapes, NaN points, bools or strings as numbers
-    │   └── OutOfDomainError                  a point outside a non-periodic axis
+    │   └── OutOfDomainError                  a point outside a non-periodic axis, or too far
+    │                                         from a periodic one to wrap onto it
     ├── UnknownNameError (KeyError)           no such dataset, field, input format, …
     │   └── UnknownOptionError                no such method, operator, temporal method or strategy:
     │                                         also an InvalidRequestError (ValueError), as numpy and
@@ -63,7 +64,8 @@ class InvalidRequestError(TurbdbError, ValueError):
 
 
 class OutOfDomainError(InvalidRequestError):
-    """A point lies outside the domain on a non-periodic axis."""
+    """A point lies outside the domain on a non-periodic axis, or more than 2³¹ grid
+    spacings from it on a periodic one (too far for a float64 to say where in its cell it is)."""
 
 
 class UnknownNameError(TurbdbError, KeyError):

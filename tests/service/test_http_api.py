@@ -154,6 +154,7 @@ BAD_REQUESTS = [
     ("bad dtype", "post", QUERY, {**V, "dtype": "int8"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "InvalidRequestError", "dtype"),
     ("body type", "post", QUERY, V, {"content": b"--x\r\n"}, {"Content-Type": "multipart/form-data; boundary=x"}, 415, "InvalidRequestError", "application/x-npy"),
     ("out of a bounded domain", "post", "/v1/datasets/other/query", {"field": "pressure", "time": 0}, {"json": {"points": [[0, 1, 2], [-3, 1, 2]]}}, {}, 400, "OutOfDomainError", "point 1"),
+    ("runaway periodic point", "post", QUERY, V, {"json": {"points": [[1, 2, 3], [1e300, 1, 2]]}}, {}, 400, "OutOfDomainError", "point 1: x = 1e300 is too far"),
     ("empty cutout", "post", "/v1/datasets/trig/cutout", {**V, "x": "4,4"}, {}, {}, 400, "InvalidRequestError", "empty"),
     ("bad cutout range", "post", "/v1/datasets/trig/cutout", {**V, "x": "four"}, {}, {}, 400, "InvalidRequestError", "start,stop"),
     ("zero stride", "post", "/v1/datasets/trig/cutout", {**V, "stride": 0}, {}, {}, 400, "InvalidRequestError", "stride"),

@@ -33,7 +33,8 @@ pub enum Error {
     #[error("{0}")]
     UnknownName(String),
 
-    /// A point outside the domain on a non-periodic axis.
+    /// A point outside the domain on a non-periodic axis, or too far from it on a periodic
+    /// one to wrap onto it.
     #[error("{0}")]
     OutOfDomain(String),
 
@@ -62,6 +63,17 @@ pub enum Error {
 
 /// Result alias of the core.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// A number as an error message shows it: as Python prints it, its shortest digits, with
+/// an exponent when very large or small (`{}` wrote 1e308 as 309 digits).
+pub(crate) fn number(x: f64) -> String {
+    let magnitude = x.abs();
+    if x == 0.0 || !x.is_finite() || (1e-4..1e16).contains(&magnitude) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
 
 impl Error {
     /// Wraps an I/O error with the path it happened on.
@@ -106,5 +118,21 @@ impl Error {
             path: path.into(),
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number;
+
+    #[test]
+    fn numbers_in_messages_are_short() {
+        assert_eq!(number(0.07), "0.07");
+        assert_eq!(number(-5.0), "-5");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(1e308), "1e308");
+        assert_eq!(number(-2.5e-7), "-2.5e-7");
+        assert_eq!(number(123456.75), "123456.75");
+        assert_eq!(number(f64::NAN), "NaN");
     }
 }

@@ -2,7 +2,7 @@
 //! weights. `none` takes the nearest stored step; `pchip` is JHTDB's cubic Hermite through
 //! t(n−1), t(n), t(n+1), t(n+2) with centred-difference slopes.
 
-use crate::error::{Error, Result};
+use crate::error::{number, Error, Result};
 use crate::interp::names::{canonical, unknown, TEMPORAL_ALIASES, TEMPORAL_NAMES};
 
 /// How values between stored times are obtained.
@@ -36,7 +36,10 @@ pub fn time_weights(times: &[f64], t: f64, temporal: Temporal) -> Result<Vec<(us
     let tolerance = 1e-9 * (last - first).abs().max(1.0);
     if !t.is_finite() || t < first - tolerance || t > last + tolerance {
         return Err(Error::InvalidArgument(format!(
-            "time {t} is outside the stored range [{first}, {last}]"
+            "time {} is outside the stored range [{}, {}]",
+            number(t),
+            number(first),
+            number(last)
         )));
     }
     let t = t.clamp(first, last);
