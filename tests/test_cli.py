@@ -149,3 +149,42 @@ def test_token_prints_an_entry_the_server_accepts(tmp_path):
     assert alice.name == "alice" and alice.max_points == 5000 and alice.datasets == ("flow", "other")
     assert loaded.identify(hashed.stderr.strip().rsplit(" ", 1)[1]).name == "bob"
     assert "sha256 =" in hashed.stdout and hashed.stderr.strip().rsplit(" ", 1)[1] not in hashed.stdout
+
+
+def test_points_files_may_have_a_header_and_comments_and_say_what_is_wrong(tmp_path):
+    from click import BadParameter
+
+    from turbdb.cli.inputs import read_points
+
+    rows = np.array([[1.0, 2.0, 3.0], [4.0, 5.5, 6.0]])
+    files = {
+        "pandas.csv": "x,y,z\n1,2,3\n4,5.5,6\n",
+        "comment.csv": "# points of run 7\n\n x , y , z \n1,2,3\n4,5.5,6\n",
+        "plain.csv": "1,2,3\n4,5.5,6\n",
+        "blanks.txt": "x y z\n1 2 3\n4 5.5 6\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        np.testing.assert_array_equal(read_points(tmp_path / name), rows, err_msg=name)
+    for name, text, words in [
+        ("empty.csv", "", "holds no points"),
+        ("header_only.csv", "x,y,z\n", "holds no points"),
+        ("bad_row.csv", "x,y,z\n1,2,3\n4,five,6\n", "cannot read points"),
+    ]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(BadParameter, match=words):
+            read_points(tmp_path / name)
+
+
+def test_query_reads_a_csv_it_wrote_with_its_header(tmp_path, db):
+    # The answer's own CSV has a header (ux,uy,uz): fed back as points, it is read, not refused.
+    (tmp_path / "p.csv").write_text("x,y,z\n0.5,1,2\n3,2,1\n")
+    run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "p.csv", "--time", "0",
+        "--out", tmp_path / "u.csv")
+    run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "u.csv", "--time", "0",
+        "--out", tmp_path / "q.npy")
+    assert np.load(tmp_path / "q.npy").shape == (2, 1)
+    (tmp_path / "none.csv").write_text("x,y,z\n")
+    failed = run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "none.csv", "--time", "0",
+                 "--out", tmp_path / "v.npy", check=False)
+    assert failed.returncode != 0 and "holds no points" in failed.stderr and "Traceback" not in failed.stderr

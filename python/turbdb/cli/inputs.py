@@ -25,15 +25,44 @@ def database(db: str, token: str | None = None, progress: bool | None = None) ->
 
 
 def read_points(path: Path) -> object:
+    """Points from an .npy array (N, 3), or from a .csv (commas) or .txt (blanks) file of
+    x, y, z rows; a header row such as ``x,y,z`` (pandas writes one, and so does
+    ``turbdb query --out *.csv``) and ``#`` comments are skipped."""
+    import warnings
+
     import numpy as np
 
     if not path.is_file():
         raise click.BadParameter(f"{path} is neither a number of particles nor a file", param_hint="--points")
     try:
-        points = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)
-    except ValueError as e:
+        if path.suffix == ".npy":
+            points = np.load(path)
+        else:
+            delimiter = "," if path.suffix == ".csv" else None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # numpy's "input contained no data": said below
+                points = np.loadtxt(path, delimiter=delimiter, ndmin=2, skiprows=_header_rows(path, delimiter))
+    except (ValueError, OSError) as e:
         raise click.BadParameter(f"cannot read points from {path}: {e}", param_hint="--points") from None
+    if points.size == 0:
+        raise click.BadParameter(f"{path} holds no points: one x, y, z row per point", param_hint="--points")
     return points
+
+
+def _header_rows(path: Path, delimiter: str | None) -> int:
+    """1 where the first line that is not blank or a comment is not numbers (a header such
+    as ``x,y,z``), with the lines before it; else 0."""
+    with path.open(errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                [float(v) for v in text.split(delimiter)]
+            except ValueError:
+                return number
+            return 0
+    return 0
 
 
 def int_list(text: str | None, option: str) -> tuple[int, ...] | None:
