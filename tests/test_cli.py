@@ -188,3 +188,17 @@ def test_query_reads_a_csv_it_wrote_with_its_header(tmp_path, db):
     failed = run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "none.csv", "--time", "0",
                  "--out", tmp_path / "v.npy", check=False)
     assert failed.returncode != 0 and "holds no points" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_an_output_name_numpy_would_change_is_refused_before_any_work(tmp_path, db):
+    # np.save adds .npy to any other name: "wrote t.npz" was a file named t.npz.npy.
+    failed = run("track", db, "flow", "--points", "4", "--start", "0", "--end", "1", "--dt", "0.5",
+                 "--out", tmp_path / "t.npz", check=False)
+    assert failed.returncode != 0 and "t.npz must end in .npy" in failed.stderr
+    (tmp_path / "p.csv").write_text("1,2,3\n")
+    failed = run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "p.csv", "--time", "0",
+                 "--out", tmp_path / "u.txt", check=False)
+    assert failed.returncode != 0 and "u.txt must end in .npy or .csv" in failed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "p.csv"]
+    run("track", db, "flow", "--points", "4", "--start", "0", "--end", "1", "--dt", "0.5", "--out", tmp_path / "t.npy")
+    assert np.load(tmp_path / "t.npy").shape == (3, 4, 3)

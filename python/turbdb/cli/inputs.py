@@ -65,6 +65,15 @@ def _header_rows(path: Path, delimiter: str | None) -> int:
     return 0
 
 
+def output_file(path: Path, endings: tuple[str, ...]) -> Path:
+    """``path`` if it ends in one of ``endings``; else an error before any work is done
+    (``np.save`` would add ``.npy`` to any other name, and the file would not be where the
+    command said it wrote it)."""
+    if path.suffix not in endings:
+        raise click.BadParameter(f"{path} must end in {' or '.join(endings)}", param_hint="--out")
+    return path
+
+
 def int_list(text: str | None, option: str) -> tuple[int, ...] | None:
     if text is None:
         return None

@@ -8,7 +8,7 @@ import click
 
 from .group import main
 from ..times import format_time
-from .inputs import database, is_url, read_points
+from .inputs import database, is_url, output_file, read_points
 
 
 @main.command()
@@ -33,6 +33,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     DB_OR_URL is a database directory, or the http:// address of a turbdb server (turbdb
     serve), which evaluates the points where the data lives.
     """
+    output_file(out, (".npy", ".csv"))
     import numpy as np
 
     from ..arguments import as_points
@@ -88,6 +89,7 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
     Positions are continuous (not wrapped into the periodic box); np.mod(p - origin, L)
     puts them back in the box.
     """
+    output_file(out, (".npy",))
     import time
 
     import numpy as np
