@@ -99,6 +99,7 @@ def test_several_times_add_a_leading_time_dim(fields):
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"filter_width": 0}, "filter_width must be a positive integer"),
+    ({"filter_width": NZ + 1}, f"filter_width {NZ + 1} is wider than the grid's {NZ} nodes along z; at most {NZ}"),
     ({"stride": (1, 2)}, "three"),
     ({"stride": 0}, "stride"),
     ({"time": []}, "non-empty sequence"),
@@ -108,6 +109,21 @@ def test_bad_cutout_arguments_are_named(fields, kwargs, words):
     db, _ = fields
     with pytest.raises(turbdb.InvalidRequestError, match=words):
         db["box"].cutout("velocity", **{"time": 0.0, **kwargs})
+
+
+def test_a_filter_whose_reads_would_not_fit_the_memory_limit_is_refused_before_reading(fields):
+    # A 2³ cutout filtered 1 000 wide read (1 001³ nodes) as float64 and the process was
+    # killed for memory; the same rule is checked here against a small limit.
+    db, stored = fields
+    turbdb.set_max_result_bytes(16 << 10)
+    try:
+        with pytest.raises(turbdb.LimitExceededError, match="a box filter 9 nodes wide over this box needs 21.1 KiB"):
+            db["box"].cutout("velocity", time=0.0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=9)
+        small = db["box"].cutout("velocity", time=0.0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=3)
+    finally:
+        turbdb.set_max_result_bytes(None)
+    expected = brute_force_box_mean(stored[0], 3, (True, True, True))[:2, :2, :2]
+    np.testing.assert_allclose(small.values, expected, rtol=0, atol=2e-6)
 
 
 def check_xdmf(xmf_path, cut):

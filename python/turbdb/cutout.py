@@ -18,7 +18,7 @@ import numpy as np
 
 from .arguments import MAX_INDEX, axes_of, node_range, time_list
 from .exceptions import InvalidRequestError, UnknownNameError
-from .size_limit import check_result_bytes
+from .size_limit import check_result_bytes, check_work_bytes
 
 if TYPE_CHECKING:
     import xarray
@@ -46,6 +46,7 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     t_indices = [time_index(dataset, field, t) for t in time_list(time)]
     for t_index in sorted(set(t_indices)):
         check_box(dataset, field, t_index, ranges)
+    check_filter(info, ranges, width, info.fields[field].ncomp)
     shape = output_shape(ranges, strides) + (info.fields[field].ncomp,)
     # Counted before anything is allocated (float32 values): too large is a LimitExceededError.
     check_result_bytes(len(t_indices) * math.prod(shape) * 4, f"a cutout of {' x '.join(map(str, shape[:3]))} nodes",
@@ -63,6 +64,23 @@ def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> Non
     non-periodic axis, step not written) by reading a single node: a stride longer than
     every range keeps only each first node."""
     read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+
+
+def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> None:
+    """Refuses a box filter wider than the grid (its box would take nodes more than once),
+    and one whose reads for a single output plane — every node within ``width`` of the
+    plane, as float64 — would not fit :func:`turbdb.set_max_result_bytes`'s limit: a
+    2 × 2 × 2 cutout filtered 1 000 wide read a billion nodes and exhausted memory."""
+    if width == 1:
+        return
+    for name, n in zip("xyz", info.grid):
+        if width > n:
+            raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along {name}; "
+                                      f"at most {min(info.grid)}")
+    (x0, x1), (y0, y1), _ = ranges
+    check_work_bytes((x1 - x0 + width - 1) * (y1 - y0 + width - 1) * width * ncomp * 8,
+                     f"a box filter {width} nodes wide over this box",
+                     "ask for a narrower filter or a smaller box in x and y")
 
 
 def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, stride: int,

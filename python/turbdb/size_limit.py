@@ -37,6 +37,15 @@ def check_result_bytes(nbytes: int, what: str, split: str) -> None:
                                  f"(turbdb.set_max_result_bytes): {split}")
 
 
+def check_work_bytes(nbytes: int, what: str, smaller: str) -> None:
+    """Refuses work space of ``nbytes`` (``what`` needs it) above the same limit: a request
+    with a small answer can still need too much memory on the way."""
+    limit = max_result_bytes()
+    if nbytes > limit:
+        raise LimitExceededError(f"{what} needs {_human(nbytes)} of memory at once; one call may use at most "
+                                 f"{_human(limit)} (turbdb.set_max_result_bytes): {smaller}")
+
+
 def _human(nbytes: int) -> str:
     value = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):

@@ -158,6 +158,7 @@ BAD_REQUESTS = [
     ("empty cutout", "post", "/v1/datasets/trig/cutout", {**V, "x": "4,4"}, {}, {}, 400, "InvalidRequestError", "empty"),
     ("bad cutout range", "post", "/v1/datasets/trig/cutout", {**V, "x": "four"}, {}, {}, 400, "InvalidRequestError", "start,stop"),
     ("zero stride", "post", "/v1/datasets/trig/cutout", {**V, "stride": 0}, {}, {}, 400, "InvalidRequestError", "stride"),
+    ("filter wider than the grid", "post", "/v1/datasets/trig/cutout", {**V, "x": "0,2", "y": "0,2", "z": "0,2", "filter_width": 1000}, {}, {}, 400, "InvalidRequestError", "wider than the grid"),
     ("bounded cutout", "post", "/v1/datasets/other/cutout", {"field": "pressure", "time": 0, "z": "0,9"}, {}, {}, 400, "OutOfDomainError", "non-periodic"),
     ("track with negative dt", "post", "/v1/datasets/trig/track", {"start": 0, "end": 1, "dt": -1}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "InvalidRequestError", "dt must be positive"),
     ("no such endpoint", "get", "/v2/everything", {}, {}, {}, 404, "InvalidRequestError", "/docs"),

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 from starlette.responses import StreamingResponse
 
-from ..cutout import check_box, output_shape, read_box, time_index
+from ..cutout import check_box, check_filter, output_shape, read_box, time_index
 from ..dataset import Dataset
 from ..exceptions import UnknownNameError
 from .backend import Backend
@@ -58,8 +58,9 @@ def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[i
     ranges = tuple((0, n) if r is None else r for r, n in zip((x, y, z), info.grid))
     t_index = time_index(dataset, field, time)
     check_box(dataset, field, t_index, ranges)
-    nz, ny, nx = output_shape(ranges, strides)
     ncomp = info.fields[field].ncomp
+    check_filter(info, ranges, filter_width, ncomp)
+    nz, ny, nx = output_shape(ranges, strides)
     plane = max(1, nx * ny * ncomp * 4)
     return CutoutPlan(dataset, field, t_index, float(info.times[t_index]), ranges, strides, filter_width,
                       (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)))
