@@ -43,7 +43,7 @@ impl Axis {
             if (0.0..n).contains(&s) {
                 return Ok(s);
             }
-            if !(s.abs() < MAX_WRAP) {
+            if s.is_nan() || s.abs() >= MAX_WRAP {
                 return Err(Error::OutOfDomain(format!(
                     "{name} = {} is too far from the periodic {name} axis [{}, {}) to wrap onto \
                      it: more than 2^31 grid spacings away, where a float64 no longer says \
