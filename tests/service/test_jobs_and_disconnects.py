@@ -125,6 +125,10 @@ def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled
     answer = httpx.post(server.url + "/v1/jobs", json={"queries": [{"dataset": "trig", "field": "pressure",
                                                                     "time": 0.0}]}, headers=AUTH, timeout=10).json()
     assert answer["scheduled"] is False and "without a node engine" in answer["note"]
+    # Its plan is checked as an engine's is: a time outside the stored range is refused.
+    refused = httpx.post(server.url + "/v1/jobs", json={"queries": [{"dataset": "trig", "field": "pressure",
+                                                                     "time": 1e308}]}, headers=AUTH, timeout=10)
+    assert refused.status_code == 400 and "time 1e308 is outside the stored range" in refused.json()["description"]
 
 
 @pytest.fixture(scope="module")

@@ -131,11 +131,9 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
         engine = getattr(backend.database, "engine", None)
 
         def declared() -> Job:  # in a worker thread: up to MAX_JOB_QUERIES look-ups of time steps
-            if engine is None:  # nothing to gate: the plan is only checked
-                for name, field, _, _ in plan:
-                    if field not in datasets[name].metadata.fields:
-                        raise UnknownNameError(f"dataset {name!r} has no field {field!r}; "
-                                               f"it has {', '.join(datasets[name].metadata.fields)}")
+            if engine is None:  # nothing to gate: the plan is only checked, as the engine checks it
+                for name, field, t, temporal in plan:
+                    steps_read(datasets[name], field, t, temporal)
                 return Job(None, None, len(plan))
             return declare(engine, [(datasets[name].field_store(field), steps_read(datasets[name], field, t, temporal))
                                     for name, field, t, temporal in plan])
