@@ -296,6 +296,28 @@ def test_points_outside_a_bounded_axis_and_unwritten_steps_are_refused(tmp_path)
         fresh.query("pressure", [[1, 1, 1]], time=0.5, temporal="pchip")
 
 
+def test_points_and_times_come_as_numpy_pandas_and_xarray_give_them(tmp_path):
+    import pandas as pd
+    import xarray as xr
+
+    ds = trig_dataset(tmp_path, 16)
+    pts = random_points(4)
+    expected = ds.query("velocity", pts, time=0.5)
+    frame = pd.DataFrame(pts, columns=["x", "y", "z"])  # iterated, it gave its column names
+    np.testing.assert_array_equal(ds.query("velocity", frame, time=0.5), expected)
+    np.testing.assert_array_equal(ds.query("velocity", xr.DataArray(pts, dims=("point", "xyz")), time=0.5), expected)
+    np.testing.assert_array_equal(ds.query("velocity", pts, time=np.array(0.5)), expected)  # a 0-d array
+    masked = np.ma.masked_array(pts, mask=np.zeros_like(pts, dtype=bool))
+    np.testing.assert_array_equal(ds.query("velocity", masked, time=0.5), expected)
+    masked[1, 2] = np.ma.masked
+    with pytest.raises(turbdb.InvalidRequestError, match="masked values"):
+        ds.query("velocity", masked, time=0.5)
+    with pytest.raises(turbdb.InvalidRequestError, match="real numbers"):
+        ds.query("velocity", pd.DataFrame({"x": ["a"], "y": [1.0], "z": [2.0]}), time=0.5)
+    with pytest.raises(turbdb.InvalidRequestError, match="finite number"):
+        ds.query("velocity", pts, time=np.array(np.nan))
+
+
 def test_a_runaway_point_on_a_periodic_axis_is_refused_not_wrapped(tmp_path):
     # 1e20 and 1e308 once wrapped onto the same node and gave a plausible answer: a float64
     # that large no longer says where in its cell the point is.

@@ -60,6 +60,8 @@ def _is_real(value: Any) -> bool:
 def finite_number(name: str, value: Any) -> float:
     """``value`` as a float, or a clear error if it is not a finite real number (bools,
     strings, complex numbers and ``None`` are refused)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:  # np.array(0.5), as arithmetic on arrays leaves it
+        value = value[()]
     try:
         number = float(value) if _is_real(value) else math.nan
     except OverflowError:  # an int beyond float's range
@@ -97,7 +99,13 @@ def _check_element_types(values: Any) -> None:
 
 
 def as_points(points: Any) -> np.ndarray:
-    """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error."""
+    """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error. Array-likes
+    (a pandas DataFrame of x, y, z columns, an xarray DataArray) are taken as the array
+    they hold; iterated, a DataFrame gave its column names."""
+    if np.ma.isMaskedArray(points) and np.ma.getmaskarray(points).any():
+        raise InvalidRequestError("points has masked values: drop those rows or fill them first (points.filled(…))")
+    if not isinstance(points, np.ndarray) and hasattr(points, "__array__"):
+        points = np.asarray(points)
     if not isinstance(points, np.ndarray):
         if isinstance(points, (str, bytes)):
             raise _refuse_points("a string")
