@@ -31,19 +31,20 @@ def set_max_result_bytes(nbytes: Any) -> None:
 def check_result_bytes(nbytes: int, what: str, split: str) -> None:
     """Refuses an answer of ``nbytes`` (``what`` it holds) above the limit; ``split`` says
     how to ask for it in pieces."""
-    limit = max_result_bytes()
-    if nbytes > limit:
-        raise LimitExceededError(f"{what} would take {_human(nbytes)}; one call may return at most {_human(limit)} "
-                                 f"(turbdb.set_max_result_bytes): {split}")
+    _check(nbytes, f"{what} would take", "return", split)
 
 
 def check_work_bytes(nbytes: int, what: str, smaller: str) -> None:
     """Refuses work space of ``nbytes`` (``what`` needs it) above the same limit: a request
     with a small answer can still need too much memory on the way."""
+    _check(nbytes, f"{what} needs", "use", smaller, " of memory at once")
+
+
+def _check(nbytes: int, needs: str, verb: str, advice: str, at_once: str = "") -> None:
     limit = max_result_bytes()
     if nbytes > limit:
-        raise LimitExceededError(f"{what} needs {_human(nbytes)} of memory at once; one call may use at most "
-                                 f"{_human(limit)} (turbdb.set_max_result_bytes): {smaller}")
+        raise LimitExceededError(f"{needs} {_human(nbytes)}{at_once}; one call may {verb} at most {_human(limit)} "
+                                 f"(turbdb.set_max_result_bytes): {advice}")
 
 
 def _human(nbytes: int) -> str:

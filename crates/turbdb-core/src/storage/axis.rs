@@ -46,11 +46,12 @@ impl Axis {
             if s.is_nan() || s.abs() >= MAX_WRAP {
                 return Err(Error::OutOfDomain(format!(
                     "{name} = {} is too far from the periodic {name} axis [{}, {}) to wrap onto \
-                     it: more than 2^31 grid spacings away, where a float64 no longer says \
+                     it: more than 2^{} grid spacings away, where a float64 no longer says \
                      where in its cell a point is (has a coordinate run away?)",
                     number(x),
                     number(self.origin),
-                    number(self.origin + n * self.spacing)
+                    number(self.origin + n * self.spacing),
+                    MAX_WRAP.log2()
                 )));
             }
             let wrapped = s - n * (s / n).floor();
