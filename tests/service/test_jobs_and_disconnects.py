@@ -16,6 +16,9 @@ import turbdb
 from click.testing import CliRunner
 from servicekit import FULL, SMALL, TIMES, running_server
 from turbdb.cli import main
+from turbdb.exceptions import EngineBusyError, LimitExceededError
+from turbdb.jobs import Job
+from turbdb.service.jobs import MAX_PLANNED_PER_OWNER, JobRegistry
 from turbdb.service.transport import encode_npy
 from turbdb.workload import generate, write_trace
 
@@ -113,6 +116,53 @@ def test_bad_job_requests_get_4xx_with_a_message(engine_server):
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["description"]
     assert httpx.delete(url + f"/v1/jobs/{declared['job']}", headers=AUTH, timeout=10).json()["closed"]
     assert engine_server.alive()
+
+
+def test_a_tokens_open_jobs_plan_a_bounded_number_of_queries_and_closing_one_makes_room(engine_server):
+    url, other = engine_server.url, {"Authorization": f"Bearer {SMALL}"}
+    full_plan = [{"dataset": "trig", "field": "velocity", "time": TIMES[i % len(TIMES)]}
+                 for i in range(MAX_PLANNED_PER_OWNER // 3)]
+
+    def declare(plan, headers=AUTH):
+        return httpx.post(url + "/v1/jobs", json={"queries": plan}, headers=headers, timeout=60)
+
+    # A declaration refused for its plan gives back what it was admitted for.
+    assert declare(full_plan[:-1] + [{**full_plan[-1], "time": 1e308}]).status_code == 400
+    declared = [declare(full_plan).json()["job"] for _ in range(3)]
+    refused = declare(full_plan[:1])
+    assert refused.status_code == 429 and refused.headers["retry-after"]
+    assert f"your open jobs plan {MAX_PLANNED_PER_OWNER:,} queries" in refused.json()["description"]
+    # Another token is not held to this one's jobs.
+    theirs = declare(full_plan[:1], other).json()["job"]
+    started = time.monotonic()
+    answer = httpx.post(url + "/v1/datasets/trig/query", params={"field": "velocity", "time": TIMES[0]},
+                        json={"points": [[1, 2, 3]]}, headers=AUTH, timeout=30)
+    assert answer.status_code == 200 and time.monotonic() - started < 5, "the declarations held the engine up"
+    assert httpx.delete(url + f"/v1/jobs/{declared.pop()}", headers=AUTH, timeout=10).json()["closed"]
+    declared.append(declare(full_plan[:1]).json()["job"])
+    for job in declared:
+        httpx.delete(url + f"/v1/jobs/{job}", headers=AUTH, timeout=10)
+    httpx.delete(url + f"/v1/jobs/{theirs}", headers=other, timeout=10)
+    assert wait_for(lambda: engine_state(engine_server)["jobs"] == 0)
+
+
+def test_the_servers_open_jobs_and_their_planned_queries_are_bounded():
+    registry = JobRegistry(max_jobs=3, max_planned=10, max_planned_per_owner=8)
+    registry.reserve("a", 8)
+    with pytest.raises(LimitExceededError, match="your open jobs plan 8 queries and this one 1"):
+        registry.reserve("a", 1)
+    with pytest.raises(EngineBusyError, match="plan 8 queries, and it gates at most 10"):
+        registry.reserve("b", 3)
+    registry.cancel("a", 8)
+    numbers = []
+    for owner in "abc":
+        registry.reserve(owner, 2)
+        numbers.append(registry.add(owner, Job(None, None, 2)))
+    with pytest.raises(EngineBusyError, match="holds 3 open jobs"):
+        registry.reserve("d", 1)
+    registry.remove(numbers[0], "a")
+    assert registry.planned("a") == 0 and registry.planned("b") == 2
+    registry.reserve("d", 1)
 
 
 def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled(server, local):

@@ -9,10 +9,13 @@ A job is a scheduling hint: answers never depend on it. A server without a node 
 know how the server runs, and answers ``"scheduled": false``: its queries run alone, as
 they would without the job. A job belongs to the token that declared it (to the address,
 for anonymous use): another token's ``job=`` gets 404, as an unknown id does. A job
-unused for :data:`JOB_IDLE_SECONDS` is forgotten."""
+unused for :data:`JOB_IDLE_SECONDS` is forgotten. The open jobs of one token may plan
+:data:`MAX_PLANNED_PER_OWNER` queries at once (429 past it), those of the server
+:data:`MAX_PLANNED` (503)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -34,6 +37,11 @@ from .tokens import Limits
 JOB_IDLE_SECONDS = 600.0
 #: Jobs open at once on one server.
 MAX_OPEN_JOBS = 4096
+#: Queries planned by the open jobs of one token (of one address, for anonymous use) and
+#: of the whole server. The engine's thread aligns and gates each new job with the open
+#: ones, so their planned queries are what a declaration costs it: twenty jobs of 10 000
+#: queries in step once kept it from every query for seconds.
+MAX_PLANNED_PER_OWNER, MAX_PLANNED = 30_000, 100_000
 #: Bytes a planned query may take in the body (JSON), and the slack of the rest.
 BYTES_PER_PLANNED_QUERY, BODY_SLACK = 256, 4096
 
@@ -55,25 +63,57 @@ class DeclaredJob:
 
 
 class JobRegistry:
-    """The jobs declared over HTTP, by the number the server gave them."""
+    """The jobs declared over HTTP, by the number the server gave them, and the queries
+    they plan, by owner: a job is admitted (:meth:`reserve`) before the engine is told of
+    it, so that a refused one costs the engine nothing."""
 
-    def __init__(self, idle_seconds: float = JOB_IDLE_SECONDS, max_jobs: int = MAX_OPEN_JOBS):
+    def __init__(self, idle_seconds: float = JOB_IDLE_SECONDS, max_jobs: int = MAX_OPEN_JOBS,
+                 max_planned: int = MAX_PLANNED, max_planned_per_owner: int = MAX_PLANNED_PER_OWNER):
         self.idle_seconds = idle_seconds
         self.max_jobs = max_jobs
+        self.max_planned = max_planned
+        self.max_planned_per_owner = max_planned_per_owner
         self._jobs: dict[int, DeclaredJob] = {}
+        self._planned: collections.Counter[str] = collections.Counter()  # reserved and open, by owner
+        self._reserved_jobs = 0
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def add(self, owner: str, job: Job) -> int:
+    def reserve(self, owner: str, queries: int) -> None:
+        """Admits a job of ``owner`` planning ``queries`` queries, to be declared and then
+        :meth:`add`-ed (or :meth:`cancel`-led): 429 past the owner's planned queries, 503
+        past the server's jobs or planned queries."""
         with self._lock:
             self._expire()
-            if len(self._jobs) >= self.max_jobs:
-                job.close()
-                raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: close jobs that "
-                                      "are done (DELETE /v1/jobs/{id}), or retry shortly", retry_after=5.0)
+            close = "close jobs that are done (DELETE /v1/jobs/{id})"
+            if self._planned[owner] + queries > self.max_planned_per_owner:
+                raise LimitExceededError(
+                    f"your open jobs plan {self._planned[owner]:,} queries and this one {queries:,}; a token's open "
+                    f"jobs may plan {self.max_planned_per_owner:,} at once: {close}, or declare this one when they "
+                    "end", retry_after=5.0)
+            if len(self._jobs) + self._reserved_jobs >= self.max_jobs:
+                raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: {close}, or retry "
+                                      "shortly", retry_after=5.0)
+            planned = sum(self._planned.values())
+            if planned + queries > self.max_planned:
+                raise EngineBusyError(f"the open jobs on this server plan {planned:,} queries, and it gates at most "
+                                      f"{self.max_planned:,} at once: {close}, or retry shortly", retry_after=5.0)
+            self._planned[owner] += queries
+            self._reserved_jobs += 1
+
+    def cancel(self, owner: str, queries: int) -> None:
+        """Gives back what :meth:`reserve` admitted, for a job that was not declared."""
+        with self._lock:
+            self._reserved_jobs -= 1
+            self._release(owner, queries)
+
+    def add(self, owner: str, job: Job) -> int:
+        """Registers the declared ``job`` that :meth:`reserve` admitted; returns its number."""
+        with self._lock:
+            self._reserved_jobs -= 1
             number = next(self._numbers)
             self._jobs[number] = DeclaredJob(owner, job, time.monotonic())
             return number
@@ -92,7 +132,18 @@ class JobRegistry:
         with self._lock:
             found = self._find(number, owner)
             del self._jobs[number]
+            self._release(owner, found.job.queries)
         found.job.close()
+
+    def planned(self, owner: str) -> int:
+        """Queries planned by ``owner``'s open (and admitted) jobs."""
+        with self._lock:
+            return self._planned[owner]
+
+    def _release(self, owner: str, queries: int) -> None:
+        self._planned[owner] -= queries
+        if self._planned[owner] <= 0:
+            del self._planned[owner]
 
     def _find(self, number: int, owner: str) -> DeclaredJob:
         found = self._jobs.get(number)
@@ -105,7 +156,9 @@ class JobRegistry:
     def _expire(self) -> None:
         now = time.monotonic()
         for number in [n for n, j in self._jobs.items() if now - j.last_used > self.idle_seconds]:
-            self._jobs.pop(number).job.close()
+            gone = self._jobs.pop(number)
+            self._release(gone.owner, gone.job.queries)
+            gone.job.close()
 
 
 def owner_of(request: Request, limits: Limits, backend: Backend) -> str:
@@ -138,7 +191,14 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
             return declare(engine, [(datasets[name].field_store(field), steps_read(datasets[name], field, t, temporal))
                                     for name, field, t, temporal in plan])
 
-        number = registry.add(owner_of(request, limits, backend), await backend.run(declared))
+        owner = owner_of(request, limits, backend)
+        registry.reserve(owner, len(plan))
+        try:
+            job = await backend.run(declared)
+        except BaseException:
+            registry.cancel(owner, len(plan))
+            raise
+        number = registry.add(owner, job)
         answer: dict[str, Any] = {"job": number, "queries": len(plan), "scheduled": engine is not None,
                                   "idle_timeout_seconds": registry.idle_seconds}
         if engine is None:

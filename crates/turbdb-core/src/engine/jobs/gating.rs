@@ -1,7 +1,7 @@
 //! Job-aware gating (Wang et al. §IV-B, Figs. 3–5). A job is an ordered sequence of queries
 //! whose data regions (field and time steps) are known ahead; its queries are handed in one
 //! after the other. When a job is declared it is aligned with every job still running
-//! ([`align`]) and the aligned pairs that share data become *gating edges*: a query with
+//! ([`align_matches`]) and the aligned pairs that share data become *gating edges*: a query with
 //! gating edges is held (READY) until every query it is gated with has been handed in too,
 //! and then they are released to the workload queues together, so one read of their atoms
 //! serves them all.
@@ -17,17 +17,24 @@ use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::jobs::alignment::align;
+use crate::engine::jobs::alignment::{align_matches, Matches};
 use crate::engine::jobs::contraction::Contraction;
 use crate::engine::jobs::partners::Partners;
 
 /// A job's number.
 pub type JobId = u64;
 
-/// Queries of a job that are aligned with other jobs: the alignment costs `n × m` cells on
-/// the engine's thread (4 MB and a few milliseconds at this size), so a longer job is
-/// gated over its first queries only and runs the rest ungated.
+/// Queries of a job that are aligned with other jobs: each alignment costs `n × m / 64`
+/// words on the engine's thread, and each aligned query is a node of the deadlock check,
+/// so a longer job is gated over its first queries only and runs the rest ungated.
 pub const MAX_ALIGNED_QUERIES: usize = 1024;
+
+/// Edges a new job's query makes to queries it is gated with through others already.
+/// One edge joins it to a group as well as many, but spare ones keep the group whole when
+/// a member's job closes or lets go. Without a bound n jobs in step had n − 1 edges per
+/// query, and the deadlock check, which walks every edge when a job is declared, cost each
+/// declaration more with every job: 200 such jobs of 1 024 queries took 87 s to declare.
+pub const MAX_PARTNERS: usize = 8;
 
 /// The data a planned query reads: a field and its time steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +65,34 @@ impl Region {
                 .iter()
                 .any(|t| other.steps.binary_search(t).is_ok())
     }
+}
+
+/// Which of `mine` share data with which of `theirs`, each row made from the bitsets of
+/// its steps instead of comparing every pair of regions.
+fn shared(mine: &[Region], theirs: &[Region]) -> Matches {
+    let mut matches = Matches::new(mine.len(), theirs.len());
+    let words = matches.words();
+    let mut readers: FxHashMap<(u32, u32), Vec<u64>> = FxHashMap::default();
+    for (j, region) in theirs.iter().enumerate() {
+        for &t in &region.steps {
+            readers
+                .entry((region.field, t))
+                .or_insert_with(|| vec![0; words])[j / 64] |= 1 << (j % 64);
+        }
+    }
+    for (i, region) in mine.iter().enumerate() {
+        let row = matches.row_mut(i);
+        for found in region
+            .steps
+            .iter()
+            .filter_map(|&t| readers.get(&(region.field, t)))
+        {
+            row.iter_mut()
+                .zip(found)
+                .for_each(|(bits, more)| *bits |= more);
+        }
+    }
+    matches
 }
 
 /// The union of the regions' masks.
@@ -229,6 +264,9 @@ impl JobGraph {
             let graph = graph.as_mut().expect("built above");
             for (other, pairs) in pairings {
                 for (mine, theirs) in pairs {
+                    if self.crowded(id, mine) && graph.together((id, mine), (other, theirs)) {
+                        continue;
+                    }
                     if self.one_per_pair(id, mine, other, theirs)
                         && graph.try_join((id, mine), (other, theirs))
                     {
@@ -261,11 +299,10 @@ impl JobGraph {
             let from = job.submitted;
             let theirs = &job.plan[from.min(job.plan.len())..];
             let theirs = &theirs[..theirs.len().min(self.max_aligned)];
-            let pairs: Vec<(usize, usize)> =
-                align(mine, theirs.len(), |i, j| plan[i].shares(&theirs[j]))
-                    .into_iter()
-                    .map(|(i, j)| (i, j + from))
-                    .collect();
+            let pairs: Vec<(usize, usize)> = align_matches(&shared(&plan[..mine], theirs))
+                .into_iter()
+                .map(|(i, j)| (i, j + from))
+                .collect();
             if !pairs.is_empty() {
                 pairings.push((other, pairs));
             }
@@ -299,6 +336,12 @@ impl JobGraph {
             "one edge per query and job"
         );
         self.counters.edges += 1;
+    }
+
+    /// Whether a new job's query has [`MAX_PARTNERS`] edges already: then an edge to a
+    /// query it is already gated with through others is not added.
+    fn crowded(&self, job: JobId, index: usize) -> bool {
+        self.jobs[&job].edges[index].len() >= MAX_PARTNERS
     }
 
     /// Whether neither query has an edge to the other's job yet (at most one per pair).
@@ -922,6 +965,34 @@ mod tests {
     }
 
     #[test]
+    fn many_jobs_in_step_run_each_step_in_one_group_with_few_edges_per_query() {
+        // Twenty jobs over the same five steps: every query of a step is gated with all the
+        // others, each new one through MAX_PARTNERS edges, not one to each job before it.
+        let mut graph = JobGraph::new(true, 1e9);
+        let jobs: Vec<(JobId, usize)> = (0..20)
+            .map(|_| (graph.declare(plan(&[3, 1, 4, 1, 5]), 0.0), 5))
+            .collect();
+        for &(job, _) in &jobs {
+            assert!(graph.jobs[&job].edges.iter().all(|e| !e.is_empty()));
+        }
+        let spare: usize = (0..20).map(|k: usize| k.min(MAX_PARTNERS)).sum();
+        assert_eq!(graph.edges(), 5 * spare);
+        let groups = run(&mut graph, &jobs);
+        assert_eq!(groups.iter().map(Vec::len).collect::<Vec<_>>(), vec![20; 5]);
+        // Any job closed, even the first that every other is gated with: the others still
+        // go together, held by their spare edges.
+        for closed in [0, 1, 7, 19] {
+            let mut graph = JobGraph::new(true, 1e9);
+            let mut jobs: Vec<(JobId, usize)> = (0..20)
+                .map(|_| (graph.declare(plan(&[3, 1, 4, 1, 5]), 0.0), 5))
+                .collect();
+            graph.close(jobs.remove(closed).0);
+            let groups = run(&mut graph, &jobs);
+            assert_eq!(groups.iter().map(Vec::len).collect::<Vec<_>>(), vec![19; 5]);
+        }
+    }
+
+    #[test]
     fn without_gating_every_query_is_released_at_once() {
         let mut graph = JobGraph::new(false, 100.0);
         let j1 = graph.declare(plan(&[1, 2]), 0.0);
@@ -939,6 +1010,14 @@ mod tests {
         graph.insert(id, plan, 0.0);
         for (other, pairs) in pairings {
             for (mine, theirs) in pairs {
+                let together = graph.contracted(None).is_some_and(|(group, _)| {
+                    group
+                        .get(&(id, mine))
+                        .is_some_and(|g| group.get(&(other, theirs)) == Some(g))
+                });
+                if graph.crowded(id, mine) && together {
+                    continue;
+                }
                 if graph.one_per_pair(id, mine, other, theirs)
                     && graph
                         .contracted(Some(((id, mine), (other, theirs))))
