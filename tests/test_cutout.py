@@ -251,3 +251,32 @@ def test_a_cutout_read_into_a_callers_array_equals_the_returned_one_and_a_wrong_
     strided = np.empty(expected.shape[:2] + (2 * expected.shape[2], 3), dtype=np.float32)[:, :, ::2]
     with pytest.raises(turbdb.TurbdbError, match="contiguous"):
         store.cutout_into(2, axes, ranges, 1, strided)
+
+
+def test_a_zarr_output_never_empties_a_directory_it_did_not_write(fields, tmp_path):
+    db, _ = fields
+    cut = db["box"].cutout("pressure", time=0.0)
+    mine = tmp_path / "notes.zarr"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("keep me")
+    with pytest.raises(turbdb.InvalidRequestError, match="exists and is not a cutout written before"):
+        export.write(cut, mine)
+    # Nor a Zarr v3 store (a database is one; a cutout never writes one), nor a directory
+    # given as a file.
+    v3 = tmp_path / "v3.zarr"
+    v3.mkdir()
+    (v3 / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    with pytest.raises(turbdb.InvalidRequestError, match="not a cutout written before"):
+        export.write(cut, v3)
+    (tmp_path / "dir.npy").mkdir()
+    with pytest.raises(turbdb.InvalidRequestError, match="is a directory"):
+        export.write(cut, tmp_path / "dir.npy")
+    result = CliRunner().invoke(main, ["cutout", str(db.path), "box", "--field", "pressure", "--time", "0",
+                                       "--out", str(mine)])
+    assert result.exit_code != 0 and "would delete what it holds" in result.output
+    assert (mine / "thesis.tex").read_text() == "keep me"
+    # A cutout written before is replaced, as a file is.
+    again = tmp_path / "again.zarr"
+    export.write(cut, again)
+    export.write(cut * 2, again)
+    xarray.testing.assert_identical(xarray.open_zarr(again)["pressure"].load(), cut * 2)

@@ -41,10 +41,30 @@ def format_of(path: str | os.PathLike[str]) -> str:
     return suffix
 
 
+def check_target(path: str | os.PathLike[str]) -> str:
+    """The format of ``path`` (:func:`format_of`), if writing there loses nothing: a Zarr
+    output replaces the whole directory, so an existing one must be a Zarr store (one that
+    an earlier cutout wrote); a directory of anything else is refused, not emptied."""
+    suffix = format_of(path)
+    path = Path(path)
+    if suffix == ".zarr" and path.exists():
+        if not path.is_dir():
+            raise InvalidRequestError(f"{str(path)!r} is a file, and a Zarr output is a directory; remove it or "
+                                      "choose another name")
+        if not (path / ".zgroup").is_file() or (path / "zarr.json").exists():
+            raise InvalidRequestError(f"the directory {str(path)!r} exists and is not a cutout written before: "
+                                      "writing the Zarr store there would delete what it holds; remove it or choose "
+                                      "another name")
+    elif path.is_dir():
+        raise InvalidRequestError(f"{str(path)!r} is a directory; give a file name")
+    return suffix
+
+
 def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     """Writes ``cut`` to ``path`` in the format its ending names (:data:`FORMATS`); returns
-    the files written (two for HDF5 + XDMF)."""
-    suffix = format_of(path)
+    the files written (two for HDF5 + XDMF). An existing file is replaced; a directory that
+    is not a Zarr store written before is refused (:func:`check_target`)."""
+    suffix = check_target(path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix in (".nc", ".netcdf"):

@@ -84,7 +84,7 @@ def cutout(db_or_url: str, name: str, field: str, time_: float | None, ts: float
     """
     from .. import export
 
-    export.format_of(out)  # refuse an unknown ending before reading anything
+    export.check_target(out)  # refuse an unknown ending, or a directory it would empty, before reading anything
     ranges = {axis: _range(text, f"--{axis}") for axis, text in (("x", x), ("y", y), ("z", z))}
     dataset = database(db_or_url, token=token, progress=False if quiet else None)[name]
     times = stored_times(dataset.metadata.times, time_, ts, te, stridet)
