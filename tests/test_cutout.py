@@ -3,7 +3,9 @@ scipy's uniform filter and a brute-force mean), saved by turbdb.export and by `t
 as NetCDF, Zarr, HDF5 + XDMF and .npy and read back; the XDMF is checked element by element
 against what the XDMF model requires, and its HDF5 references are read with h5py."""
 
+import math
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -280,3 +282,19 @@ def test_a_zarr_output_never_empties_a_directory_it_did_not_write(fields, tmp_pa
     export.write(cut, again)
     export.write(cut * 2, again)
     xarray.testing.assert_identical(xarray.open_zarr(again)["pressure"].load(), cut * 2)
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("width", [1, 2, 3, 8])
+def test_the_nodes_a_cutout_reads_are_those_its_filter_windows_span(periodic, width):
+    from turbdb.cutout import _windows, nodes_read, output_shape
+
+    info = SimpleNamespace(grid=(16, 12, 20), periodic=(periodic,) * 3)
+    rng = np.random.default_rng(width)
+    for _ in range(50):
+        ranges = tuple(tuple(sorted(rng.choice(n, 2, replace=False).tolist())) for n in info.grid)
+        strides = tuple(int(s) for s in rng.integers(1, 6, 3))
+        expected = (math.prod(output_shape(ranges, strides)) if width == 1 else
+                    math.prod(w.hi - w.lo for w in (_windows(a, b, s, width, n, periodic)
+                                                    for (a, b), s, n in zip(ranges, strides, info.grid))))
+        assert nodes_read(info, ranges, strides, width) == expected

@@ -246,6 +246,27 @@ class Dataset:
         self.update_attrs(change)
         return result[0]
 
+    def drop_unwritten_times(self, keep: int) -> int:
+        """Removes the stored times after the first ``keep`` where no field has a step
+        written (an ingest that failed after appending its time); returns how many times
+        remain. Times with data in any field are kept."""
+        fields = self.info.fields.values()
+        written = max((max(f.steps_present, default=-1) for f in fields), default=-1)
+        remaining: list[int] = []
+
+        def change(attrs: dict[str, Any]) -> None:
+            times = np.asarray(attrs["times"], dtype=np.float64)
+            nt = max(keep, written + 1, 0)
+            if nt < len(times):
+                attrs["times"] = [float(t) for t in times[:nt]]
+                for field in attrs["fields"]:
+                    self._resize_field(field, nt)
+                write_coordinate(self.path, "time", times[:nt])
+            remaining.append(min(nt, len(times)))
+
+        self.update_attrs(change)
+        return remaining[0]
+
     def _resize_field(self, field: str, nt: int) -> None:
         path = self.path / field / ZARR_JSON
         document = read_json(path)

@@ -26,12 +26,25 @@ def is_plain_name(name: object) -> bool:
     return isinstance(name, str) and bool(NAME_PATTERN.match(name)) and ".." not in name
 
 
+#: Names a dataset's directory already holds beside its fields: the coordinate arrays and
+#: its own metadata. A field named ``x`` overwrote the x coordinate's metadata, and the
+#: dataset could no longer be read.
+RESERVED_FIELD_NAMES = ("x", "y", "z", "time", "zarr.json")
+
+
 def check_name(kind: str, name: str) -> str:
-    """Dataset and field names become directory names: keep them plain."""
+    """Dataset and field names become directory names: keep them plain, and off the names
+    of what the directories hold already (the database's and each dataset's ``zarr.json``,
+    a dataset's coordinate arrays)."""
     if not is_plain_name(name):
         raise InvalidRequestError(
             f"{kind} name {name!r} is not allowed: use a letter followed by up to 63 letters, digits, '_', '-' or '.'"
         )
+    reserved = RESERVED_FIELD_NAMES if kind == "field" else ("zarr.json",)
+    if name in reserved:
+        raise InvalidRequestError(f"{kind} name {name!r} is taken by the {'dataset' if kind == 'field' else 'database'}'s "
+                                  f"own {'metadata' if name == 'zarr.json' else 'coordinate array ' + repr(name)}; "
+                                  f"choose another, e.g. {name.split('.')[0]}_{kind}")
     return name
 
 
@@ -175,7 +188,9 @@ class DatasetInfo:
             f"  grid        {nx} x {ny} x {nz}   spacing {', '.join(f'{d:.6g}' for d in self.spacing)}",
             f"  origin      {', '.join(f'{o:.6g}' for o in self.origin)}   periodic {', '.join('xyz'[i] for i, p in enumerate(self.periodic) if p) or 'none'}",
         ]
-        if self.nt:
+        if self.nt == 1:
+            lines.append(f"  times       1 step, t = {format_time(self.times[0])}")
+        elif self.nt:
             dt = f"dt {format_time(self.dt)}" if self.dt is not None else "non-uniform"
             lines.append(f"  times       {self.nt} steps, t = {format_time(self.times[0])} … {format_time(self.times[-1])} ({dt})")
         lines.append(f"  storage     atoms {self.atom}³, partitions {self.partition}³ (Zarr v3 shards)")

@@ -76,7 +76,55 @@ def test_a_step_with_nan_is_refused_naming_the_input_and_nothing_is_lost(tmp_pat
     np.save(paths[1], data)
     with pytest.raises(turbdb.InvalidRequestError, match=r"step001.npy.*NaN"):
         ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
-    assert turbdb.open(tmp_path / "db")["run"].info.steps_present("velocity") == [0]
+    info = turbdb.open(tmp_path / "db")["run"].info
+    assert info.steps_present("velocity") == [0]
+    assert info.nt == 1, "the time appended for the refused step stays behind, holding no data"
+
+
+def test_a_first_ingest_that_fails_leaves_no_dataset_behind_and_the_corrected_one_works(tmp_path):
+    paths = write_inputs(tmp_path / "in", 1)
+    broken = tmp_path / "broken.npy"
+    np.save(broken, np.full((40, 20, 16, 3), np.nan, dtype=np.float32))
+    with pytest.raises(turbdb.InvalidRequestError, match="NaN"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", [broken], quiet=True)
+    assert not (tmp_path / "db" / "run").exists()
+    with pytest.raises(turbdb.InvalidRequestError, match="--t0 must be a finite number"):
+        ingest_inputs(tmp_path / "db", "run", "velocity", paths, t0=float("nan"), quiet=True)
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)  # the grid of the good input
+    assert turbdb.open(tmp_path / "db")["run"].info.grid == (16, 20, 24)
+
+
+@pytest.mark.parametrize("field", ["x", "y", "z", "time", "zarr.json"])
+def test_a_field_named_as_a_coordinate_is_refused_and_the_dataset_stays_readable(tmp_path, field):
+    paths = write_inputs(tmp_path / "in", 1)
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
+    scalar = write_inputs(tmp_path / "s", 1, shape=(24, 20, 16))
+    with pytest.raises(turbdb.InvalidRequestError, match="is taken by the dataset's own"):
+        ingest_inputs(tmp_path / "db", "run", field, scalar, quiet=True)
+    with pytest.raises(turbdb.InvalidRequestError, match="is taken"):
+        ingest_inputs(tmp_path / "db", "fresh", field, scalar, quiet=True)
+    with pytest.raises(turbdb.InvalidRequestError, match="is taken by the database's own metadata"):
+        ingest_inputs(tmp_path / "db", "zarr.json", "velocity", paths, quiet=True)
+    run = turbdb.open(tmp_path / "db")["run"]
+    np.testing.assert_array_equal(run.cutout("velocity", time=0.0).values, np.load(paths[0]))
+
+
+def test_options_for_a_new_dataset_must_agree_when_appending(tmp_path):
+    paths = write_inputs(tmp_path / "in", 3)
+    db = tmp_path / "db"
+    ingest_inputs(db, "run", "velocity", paths[:1], spacing=(1.0, 1.0, 1.0), units="m/s", dt=0.25, quiet=True)
+    for given, value in [("spacing", (2.0, 1.0, 1.0)), ("origin", (1.0, 0.0, 0.0)), ("periodic", (False,) * 3),
+                         ("t0", 5.0), ("units", "km/s")]:
+        with pytest.raises(turbdb.InvalidRequestError, match=f"--{given} .* does not match"):
+            ingest_inputs(db, "run", "velocity", paths[1:2], given={given}, **{given: value}, quiet=True)
+    # Agreeing ones are fine; unset ones are not compared; a dataset of one time remembers
+    # the --dt its ingest was given.
+    ingest_inputs(db, "run", "velocity", paths[1:2], spacing=(1.0, 1.0, 1.0), units="m/s", quiet=True,
+                  given={"spacing", "units", "periodic", "t0"})
+    ingest_inputs(db, "run", "velocity", paths[2:], origin=(7.0, 7.0, 7.0), quiet=True)
+    info = turbdb.open(db)["run"].info
+    np.testing.assert_allclose(info.times, [0.0, 0.25, 0.5])
+    assert info.origin == (0.0, 0.0, 0.0) and info.fields["velocity"].units == "m/s"
 
 
 def _journal_next(dataset_dir):

@@ -167,6 +167,7 @@ BAD_REQUESTS = [
     ("too many points for the token", "post", QUERY, V, {"json": {"points": np.zeros((101, 3)).tolist()}}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "batches of at most 100"),
     ("oversized body", "post", QUERY, V, {"content": b"[" + b" " * 2_000_000 + b"]"}, {}, 413, "LimitExceededError", "bytes"),
     ("cutout above the limit", "post", "/v1/datasets/trig/cutout", V, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "nodes"),
+    ("filter reads above the limit", "post", "/v1/datasets/trig/cutout", {**V, "x": "0,4", "y": "0,4", "z": "0,4", "filter_width": 3}, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "asks for 216 nodes read by the box filter"),
     ("wrong token", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": "Bearer guess"}, 401, "AccessDeniedError", "not recognised"),
     ("token for another dataset", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": f"Bearer {OTHER_ONLY}"}, 403, "AccessDeniedError", "may not read dataset 'trig'"),
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ..exceptions import TurbdbError
 from .group import main
@@ -51,12 +52,12 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 @click.option("--field", required=True, help="Field the inputs hold, e.g. velocity or pressure.")
 @format_options
 @click.option("--axes", default=None, help="Axis letters of the input array as read (t z y x c), e.g. czyx; default zyxc (C) or xyzc (F).")
-@click.option("--dt", type=float, default=None, help="Time between appended steps (default: the dataset's, or 1).")
-@click.option("--t0", type=float, default=0.0, show_default=True, help="Time of the first step of a new dataset.")
+@click.option("--dt", type=float, default=None, help="Time between appended steps (default: the dataset's; for a dataset of one time, the --dt its ingest was given; else 1).")
+@click.option("--t0", type=float, default=0.0, show_default=True, help="New dataset: time of its first step.")
 @click.option("--spacing", default=None, help="New dataset: grid spacing dx,dy,dz (default 2π/n: the box [0, 2π)³).")
 @click.option("--origin", default="0,0,0", show_default=True, help="New dataset: position of the first node x,y,z.")
 @click.option("--periodic", default="xyz", show_default=True, help="New dataset: periodic axes, e.g. xyz, xz or none.")
-@click.option("--units", default="", help="Units of the field, e.g. m/s.")
+@click.option("--units", default="", help="New field: units of the field, e.g. m/s.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str | None, axes: str | None,
            dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str, quiet: bool,
@@ -71,11 +72,14 @@ def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str |
     """
     from ..ingest.pipeline import ingest_inputs
 
+    context = click.get_current_context()
+    given = {option for option in ("t0", "spacing", "origin", "periodic", "units")
+             if context.get_parameter_source(option) is not ParameterSource.DEFAULT}
     ingest_inputs(
         db, name, field, list(inputs),
         source_options={"format": fmt, "axes": axes, **input_options},
         dt=dt, t0=t0, spacing=xyz_floats(spacing, "--spacing"), origin=xyz_floats(origin, "--origin"),
-        periodic=periodic_axes(periodic), units=units, quiet=quiet,
+        periodic=periodic_axes(periodic), units=units, quiet=quiet, given=given,
     )
 
 

@@ -99,8 +99,9 @@ def periodic_axes(text: str) -> tuple[bool, bool, bool]:
     text = text.lower()
     if text == "none":
         return (False, False, False)
-    if not set(text) <= set("xyz"):
-        raise click.BadParameter(f"give the periodic axes as letters, e.g. xyz, xz or none; got {text!r}", param_hint="--periodic")
+    if not text or not set(text) <= set("xyz") or len(set(text)) < len(text):
+        raise click.BadParameter(f"give the periodic axes as letters, each once, e.g. xyz, xz or none; got {text!r}",
+                                 param_hint="--periodic")
     return tuple(a in text for a in "xyz")  # type: ignore[return-value]
 
 

@@ -5,6 +5,7 @@ time index, and is updated only after the step's shards are all in place."""
 from __future__ import annotations
 
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,19 +39,37 @@ def ingest_inputs(
     periodic: tuple[bool, bool, bool] = (True, True, True),
     units: str = "",
     quiet: bool = False,
+    given: set[str] | frozenset[str] = frozenset(),
 ) -> Dataset:
     """Appends every time step of ``inputs`` (in order) to ``field`` of dataset ``name``,
     creating the dataset or the field when missing. Steps already ingested from the same
-    unchanged input are skipped, so rerunning an interrupted ingest completes it."""
+    unchanged input are skipped, so rerunning an interrupted ingest completes it.
+
+    ``given``: which of ``t0``, ``spacing``, ``origin``, ``periodic`` and ``units`` the
+    caller set on purpose (the CLI: those on the command line). They describe a new dataset
+    (``units``: a new field); appending to an existing one, each must agree with what it
+    has, since it cannot change it."""
     check_name("dataset", name)
     check_name("field", field)
     if dt is not None and not (np.isfinite(dt) and dt > 0):
         raise InvalidRequestError(f"--dt must be a positive number, not {dt}")
+    if not np.isfinite(t0):
+        raise InvalidRequestError(f"--t0 must be a finite number, not {t0}")
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
     sources = open_sources([Path(p) for p in inputs], **options)
-    dataset = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic, units=units)
-    with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
-        return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet)
+    dataset, created = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic,
+                               units=units)
+    if not created:
+        _check_given(dataset, field, given, t0=t0, spacing=spacing, origin=origin, periodic=periodic, units=units)
+    try:
+        with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
+            return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet)
+    except BaseException:
+        # A dataset this call created and could not store a step in is removed again, so that
+        # the corrected command starts afresh instead of meeting a dataset of the wrong grid.
+        if created and not any(f.steps_present for f in dataset.info.fields.values()):
+            shutil.rmtree(dataset.path, ignore_errors=True)
+        raise
 
 
 def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, dt: float | None, t0: float,
@@ -58,6 +77,13 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     """Appends the steps of ``sources`` not yet in the journal (the caller holds the writer lock)."""
     _remove_stale_temporaries(dataset.path / field)
     journal = _journal(dataset, field)
+    if dt is not None:
+        info = dataset.metadata
+        if info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=0):
+            tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform")
+        journal["dt"] = dt  # kept, so that a later ingest without --dt steps on by it
+    if dt is None and dataset.metadata.dt is None:  # a single time (or none) has no dt of its own
+        dt = journal.get("dt")
     todo = [(s, r) for s in sources for r in s.refs() if r.ident() not in journal["done"]]
     total = sum(s.n_steps for s in sources)
     say = (lambda line: None) if quiet else tqdm.write
@@ -77,10 +103,14 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
             if i + 1 < len(todo):
                 upcoming = reader.submit(_read, *todo[i + 1])
             t = journal["next"]
+            stored_times = dataset.metadata.nt
             _ensure_time(dataset, t, dt, t0)
             try:
                 dataset.write(field, t, data)
             except TurbdbError as e:
+                # Refused (a NaN, a full disk): the time appended for it goes again. An
+                # interrupted write keeps it, and the rerun rewrites the step there.
+                dataset.drop_unwritten_times(stored_times)
                 raise type(e)(f"{_describe(ref)}: {e}") from None
             journal["next"] = t + 1
             journal["done"][ref.ident()] = t
@@ -101,8 +131,9 @@ def _describe(ref: StepRef) -> str:
 
 
 def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, origin: Any,
-            periodic: Any, units: str) -> Dataset:
-    """The dataset to append to: existing (checked against the input) or new."""
+            periodic: Any, units: str) -> tuple[Dataset, bool]:
+    """The dataset to append to, existing (checked against the input) or new, and whether
+    it is new."""
     try:
         dataset = open_db(db)[name]
     except (UnknownNameError, OSError):
@@ -110,7 +141,7 @@ def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, or
             db, name, grid=source.grid, spacing=spacing, origin=origin or (0.0, 0.0, 0.0), periodic=periodic,
             times=[], fields={field: {"ncomp": source.ncomp, "units": units}},
             provenance={"generator": "turbdb ingest"},
-        )
+        ), True
     info = dataset.info
     if info.grid != source.grid:
         raise FormatError(
@@ -123,7 +154,36 @@ def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, or
             f"{source.path} holds {source.ncomp} component(s) but field {field!r} of {name!r} has "
             f"{info.fields[field].ncomp}; check --field or --axes"
         )
-    return dataset
+    return dataset, False
+
+
+def _check_given(dataset: Dataset, field: str, given: set[str] | frozenset[str], **values: Any) -> None:
+    """Refuses an option for a new dataset (or field) that disagrees with the existing one:
+    silently ignored, it left the user believing the data had the spacing they gave."""
+    info = dataset.metadata
+    has = {"spacing": tuple(info.spacing), "origin": tuple(info.origin), "periodic": tuple(info.periodic),
+           "t0": float(info.times[0]) if info.nt else None,
+           "units": info.fields[field].units if field in info.fields else None}
+    for option in sorted(given):
+        value, existing = values[option], has[option]
+        if existing is None:  # no times yet, or a field this call adds: nothing to disagree with
+            continue
+        same = (np.allclose(value, existing, rtol=1e-12, atol=0) if option in ("spacing", "origin", "t0")
+                else tuple(value) == existing if option == "periodic" else value == existing)
+        if not same:
+            what = "field" if option == "units" else "dataset"
+            raise InvalidRequestError(
+                f"--{option} {_option_text(option, value)} does not match the {_option_text(option, existing)} of "
+                f"{what} {field if option == 'units' else dataset.name!r}: it describes a new {what}, and appending "
+                f"cannot change it; leave --{option} out, or ingest into a new dataset")
+
+
+def _option_text(option: str, value: Any) -> str:
+    if option == "periodic":
+        return "".join(a for a, p in zip("xyz", value) if p) or "none"
+    if option in ("spacing", "origin"):
+        return ",".join(f"{v:g}" for v in value)
+    return repr(value) if option == "units" else f"{value:g}"
 
 
 def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
@@ -131,7 +191,8 @@ def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
     was filled by other means continues after its last written step."""
     entry = dataset._attrs().get(JOURNAL_KEY, {}).get(field)
     if entry is not None:
-        return {"next": int(entry["next"]), "done": dict(entry["done"])}
+        return {"next": int(entry["next"]), "done": dict(entry["done"]),
+                **({"dt": float(entry["dt"])} if entry.get("dt") is not None else {})}
     present = dataset.info.steps_present(field)
     return {"next": present[-1] + 1 if present else 0, "done": {}}
 

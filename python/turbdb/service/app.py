@@ -200,7 +200,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         strides, width = parse_strides(stride), as_filter_width(filter_width)
         plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, strides=strides, filter_width=width,
                                                       chunk_bytes=backend.cutout_chunk_bytes, **ranges))
-        limits.check_points(plan.nodes, "nodes")
+        limits.check_points(plan.nodes_read, "nodes" if width == 1 else "nodes read by the box filter")
         backend.metrics.points.labels("cutout").inc(plan.nodes)
         return await cutouts.respond(backend, plan, fmt)
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 from starlette.responses import StreamingResponse
 
-from ..cutout import check_box, check_filter, output_shape, read_box, time_index
+from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
 from ..exceptions import UnknownNameError
 from .backend import Backend
@@ -34,6 +34,11 @@ class CutoutPlan:
     def nodes(self) -> int:
         nz, ny, nx, _ = self.shape
         return nz * ny * nx
+
+    @property
+    def nodes_read(self) -> int:
+        """The nodes read: more than :attr:`nodes` with a box filter."""
+        return nodes_read(self.dataset.metadata, self.ranges, self.strides, self.filter_width)
 
     def slabs(self) -> list[tuple[int, int]]:
         """z ranges of the slabs, each ``planes_per_slab`` output planes."""

@@ -15,7 +15,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from ..cutout import as_filter_width
+from ..cutout import as_filter_width, nodes_read
 from ..jhtdb.cutout import attributes, check_request, giverny_cutout
 from .backend import Backend
 
@@ -47,7 +47,9 @@ def router(backend: Backend) -> APIRouter:
         width = as_filter_width(filter_width)
         nodes = int(np.prod([len(range(a - 1, b, s)) for (a, b), s in zip(space, strides[:3])]))
         steps = len(range(int(time_range[0]), int(time_range[1]) + 1, int(strides[3])))
-        limits.check_points(nodes * steps, "nodes × times")
+        read = nodes_read(ds.metadata, tuple((int(a) - 1, int(b)) for a, b in space),
+                          tuple(int(s) for s in strides[:3]), width)
+        limits.check_points(read * steps, "nodes × times" if width == 1 else "nodes read by the box filter × times")
 
         def answer() -> bytes:
             result = giverny_cutout(ds, function, space, time_range, strides, width)
