@@ -105,6 +105,8 @@ def test_creating_twice_needs_overwrite(tmp_path):
         (dict(grid=(8, 8)), "three positive integers"),
         (dict(grid=(0, 8, 8)), "three positive integers"),
         (dict(spacing=(1, 0, 1)), "positive"),
+        (dict(spacing=(1e-320, 1, 1)), "at least 2.23e-308"),
+        (dict(spacing=(1e308, 1, 1), origin=(1e308, 0, 0)), "beyond the largest number"),
         (dict(times=[0, 1, 1]), "strictly increasing"),
         (dict(times=[0, np.nan]), "finite"),
         (dict(fields={}), "at least one field"),

@@ -2,6 +2,7 @@
 step, most queries small and concentrated), written and read back exactly, and replayed
 from the command line through a node engine with every query answered."""
 
+import dataclasses
 import json
 import os
 import time
@@ -50,7 +51,8 @@ def test_on_a_long_dataset_a_few_per_cent_of_jobs_track_particles_over_100_steps
     from types import SimpleNamespace
 
     info = SimpleNamespace(origin=(0.0, 0.0, 0.0), spacing=(0.1, 0.1, 0.1), grid=(64, 64, 64),
-                           periodic=(True, True, True), times=np.arange(300) * 0.01)
+                           periodic=(True, True, True), times=np.arange(300) * 0.01,
+                           fields={"velocity": SimpleNamespace(steps_present=tuple(range(300)))})
     trace = generate(info, dataset="long", jobs=1000, duration=100.0, seed=5)
     steps: dict[int, list[float]] = {}
     for q in trace:
@@ -133,6 +135,41 @@ def test_the_replay_command_says_what_is_wrong_with_its_arguments(small_db, tmp_
     assert not_an_address.exit_code == 2 and "expected an address such as http://" in not_an_address.output
     bad_size = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), "--cache-bytes", "4 parsecs"])
     assert bad_size.exit_code == 2 and "4GiB" in bad_size.output and "'4 parsecs'" in bad_size.output
+    for option, value in [("--speedup", "nan"), ("--speedup", "0")]:
+        refused = runner.invoke(main, ["workload", "replay", str(trace), str(small_db), option, value])
+        assert refused.exit_code == 2 and "--speedup" in refused.output, refused.output
+    for value in ("nan", "inf"):
+        refused = runner.invoke(main, ["workload", "generate", str(small_db), "box", "--out", str(tmp_path / "t"),
+                                       "--duration", value])
+        assert refused.exit_code == 2 and "not a finite number" in refused.output, refused.output
+
+
+def test_a_replay_whose_queries_fail_says_why_and_exits_non_zero(small_db, tmp_path):
+    from click.testing import CliRunner
+
+    trace = tmp_path / "trace.jsonl"
+    queries = generate(turbdb.open(small_db)["box"].info, dataset="box", jobs=4, duration=1.0, seed=2)
+    write_trace(trace, [dataclasses.replace(q, field="magnetic") for q in queries])
+    ran = CliRunner().invoke(main, ["workload", "replay", str(trace), str(small_db)])
+    assert ran.exit_code == 1, ran.output
+    assert "failed: " in ran.stderr and "UnknownNameError" in ran.stderr and "magnetic" in ran.stderr
+    report = json.loads(CliRunner().invoke(main, ["workload", "replay", str(trace), str(small_db), "--json"]).stdout)
+    assert report["failed"] == sum(report["failures"].values()) > 0
+
+
+def test_a_trace_asks_only_for_written_steps_and_its_records_are_bounded(tmp_path):
+    ds = turbdb.create_dataset(tmp_path, "gappy", grid=(16, 16, 16), times=[0.0, 0.1, 0.2], fields={"velocity": 3})
+    with pytest.raises(turbdb.InvalidRequestError, match="no written step of 'velocity'"):
+        generate(ds.info, dataset="gappy", jobs=5, seed=0)
+    ds.write("velocity", 1, np.ones((16, 16, 16, 3), np.float32))
+    assert {q.time for q in generate(ds.info, dataset="gappy", jobs=50, seed=0)} == {0.1}
+    path = tmp_path / "t.jsonl"
+    good = generate(ds.info, dataset="gappy", jobs=1, seed=0)[0]
+    for bad, words in [({"count": 10**11}, "count must be"), ({"count": -5}, "count must be"),
+                       ({"arrival": float("nan")}, "arrival must be")]:
+        write_trace(path, [dataclasses.replace(good, **bad)])
+        with pytest.raises(turbdb.FormatError, match=words):
+            read_trace(path)
 
 
 def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):

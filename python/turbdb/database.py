@@ -23,7 +23,7 @@ from .exceptions import (
     DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
     UnknownNameError,
 )
-from .info import FORMAT_VERSION, check_axis_triplet, check_name, uniform_times
+from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -290,6 +290,7 @@ def create_dataset(
         spacing = tuple(2 * math.pi / n for n in grid_t)
     spacing_t = check_axis_triplet("spacing", spacing, positive=True)
     origin_t = check_axis_triplet("origin", origin)
+    check_extent(grid_t, spacing_t, origin_t)
     if len(tuple(periodic)) != 3:
         raise InvalidRequestError(f"periodic must be three booleans (x, y, z), not {periodic!r}")
     for side, label in ((atom, "atom"), (partition, "partition")):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -240,4 +241,16 @@ def check_axis_triplet(kind: str, value: Any, positive: bool = False) -> tuple[f
         raise InvalidRequestError(f"{kind} must be three finite numbers (x, y, z), not {value!r}")
     if positive and min(triple) <= 0:
         raise InvalidRequestError(f"{kind} must be positive, not {value!r}")
+    if positive and min(triple) < sys.float_info.min:  # subnormal: 1/spacing overflows
+        raise InvalidRequestError(f"{kind} must be at least {sys.float_info.min:.3g}, not {value!r}")
     return triple
+
+
+def check_extent(grid: tuple[int, int, int], spacing: tuple[float, float, float],
+                 origin: tuple[float, float, float]) -> None:
+    """Refuses a domain whose far end is not a finite number (origin 1e308, spacing 1e308):
+    its coordinates would be stored as infinities."""
+    for axis, n, d, o in zip("xyz", grid, spacing, origin):
+        if not math.isfinite(o + d * n):
+            raise InvalidRequestError(f"the domain along {axis} ends at {o:g} + {n} × {d:g}, beyond the largest "
+                                      "number: choose a smaller origin or spacing")

@@ -87,3 +87,21 @@ def test_a_regions_consecutive_steps_stay_together_and_spans_move_on():
 def test_a_dataset_with_one_shard_a_step_spreads_its_steps_over_workers():
     pmap = PartitionMap((1, 1, 1), virtual=24, span=1, name="isotropic64")
     assert len(set(pmap.virtual_of(np.arange(24), np.zeros(24, dtype=int)).tolist())) == 24
+
+
+def test_the_cli_says_when_the_workers_hold_fewer_copies_than_asked_and_refuses_a_bad_address(tmp_path):
+    import turbdb
+    from click.testing import CliRunner
+    from turbdb.cli import main
+
+    db = tmp_path / "db"
+    turbdb.create_dataset(db, "box", grid=(8, 8, 8), times=[0.0], fields={"velocity": 3})
+    runner = CliRunner()
+    asked = runner.invoke(main, ["cluster", "place", str(db), "--workers", "2", "--replicas", "5"])
+    assert asked.exit_code == 0 and "2 copies" in asked.stdout
+    assert "not the 5 asked for: the cluster survives 1 lost worker, not 4" in asked.stderr
+    default = runner.invoke(main, ["cluster", "place", str(db), "--workers", "1"])
+    assert default.exit_code == 0 and "asked for" not in default.stderr  # the default of 2 fits what there is
+    for address in ("garbage", "tcp://host-without-port"):
+        refused = runner.invoke(main, ["cluster", "status", str(db), "--scheduler", address])
+        assert refused.exit_code != 0 and "is not a Dask scheduler address" in refused.output, refused.output

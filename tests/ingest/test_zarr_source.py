@@ -102,3 +102,19 @@ def test_ident_of_a_store_changes_when_a_chunk_is_rewritten(tmp_path):
     # The store's top directory is untouched; only the chunk's time tells.
     os.utime(tmp_path / "u.zarr" / "c" / "2" / "0" / "0", ns=(2**60, 2**60))
     assert open_source(tmp_path / "u.zarr").refs()[0].ident() != before
+
+
+def test_a_damaged_chunk_is_a_format_error_and_an_absent_one_is_noted(tmp_path):
+    f = field()[0]
+    a = zarr.create_array(tmp_path / "u.zarr", shape=f.shape, dtype="f8", chunks=(1, 4, 5, 3))
+    a[...] = f
+    chunk = tmp_path / "u.zarr" / "c" / "1" / "0" / "0" / "0"
+    chunk.write_bytes(b"not zstd at all" * 4)
+    src = open_source(tmp_path / "u.zarr")
+    assert src.notes == ()
+    with pytest.raises(FormatError, match=r"could not decode step 0 of .*u\.zarr.*a chunk of it is damaged"):
+        src.read(src.refs()[0])
+    # An incomplete copy: zarr would read the absent chunk as zeros, without a word.
+    chunk.unlink()
+    (note,) = open_source(tmp_path / "u.zarr").notes
+    assert "1 of 3 chunks" in note and "fill value 0" in note and "copy is complete" in note

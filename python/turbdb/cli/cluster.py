@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ..exceptions import InvalidRequestError
 from .group import main
@@ -62,6 +63,16 @@ def cluster() -> None:
 
 
 #: The same for starting a cluster and for placing a database on one.
+def _fewer_copies(placed: int, asked: int) -> None:
+    """Says so when the workers could not hold the copies asked for (copies of a partition
+    go to distinct workers): the cluster then survives fewer lost workers than expected."""
+    if placed < asked and click.get_current_context().get_parameter_source("replicas") is not ParameterSource.DEFAULT:
+        click.echo(f"turbdb: note: {placed} worker{'s' if placed > 1 else ''} can hold {placed} cop"
+                   f"{'ies' if placed > 1 else 'y'} of a partition, not the {asked} asked for: the cluster survives "
+                   f"{placed - 1} lost worker{'s' if placed != 2 else ''}, not {asked - 1}; start more workers for more",
+                   err=True)
+
+
 _replicas = click.option("--replicas", type=click.IntRange(1, 8), default=2, show_default=True,
                          help="Copies of every partition, on distinct workers.")
 
@@ -106,6 +117,7 @@ def up(db: Path, workers: int | None, scheduler: str | None, replicas: int, data
               else f"node-local copies under {Path(next(iter(catalogue.slots.values()))).parent}")
     click.echo(f"turbdb: {len(catalogue.slots)} workers serve {db} ({layout}; {catalogue.replicas} copies of every "
                f"partition, {catalogue.virtual} virtual partitions)")
+    _fewer_copies(catalogue.replicas, replicas)
     click.echo(f"turbdb: scheduler {running.address}")
     if running.dashboard:
         click.echo(f"turbdb: dashboard {running.dashboard}")
@@ -160,6 +172,7 @@ def place(db: Path, workers: int | None, scheduler: str | None, replicas: int, d
             client.close()
     click.echo(f"turbdb: placed {db} on {len(slots)} workers ({catalogue.layout} layout, {catalogue.replicas} copies, "
                f"{catalogue.virtual} virtual partitions); catalogue {Catalogue.path_of(db)}")
+    _fewer_copies(catalogue.replicas, replicas)
     for slot, files in placed.items():
         click.echo(f"  worker {slot}: {files} files in {catalogue.slots[slot]}")
 

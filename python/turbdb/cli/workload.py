@@ -7,12 +7,28 @@ import contextlib
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..exceptions import InvalidRequestError
 from .group import main
 from .inputs import ByteSize, database, is_url
+
+
+class FiniteFloat(click.FloatRange):
+    """A float in a range that is a number: click's FloatRange lets nan through (every
+    comparison with it is false), and inf unless ``allow_inf``."""
+
+    def __init__(self, *args: Any, allow_inf: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allow_inf = allow_inf
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 @main.group()
@@ -27,7 +43,7 @@ def workload() -> None:
               help="Where to write the trace (JSON lines, one query a line).")
 @click.option("--field", default="velocity", show_default=True, help="Field the queries read.")
 @click.option("--jobs", type=click.IntRange(1), default=400, show_default=True, help="Jobs in the trace.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--duration", type=FiniteFloat(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds over which the jobs arrive (at speed-up 1).")
 @click.option("--regions", type=click.IntRange(1), default=6, show_default=True,
               help="Regions of interest that users share.")
@@ -57,7 +73,7 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 @click.option("--token", default=None, envvar="TURBDB_TOKEN",
               help="Token for a server (default: $TURBDB_TOKEN). Without one the server's anonymous rate limit "
                    "paces the replay, and the figures measure that limit.")
-@click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default="∞",
+@click.option("--speedup", type=FiniteFloat(min=0, min_open=True, allow_inf=True), default=math.inf, show_default="∞",
               help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
 @click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
               help="Concurrent clients sending the jobs' queries (jobs under way at once).")
@@ -87,7 +103,6 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
     from ..database import open as open_db
     from ..workload import read_trace
     from ..workload import replay as run
-    from ..workload.replay import completion_text
 
     if (db_or_url is None) == (url is None):
         raise click.UsageError("give the database directory or the server's address as DB_OR_URL, or the address "
@@ -118,9 +133,21 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
             db.close()
     if as_json:
         click.echo(json.dumps(summary, indent=2))
-        return
+    else:
+        _print_report(summary, clients)
+    if summary["failed"]:
+        # After the report: a script that replays a trace learns from the status that the figures
+        # leave queries out, and why from the report.
+        raise SystemExit(1)
+
+
+def _print_report(summary: dict, clients: int) -> None:
+    from ..workload.replay import completion_text
+
     click.echo(f"{summary['queries']} queries ({summary['failed']} failed) in {summary['seconds']:.2f} s: "
                f"{summary['queries_per_second']:.1f} queries/s, {summary['points_per_second']:.0f} points/s")
+    for reason, count in summary["failures"].items():
+        click.echo(f"  failed: {count} × {reason}", err=True)
     for size, r in summary["response"].items():
         click.echo(f"  {size:>6}: {r['count']} queries, response p50 {r['p50'] * 1e3:.1f} ms, "
                    f"p95 {r['p95'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms")

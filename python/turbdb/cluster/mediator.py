@@ -45,11 +45,26 @@ def connect_client(cluster: str | Client) -> Client:
     if not isinstance(cluster, str):
         raise InvalidRequestError(f"cluster must be a scheduler address (tcp://HOST:PORT) or a dask.distributed."
                                   f"Client, not {type(cluster).__name__}")
+    _check_address(cluster)
     try:
         return Client(cluster, timeout=CONNECT_SECONDS, direct_to_workers=True, set_as_default=False)
     except (OSError, TimeoutError) as e:
         raise ServiceError(f"cannot reach the Dask scheduler at {cluster} ({type(e).__name__}: {e}); is "
                            "`turbdb cluster up` running, and is this its address?") from None
+
+
+def _check_address(address: str) -> None:
+    """Refuses what is not a scheduler address before a Client is made of it: one made of
+    'garbage' failed deep in distributed, then hung 20 s closing itself."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme != "inproc":
+            parse_host_port(location)
+    except ValueError as e:
+        raise InvalidRequestError(f"{address!r} is not a Dask scheduler address ({e}); give tcp://HOST:PORT, e.g. "
+                                  "tcp://127.0.0.1:8786, as `turbdb cluster up` prints it") from None
 
 
 class ClusterDatabase(Database):

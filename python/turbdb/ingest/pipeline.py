@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ def ingest_inputs(
         raise InvalidRequestError(f"--t0 must be a finite number, not {t0}")
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
     sources = open_sources([Path(p) for p in inputs], **options)
+    for note in (note for source in sources for note in source.notes):
+        tqdm.write(f"note: {note}", file=sys.stderr)
     dataset, created = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic,
                                units=units)
     if not created:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from turbdb.exceptions import FormatError, InvalidRequestError, StorageError
+from turbdb.exceptions import FormatError, InvalidRequestError, StorageError, TurbdbError
 from turbdb.ingest.axes import Layout
 
 __all__ = ["ArraySource", "MemmapSource", "Source", "StepRef", "fingerprint", "float_dtype"]
@@ -50,6 +50,8 @@ class Source(ABC):
     ncomp: int
     dtype: np.dtype
     n_steps: int
+    #: What the user should know about the input before it is stored (printed by the ingest).
+    notes: tuple[str, ...] = ()
 
     @abstractmethod
     def refs(self) -> list[StepRef]:
@@ -136,6 +138,13 @@ class ArraySource(Source):
             raise StorageError(
                 f"could not read step {ref.index} of {self.path}: {e}; check that the file "
                 "is complete and readable"
+            ) from e
+        except (MemoryError, TurbdbError):
+            raise
+        except Exception as e:  # a codec's error on a damaged chunk (zstd, zlib, blosc …): a traceback before
+            raise FormatError(
+                f"could not decode step {ref.index} of {self.path} ({type(e).__name__}: {e}); a chunk of it is "
+                "damaged: copy the file again from where it was written"
             ) from e
         return self.layout.to_zyxc(blocks, self.dtype)
 

@@ -13,7 +13,7 @@ import math
 import queue
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,6 +77,12 @@ class ReplayReport:
     def failed(self) -> int:
         return len(self.log) - self.queries
 
+    def failures(self, most: int = 5) -> dict[str, int]:
+        """Why queries failed: the most common errors (a wrong answer is one), with how many
+        queries each failed."""
+        reasons = Counter(a.error or "wrong answer" for a in self.log if not a.ok)
+        return dict(reasons.most_common(most))
+
     @property
     def response(self) -> dict[str, list[float]]:
         """Response times (s, from sending to the answer) of the answered queries by size class."""
@@ -125,6 +131,7 @@ class ReplayReport:
         response = self.response
         return {
             "queries": self.queries, "points": self.points, "seconds": self.seconds, "failed": self.failed,
+            "failures": self.failures(),
             "queries_per_second": self.queries_per_second, "points_per_second": self.points_per_second,
             "response": {
                 c: {"count": len(response[c]), "p50": self.percentile(c, 50),
@@ -181,9 +188,9 @@ def replay(
     query sent when the previous one's future is done), so that, through a node engine in
     this process, the clients' threads take no CPU from it, as remote clients would not."""
     if not (speedup > 0):
-        raise ValueError(f"speedup must be positive, not {speedup!r}")
+        raise InvalidRequestError(f"speedup must be positive, not {speedup!r}")
     if clients < 1:
-        raise ValueError(f"clients must be at least 1, not {clients!r}")
+        raise InvalidRequestError(f"clients must be at least 1, not {clients!r}")
     if driver not in DRIVERS:
         raise ValueError(f"driver must be one of {', '.join(DRIVERS)}, not {driver!r}")
     by_job: dict[int, list[Query]] = defaultdict(list)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import FormatError
+from ..exceptions import FormatError, InvalidRequestError
 
 #: Shares of jobs by kind: one time step, a few consecutive steps, many steps (tracking).
 SINGLE_STEP, FEW_STEPS = 0.88, 0.08
@@ -76,7 +77,12 @@ def generate(
     lo = np.asarray(info.origin, dtype=float)
     extent = np.asarray(info.spacing, dtype=float) * np.asarray(info.grid)
     spacing = float(min(info.spacing))
-    times = np.asarray(info.times, dtype=float)
+    # Only the written steps: a trace that asks for a time whose step is missing measures errors.
+    written = info.fields[field].steps_present if field in info.fields else ()
+    if not written:
+        raise InvalidRequestError(f"dataset {dataset!r} has no written step of {field!r} to query; ingest or "
+                                  "simulate some first")
+    times = np.asarray(info.times, dtype=float)[list(written)]
     nt = len(times)
     hot = lo + rng.uniform(0.1, 0.9, (regions, 3)) * extent
     # Popular steps: Zipf-like weights over a random order of the steps.
@@ -88,7 +94,7 @@ def generate(
     for job, arrival in enumerate(arrivals):
         kind = rng.uniform()
         first = int(rng.choice(nt, p=step_weights))
-        if kind < SINGLE_STEP:
+        if kind < SINGLE_STEP or nt == 1:
             steps = [first] * int(rng.integers(1, 4))
         elif kind < SINGLE_STEP + FEW_STEPS:
             length = int(rng.integers(2, min(6, nt) + 1))
@@ -157,6 +163,10 @@ def write_trace(path: str | os.PathLike[str], queries: Iterable[Query]) -> int:
     return count
 
 
+#: Points one query of a trace may draw (draw_points makes them all at once: 240 MB here).
+MAX_TRACE_POINTS = 10_000_000
+
+
 def read_trace(path: str | os.PathLike[str]) -> list[Query]:
     """Reads a trace written by :func:`write_trace`, in arrival order."""
     queries = []
@@ -170,7 +180,13 @@ def read_trace(path: str | os.PathLike[str]) -> list[Query]:
                 raise ValueError(f"expected the keys {sorted(names)}")
             if record["region"] is not None:
                 record["region"] = tuple(record["region"])
-            queries.append(Query(**record))
+            query = Query(**record)
+            if not (isinstance(query.count, int) and 1 <= query.count <= MAX_TRACE_POINTS):
+                raise ValueError(f"count must be a whole number of points from 1 to {MAX_TRACE_POINTS:,}, "
+                                 f"not {query.count!r}")
+            if not (isinstance(query.arrival, (int, float)) and math.isfinite(query.arrival) and query.arrival >= 0):
+                raise ValueError(f"arrival must be a number of seconds from 0, not {query.arrival!r}")
+            queries.append(query)
         except (ValueError, TypeError) as e:
             raise FormatError(f"{path}, line {number}: not a trace record ({e})") from None
     return sorted(queries, key=lambda q: (q.arrival, q.job, q.index))

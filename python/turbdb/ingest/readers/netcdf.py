@@ -74,10 +74,13 @@ class NetcdfSource(ArraySource):
 
         try:
             # Times are not needed and decoding them can fail on exotic calendars.
+            # A plain HDF5 file read as netCDF has unnamed dimensions: name them without h5netcdf's
+            # warning about it, which it gave twice per file.
+            extra = {"phony_dims": "access"} if self._engine == "h5netcdf" else {}
             return xr.open_dataset(
-                path, engine=self._engine, decode_times=False, decode_timedelta=False, cache=False
+                path, engine=self._engine, decode_times=False, decode_timedelta=False, cache=False, **extra
             )
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, KeyError) as e:  # KeyError: h5py on a dangling link
             raise FormatError(
                 f"{path} could not be opened as netCDF ({e}); check the file, install netCDF4 "
                 "for netCDF-3 files, or pass format= if it is something else"

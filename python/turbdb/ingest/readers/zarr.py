@@ -102,6 +102,8 @@ class ZarrSource(ArraySource):
         )
         self.names = names
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
+        self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
+                           if a.nchunks_initialized < a.nchunks)
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
         import zarr
@@ -111,6 +113,22 @@ class ZarrSource(ArraySource):
             array = zarr.open_array(store=str(self.path), path=n, mode="r")
             blocks.append(np.asarray(array[key]))
         return blocks
+
+
+def _absent_chunks(name: str, array: zarr.Array) -> str:
+    """Zarr reads an absent chunk as the fill value, so an incomplete copy of a store reads
+    as valid data with blocks of zeros; a writer also leaves out chunks that hold only the
+    fill value, so it is said, not refused."""
+    missing = array.nchunks - array.nchunks_initialized
+    return (f"{missing:,} of {array.nchunks:,} chunks of {name} are absent and read as its fill value "
+            f"{_number(array.fill_value)}: if the store was copied, check that the copy is complete")
+
+
+def _number(value: object) -> str:
+    try:
+        return f"{float(value):g}"  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _cf_axis(group: zarr.Group, parent: str, dim: str | None) -> str | None:
