@@ -125,3 +125,24 @@ def test_netcdf_file_that_is_not_netcdf_is_a_format_error(tmp_path):
     (tmp_path / "a.nc").write_bytes(b"garbage" * 10)
     with pytest.raises(FormatError, match="could not be opened as netCDF"):
         open_source(tmp_path / "a.nc")
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF3_CLASSIC", "NETCDF3_64BIT"])
+@pytest.mark.parametrize("records", ["none", "one", "several"])
+def test_a_truncated_classic_file_is_refused_and_a_whole_one_is_not(tmp_path, fmt, records):
+    rng = np.random.default_rng(0)
+    dims = ("t", "z", "y", "x")
+    data = {name: (dims, rng.standard_normal((2, 3, 4, 5)).astype("f4")) for name in ("u", "v", "w")}
+    data["label"] = (("x",), np.arange(5, dtype="i2"))  # 10 bytes: padded in the header's sizes
+    if records == "one":
+        data = {"u": data["u"], "label": data["label"]}
+    path = tmp_path / "c.nc"
+    xr.Dataset(data).to_netcdf(path, format=fmt, engine="scipy",
+                               unlimited_dims=["t"] if records != "none" else None)
+    whole = path.read_bytes()
+    src = open_source(path, variables="u")
+    np.testing.assert_array_equal(src.read(src.refs()[1])[..., 0], data["u"][1][1])
+    for cut in (1, 4, 61, len(whole) // 3):
+        path.write_bytes(whole[:-cut])
+        with pytest.raises(FormatError, match=rf"c\.nc is truncated: .* the file has {len(whole) - cut:,} bytes"):
+            open_source(path, variables="u")

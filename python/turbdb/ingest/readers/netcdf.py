@@ -12,6 +12,7 @@ from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
 from turbdb.ingest.format_spec import Format
 from turbdb.ingest.readers.hdf5 import HDF5_SIGNATURE
+from turbdb.ingest.netcdf_classic import check_complete
 from turbdb.ingest.source import ArraySource, float_dtype
 from turbdb.ingest.variables import VARIABLES, choose_arrays
 
@@ -36,6 +37,7 @@ class NetcdfSource(ArraySource):
         self, path: Path, *, variables: list[str] | None = None, axes: str | None = None
     ) -> None:
         self._engine = _engine(path)
+        check_complete(path)
         with self._open(path) as ds:
             candidates = {str(n): (v.shape, v.dtype) for n, v in ds.data_vars.items()}
             names = choose_arrays(
