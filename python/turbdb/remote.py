@@ -348,7 +348,7 @@ class RemoteDataset:
         info = self._metadata
         ranges = box_ranges(info, x, y, z)
         shape = output_shape(ranges, strides)
-        pieces = list(batches.boxes(shape, self.database.limits.batch_points))
+        pieces = list(batches.boxes(shape, self.database.limits.batch_points, strides[::-1], width))
 
         def ask(t: float, box: Any) -> Any:
             params = {"field": field, "time": repr(t), "stride": ",".join(map(str, strides)), "format": "npy"}

@@ -87,24 +87,36 @@ def spans(total: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(total, start + size)) for start in range(0, total, max(1, size))] or [(0, 0)]
 
 
-def boxes(shape: tuple[int, int, int], limit: int) -> Iterator[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
-    """Sub-boxes of an output box ``(nz, ny, nx)``, as ``(z, y, x)`` output-index spans of at
-    most ``limit`` nodes each: whole planes when a plane fits, else whole rows, else pieces
-    of rows."""
+def boxes(shape: tuple[int, int, int], limit: int, strides: tuple[int, int, int] = (1, 1, 1),
+          width: int = 1) -> Iterator[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
+    """Sub-boxes of an output box ``(nz, ny, nx)``, as ``(z, y, x)`` output-index spans each
+    reading at most ``limit`` nodes on the server: whole planes when a plane fits, else whole
+    rows, else pieces of rows. ``strides`` are ``(z, y, x)``; with a box filter ``width``
+    nodes wide a span of n outputs reads (n − 1)·stride + width nodes, which the server
+    counts against the limit."""
+
+    def read(n: int, stride: int) -> int:
+        return n if width == 1 else (n - 1) * stride + width
+
+    def most(budget: int, stride: int) -> int:  # outputs whose reads fit in budget nodes
+        return max(1, budget if width == 1 else (budget - width) // stride + 1)
+
     nz, ny, nx = shape
+    sz, sy, sx = strides
+    row, one_z, one_y = read(nx, sx), read(1, sz), read(1, sy)
     if nz * ny * nx == 0:  # an empty box: one request, for the server to say what is wrong
         yield (0, nz), (0, ny), (0, nx)
-    elif nx * ny <= limit:
-        for z in spans(nz, limit // (nx * ny)):
+    elif row * read(ny, sy) * one_z <= limit:
+        for z in spans(nz, most(limit // (row * read(ny, sy)), sz)):
             yield z, (0, ny), (0, nx)
-    elif nx <= limit:
+    elif row * one_y * one_z <= limit:
         for z in range(nz):
-            for y in spans(ny, limit // nx):
+            for y in spans(ny, most(limit // (row * one_z), sy)):
                 yield (z, z + 1), y, (0, nx)
-    else:
+    else:  # pieces of rows (a single node whose filter reads more than the limit: the server says so)
         for z in range(nz):
             for y in range(ny):
-                for x in spans(nx, limit):
+                for x in spans(nx, most(limit // (one_y * one_z), sx)):
                     yield (z, z + 1), (y, y + 1), x
 
 

@@ -18,6 +18,8 @@ import httpx
 import numpy as np
 import pytest
 import xarray
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turbdb
 from turbdb.remote_batches import Pacer, boxes, spans
@@ -205,3 +207,16 @@ def test_boxes_and_spans_cover_the_work_exactly_within_the_limit():
             covered[z0:z1, y0:y1, x0:x1] += 1
         assert (covered == 1).all()
     assert spans(10, 4) == [(0, 4), (4, 8), (8, 10)] and spans(0, 4) == [(0, 0)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.tuples(*[st.integers(1, 12)] * 3), st.tuples(*[st.integers(1, 4)] * 3), st.integers(1, 7),
+       st.integers(1, 3000))
+def test_filtered_boxes_each_read_at_most_the_limit_and_cover_the_work_once(shape, strides, width, limit):
+    covered = np.zeros(shape, dtype=int)
+    for box in boxes(shape, limit, strides, width):
+        (z0, z1), (y0, y1), (x0, x1) = box
+        read = math.prod(k1 - k0 if width == 1 else (k1 - k0 - 1) * s + width for (k0, k1), s in zip(box, strides))
+        assert read <= limit or (z1 - z0, y1 - y0, x1 - x0) == (1, 1, 1) and width**3 > limit
+        covered[z0:z1, y0:y1, x0:x1] += 1
+    assert (covered == 1).all()
