@@ -162,6 +162,9 @@ def test_points_files_may_have_a_header_and_comments_and_say_what_is_wrong(tmp_p
         "comment.csv": "# points of run 7\n\n x , y , z \n1,2,3\n4,5.5,6\n",
         "plain.csv": "1,2,3\n4,5.5,6\n",
         "blanks.txt": "x y z\n1 2 3\n4 5.5 6\n",
+        "excel.csv": "\ufeffx,y,z\n1,2,3\n4,5.5,6\n",  # a byte-order mark, as spreadsheets write
+        "bom.csv": "\ufeff1,2,3\n4,5.5,6\n",
+        "quoted.csv": '"x","y","z"\n"1","2","3"\n4,5.5,6\n',
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -169,7 +172,11 @@ def test_points_files_may_have_a_header_and_comments_and_say_what_is_wrong(tmp_p
     for name, text, words in [
         ("empty.csv", "", "holds no points"),
         ("header_only.csv", "x,y,z\n", "holds no points"),
-        ("bad_row.csv", "x,y,z\n1,2,3\n4,five,6\n", "cannot read points"),
+        ("bad_row.csv", "x,y,z\n1,2,3\n4,five,6\n", "line 3 holds something that is not a number: '4,five,6'"),
+        # A typo in the first row is not a header: skipped as one, it lost a point without a word.
+        ("typo.csv", "1,2,3e\n4,5,6\n", "line 1 holds something that is not a number"),
+        ("short.txt", "1 2 3\n4 5 6 7\n", "line 2 has 4 value"),
+        ("semicolons.csv", "1;2;3\n", r"line 1, '1;2;3', is not numbers: taken for a header"),
     ]:
         (tmp_path / name).write_text(text)
         with pytest.raises(BadParameter, match=words):

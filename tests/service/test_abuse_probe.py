@@ -201,3 +201,14 @@ def test_a_dataset_with_damaged_metadata_is_a_server_error_without_paths_and_the
         assert "damaged" in response.json()["description"]
         assert str(db) not in response.text and str(db.resolve()) not in response.text
         assert client.get("/v1/datasets/good").status_code == 200  # same connection, other dataset
+
+
+@pytest.mark.parametrize("root", ["data", "db", "/srv/turbulence/data"])
+def test_hiding_the_database_path_leaves_the_words_around_it_whole(root):
+    from turbdb.service.errors import hide_path
+
+    words = ("no dataset 'nope' on this server; available: database, metadata, db2; start it with turbdb serve DB "
+             "--cluster ADDRESS")
+    assert hide_path(words, root) == words
+    assert hide_path(f"{root}/iso/velocity/c/1/0/0/0/0 is truncated", root) == "iso/velocity/c/1/0/0/0/0 is truncated"
+    assert hide_path(f"cannot read '{root}': gone", root) == "cannot read 'the database': gone"

@@ -51,6 +51,14 @@ def test_without_a_file_anonymous_use_has_jhtdb_limits():
     ('[anonymous]\nmax_point = 5\n', "unknown key(s) max_point"),
     ('[[token]]\ntoken = "abc"\n[[token]]\nsha256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"\n',
      "the same secret"),
+    ('[anonymous]\nallowed = "false"\n', "allowed must be true or false (no quotes)"),
+    ('token = "abc"\n', "tokens are [[token]] tables"),
+    ('anonymous = 5\n', "anonymous must be a table"),
+    ('[[token]]\nsha256 = "zz"\n', "not 64 hexadecimal digits"),
+    ('[[token]]\ntoken = "abc1"\nname = "x"\n[[token]]\ntoken = "abc2"\nname = "x"\n', "named 'x', as another is"),
+    ('[[token]]\ntoken = "abc"\nrequests_per_minute = inf\n', "positive, finite number"),
+    ('[[token]]\ntoken = "abc"\nrequests_per_minute = nan\n', "positive, finite number"),
+    ('[[token]]\ntoken = "abc"\nmax_points = true\n', "max_points must be a positive integer"),
 ])
 def test_mistakes_in_a_tokens_file_are_named(tmp_path, text, words):
     path = tmp_path / "tokens.toml"

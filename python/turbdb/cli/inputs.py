@@ -3,7 +3,9 @@ points from a file, and comma-separated option values."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -34,35 +36,69 @@ def read_points(path: Path) -> object:
 
     if not path.is_file():
         raise click.BadParameter(f"{path} is neither a number of particles nor a file", param_hint="--points")
+    delimiter, skip = ("," if path.suffix == ".csv" else None), 0
     try:
         if path.suffix == ".npy":
             points = np.load(path)
         else:
-            delimiter = "," if path.suffix == ".csv" else None
+            skip = _header_rows(path, delimiter)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # numpy's "input contained no data": said below
-                points = np.loadtxt(path, delimiter=delimiter, ndmin=2, skiprows=_header_rows(path, delimiter))
+                try:
+                    points = np.loadtxt(path, delimiter=delimiter, ndmin=2, skiprows=skip, encoding="utf-8-sig",
+                                        quotechar='"')
+                except ValueError as e:
+                    raise ValueError(_bad_line(path, delimiter, skip) or str(e)) from None
     except (ValueError, OSError) as e:
         raise click.BadParameter(f"cannot read points from {path}: {e}", param_hint="--points") from None
     if points.size == 0:
-        raise click.BadParameter(f"{path} holds no points: one x, y, z row per point", param_hint="--points")
+        header = next(((n, cells) for n, cells in _rows(path, delimiter) if n == skip), None) if skip else None
+        taken = (f" (line {header[0]}, {(delimiter or ' ').join(header[1])!r}, is not numbers: taken for a header)"
+                 if header else "")
+        form = ("an (N, 3) array of x, y, z" if path.suffix == ".npy" else
+                f"one x, y, z row per point, separated by {'commas' if delimiter else 'blanks'}")
+        raise click.BadParameter(f"{path} holds no points{taken}: {form}", param_hint="--points")
     return points
 
 
 def _header_rows(path: Path, delimiter: str | None) -> int:
-    """1 where the first line that is not blank or a comment is not numbers (a header such
-    as ``x,y,z``), with the lines before it; else 0."""
-    with path.open(errors="replace") as f:
+    """The lines before the data: up to the first line that is not blank or a comment, if
+    none of its cells is a number (a header such as ``x,y,z``); else 0. A row with a typo
+    (``1,2,3e``) is not a header: skipped as one, it lost a point without a word."""
+    for number, cells in _rows(path, delimiter):
+        return 0 if any(_is_number(c) for c in cells) else number
+    return 0
+
+
+def _bad_line(path: Path, delimiter: str | None, skip: int) -> str | None:
+    """Which line of a points file cannot be read, and why (numpy counts rows from 0 after
+    the skipped ones, which points at the wrong line)."""
+    for number, cells in _rows(path, delimiter):
+        if number <= skip:
+            continue
+        if len(cells) != 3:
+            return f"line {number} has {len(cells)} value(s), not 3 (x, y, z): {(delimiter or ' ').join(cells)!r}"
+        if not all(_is_number(c) for c in cells):
+            return f"line {number} holds something that is not a number: {(delimiter or ' ').join(cells)!r}"
+    return None
+
+
+def _rows(path: Path, delimiter: str | None) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of the lines that are not blank or comments; quotes and a
+    byte-order mark (as spreadsheets write) are taken off."""
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            try:
-                [float(v) for v in text.split(delimiter)]
-            except ValueError:
-                return number
-            return 0
-    return 0
+            if text:
+                yield number, [c.strip().strip('"') for c in text.split(delimiter)]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def output_file(path: Path, endings: tuple[str, ...]) -> Path:
@@ -103,6 +139,21 @@ def periodic_axes(text: str) -> tuple[bool, bool, bool]:
         raise click.BadParameter(f"give the periodic axes as letters, each once, e.g. xyz, xz or none; got {text!r}",
                                  param_hint="--periodic")
     return tuple(a in text for a in "xyz")  # type: ignore[return-value]
+
+
+class FiniteFloat(click.FloatRange):
+    """A float in a range that is a number: click's FloatRange lets nan through (every
+    comparison with it is false), and inf unless ``allow_inf``."""
+
+    def __init__(self, *args: Any, allow_inf: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allow_inf = allow_inf
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class ByteSize(click.ParamType):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import click
 
 from .group import main
+from .inputs import FiniteFloat
 
 
 @main.command()
 @click.argument("name")
 @click.option("--max-points", type=click.IntRange(1), default=10_000_000, show_default=True,
               help="Points (query points, cutout nodes, particles) per request.")
-@click.option("--requests-per-minute", type=click.FloatRange(min=0, min_open=True), default=1200, show_default=True,
+@click.option("--requests-per-minute", type=FiniteFloat(min=0, min_open=True), default=1200, show_default=True,
               help="Requests per minute (a minute's worth may come at once).")
 @click.option("--datasets", default="*", show_default=True, help="Datasets it may read, comma-separated, or * for all.")
 @click.option("--hashed", is_flag=True,

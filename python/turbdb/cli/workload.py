@@ -7,28 +7,12 @@ import contextlib
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..exceptions import InvalidRequestError
 from .group import main
-from .inputs import ByteSize, database, is_url
-
-
-class FiniteFloat(click.FloatRange):
-    """A float in a range that is a number: click's FloatRange lets nan through (every
-    comparison with it is false), and inf unless ``allow_inf``."""
-
-    def __init__(self, *args: Any, allow_inf: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.allow_inf = allow_inf
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
+from .inputs import ByteSize, FiniteFloat, database, is_url
 
 
 @main.group()

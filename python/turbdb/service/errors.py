@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,17 @@ def turbdb_error_response(error: Exception, hide: Any = None) -> Response:
     message = str(error)
     if hide is not None:
         for root in sorted({str(Path(hide).resolve()), str(Path(hide))}, key=len, reverse=True):
-            message = message.replace(root.rstrip("/") + "/", "").replace(root, "the database")
+            message = hide_path(message, root.rstrip("/") or "/")
     return error_response(status, message, name, getattr(error, "retry_after", None))
+
+
+def hide_path(message: str, root: str) -> str:
+    """``message`` with the path ``root`` cut out where it stands as a path: ``root/x`` gives
+    ``x``, ``root`` alone "the database". A plain substring replacement turned "no dataset"
+    into "no the databaseset" for a database served from ``data``."""
+    start, end = r"(?<![\w.~/-])", r"(?![\w.~-])"
+    message = re.sub(start + re.escape(root) + "/", "", message)
+    return re.sub(start + re.escape(root) + end, "the database", message)
 
 
 def install(app: FastAPI) -> None:

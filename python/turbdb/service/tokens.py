@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 import time
 import tomllib
 from collections.abc import Iterable
@@ -112,10 +113,19 @@ class Tokens:
         if unknown:
             raise FormatError(f"{origin}: unknown table(s) {', '.join(sorted(unknown))}; expected [anonymous] and [[token]]")
         anon = document.get("anonymous", {})
+        if not isinstance(anon, dict):
+            raise FormatError(f"{origin}: anonymous must be a table, [anonymous], not {anon!r}")
         anonymous = _limits(anon, "anonymous", origin, ANONYMOUS_MAX_POINTS, ANONYMOUS_REQUESTS_PER_MINUTE,
                             extra={"allowed"})
-        entries = []
-        for i, entry in enumerate(document.get("token", [])):
+        allowed = anon.get("allowed", True)
+        if not isinstance(allowed, bool):  # "false" is a non-empty string: bool() of it left anonymous use on
+            raise FormatError(f"{origin}: [anonymous] allowed must be true or false (no quotes), not {allowed!r}")
+        tables = document.get("token", [])
+        if not (isinstance(tables, list) and all(isinstance(t, dict) for t in tables)):
+            raise FormatError(f"{origin}: tokens are [[token]] tables, each with token = \"…\" or sha256 = \"…\"; "
+                              f"found token = {tables!r}")
+        entries, names = [], set()
+        for i, entry in enumerate(tables):
             secret = entry.get("token")
             digest = entry.get("sha256")
             if (secret is None) == (digest is None) or not isinstance(secret or digest, str) or not (secret or digest):
@@ -123,10 +133,17 @@ class Tokens:
             problem = unsendable(secret) if secret is not None else None
             if problem:
                 raise FormatError(f"{origin}: the secret of token entry {i + 1} could never be sent: {problem}")
-            name = entry.get("name", f"token{i + 1}")
-            limits = _limits(entry, str(name), origin, 1_000_000, 600, extra={"token", "sha256", "name"})
+            if digest is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+                raise FormatError(f"{origin}: the sha256 of token entry {i + 1} is not 64 hexadecimal digits, so no "
+                                  "token could match it; make it with turbdb token NAME --hashed")
+            name = str(entry.get("name", f"token{i + 1}"))
+            if name in names or name == "anonymous":  # a name is a rate-limit bucket: two would share one
+                raise FormatError(f"{origin}: token entry {i + 1} is named {name!r}, as another is; give each its own "
+                                  "name (its requests are counted by name)")
+            names.add(name)
+            limits = _limits(entry, name, origin, 1_000_000, 600, extra={"token", "sha256", "name"})
             entries.append((secret if secret is not None else f"sha256:{digest.lower()}", limits))
-        return cls(entries, anonymous, bool(anon.get("allowed", True)))
+        return cls(entries, anonymous, allowed)
 
     def named(self) -> list[tuple[str, Limits]]:
         """Each token's name and limits (never the secret), in the file's order."""
@@ -216,10 +233,11 @@ def _limits(table: dict[str, Any], name: str, origin: str, points: int, rate: fl
     max_points = table.get("max_points", points)
     per_minute = table.get("requests_per_minute", rate)
     datasets = table.get("datasets", ["*"])
-    if not (isinstance(max_points, int) and max_points >= 1):
+    if not (isinstance(max_points, int) and not isinstance(max_points, bool) and max_points >= 1):
         raise FormatError(f"{origin}: [{name}] max_points must be a positive integer, not {max_points!r}")
-    if not (isinstance(per_minute, (int, float)) and per_minute > 0):
-        raise FormatError(f"{origin}: [{name}] requests_per_minute must be a positive number, not {per_minute!r}")
+    if not (isinstance(per_minute, (int, float)) and not isinstance(per_minute, bool) and per_minute > 0
+            and math.isfinite(per_minute)):
+        raise FormatError(f"{origin}: [{name}] requests_per_minute must be a positive, finite number, not {per_minute!r}")
     if not (isinstance(datasets, list) and all(isinstance(d, str) for d in datasets)):
         raise FormatError(f"{origin}: [{name}] datasets must be a list of names, e.g. [\"*\"] or [\"isotropic64\"]")
     return Limits(name, max_points, float(per_minute), tuple(datasets))
