@@ -1,5 +1,6 @@
 """The turbdb command line as a user runs it: a real subprocess, real files."""
 
+import json
 import subprocess
 import sys
 
@@ -76,6 +77,56 @@ def test_verify_names_a_truncated_and_a_missing_shard(db):
     assert result.returncode == 1
     assert str(truncated) in result.stdout and "shorter than its index" in result.stdout
     assert str(missing) in result.stdout and "missing" in result.stdout
+
+
+def test_verify_finds_a_whole_step_lost_and_says_when_it_checked_nothing(tmp_path, db):
+    import shutil
+
+    # Every shard of velocity's step 1 gone, while pressure has it: a hole, not "not written yet".
+    shutil.rmtree(db / "flow" / "velocity" / "c" / "1")
+    ds = turbdb.open(db)["flow"]
+    ds.append_times([2.0, 3.0])
+    rng = np.random.default_rng(0)
+    for t in (2, 3):
+        ds.write("velocity", t, rng.standard_normal((16, 16, 16, 3)))
+    result = run("verify", db, check=False)
+    assert result.returncode == 1 and "velocity/c/1 (time step 1): every shard of this step is missing" in result.stdout
+    # pressure's steps 2 and 3 were never written: at the end, not a hole, and nothing says otherwise.
+    assert "flow/pressure: 16 shards, 128 atoms, 2 complete steps: ok" in result.stdout
+    # A stray file outside the grid's shards is not counted as one.
+    stray = db / "flow" / "pressure" / "c" / "1" / "9" / "9" / "9"
+    stray.mkdir(parents=True)
+    (stray / "0").write_text("hi")
+    assert turbdb.open(db)["flow"].info.fields["pressure"].steps_present == (0, 1)
+    # An array whose own shape disagrees with the dataset: other Zarr readers would misread it.
+    array = db / "flow" / "pressure" / "zarr.json"
+    document = json.loads(array.read_text())
+    document["shape"][0] = 1
+    array.write_text(json.dumps(document))
+    result = run("verify", db, check=False)
+    assert "pressure/zarr.json: the array's shape is [1, 16, 16, 16, 1], but the dataset holds [4," in result.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run("verify", empty, check=False)
+    assert result.returncode == 1 and "nothing was checked" in result.stderr
+    (db / "flow" / "zarr.json").unlink()
+    result = run("verify", db, check=False)
+    assert result.returncode == 1 and "flow: damaged: it holds field arrays but no zarr.json" in result.stdout
+
+
+def test_verify_finds_a_step_the_ingest_journal_stored_and_whose_shards_are_gone(tmp_path):
+    import shutil
+
+    from turbdb.ingest.pipeline import ingest_inputs
+
+    paths = []
+    for t in range(2):
+        paths.append(tmp_path / f"u{t}.npy")
+        np.save(paths[-1], np.full((16, 16, 16, 3), float(t), np.float32))
+    ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
+    shutil.rmtree(tmp_path / "db" / "run" / "velocity" / "c" / "1")  # the last step: no hole to see
+    result = run("verify", tmp_path / "db", check=False)
+    assert result.returncode == 1 and "the ingest journal says it was stored" in result.stdout
 
 
 def test_errors_are_one_line_without_traceback(tmp_path, db):

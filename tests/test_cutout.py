@@ -299,12 +299,3 @@ def test_the_nodes_a_cutout_reads_are_those_its_filter_windows_span(periodic, wi
                                                     for (a, b), s, n in zip(ranges, strides, info.grid))))
         assert nodes_read(info, ranges, strides, width) == expected
 
-
-def test_an_os_error_in_the_cli_is_one_line_that_names_the_path(fields, tmp_path):
-    db, _ = fields
-    blocker = tmp_path / "notes.txt"
-    blocker.write_text("a file where a directory is wanted")
-    result = CliRunner().invoke(main, ["cutout", str(db.path), "box", "--field", "pressure", "--time", "0",
-                                       "--out", str(blocker / "box.npy")])
-    assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.output.startswith("error: ") and "notes.txt" in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -106,11 +107,11 @@ class Dataset:
         attrs = self._attrs()
         grid = tuple(attrs["grid"])
         partition = attrs["partition"]
-        expected = int(np.prod([-(-n // partition) for n in grid]))
-        steps = {f: self._steps_written(f, len(attrs["times"]), expected) for f in attrs["fields"]}
+        shards = tuple(-(-n // partition) for n in grid)  # per axis x, y, z
+        steps = {f: self._steps_written(f, len(attrs["times"]), shards) for f in attrs["fields"]}
         return DatasetInfo.from_attrs(attrs, steps)
 
-    def _steps_written(self, field: str, nt: int, expected: int) -> tuple[int, ...]:
+    def _steps_written(self, field: str, nt: int, shards: tuple[int, int, int]) -> tuple[int, ...]:
         """A step is written when all of its shards exist; each shard lands by rename, so
         this needs no bookkeeping that a crash could leave behind wrong."""
         root = self.path / field / "c"
@@ -118,7 +119,7 @@ class Dataset:
             return ()
         present = []
         for entry in os.scandir(root):
-            if entry.name.isdigit() and int(entry.name) < nt and _count_shards(entry.path) == expected:
+            if entry.name.isdigit() and int(entry.name) < nt and _count_shards(entry.path, shards) == math.prod(shards):
                 present.append(int(entry.name))
         return tuple(sorted(present))
 
@@ -423,10 +424,42 @@ class Dataset:
     def verify(self) -> dict[str, Any]:
         """Checks every shard checksum, that every atom decodes and lies where it was
         written, per field. Returns ``{field: {"shards", "atoms", "complete_steps",
-        "unbound_shards", "problems"}}``; ``unbound_shards`` counts shards written before
-        shards carried a header binding them to their place."""
-        nt = len(self._attrs()["times"])
-        return {field: self.field_store(field).verify(nt) for field in self._attrs()["fields"]}
+        "unbound_shards", "problems", "unwritten_between"}}``; ``unbound_shards`` counts
+        shards written before shards carried a header binding them to their place, and
+        ``unwritten_between`` the steps with no shard between written ones (lost, or never
+        written: nothing on disk tells which, except an ingest's journal, whose steps are
+        problems when missing)."""
+        attrs = self._attrs()
+        nt = len(attrs["times"])
+        reports = {field: self.field_store(field).verify(nt) for field in attrs["fields"]}
+        nx, ny, nz = attrs["grid"]
+        for field, report in reports.items():
+            # Other Zarr readers go by the array's own shape: it must say what the dataset does.
+            shape = read_json(self.path / field / ZARR_JSON).get("shape")
+            expected = [nt, nz, ny, nx, attrs["fields"][field]["ncomp"]]
+            if shape != expected:
+                report["problems"].append((f"{field}/zarr.json", -1, f"the array's shape is {shape}, but the dataset "
+                                           f"holds {expected} (time, z, y, x, component): other Zarr readers would "
+                                           "read it wrongly"))
+            complete = set(report["complete_steps"])
+            # A step with no shard at all reads as "not written"; where an ingest recorded it
+            # as stored, its shards are lost (with one shard a step, verify said "ok").
+            journal = attrs.get("ingest", {}).get(field, {}).get("done", {})
+            for t in sorted(set(journal.values()) - complete):
+                if t < nt:
+                    report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
+                                               "ingest journal says it was stored"))
+            report["unwritten_between"] = [t for t in range(min(complete, default=0), max(complete, default=0))
+                                           if t not in complete and t not in journal.values()]
+        # A hole in one field where another field has the step (as every simulated dataset
+        # writes all its fields each step) is a loss too.
+        for field, report in reports.items():
+            elsewhere = set().union(*(set(r["complete_steps"]) for f, r in reports.items() if f != field))
+            for t in [t for t in report["unwritten_between"] if t in elsewhere]:
+                report["unwritten_between"].remove(t)
+                report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, though it "
+                                           "lies between written steps and other fields have it"))
+        return reports
 
 
 def _stat_key(path: str) -> tuple[int, int, int]:
@@ -442,14 +475,17 @@ def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:
     return attrs if isinstance(attrs, dict) else None
 
 
-def _count_shards(step_dir: str) -> int:
-    """Shard files (named ``0``: one component chunk) below ``c/<t>/<z>/<y>/<x>/``."""
+def _count_shards(step_dir: str, shards: tuple[int, int, int]) -> int:
+    """Shard files (named ``0``: one component chunk) below ``c/<t>/<z>/<y>/<x>/``, at the
+    places of the grid's ``shards`` (x, y, z): a stray file elsewhere is not one of them."""
+    nx, ny, nz = shards
+
+    def inside(entry: os.DirEntry[str], n: int) -> bool:
+        return entry.is_dir() and entry.name.isdigit() and int(entry.name) < n
+
     count = 0
-    for z in os.scandir(step_dir):
-        if z.is_dir():
-            for y in os.scandir(z.path):
-                if y.is_dir():
-                    for x in os.scandir(y.path):
-                        if x.is_dir() and os.path.isfile(os.path.join(x.path, "0")):
-                            count += 1
+    for z in (e for e in os.scandir(step_dir) if inside(e, nz)):
+        for y in (e for e in os.scandir(z.path) if inside(e, ny)):
+            for x in (e for e in os.scandir(y.path) if inside(e, nx)):
+                count += os.path.isfile(os.path.join(x.path, "0"))
     return count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,24 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 
     run_simulation(db, name, grid=grid, steps=steps, save_every=save_every, seed=seed, kind=kind,
                    if_missing=if_missing, overwrite=overwrite, quiet=quiet)
+
+
+def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
+    """Directories of the database that hold field arrays (``*/zarr.json``) but no
+    ``zarr.json`` of their own: datasets whose metadata was lost, which listing skips."""
+    return sorted(entry.name for entry in os.scandir(path)
+                  if entry.is_dir() and entry.name not in names and not (Path(entry.path) / "zarr.json").exists()
+                  and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
+
+
+def _index_ranges(indices: list[int]) -> str:
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 @main.command()
@@ -127,6 +146,14 @@ def verify(db: Path, name: str | None) -> None:
     database = open_db(db)
     names = [name] if name else database.datasets
     bad = 0
+    if not name:
+        for orphan in _datasets_without_metadata(database.path, names):
+            bad += 1
+            click.echo(f"{orphan}: {click.style('damaged', fg='red')}: it holds field arrays but no zarr.json, so "
+                       "it is no dataset any more; restore its zarr.json from a backup or re-ingest it")
+        if not names and not bad:
+            click.secho(f"no datasets in {db}: nothing was checked", fg="red", err=True)
+            sys.exit(1)
     for n in names:
         try:  # a dataset whose metadata is damaged is reported, and the others still checked
             reports = database[n].verify()
@@ -143,7 +170,10 @@ def verify(db: Path, name: str | None) -> None:
             click.echo(f"{n}/{field}: {report['shards']} shards, {report['atoms']} atoms, "
                        f"{len(report['complete_steps'])} complete steps: {status}")
             for path, t, message in problems:
-                click.echo(f"  {path} (time step {t}): {message}")
+                click.echo(f"  {path}{f' (time step {t})' if t >= 0 else ''}: {message}")
+            if report.get("unwritten_between"):
+                click.echo(f"  note: time step(s) {_index_ranges(report['unwritten_between'])} hold no data, between "
+                           "written ones: lost, if they were written")
     if bad:
         click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps", fg="red", err=True)
         sys.exit(1)
