@@ -234,6 +234,19 @@ def test_points_files_may_have_a_header_and_comments_and_say_what_is_wrong(tmp_p
             read_points(tmp_path / name)
 
 
+def test_query_says_which_stored_step_answered_a_time_between_steps(tmp_path, db):
+    (tmp_path / "p.csv").write_text("1,2,3\n")
+    between = run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "p.csv", "--time", "0.7",
+                  "--out", tmp_path / "p.npy").stdout
+    assert "t = 0.7 (the nearest stored step, t = 1)" in between
+    on_a_step = run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "p.csv", "--time", "1",
+                    "--out", tmp_path / "p.npy").stdout
+    assert "t = 1, " in on_a_step and "nearest" not in on_a_step
+    refused = run("track", db, "flow", "--points", "0", "--start", "0", "--end", "1", "--dt", "0.5",
+                  "--out", tmp_path / "t.npy", check=False)
+    assert refused.returncode == 2 and "track at least one particle" in refused.stderr
+
+
 def test_query_reads_a_csv_it_wrote_with_its_header(tmp_path, db):
     # The answer's own CSV has a header (ux,uy,uz): fed back as points, it is read, not refused.
     (tmp_path / "p.csv").write_text("x,y,z\n0.5,1,2\n3,2,1\n")

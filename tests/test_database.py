@@ -81,6 +81,18 @@ def test_a_local_database_is_a_context_manager_like_a_remote_or_cluster_one(tmp_
     assert db.engine is None, "leaving the block lets go of the node engine"
 
 
+def test_opening_what_is_not_a_database_directory_says_so(tmp_path):
+    (tmp_path / "points.csv").write_text("1,2,3\n")
+    with pytest.raises(turbdb.StorageError, match="points.csv is a file, not a database directory"):
+        turbdb.open(tmp_path / "points.csv")
+    with pytest.raises(turbdb.InvalidRequestError, match="give its path, not None"):
+        turbdb.open(None)
+    with pytest.raises(turbdb.InvalidRequestError, match="a token is a string, not int"):
+        turbdb.connect("http://127.0.0.1:1", token=123)
+    with pytest.raises(turbdb.InvalidRequestError, match="carries a query"):
+        turbdb.connect("http://127.0.0.1:1/?a=1")
+
+
 def test_opening_a_missing_database_says_how_to_create_one(tmp_path):
     with pytest.raises(turbdb.StorageError, match="turbdb simulate"):
         turbdb.open(tmp_path / "nowhere")

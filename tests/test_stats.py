@@ -113,6 +113,15 @@ def test_bad_statistics_requests_are_refused(dns32, tmp_path):
         stats.energy_spectrum(walls, time=0.0)
     with pytest.raises(turbdb.InvalidRequestError, match="no vorticity"):
         stats.rq_pdf(walls, time=0.0, points=10)
+    # A uniform flow's gradients are rounding noise (about 1e-15): no PDF is made of them.
+    uniform = turbdb.create_dataset(tmp_path, "uniform", grid=(8, 8, 8), times=[0.0], fields={"velocity": 3})
+    uniform.write("velocity", 0, np.broadcast_to(np.float32([1, 2, 3]), (8, 8, 8, 3)).copy())
+    with pytest.raises(turbdb.InvalidRequestError, match="below the rounding noise"):
+        stats.rq_pdf(uniform, time=0.0, points=1000)
+    with pytest.raises(turbdb.LimitExceededError, match="random points would take"):
+        stats.rq_pdf(dns32, time=0.0, points=10**11)
+    with pytest.raises(turbdb.InvalidRequestError, match="seed must be a whole number from 0"):
+        stats.rq_pdf(dns32, time=0.0, points=10, seed=-1)
 
 
 def test_cli_stats_track_and_demo_write_their_files(dns32, tmp_path):

@@ -55,9 +55,14 @@ class Database(Mapping[str, Dataset]):
         cache_policy: str | None = None,
         io: str | None = None,
     ):
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidRequestError(f"a database is a directory: give its path, not {path!r}")
         self.path = Path(path)
         #: The one dataset shown when opened at a dataset's directory.
         self.only: str | None = None
+        if self.path.is_file():
+            raise StorageError(f"{self.path} is a file, not a database directory; give the directory the datasets "
+                               "are in")
         if not self.path.is_dir():
             raise StorageError(f"no database at {self.path}: the directory does not exist (create one with turbdb simulate or turbdb ingest)")
         if _is_dataset_group(self.path):

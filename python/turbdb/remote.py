@@ -69,8 +69,13 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
                  backoff: float = 0.25, transport: httpx.BaseTransport | None = None,
                  concurrency: int = batches.CONCURRENCY, progress: bool | None = None):
-        if not url.startswith(("http://", "https://")):
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
             raise exc.InvalidRequestError(f"{url!r} is not an http:// or https:// address of a turbdb server")
+        if "?" in url or "#" in url:
+            raise exc.InvalidRequestError(f"{url!r} carries a query or a fragment; give the server's address only, "
+                                          "e.g. http://127.0.0.1:8000")
+        if token is not None and not isinstance(token, str):
+            raise exc.InvalidRequestError(f"a token is a string, not {type(token).__name__}")
         self.url = url.rstrip("/")
         from_environment = token is None
         token = token if token is not None else os.environ.get("TURBDB_TOKEN")

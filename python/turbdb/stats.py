@@ -14,6 +14,7 @@ import numpy as np
 from . import diagnostics
 from .arguments import as_points
 from .exceptions import InvalidRequestError
+from .size_limit import check_result_bytes
 from .times import format_time
 
 if TYPE_CHECKING:
@@ -107,8 +108,14 @@ def rq_pdf(
     r, q = diagnostics.rq_invariants(grad)  # grad[:, c, a] = ∂u_c/∂x_a = A_ca
     vorticity = np.stack([grad[:, 2, 1] - grad[:, 1, 2], grad[:, 0, 2] - grad[:, 2, 0], grad[:, 1, 0] - grad[:, 0, 1]], 1)
     qw_mean = float(np.mean(np.sum(vorticity**2, axis=1)) / 4)
-    if not qw_mean > 0:
-        raise InvalidRequestError(f"the flow has no vorticity at time {format_time(time)}: R and Q cannot be normalised")
+    # Gradients of a (nearly) uniform field are rounding noise of the float32 values: a PDF of
+    # them is no result. Noise is below a millionth of |u| / spacing.
+    sample = dataset.query(field, xyz[:1000], time=time, method="lag4", dtype=np.float64)
+    noise = 1e-6 * float(np.sqrt(np.mean(np.sum(sample**2, axis=1)))) / min(info.spacing)
+    if not qw_mean > noise**2:
+        raise InvalidRequestError(f"the flow has no vorticity at time {format_time(time)} (<Q_w> = {qw_mean:.3g}, "
+                                  f"below the rounding noise {noise**2:.3g} of its values): R and Q cannot be "
+                                  "normalised")
     counts, r_edges, q_edges = np.histogram2d(r / qw_mean**1.5, q / qw_mean, bins=bins, range=[R_RANGE, Q_RANGE])
     area = np.diff(r_edges)[:, None] * np.diff(q_edges)[None, :]
     stored = info.times[int(np.argmin(np.abs(info.times - time)))] if len(info.times) else time
@@ -245,6 +252,9 @@ def random_points(info: Any, count: int, seed: int = 0) -> np.ndarray:
     count = int(count)
     if count < 0:
         raise InvalidRequestError(f"the number of points must not be negative, not {count}")
+    check_result_bytes(count * 3 * 8, f"{count:,} random points", "ask for fewer")  # 10^11 asked for 2 TiB
+    if not (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0):
+        raise InvalidRequestError(f"the seed must be a whole number from 0, not {seed!r}")
     lo = np.array([a for a, _ in info.domain])
     hi = np.array([b for _, b in info.domain])
     return lo + np.random.default_rng(seed).uniform(0.0, 1.0, (count, 3)) * (hi - lo)

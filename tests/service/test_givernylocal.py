@@ -127,6 +127,27 @@ def test_turbdb_jhtdb_gives_givernylocals_outputs_from_a_path_or_a_url(cube, red
     assert lines[1].split("\t")[:5] == ["time", "x_point", "y_point", "z_point", "duxdx"] and len(lines) == 2 + 3 * 120
 
 
+def test_turbdb_jhtdb_refuses_bad_arguments_with_a_turbdb_error(service_db, tmp_path):
+    ours = turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "out"), url=str(service_db))
+    points = np.array([[1.0, 2.0, 3.0]])
+
+    def refused(words, var="velocity", t=0.5, sop="field", **kwargs):
+        with pytest.raises(turbdb.TurbdbError, match=words):
+            turbdb.jhtdb.getData(ours, var, t, "none", "lag4", sop, points, verbose=False, **kwargs)
+
+    refused("would take .* TiB", option=[1.5, 1e-12])  # a series of 10^12 times: was a MemoryError
+    refused("option must be \\[timepoint_end, delta_t\\]", option=None)
+    refused("option must be", option=[1, 2, 3])
+    refused("timepoint_original must be a finite number", t="soon")
+    refused("delta_t must be positive", var="position", option=[1.0, -0.1])
+    refused("takes spatial_operator 'field'", var="position", sop="gradient", option=[1.0, 0.1])
+    (empty,) = turbdb.jhtdb.getData(ours, "velocity", 0.5, "none", "lag4", "field", np.zeros((0, 3)), verbose=False)
+    assert list(empty.columns) == ["ux", "uy", "uz"] and len(empty) == 0
+    (tmp_path / "afile").write_text("in the way")
+    with pytest.raises(turbdb.InvalidRequestError, match="is a file"):
+        turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "afile"), url=str(service_db))
+
+
 def test_a_jhtdb_script_runs_unchanged_with_python_m_turbdb_jhtdb(server, local, tmp_path):
     script = tmp_path / "jhtdb_script.py"
     script.write_text(

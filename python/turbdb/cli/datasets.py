@@ -23,7 +23,7 @@ from .inputs import periodic_axes, xyz_floats
 @click.option("--grid", type=click.IntRange(8, 4096), default=64, show_default=True, help="Grid points per side of the periodic box [0, 2π)³.")
 @click.option("--steps", type=click.IntRange(1), default=100, show_default=True, help="Time steps to store.")
 @click.option("--save-every", type=click.IntRange(1), default=None, help="Solver steps between stored steps (dns; default: the solver's choice).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random initial field.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the random initial field.")
 @click.option("--kind", type=click.Choice(["dns", "synthetic"]), default="dns", show_default=True,
               help="dns: forced isotropic turbulence (pseudo-spectral); synthetic: random-phase Kolmogorov field, fast at any size, not physical.")
 @click.option("--if-missing", is_flag=True, help="Do nothing if the dataset exists with all its steps (used by make demo).")

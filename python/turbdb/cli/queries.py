@@ -58,7 +58,12 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
                    fmt="%.9g")
     else:
         np.save(out, values)
-    click.echo(f"{name}: {operator} of {field} at {len(points)} points, t = {format_time(time_)}, {method}: wrote {out} "
+    when = f"t = {format_time(time_)}"
+    if temporal == "none":  # the nearest stored step answers: say which, where it is not the time asked
+        times = np.asarray(database[name].metadata.times, dtype=float)
+        stored = float(times[int(abs(times - time_).argmin())])
+        when += f" (the nearest stored step, t = {format_time(stored)})" if stored != time_ else ""
+    click.echo(f"{name}: {operator} of {field} at {len(points)} points, {when}, {method}: wrote {out} "
                f"{values.shape} {values.dtype}")
 
 
@@ -74,7 +79,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
 @click.option("--field", default="velocity", show_default=True, help="Vector field advecting the particles.")
 @click.option("--integrator", type=click.Choice(["rk2", "euler"]), default="rk2", show_default=True,
               help="rk2: Heun's method, as JHTDB's GetPosition.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random particle positions.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of random particle positions.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the positions, a .npy array (steps+1, N, 3), unwrapped.")
 @click.option("--velocity", "with_velocity", is_flag=True, help="Also write the velocities to OUT with .velocity.npy.")
@@ -98,6 +103,8 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
 
     dataset = database(db)[name]
     if points_spec.isdigit():
+        if int(points_spec) == 0:
+            raise click.BadParameter("track at least one particle", param_hint="--points")
         points = random_points(dataset.metadata, int(points_spec), seed)
     else:
         points = read_points(Path(points_spec))
@@ -135,7 +142,7 @@ def stats() -> None:
 @click.option("--points", type=click.IntRange(2), default=100_000, show_default=True, help="Random sample points.")
 @click.option("--method", default="lag6", show_default=True, help="Gradient method: lag4, lag6, lag8, fd4lag4, m2q8, …")
 @click.option("--field", default="velocity", show_default=True, help="Velocity-like field.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample points.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the sample points.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
 def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: str, seed: int, out: Path | None) -> None:

@@ -31,7 +31,7 @@ def workload() -> None:
               help="Seconds over which the jobs arrive (at speed-up 1).")
 @click.option("--regions", type=click.IntRange(1), default=6, show_default=True,
               help="Regions of interest that users share.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of everything drawn.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of everything drawn.")
 @click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
 def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, duration: float, regions: int,
              seed: int, token: str | None) -> None:

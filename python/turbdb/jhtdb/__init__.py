@@ -14,6 +14,7 @@ givernylocal itself, unmodified, reaches a turbdb server after one line,
 from __future__ import annotations
 
 import csv
+import math
 import os
 import sys
 import time as _time
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidRequestError, UnknownNameError
+from ..size_limit import check_result_bytes
 from .metadata import PLACEHOLDER, TESTING_TOKEN, as_loaded, document
 from .redirect import redirect
 
@@ -56,6 +58,8 @@ class turb_dataset:  # noqa: N801 - givernylocal's name
         if not str(output_path).strip():
             raise InvalidRequestError("output_path cannot be an empty string ('')")
         self.output_path = Path(str(output_path).strip())
+        if self.output_path.exists() and not self.output_path.is_dir():
+            raise InvalidRequestError(f"output_path {str(self.output_path)!r} is a file; give a directory to write in")
         self.output_path.mkdir(parents=True, exist_ok=True)
         self.auth_token = auth_token
         self.url = location
@@ -88,7 +92,7 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
     ``trace_memory`` is accepted and ignored."""
     import pandas as pd
 
-    from ..service.jhtdb import columns, jhtdb_name, series_times
+    from ..service.jhtdb import columns, jhtdb_name, series_length, series_times
 
     started = _time.perf_counter()
     _say(verbose, "getData is processing...")
@@ -96,25 +100,36 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
     method = jhtdb_name("sint", spatial_method_original)
     operator = jhtdb_name("sop", spatial_operator)
     temporal = jhtdb_name("tint", temporal_method)
-    end, delta_t = (float(v) for v in option)
+    t = _number(timepoint_original, "timepoint_original")
+    end, delta_t = _option(option)
     points = np.asarray(points)
     if var == "position":
         if end == PLACEHOLDER or delta_t == PLACEHOLDER:
             raise InvalidRequestError("'time_end' and 'delta_t' (option = [time_end, delta_t]) must be specified for "
                                       "the 'position' variable")
-        times = np.array([float(timepoint_original)])
-        positions = ds.track(points, start=float(timepoint_original), end=end, dt=abs(delta_t), method=method)
+        if not delta_t > 0:
+            raise InvalidRequestError(f"delta_t must be positive, not {delta_t:g}: the direction of the tracking "
+                                      "comes from timepoint_original and time_end")
+        if operator != "field":
+            raise InvalidRequestError(f"the 'position' variable takes spatial_operator 'field', not "
+                                      f"{spatial_operator!r}: it tracks particles")
+        times = np.array([t])
+        positions = ds.track(points, start=t, end=end, dt=delta_t, method=method)
         values = np.asarray(positions[-1], dtype=np.float32)[np.newaxis]
         names = ["x", "y", "z"]
     else:
         if var not in ds.metadata.fields:
             raise UnknownNameError(f"'{var}' (case-sensitive) is not a valid variable for '{cube.dataset_title}': "
                                    f"{', '.join([*ds.metadata.fields, 'position'])}")
-        times = series_times(float(timepoint_original), end, delta_t)
-        answer = ds.query(var, points, time=[float(t) for t in times], method=method, operator=operator,
-                          temporal=temporal)
-        values = answer.reshape(len(times), len(points), -1).astype(np.float32, copy=False)
         names = columns(var, ds.metadata.fields[var].ncomp, operator)
+        # Counted before the times are made: a tiny delta_t asked for TiB.
+        count = series_length(t, end, delta_t)
+        check_result_bytes(count * (8 + len(points) * len(names) * 4), f"a series of {count:,} times at "
+                           f"{len(points):,} points", "use a larger delta_t, a shorter span or fewer points")
+        times = series_times(t, end, delta_t)
+        answer = ds.query(var, points, time=[float(s) for s in times], method=method, operator=operator,
+                          temporal=temporal)
+        values = answer.reshape(len(times), len(points), len(names)).astype(np.float32, copy=False)
     cube.var, cube.timepoint_original, cube.timepoint_end, cube.delta_t = var, timepoint_original, end, delta_t
     cube.sint, cube.tint, cube.sop = method, temporal, operator
     results = []
@@ -124,6 +139,25 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
         results.append(frame)
     _finish(verbose, started)
     return (results, times) if return_times else results
+
+
+def _number(value: Any, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
+    return number
+
+
+def _option(option: Any) -> tuple[float, float]:
+    """``option = [timepoint_end, delta_t]``, two numbers."""
+    try:
+        end, delta_t = option
+    except (TypeError, ValueError):
+        raise InvalidRequestError(f"option must be [timepoint_end, delta_t], two numbers, not {option!r}") from None
+    return _number(end, "option's timepoint_end"), _number(delta_t, "option's delta_t")
 
 
 def getCutout(cube: turb_dataset, var: str, xyzt_axes_ranges_original: Any, xyzt_strides: Any,
