@@ -13,7 +13,7 @@ from turbdb.exceptions import InvalidRequestError
 @pytest.mark.parametrize(("text", "nbytes"), [
     ("0", 0), ("1073741824", 1 << 30), (4096, 4096),
     ("4GiB", 4 << 30), ("4 GiB", 4 << 30), ("4gib", 4 << 30), ("4Gi", 4 << 30), ("4G", 4 << 30),
-    ("512MiB", 512 << 20), ("512M", 512 << 20), ("1.5KiB", 1536), (".5k", 512), ("2TiB", 2 << 40),
+    ("512MiB", 512 << 20), ("512M", 512 << 20), ("1.5KiB", 1536), (".5k", 512), ("2TiB", 2 << 40), ("1PiB", 1 << 50), ("2PB", 2 * 10**15),
     ("4GB", 4 * 10**9), ("500MB", 5 * 10**8), ("3kB", 3000), ("1.5e9", 1_500_000_000), ("4.1GB", 4_100_000_000), ("0.3kB", 300), ("100B", 100),
 ])
 def test_units_count_in_powers_of_1024_or_of_1000_as_their_names_say(text, nbytes):
@@ -38,3 +38,8 @@ def test_the_engine_takes_its_cache_size_as_text(tmp_path):
     assert turbdb.open(tmp_path, cache_bytes="3MiB").engine_stats()["cache_capacity"] == 3 << 20
     with pytest.raises(InvalidRequestError, match="cache_bytes must be a number of bytes"):
         turbdb.open(tmp_path, cache_bytes="lots")
+
+
+def test_more_bytes_than_any_machine_has_is_said_so():
+    with pytest.raises(InvalidRequestError, match="more bytes than any machine has"):
+        parse_byte_size("99999999PiB", "cache_bytes")

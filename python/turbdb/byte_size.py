@@ -1,6 +1,6 @@
 """Sizes in bytes as people write them: ``4GiB``, ``512 MiB``, ``2G``, ``1.5e9``, or a plain
-integer. Binary suffixes (``KiB`` … ``TiB``, and the bare ``K`` … ``T`` of GNU tools) count
-in powers of 1024; ``kB`` … ``TB`` in powers of 1000, as their SI names say. (Not
+integer. Binary suffixes (``KiB`` … ``PiB``, and the bare ``K`` … ``P`` of GNU tools) count
+in powers of 1024; ``kB`` … ``PB`` in powers of 1000, as their SI names say. (Not
 ``dask.utils.parse_bytes``: it truncates ``4.1GB`` to 4 099 999 999, reads ``""`` as 1 and
 ``-1`` as -1, and takes a fifth of a second to import on a command's start.)"""
 
@@ -14,9 +14,9 @@ import numpy as np
 
 from .exceptions import InvalidRequestError
 
-_BINARY = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d+)?|\.\d+(?:e\d+)?)\s*(?P<unit>[kmgt]?)(?P<i>i?)(?P<b>b?)")
+_BINARY = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d*)?(?:e\d+)?|\.\d+(?:e\d+)?)\s*(?P<unit>[kmgtp]?)(?P<i>i?)(?P<b>b?)")
 
 EXAMPLES = "e.g. 4GiB, 512MiB, 2G, 1.5e9 or 1073741824"
 
