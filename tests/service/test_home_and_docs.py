@@ -36,3 +36,7 @@ def test_the_startup_banner_states_the_limits_and_how_to_get_more(tokens_file):
     with_file = access_summary(Tokens.load(tokens_file), str(tokens_file))
     assert "token 'full'" in with_file and "2,000,000 points per request" in with_file
     assert "full-secret" not in with_file
+    typo = Tokens.from_document({"token": [{"token": "abcd1234", "name": "ann", "datasets": ["isotropic46"]}]})
+    assert ("token 'ann' names dataset(s) isotropic46, which this server does not hold (isotropic64)"
+            in access_summary(typo, "tokens.toml", ["isotropic64"]))
+    assert "does not hold" not in access_summary(typo, "tokens.toml", ["isotropic46"])

@@ -53,7 +53,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
           f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
           + node_engine_summary(backend.database, url)
-          + access_summary(backend.tokens, tokens), flush=True)
+          + access_summary(backend.tokens, tokens, backend.names()), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False, http=GuardedHttpProtocol)
@@ -84,8 +84,9 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / (1 << 30):.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.0f} MiB"
 
 
-def access_summary(tokens: Tokens, path: str | None) -> str:
-    """The limits in force, and how to get more: printed when the server starts."""
+def access_summary(tokens: Tokens, path: str | None, datasets: list[str] | None = None) -> str:
+    """The limits in force, and how to get more: printed when the server starts, with a
+    note on a token that names a dataset this server does not hold (a typo grants nothing)."""
     anonymous = tokens.anonymous
     lines = []
     if tokens.anonymous_allowed:
@@ -98,6 +99,10 @@ def access_summary(tokens: Tokens, path: str | None) -> str:
         for name, limits in tokens.named():
             lines.append(f"turbdb: token {name!r} ({path}): {limits.max_points:,} points per request, "
                          f"{limits.requests_per_minute:g} requests per minute, datasets {', '.join(limits.datasets)}")
+            unknown = [d for d in limits.datasets if d != "*" and datasets is not None and d not in datasets]
+            if unknown:
+                lines.append(f"turbdb: note: token {name!r} names dataset(s) {', '.join(unknown)}, which this server "
+                             f"does not hold ({', '.join(datasets or []) or 'none'}): check {path} for a typo")
     else:
         lines.append("turbdb: for more, make a token: `turbdb token alice >> tokens.toml`, then serve with "
                      "--tokens tokens.toml (make serve TOKENS=tokens.toml); clients pass it as "
