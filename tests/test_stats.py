@@ -148,3 +148,9 @@ def test_cli_stats_track_and_demo_write_their_files(dns32, tmp_path):
     assert "tracking 4096 particles" in out and "teardrop" in out
     for name in ("vorticity_slice", "energy_spectrum", "trajectories", "rq_pdf"):
         assert (tmp_path / "demo" / f"{name}.png").is_file()
+    # A uniform flow of one step: what cannot be shown is said and skipped, with no warning or traceback.
+    uniform = turbdb.create_dataset(tmp_path / "udb", "uniform", grid=(16, 16, 16), times=[0.0], fields={"velocity": 3})
+    uniform.write("velocity", 0, np.broadcast_to(np.float32([1, 2, 3]), (16, 16, 16, 3)).copy())
+    result = run("demo", tmp_path / "udb", "--name", "uniform")
+    assert "skewness and flatness are undefined" in result.stdout and "tracking: skipped" in result.stdout
+    assert "R–Q joint PDF: skipped" in result.stdout and "Warning" not in result.stderr

@@ -5,6 +5,7 @@ and draws a vorticity slice, the energy spectrum, the trajectories and the R–Q
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -52,7 +53,9 @@ def run_demo(db: Path, name: str, out: Path | None = None) -> dict:
         click.echo(diagnostics.format_checks(checks))
     else:
         skew, flat = diagnostics.derivative_moments(list(snapshots), box_length=box)
-        click.echo(f"  skewness of du/dx {skew:+.3f}, flatness {flat:.3f} (no viscosity recorded: not a DNS)")
+        moments = (f"skewness of du/dx {skew:+.3f}, flatness {flat:.3f}" if math.isfinite(skew) else
+                   "no velocity gradients: skewness and flatness are undefined")
+        click.echo(f"  {moments} (no viscosity recorded: not a DNS)")
 
     out = out or Path(db) / f"{name}-demo"
     out.mkdir(parents=True, exist_ok=True)
@@ -66,14 +69,21 @@ def run_demo(db: Path, name: str, out: Path | None = None) -> dict:
     _report_spectrum(spectrum)
     checks["spectrum"] = {key: value for key, value in spectrum.summary().items() if key not in ("k", "E")}
     written.append(spectrum.save(out / "energy_spectrum")[0])
-    checks["tracking"], plot = _tracking(dataset, steps, out, spectrum)
-    written.append(plot)
-    rq = stats.rq_pdf(dataset, time=time, points=RQ_POINTS, method="lag6")
-    checks["rq_points"] = rq.summary()
-    click.echo(f"\nR–Q joint PDF from lag6 velocity gradients at {RQ_POINTS} random points, t = {format_time(rq.time)}:")
-    click.echo(f"  P(Q<0,R>0) = {rq.fractions['Q<0,R>0']:.3f}, P(Q<0,R<0) = {rq.fractions['Q<0,R<0']:.3f}: "
-               f"ratio {rq.asymmetry:.2f} ({'the teardrop of turbulence' if rq.asymmetry > diagnostics.MIN_RQ_ASYMMETRY else 'no teardrop'})")
-    written.append(rq.save(out / "rq_pdf")[0])
+    if len(steps) > 1:
+        checks["tracking"], plot = _tracking(dataset, steps, out, spectrum)
+        written.append(plot)
+    else:
+        click.echo("\ntracking: skipped, it needs two stored steps or more")
+    try:
+        rq = stats.rq_pdf(dataset, time=time, points=RQ_POINTS, method="lag6")
+    except InvalidRequestError as e:  # a flow without vorticity has no R–Q PDF
+        click.echo(f"\nR–Q joint PDF: skipped, {e}")
+    else:
+        checks["rq_points"] = rq.summary()
+        click.echo(f"\nR–Q joint PDF from lag6 velocity gradients at {RQ_POINTS} random points, t = {format_time(rq.time)}:")
+        click.echo(f"  P(Q<0,R>0) = {rq.fractions['Q<0,R>0']:.3f}, P(Q<0,R<0) = {rq.fractions['Q<0,R<0']:.3f}: "
+                   f"ratio {rq.asymmetry:.2f} ({'the teardrop of turbulence' if rq.asymmetry > diagnostics.MIN_RQ_ASYMMETRY else 'no teardrop'})")
+        written.append(rq.save(out / "rq_pdf")[0])
     click.echo(f"\nplots (in {out}):")
     for path in written:
         click.echo(f"  {path}")

@@ -145,8 +145,8 @@ def _longitudinal_raw_moments(u: np.ndarray, box_length: float) -> np.ndarray:
 
 def _skewness_flatness(m: np.ndarray) -> tuple[float, float]:
     m2, m3, m4 = m
-    if m2 <= 0:
-        return 0.0, 0.0
+    if m2 <= 0:  # no gradients at all (a uniform field): the moments' ratios are undefined, not 0
+        return math.nan, math.nan
     return float(m3 / m2**1.5), float(m4 / m2**2)
 
 

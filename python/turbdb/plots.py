@@ -144,8 +144,9 @@ def plot_vorticity_slice(omega: np.ndarray, box: float, name: str, time: float, 
     magnitude = np.linalg.norm(omega[0], axis=-1)
     rms = float(np.sqrt(np.mean(np.sum(omega**2, axis=-1))))
     fig, ax = plt.subplots(figsize=(5.6, 5.0), layout="constrained")
-    image = ax.imshow(magnitude / rms, origin="lower", extent=(0, box, 0, box), cmap="magma")
-    fig.colorbar(image, ax=ax, label=f"|ω| / ω_rms   (ω_rms = {rms:.3g} per unit time)")
+    image = ax.imshow(magnitude / rms if rms > 0 else magnitude, origin="lower", extent=(0, box, 0, box), cmap="magma")
+    fig.colorbar(image, ax=ax, label=f"|ω| / ω_rms   (ω_rms = {rms:.3g} per unit time)" if rms > 0 else
+                 "|ω| (zero everywhere: the flow has no vorticity)")
     ax.set(xlabel="x", ylabel="y")
     ax.set_title(f"{name}: vorticity magnitude on z = 0\nt = {format_time(time)}", fontsize=10)
     return _save(fig, path)
