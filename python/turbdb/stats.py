@@ -127,7 +127,8 @@ def rq_pdf(
 @dataclasses.dataclass
 class Spectrum:
     """The shell-summed energy spectrum E(k) of one stored time step: shell m holds the
-    modes with m − ½ ≤ |k|/k0 < m + ½ (k0 = 2π/L), and sum(E)·k0 is the kinetic energy.
+    modes with m − ½ ≤ |k|/k0 < m + ½ (k0 = 2π/L), m ≥ 1, and sum(E)·k0 is the kinetic
+    energy of the fluctuations, ⟨|u − ⟨u⟩|²⟩/2 (the mean flow, k = 0, is no shell).
 
     ``nu`` (the kinematic viscosity, known for a turbdb DNS) gives the Kolmogorov scale η
     and Re_λ with the dissipation ``epsilon`` = 2ν⟨s_ij s_ij⟩ of the field (when not
@@ -156,6 +157,7 @@ class Spectrum:
 
     @property
     def energy(self) -> float:
+        """The fluctuations' kinetic energy ⟨|u − ⟨u⟩|²⟩/2: a uniform flow has none."""
         return float(np.sum(self.e) * self.k[0])
 
     @property
