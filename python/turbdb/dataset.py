@@ -56,7 +56,7 @@ class Dataset:
         if attrs is None:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
-        self._stores: dict[str, tuple[Any, Any]] = {}
+        self._stores: dict[str, tuple[Any, Any, tuple[int, int]]] = {}
         # A list, not the tuple itself, so that shallow copies (the service makes one per
         # request) share what one of them parsed: (stat key, attrs, info). Filled from the
         # document just read (stat'ed first: were it replaced since, the key is stale and
@@ -92,7 +92,16 @@ class Dataset:
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
             cached = self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
+            self._drop_replaced_stores(attrs)
         return cached[1]
+
+    def _drop_replaced_stores(self, attrs: dict[str, Any]) -> None:
+        """Forgets the opened stores of fields whose array directory is no longer the one
+        they read: the dataset was created again over this one (``overwrite=True``), and the
+        old stores kept answering with the old data, or failed on the old grid."""
+        for field, (_, _, identity) in list(self._stores.items()):
+            if field not in attrs["fields"] or _directory_identity(self.path / field) != identity:
+                self._stores.pop(field, None)
 
     @property
     def metadata(self) -> DatasetInfo:
@@ -172,9 +181,9 @@ class Dataset:
     # -- writing ------------------------------------------------------------------------
 
     def field_store(self, field: str) -> Any:
-        """The Rust store of a field (cached per field)."""
+        """The Rust store of a field (cached per field, until the dataset is replaced)."""
+        attrs = self._attrs()  # a stat: notices a dataset created again over this one
         if field not in self._stores:
-            attrs = self._attrs()
             if field not in attrs["fields"]:
                 raise UnknownNameError(
                     f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
@@ -192,7 +201,7 @@ class Dataset:
                 index_at_end=layout["index_at_end"],
                 headers_required=layout["headers_required"],
             )
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"])
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"], _directory_identity(self.path / field))
         return self._stores[field][0]
 
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
@@ -460,6 +469,15 @@ class Dataset:
                 report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, though it "
                                            "lies between written steps and other fields have it"))
         return reports
+
+
+def _directory_identity(path: Path) -> tuple[int, int]:
+    """(device, inode) of a field's array directory, as its Rust store records it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)
+    return (st.st_dev, st.st_ino)
 
 
 def _stat_key(path: str) -> tuple[int, int, int]:

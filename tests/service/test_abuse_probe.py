@@ -212,3 +212,47 @@ def test_hiding_the_database_path_leaves_the_words_around_it_whole(root):
     assert hide_path(words, root) == words
     assert hide_path(f"{root}/iso/velocity/c/1/0/0/0/0 is truncated", root) == "iso/velocity/c/1/0/0/0/0 is truncated"
     assert hide_path(f"cannot read '{root}': gone", root) == "cannot read 'the database': gone"
+
+
+def _uniform(db, grid, value):
+    """Dataset 'run' of a constant velocity ``value``, created (again) over any old one."""
+    import numpy as np
+
+    import turbdb
+
+    ds = turbdb.create_dataset(db, "run", grid=(grid,) * 3, times=[0.0], fields={"velocity": 3}, atom=4,
+                               partition=8, overwrite=True)
+    ds.write("velocity", 0, np.full((grid,) * 3 + (3,), value, np.float32))
+
+
+@pytest.mark.parametrize("scheduler", [None, "jaws"])
+def test_a_dataset_created_again_over_an_open_one_answers_with_its_new_data(tmp_path, scheduler):
+    # The open Dataset (and a node engine) kept the old stores: the old values, NaN, or a
+    # panic on the old grid, until the process restarted.
+    import numpy as np
+
+    import turbdb
+
+    _uniform(tmp_path, 16, 1.0)
+    ds = turbdb.open(tmp_path, scheduler=scheduler)["run"]
+    box = {"x": (0, 16), "y": (0, 2), "z": (0, 2)}
+    for grid, value in ((16, 1.0), (16, 2.0), (32, 3.0)):
+        if value > 1.0:  # the same grid with new values, then another grid
+            _uniform(tmp_path, grid, value)
+        np.testing.assert_allclose(ds.query("velocity", [[1.0, 2.0, 3.0]], time=0.0), [[value] * 3], rtol=1e-6)
+        cut = ds.cutout("velocity", time=0.0, **box)
+        assert cut.shape == (2, 2, 16, 3) and (cut.values == value).all()
+
+
+def test_a_server_answers_with_a_dataset_created_again_over_one_it_served(tmp_path):
+    _uniform(tmp_path / "db", 16, 1.0)
+    query = {"params": {"field": "velocity", "time": 0.0}, "json": {"points": [[1.0, 2.0, 3.0]]}}
+    with running_server(tmp_path / "db", tmp_path / "over.log", "--scheduler", "jaws") as s:
+        assert s.post("/v1/datasets/run/query", **query).json()["values"][0] == pytest.approx([1.0] * 3, rel=1e-6)
+        _uniform(tmp_path / "db", 32, 2.0)
+        answer = s.post("/v1/datasets/run/query", **query)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["values"][0] == pytest.approx([2.0] * 3, rel=1e-6)
+        cut = s.post("/v1/datasets/run/cutout", params={"field": "velocity", "time": 0.0, "x": "16,32", "y": "0,1",
+                                                        "z": "0,1", "format": "npy"})
+        assert cut.status_code == 200, cut.text

@@ -210,7 +210,9 @@ struct Inbox {
 /// The fields the engine reads, numbered.
 #[derive(Default)]
 struct Fields {
-    by_path: FxHashMap<std::path::PathBuf, u32>,
+    /// By directory and its identity: a dataset created again over an old one is a new
+    /// field (the old one's readers and cached atoms describe other data, even another grid).
+    by_path: FxHashMap<(std::path::PathBuf, (u64, u64)), u32>,
     readers: Vec<Arc<FieldReader>>,
 }
 
@@ -336,7 +338,7 @@ impl NodeEngine {
 
     /// The engine's number of the field read by `reader` (one per field directory).
     fn field(&self, reader: &Arc<FieldReader>) -> (u32, Arc<FieldReader>) {
-        let key = reader.shard_path(0, [0, 0, 0]);
+        let key = (reader.shard_path(0, [0, 0, 0]), reader.identity());
         let mut fields = self.shared.fields.lock().expect("fields");
         if let Some(&id) = fields.by_path.get(&key) {
             return (id, Arc::clone(&fields.readers[id as usize]));

@@ -28,6 +28,9 @@ pub struct FieldReader {
     location: IndexLocation,
     /// Whether a shard without a header is corrupt (fields created since headers exist).
     headers_required: bool,
+    /// The array directory's device and inode when opened: a dataset replaced in place
+    /// (created again over the old one) has a new directory, and so a new identity.
+    identity: (u64, u64),
     shards: Mutex<HashMap<(usize, ShardPos), Arc<OpenedShard>>>,
 }
 
@@ -136,6 +139,7 @@ impl FieldReader {
         let root = root.into();
         Self {
             field: field_name(&root).unwrap_or_default(),
+            identity: directory_identity(&root),
             root,
             geometry,
             codec,
@@ -143,6 +147,13 @@ impl FieldReader {
             headers_required: false,
             shards: Mutex::default(),
         }
+    }
+
+    /// The array directory's (device, inode) when the reader was made ((0, 0) where it
+    /// could not be read): two readers of one directory share it, a directory made again
+    /// in its place does not.
+    pub fn identity(&self) -> (u64, u64) {
+        self.identity
     }
 
     /// Makes a shard without a binding header an error (for fields whose metadata says
@@ -634,4 +645,18 @@ fn check_checksum(body: &[u8], stored: u32, path: &Path) -> Result<()> {
         return Err(Error::corrupt(path, "atom checksum mismatch"));
     }
     Ok(())
+}
+
+/// The (device, inode) of a directory, or (0, 0).
+fn directory_identity(root: &std::path::Path) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(root).map_or((0, 0), |m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = root;
+        (0, 0)
+    }
 }
