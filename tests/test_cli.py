@@ -156,6 +156,16 @@ def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
     assert "nothing to do" in again.stderr + again.stdout
     refused = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", check=False)
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
+    # --if-missing does not take a dataset of other sizes for the one asked for.
+    other = run("simulate", tmp_path, "--name", "syn", "--grid", 32, "--steps", 3, "--kind", "synthetic", "--if-missing",
+                check=False)
+    assert other.returncode == 2 and "exists with grid 16³ and 3 steps, not the 32³ and 3 asked for" in other.stderr
+    # A run refused (odd grid, too large for memory) creates nothing, so the corrected one runs.
+    for grid in (9, 4096):
+        failed = run("simulate", tmp_path, "--name", "bad", "--grid", grid, "--steps", 2, "--kind", "synthetic",
+                     check=False)
+        assert failed.returncode == 2 and "Traceback" not in failed.stderr and not (tmp_path / "bad").exists()
+    run("simulate", tmp_path, "--name", "bad", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
 
 
 def test_verify_and_info_report_every_dataset_when_one_has_damaged_metadata(db):

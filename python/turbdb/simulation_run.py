@@ -4,6 +4,7 @@ writing step i on a background thread while the generator computes step i+1."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from tqdm import tqdm
 from .database import create_dataset
 from .database import open as open_db
 from .dataset import Dataset
-from .exceptions import DatasetExistsError
+from .exceptions import DatasetExistsError, InvalidRequestError, StorageError
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
+from .size_limit import check_work_bytes, human_bytes
 from .times import time_grid
 
 SYNTHETIC_DT = 0.01
@@ -35,9 +37,16 @@ def run_simulation(
 ) -> Dataset:
     """Creates dataset ``name`` in ``db`` and fills it from the generator ``kind``."""
     say = (lambda line: None) if quiet else (lambda line: tqdm.write(line))
+    if if_missing and overwrite:
+        raise InvalidRequestError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
     if (db / name).exists():
         existing = _existing(db, name)
         if if_missing and existing is not None and len(existing.info.steps_present()) == existing.info.nt:
+            if existing.info.grid != (grid,) * 3 or existing.info.nt != steps:
+                nx = existing.info.grid[0]
+                raise DatasetExistsError(f"dataset {name!r} exists with grid {nx}³ and {existing.info.nt} steps, not "
+                                         f"the {grid}³ and {steps} asked for; pass --overwrite to replace it, or "
+                                         "another --name")
             say(f"{db / name} exists with all {existing.info.nt} steps; nothing to do")
             return existing
         if if_missing:
@@ -53,8 +62,12 @@ def run_simulation(
         provenance = {"generator": "turbdb simulate --kind dns", "save_every": every,
                       **{f"dns_{k}": v for k, v in dataclasses.asdict(config).items()}}
     else:
+        if save_every is not None:
+            raise InvalidRequestError("--save-every is a DNS setting; the synthetic kind stores every step it makes")
         every, stored_dt = 1, SYNTHETIC_DT
         provenance = {"generator": "turbdb simulate --kind synthetic", "seed": seed}
+        snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)  # checks grid, before creating
+    _check_room(db, grid, steps, kind)
     dataset = create_dataset(
         db, name, grid=(grid, grid, grid), times=time_grid(0.0, stored_dt, steps),
         fields={"velocity": {"ncomp": 3, "units": "box units"}, "pressure": {"ncomp": 1, "units": "box units"}},
@@ -80,25 +93,47 @@ def run_simulation(
 
     if kind == "dns":
         snapshots = run_dns(config, n_saved=steps, save_every=every, progress=progress, log=say)
-    else:
-        snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-writer") as writer:
-        pending: Future[None] | None = None
-        for snapshot in snapshots:
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-writer") as writer:
+            pending: Future[None] | None = None
+            for snapshot in snapshots:
+                if pending is not None:
+                    pending.result()  # at most one step in flight: bounded memory, errors surface
+                pending = writer.submit(_store, dataset, snapshot.step, snapshot.velocity, snapshot.pressure)
+                window.append(snapshot.stats)
+                if kind != "dns":
+                    bar.update(1)
             if pending is not None:
-                pending.result()  # at most one step in flight: bounded memory, errors surface
-            pending = writer.submit(_store, dataset, snapshot.step, snapshot.velocity, snapshot.pressure)
-            window.append(snapshot.stats)
-            if kind != "dns":
-                bar.update(1)
-        if pending is not None:
-            pending.result()
-    bar.close()
+                pending.result()
+    except BaseException:
+        # A run that stored no step leaves no dataset behind: an empty one blocked the rerun
+        # ("already exists") and was listed, served and verified as if it held data.
+        if not dataset.info.steps_present():
+            shutil.rmtree(dataset.path, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
     if kind == "dns":
         _record_window(dataset, window)
     say(f"done: {dataset.path} holds {len(dataset.info.steps_present())} time steps")
     return dataset
+
+
+def _check_room(db: Path, grid: int, steps: int, kind: str) -> None:
+    """Refuses a run whose steps would not fit on the disk, or whose generator would not
+    fit in memory, before anything is created: a 4096³ request was accepted and reported
+    2.2 TB to write on a disk with 65 GB free."""
+    # The generator's working arrays: about four float32 copies of a step (synthetic), or
+    # four float64 vector fields (the DNS's spectral solver).
+    check_work_bytes(grid**3 * 3 * (4 if kind == "synthetic" else 8) * 4, f"a {kind} run on a {grid}³ grid",
+                     "choose a smaller --grid")
+    size = steps * grid**3 * 4 * 4  # float32 velocity (3) and pressure (1)
+    where = next(p for p in (db, *db.resolve().parents) if p.exists())
+    free = shutil.disk_usage(where).free
+    if size > free:
+        raise StorageError(f"{steps} steps of {grid}³ take {human_bytes(size)}, and the disk at {where} has "
+                           f"{human_bytes(free)} free: store fewer --steps, a smaller --grid, or use another disk")
 
 
 #: Live diagnostics of the run averaged over the stored window, kept in the provenance.

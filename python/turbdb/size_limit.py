@@ -43,11 +43,12 @@ def check_work_bytes(nbytes: int, what: str, smaller: str) -> None:
 def _check(nbytes: int, needs: str, verb: str, advice: str, at_once: str = "") -> None:
     limit = max_result_bytes()
     if nbytes > limit:
-        raise LimitExceededError(f"{needs} {_human(nbytes)}{at_once}; one call may {verb} at most {_human(limit)} "
+        raise LimitExceededError(f"{needs} {human_bytes(nbytes)}{at_once}; one call may {verb} at most {human_bytes(limit)} "
                                  f"(turbdb.set_max_result_bytes): {advice}")
 
 
-def _human(nbytes: int) -> str:
+def human_bytes(nbytes: int) -> str:
+    """``nbytes`` in the largest binary unit below it, e.g. 2.0 TiB."""
     value = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if value < 1024:

@@ -20,8 +20,9 @@ from .inputs import periodic_axes, xyz_floats
 @main.command()
 @click.argument("db", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--name", required=True, help="Name of the dataset to create.")
-@click.option("--grid", type=click.IntRange(8, 4096), default=64, show_default=True, help="Grid points per side of the periodic box [0, 2π)³.")
-@click.option("--steps", type=click.IntRange(1), default=100, show_default=True, help="Time steps to store.")
+@click.option("--grid", type=click.IntRange(8, 4096), default=64, show_default=True,
+              help="Grid points per side of the periodic box [0, 2π)³: even, and at least 16 for dns.")
+@click.option("--steps", type=click.IntRange(1, 1_000_000), default=100, show_default=True, help="Time steps to store.")
 @click.option("--save-every", type=click.IntRange(1), default=None, help="Solver steps between stored steps (dns; default: the solver's choice).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the random initial field.")
 @click.option("--kind", type=click.Choice(["dns", "synthetic"]), default="dns", show_default=True,
