@@ -299,3 +299,17 @@ def test_the_nodes_a_cutout_reads_are_those_its_filter_windows_span(periodic, wi
                                                     for (a, b), s, n in zip(ranges, strides, info.grid))))
         assert nodes_read(info, ranges, strides, width) == expected
 
+
+
+def test_hdf5_and_xdmf_outputs_escape_names_and_refuse_what_they_cannot_write(fields, tmp_path):
+    db, _ = fields
+    cut = db["box"].cutout("pressure", time=0.0)
+    h5, xmf = export.write(cut, tmp_path / "a&b<c.xmf")
+    assert ET.parse(xmf).getroot().tag == "Xdmf" and h5.name == "a&b<c.h5"
+    (tmp_path / "d.xmf").mkdir()
+    with pytest.raises(turbdb.InvalidRequestError, match="written beside .* is a directory"):
+        export.write(cut, tmp_path / "d.h5")
+    assert not (tmp_path / "d.h5").exists()
+    twice = db["box"].cutout("pressure", time=[0.0, 1.0, 0.0])
+    with pytest.raises(turbdb.InvalidRequestError, match="more than once"):
+        export.write(twice, tmp_path / "twice.h5")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
@@ -57,6 +57,10 @@ def check_target(path: str | os.PathLike[str]) -> str:
                                       "another name")
     elif path.is_dir():
         raise InvalidRequestError(f"{str(path)!r} is a directory; give a file name")
+    companion = {".h5": ".xmf", ".hdf5": ".xmf", ".xmf": ".h5", ".xdmf": ".h5"}.get(suffix)
+    if companion and path.with_suffix(companion).is_dir():  # found only after the first file was written
+        raise InvalidRequestError(f"{str(path.with_suffix(companion))!r}, written beside {str(path)!r}, is a "
+                                  "directory; choose another name")
     return suffix
 
 
@@ -104,6 +108,10 @@ def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     path = Path(path)
     field = str(cut.name or "values")
     steps = _steps(cut)
+    repeated = sorted({i for i, _, _ in steps if sum(j == i for j, _, _ in steps) > 1})
+    if repeated:
+        raise InvalidRequestError(f"the cutout holds time step(s) {', '.join(map(str, repeated))} more than once, and "
+                                  "HDF5 names its datasets by step: ask for each time once")
     with h5py.File(path, "w") as f:
         for axis in "xyz":
             f.create_dataset(f"{axis}coor", data=np.asarray(cut[axis].values, dtype=np.float64))
@@ -139,6 +147,7 @@ def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, f
     z; 1-D) and, per time step, a dataset of ``value_shape``, ``(nz, ny, nx[, ncomp])``:
     ``steps`` lists each one's name and time."""
     nz, ny, nx = value_shape[:3]
+    h5_name = escape(h5_name)  # a file named a&b<c.h5 made the document not XML
     kind = _ATTRIBUTE_TYPES.get(value_shape[3] if len(value_shape) > 3 else 1, "Matrix")
     value_dims = " ".join(map(str, value_shape))
     lines = ['<?xml version="1.0" ?>', '<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>', '<Xdmf Version="3.0">', "  <Domain>",

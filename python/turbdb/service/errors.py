@@ -102,7 +102,9 @@ def install(app: FastAPI) -> None:
             description = (f"{request.method} is not allowed on {request.url.path}; "
                            f"use {allowed or 'another method'} (see /docs)")
         name = "InvalidRequestError" if error.status_code < 500 else "ServiceError"
-        return error_response(error.status_code, description, name)
+        response = error_response(error.status_code, description, name)
+        response.headers.update(error.headers or {})  # a 405 must say Allow
+        return response
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, error: ClientDisconnect) -> Response:
