@@ -453,13 +453,13 @@ class Dataset:
             complete = set(report["complete_steps"])
             # A step with no shard at all reads as "not written"; where an ingest recorded it
             # as stored, its shards are lost (with one shard a step, verify said "ok").
-            journal = attrs.get("ingest", {}).get(field, {}).get("done", {})
-            for t in sorted(set(journal.values()) - complete):
+            stored = set(attrs.get("ingest", {}).get(field, {}).get("done", {}).values())
+            for t in sorted(stored - complete):
                 if t < nt:
                     report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
                                                "ingest journal says it was stored"))
             report["unwritten_between"] = [t for t in range(min(complete, default=0), max(complete, default=0))
-                                           if t not in complete and t not in journal.values()]
+                                           if t not in complete and t not in stored]
         # A hole in one field where another field has the step (as every simulated dataset
         # writes all its fields each step) is a loss too.
         for field, report in reports.items():

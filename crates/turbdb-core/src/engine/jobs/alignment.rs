@@ -12,7 +12,7 @@
 
 /// Which queries of one job share data with which of another's: row `i` is a bitset over
 /// the other job's queries `j`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matches {
     rows: usize,
     columns: usize,

@@ -46,10 +46,32 @@ pub struct Contraction {
     label: Vec<u64>,
     /// The roots by label.
     order: BTreeMap<u64, usize>,
-    /// Search marks: a node was seen forward (backward) in the search numbered `epoch`.
-    forward: Vec<u32>,
-    backward: Vec<u32>,
-    epoch: u32,
+    /// Search marks: `2 × epoch` where the search numbered `epoch` saw a group going
+    /// forward, `2 × epoch + 1` going backward (no group is seen both ways: they met).
+    seen: Vec<u64>,
+    epoch: u64,
+}
+
+/// One side of a search: forward from the earlier group, or backward from the later.
+struct Side {
+    forward: bool,
+    /// The label the side must not reach (the other end's).
+    bound: u64,
+    /// This side's mark and the other's.
+    mark: u64,
+    other: u64,
+    stack: Vec<usize>,
+    /// The groups it found, its start left out.
+    found: Vec<usize>,
+}
+
+/// What one step of a side found.
+enum Step {
+    /// It met the other side: the earlier group reaches the later.
+    Met,
+    /// It has nothing left to expand.
+    Done,
+    Going,
 }
 
 /// How a search between two groups ended.
@@ -77,8 +99,7 @@ impl Contraction {
             size: Vec::new(),
             label: Vec::new(),
             order: BTreeMap::new(),
-            forward: Vec::new(),
-            backward: Vec::new(),
+            seen: Vec::new(),
             epoch: 0,
         };
         for (id, from, len, _) in jobs.clone() {
@@ -120,8 +141,7 @@ impl Contraction {
             if labelled {
                 self.order.insert(last, x);
             }
-            self.forward.push(0);
-            self.backward.push(0);
+            self.seen.push(0);
         }
         if labelled && last == u64::MAX {
             self.renumber();
@@ -179,53 +199,59 @@ impl Contraction {
 
     /// Whether group `early` reaches group `late` (labelled after it), searching from both.
     fn search(&mut self, early: usize, late: usize) -> Search {
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.forward.fill(0);
-            self.backward.fill(0);
-            self.epoch = 1;
-        }
-        let (low, high, epoch) = (self.label[early], self.label[late], self.epoch);
-        self.forward[early] = epoch;
-        self.backward[late] = epoch;
-        let (mut ahead, mut behind) = (vec![early], vec![late]);
-        let (mut reached, mut reaching, mut linked) = (Vec::new(), Vec::new(), Vec::new());
+        self.epoch += 1;
+        let side = |start: usize, forward: bool, bound: u64, mark: u64| Side {
+            forward,
+            bound,
+            mark,
+            other: mark ^ 1,
+            stack: vec![start],
+            found: Vec::new(),
+        };
+        let mut ahead = side(early, true, self.label[late], 2 * self.epoch);
+        let mut behind = side(late, false, self.label[early], 2 * self.epoch + 1);
+        self.seen[early] = ahead.mark;
+        self.seen[late] = behind.mark;
+        let mut linked = Vec::new();
         loop {
-            let Some(group) = ahead.pop() else {
-                return Search::Apart {
-                    between: reached,
-                    after: true,
-                };
-            };
-            self.neighbours(group, true, &mut linked);
-            for &h in &linked {
-                if self.backward[h] == epoch {
-                    return Search::Path;
-                }
-                if self.forward[h] != epoch && self.label[h] < high {
-                    self.forward[h] = epoch;
-                    ahead.push(h);
-                    reached.push(h);
-                }
-            }
-            let Some(group) = behind.pop() else {
-                return Search::Apart {
-                    between: reaching,
-                    after: false,
-                };
-            };
-            self.neighbours(group, false, &mut linked);
-            for &h in &linked {
-                if self.forward[h] == epoch {
-                    return Search::Path;
-                }
-                if self.backward[h] != epoch && self.label[h] > low {
-                    self.backward[h] = epoch;
-                    behind.push(h);
-                    reaching.push(h);
+            for side in [&mut ahead, &mut behind] {
+                match self.step(side, &mut linked) {
+                    Step::Met => return Search::Path,
+                    Step::Done => {
+                        return Search::Apart {
+                            between: std::mem::take(&mut side.found),
+                            after: side.forward,
+                        }
+                    }
+                    Step::Going => {}
                 }
             }
         }
+    }
+
+    /// Expands one group of `side`: its neighbours that way, within the labels up to the
+    /// other end, join its search.
+    fn step(&mut self, side: &mut Side, linked: &mut Vec<usize>) -> Step {
+        let Some(group) = side.stack.pop() else {
+            return Step::Done;
+        };
+        self.neighbours(group, side.forward, linked);
+        for &h in linked.iter() {
+            if self.seen[h] == side.other {
+                return Step::Met;
+            }
+            let within = if side.forward {
+                self.label[h] < side.bound
+            } else {
+                self.label[h] > side.bound
+            };
+            if self.seen[h] != side.mark && within {
+                self.seen[h] = side.mark;
+                side.stack.push(h);
+                side.found.push(h);
+            }
+        }
+        Step::Going
     }
 
     /// Whether queries `a` and `b` are gated together already (through others).

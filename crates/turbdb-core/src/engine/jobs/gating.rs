@@ -1030,6 +1030,24 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The match rows built from each step's bitset say exactly what `Region::shares`
+        /// says of every pair (queries reading one or two steps, of two fields, across
+        /// word boundaries).
+        #[test]
+        fn shared_rows_are_region_shares_pair_by_pair(
+            mine in proptest::collection::vec((0u32..2, proptest::collection::vec(0u32..70, 1..3)), 0..80),
+            theirs in proptest::collection::vec((0u32..2, proptest::collection::vec(0u32..70, 1..3)), 0..140),
+        ) {
+            let regions = |plan: &[(u32, Vec<u32>)]| -> Vec<Region> {
+                plan.iter().map(|(f, steps)| Region::new(*f, steps.clone())).collect()
+            };
+            let (mine, theirs) = (regions(&mine), regions(&theirs));
+            proptest::prop_assert_eq!(
+                shared(&mine, &theirs),
+                Matches::from_fn(mine.len(), theirs.len(), |i, j| mine[i].shares(&theirs[j]))
+            );
+        }
+
         /// Jobs declared while others run (some queries done), alone or several at once
         /// (one drain of the engine's inbox): the incremental deadlock check admits exactly
         /// the edges that rebuilding the graph for each one did, the graph stays acyclic, and
