@@ -90,6 +90,9 @@ class Server:
     def post(self, path, **kwargs):
         return httpx.post(self.url + path, timeout=30, **kwargs)
 
+    def request(self, method, path, **kwargs):
+        return httpx.request(method, self.url + path, timeout=30, **kwargs)
+
     def alive(self) -> bool:
         return self.process.poll() is None and self.get("/healthz").status_code == 200
 

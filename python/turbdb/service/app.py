@@ -34,6 +34,8 @@ from .backend import Backend, check_track_size, parse_range
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .head_requests import HeadAsGet
+from .negotiation import preferred
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
 
@@ -87,6 +89,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.state.backend = backend
     errors.install(app)
     app.add_middleware(_Instrument, metrics=metrics)
+    app.add_middleware(HeadAsGet)
     app.include_router(home.router(backend))
     app.include_router(limits_api.router(backend))
     app.include_router(jhtdb.router(backend))
@@ -195,7 +198,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
-        fmt = format or ("netcdf" if NETCDF in request.headers.get("accept", "") else "npy")
+        fmt = format or ("netcdf" if preferred(request, [NPY, NETCDF]) == NETCDF else "npy")
         ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
         strides, width = parse_strides(stride), as_filter_width(filter_width)
         plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, strides=strides, filter_width=width,
@@ -226,7 +229,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         points = await backend.points(request, limits)
         steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
         check_track_size(len(points), steps)
-        binary = NPY in request.headers.get("accept", "") or NPZ in request.headers.get("accept", "")
+        binary = preferred(request, ["application/json", NPY, NPZ]) != "application/json"
         encode = _encoder(request)
         gone = backend.disconnection(request)  # with a node engine: a client gone stops its track
 
@@ -266,7 +269,7 @@ def _json_array(values: np.ndarray) -> dict[str, Any]:
 
 def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
     """How to answer with an array: ``.npy`` if the client accepts it, else JSON."""
-    if NPY in request.headers.get("accept", ""):
+    if preferred(request, ["application/json", NPY]) == NPY:
         return lambda values: Response(encode_npy(values), media_type=NPY)
     return lambda values: Response(json.dumps(_json_array(values)).encode(), media_type="application/json")
 

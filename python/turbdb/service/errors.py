@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from .. import exceptions as exc
 from .admission import BusyError
+from .head_requests import allowed_methods, request_method
 
 log = logging.getLogger("turbdb.service")
 
@@ -95,15 +96,16 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> Response:
         description = str(error.detail)
+        headers = dict(error.headers or {})
         if error.status_code == 404:
             description = f"no such endpoint {request.url.path!r}; see /docs for the API"
         elif error.status_code == 405:
-            allowed = (error.headers or {}).get("Allow", "")
-            description = (f"{request.method} is not allowed on {request.url.path}; "
+            allowed = headers["Allow"] = allowed_methods(headers.get("Allow", ""))
+            description = (f"{request_method(request.scope)} is not allowed on {request.url.path}; "
                            f"use {allowed or 'another method'} (see /docs)")
         name = "InvalidRequestError" if error.status_code < 500 else "ServiceError"
         response = error_response(error.status_code, description, name)
-        response.headers.update(error.headers or {})  # a 405 must say Allow
+        response.headers.update(headers)  # a 405 must say Allow
         return response
 
     @app.exception_handler(ClientDisconnect)

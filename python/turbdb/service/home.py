@@ -11,6 +11,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
 from .backend import Backend
+from .negotiation import preferred
 
 LINKS = {
     "docs": ("/docs", "interactive API documentation (Swagger UI, served from this server: works offline)"),
@@ -43,7 +44,7 @@ def router(backend: Backend) -> APIRouter:
     @api.get("/", summary="what this server is, with links to its documentation")
     async def home(request: Request) -> Response:
         about = summary(backend)
-        if "text/html" not in request.headers.get("accept", ""):
+        if preferred(request, ["application/json", "text/html"]) != "text/html":
             return JSONResponse(about)
         items = "\n".join(f'<li><a href="{path}">{html.escape(path)}</a>: {html.escape(text)}</li>'
                           for path, text in LINKS.values())

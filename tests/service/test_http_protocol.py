@@ -1,0 +1,143 @@
+"""HTTP as clients other than ours speak it: HEAD on every GET endpoint, the Accept header
+read with its quality values, and request heads too long to read answered in JSON."""
+
+import io
+import json
+import socket
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from turbdb.service.connections import MAX_HEAD_BYTES
+from turbdb.service.head_requests import allowed_methods
+
+from servicekit import FULL
+
+QUERY = "/v1/datasets/trig/query"
+V = {"field": "velocity", "time": 0}
+BEARER = {"Authorization": f"Bearer {FULL}"}
+
+
+@pytest.mark.parametrize("path", ["/", "/healthz", "/v1/datasets", "/v1/datasets/trig", "/v1/limits", "/metrics"])
+def test_head_answers_as_get_without_the_body(server, path):
+    get, head = server.get(path), server.request("HEAD", path)
+    assert head.status_code == get.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    if path != "/metrics":  # its counters moved between the two
+        assert head.headers["content-length"] == get.headers["content-length"]
+
+
+def test_a_405_names_head_beside_get_and_the_method_the_client_sent(server):
+    refused = server.request("DELETE", "/healthz")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+    assert "DELETE is not allowed" in refused.json()["description"]
+    head_on_post = server.request("HEAD", QUERY)
+    assert head_on_post.status_code == 405 and head_on_post.headers["allow"] == "POST"
+
+
+def test_allowed_methods_adds_head_only_beside_get():
+    assert allowed_methods("GET") == "GET, HEAD"
+    assert allowed_methods("GET, POST") == "GET, POST, HEAD"
+    assert allowed_methods("POST") == "POST"
+    assert allowed_methods("GET, HEAD") == "GET, HEAD"
+
+
+@pytest.mark.parametrize("accept, npy", [
+    ("application/x-npy", True),
+    ("application/x-npy;q=0, application/json", False),  # q=0 is "not this"
+    ("application/json;q=0.5, application/x-npy", True),
+    ("application/json, application/x-npy;q=0.9", False),
+    ("*/*", False),
+    ("text/csv", False),  # nothing offered is acceptable: the default, not a 406
+    ("", False),
+])
+def test_the_accept_header_is_read_with_its_quality_values(server, accept, npy):
+    response = server.post(QUERY, params=V, json={"points": [[1, 2, 3]]}, headers={**BEARER, "Accept": accept})
+    assert response.status_code == 200, response.text
+    if npy:
+        assert response.headers["content-type"] == "application/x-npy"
+        assert np.load(io.BytesIO(response.content)).shape == (1, 3)
+    else:
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["shape"] == [1, 3]
+
+
+def test_the_home_page_is_html_for_a_browser_and_json_when_html_is_refused(server):
+    browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    assert server.get("/", headers={"Accept": browser}).headers["content-type"].startswith("text/html")
+    assert server.get("/", headers={"Accept": "text/html;q=0, */*"}).headers["content-type"] == "application/json"
+
+
+def test_a_cutout_chooses_netcdf_only_when_it_is_preferred(server):
+    params = {**V, "x": "0,2", "y": "0,2", "z": "0,2"}
+    netcdf = server.post("/v1/datasets/trig/cutout", params=params, headers={**BEARER, "Accept": "application/x-netcdf"})
+    assert netcdf.headers["content-type"] == "application/x-netcdf"
+    npy = server.post("/v1/datasets/trig/cutout", params=params,
+                      headers={**BEARER, "Accept": "application/x-netcdf;q=0.1, application/x-npy"})
+    assert npy.headers["content-type"] == "application/x-npy"
+
+
+def _raw(server, request: bytes) -> bytes:
+    address = urlsplit(server.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _status_and_body(answer: bytes) -> tuple[int, bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_a_request_line_too_long_to_parse_gets_a_json_400_saying_to_post(server):
+    answer = _raw(server, b"GET /healthz?x=" + b"1" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, body = _status_and_body(answer)
+    assert status == 400 and b"content-type: application/json" in answer
+    assert json.loads(body)["error"] == "InvalidRequestError" and "POST body" in json.loads(body)["description"]
+    assert server.alive()
+
+
+@pytest.mark.parametrize("headers", [
+    b"X-Big: " + b"a" * (MAX_HEAD_BYTES + 1000) + b"\r\n",  # one header, complete
+    b"".join(b"X-%d: %s\r\n" % (i, b"a" * 1000) for i in range(MAX_HEAD_BYTES // 1000 + 10)),  # many
+])
+def test_a_request_head_over_the_limit_gets_a_431_and_the_server_keeps_serving(server, headers):
+    answer = _raw(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"Connection: close\r\n\r\n")
+    status, body = _status_and_body(answer)
+    assert status == 431 and json.loads(body)["error"] == "LimitExceededError"
+    assert server.alive()
+
+
+def test_a_head_that_never_ends_is_cut_at_the_limit(server):
+    address = urlsplit(server.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        sent = 0
+        try:
+            while sent < 8 * MAX_HEAD_BYTES:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        except OSError:
+            pass  # the server closed the connection: what we want
+        answer = sock.recv(65536)
+    assert _status_and_body(answer)[0] == 431  # the head never ended: only the byte count can refuse it
+    assert server.alive()
+
+
+def test_a_large_body_sent_with_its_head_is_not_taken_for_head(server):
+    points = np.random.default_rng(0).uniform(0, 6, (4000, 3))
+    body = _npy(points)
+    response = server.post(QUERY, params=V, content=body,
+                           headers={**BEARER, "Content-Type": "application/x-npy"})
+    assert len(body) > MAX_HEAD_BYTES / 4 and response.status_code == 200, response.text
+
+
+def _npy(values: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    return buffer.getvalue()
