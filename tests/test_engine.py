@@ -359,3 +359,32 @@ def test_a_submitted_query_the_engine_refuses_comes_back_as_its_error(database):
         db["box"].submit("vorticity", np.zeros((1, 3)), time=0.0).result(timeout=60)
     with pytest.raises(turbdb.InvalidRequestError, match="not finite|NaN|nan"):
         db["box"].submit("velocity", np.array([[0.0, np.inf, 0.0]]), time=0.0).result(timeout=60)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("grid, atom, periodic", [
+    ((20, 20, 20), 8, (True, True, True)),     # 2.5 atoms a side: the last atom is short
+    ((20, 12, 18), 8, (True, False, True)),
+    ((18, 13, 16), 4, (True, True, True)),
+])
+def test_an_engine_on_a_grid_of_short_last_atoms_answers_as_lone_queries_across_the_seam(
+        tmp_path, scheduler, grid, atom, periodic):
+    # A box of stencils across a periodic seam was filled from the atoms of its unwrapped
+    # nodes: past 20 nodes in atoms of 8, node 20 was taken for the short last atom's, not
+    # node 0's, and a quarter of the points got O(1) wrong answers (the fourth probe).
+    nx, ny, nz = grid
+    ds = turbdb.create_dataset(tmp_path, "short", grid=grid, spacing=(1.0, 1.0, 1.0), periodic=periodic,
+                               times=[0.0], fields={"f": 3}, atom=atom, partition=2 * atom)
+    ds.write("f", 0, np.random.default_rng(3).standard_normal((nz, ny, nx, 3), dtype=np.float32))
+    high = np.array(grid) - np.where(periodic, 0, 1)
+    points = np.random.default_rng(4).uniform(0, high, (3000, 3))
+    lone = turbdb.open(tmp_path)["short"]
+    shared = turbdb.open(tmp_path, scheduler=scheduler, cache_bytes=8 << 20)["short"]
+    for method, operator in (("lag4", "field"), ("lag8", "field"), ("lag6", "gradient")):
+        for count in (3000, 200):  # a large query, and one of the small-query lane
+            want = lone.query("f", points[:count], time=0.0, method=method, operator=operator, dtype=np.float64)
+            got = shared.query("f", points[:count], time=0.0, method=method, operator=operator, dtype=np.float64)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-9 * np.abs(want).max(),
+                                       err_msg=f"{method} {operator}, {count} points")
+    box = dict(x=(nx - 3, nx + 4), y=(0, ny), z=(nz - 5, nz + 2)) if periodic[1] else dict(x=(nx - 3, nx + 4))
+    np.testing.assert_array_equal(shared.cutout("f", time=0.0, **box), lone.cutout("f", time=0.0, **box))

@@ -24,6 +24,7 @@ use crate::engine::subquery::{CutoutWork, PointWork};
 use crate::engine::weights::weights_on_any;
 use crate::engine::whole_stencil::{FastSum, WholeStencil};
 use crate::interp::stencil::AxisWeights;
+use crate::storage::axis::Axis;
 use crate::storage::morton;
 
 /// What a query asks the engine to do.
@@ -722,6 +723,36 @@ impl Home<'_, '_> {
     }
 }
 
+/// The atoms (their coordinates along the axis, ascending) that hold nodes `first ..=
+/// last` of `axis` in atoms of `atom` nodes: unwrapped past the ends of a periodic axis,
+/// kept to the grid on a bounded one. A node past a periodic seam is wrapped before its
+/// atom is found: on a grid that is not a whole number of atoms (20 nodes in atoms of 8)
+/// the unwrapped atom numbers go on in steps of `atom` past the short last atom, so node 20
+/// would be taken for the last atom's instead of node 0's.
+fn atoms_along(first: i64, last: i64, axis: &Axis, atom: usize) -> Vec<u32> {
+    let (n, a) = (axis.n as i64, atom as i64);
+    let atoms = |from: i64, to: i64| (from / a) as u32..=(to / a) as u32;
+    let mut coords: Vec<u32> = if !axis.periodic {
+        if first.max(0) > last.min(n - 1) {
+            return Vec::new();
+        }
+        atoms(first.max(0), last.min(n - 1)).collect()
+    } else if last - first + 1 >= n {
+        atoms(0, n - 1).collect()
+    } else {
+        let from = first.rem_euclid(n);
+        let to = from + (last - first);
+        let mut coords: Vec<u32> = atoms(from, to.min(n - 1)).collect();
+        if to >= n {
+            coords.extend(atoms(0, to - n));
+        }
+        coords
+    };
+    coords.sort_unstable();
+    coords.dedup();
+    coords
+}
+
 /// The atoms that hold the box of stencils `width` wide whose first nodes lie in
 /// `lo ..= hi`, as far as `slot_of_code` gives their slots, and whether it gave all of
 /// them (on a tiny periodic grid the box meets an atom twice: it is listed once).
@@ -733,23 +764,9 @@ fn atoms_of_box<'d>(
     data: &'d [AtomData],
     slot_of_code: impl Fn(u64) -> Option<u32>,
 ) -> (Vec<Neighbour<'d>>, bool) {
-    let a = work.geometry.atom as i64;
-    let per_axis = work.geometry.atoms_per_axis();
-    let along: [Vec<u32>; 3] = std::array::from_fn(|k| {
-        let m = per_axis[k] as i64;
-        let mut coords: Vec<u32> = (lo[k].div_euclid(a)..=(hi[k] + width as i64 - 1).div_euclid(a))
-            .filter_map(|c| {
-                if work.axes[k].periodic {
-                    Some(c.rem_euclid(m) as u32)
-                } else {
-                    (0..m).contains(&c).then_some(c as u32)
-                }
-            })
-            .collect();
-        coords.sort_unstable();
-        coords.dedup();
-        coords
-    });
+    let a = work.geometry.atom;
+    let along: [Vec<u32>; 3] =
+        std::array::from_fn(|k| atoms_along(lo[k], hi[k] + width as i64 - 1, &work.axes[k], a));
     let mut found = Vec::with_capacity(along.iter().map(Vec::len).product());
     let mut all_present = true;
     for &z in &along[2] {
@@ -880,7 +897,6 @@ mod tests {
     use crate::engine::plan::{BlockValues, Plan};
     use crate::engine::stream::{execute as stream, Order, StreamStats, TimeLevel};
     use crate::interp::method::{Method, Operator};
-    use crate::storage::axis::Axis;
     use crate::storage::geometry::{FieldGeometry, ShardPos};
     use crate::storage::reader::{AtomRequest, AtomSource};
 
@@ -1029,16 +1045,57 @@ mod tests {
     }
 
     #[test]
+    fn atoms_along_an_axis_are_those_of_the_wrapped_nodes() {
+        for (n, atom) in [(20, 8), (16, 8), (13, 4), (8, 8), (5, 4)] {
+            for periodic in [true, false] {
+                let axis = Axis {
+                    n,
+                    origin: 0.0,
+                    spacing: 1.0,
+                    periodic,
+                };
+                for first in -30i64..50 {
+                    for last in first..first + 30 {
+                        let mut expected: Vec<u32> = (first..=last)
+                            .filter_map(|u| match periodic {
+                                true => Some(u.rem_euclid(n as i64)),
+                                false => (0..n as i64).contains(&u).then_some(u),
+                            })
+                            .map(|node| (node as usize / atom) as u32)
+                            .collect();
+                        expected.sort_unstable();
+                        expected.dedup();
+                        assert_eq!(
+                            atoms_along(first, last, &axis, atom),
+                            expected,
+                            "n {n} atom {atom} periodic {periodic}: nodes {first}..={last}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_batch_holding_every_atom_gathers_whole_stencils_and_gives_the_streaming_answer() {
-        // Atoms of 4 nodes, so a stencil 8 wide spans two or three of them per axis; a grid
-        // that is not a whole number of atoms (the last atom is short), a wrap on the
-        // periodic axes and one bounded axis; one, three and four components.
-        for (grid, ncomp, periodic) in [
-            ([20, 16, 12], 3, [true, true, false]),
-            ([12, 20, 16], 1, [true, false, true]),
-            ([16, 12, 20], 4, [false, true, true]),
+        // Atoms of 4 nodes, so a stencil 8 wide spans two or three of them per axis; grids
+        // that are not a whole number of atoms (the last atom is short: 18 and 13 nodes in
+        // atoms of 4, 20 in atoms of 8), so that a box across the seam meets the first atom
+        // where the unwrapped atom numbers go on past the last; axes of one atom (8 nodes)
+        // or one and a half (12), where a stencil wraps back into the atom it started in;
+        // a wrap on the periodic axes and one bounded axis; one, three and four components.
+        for (grid, ncomp, periodic, atom) in [
+            ([20, 16, 12], 3, [true, true, false], 4),
+            ([12, 20, 16], 1, [true, false, true], 4),
+            ([16, 12, 20], 4, [false, true, true], 4),
+            ([18, 13, 16], 3, [true, true, true], 4),
+            ([20, 20, 20], 1, [true, true, true], 8),
+            ([20, 12, 20], 3, [true, false, true], 8),
+            ([8, 16, 16], 3, [true, false, false], 8),
+            ([16, 8, 16], 1, [true, true, true], 8),
+            ([12, 16, 12], 3, [true, false, true], 8),
         ] {
-            let geometry = FieldGeometry::new(grid, ncomp, 4, 8).unwrap();
+            let geometry = FieldGeometry::new(grid, ncomp, atom, 2 * atom).unwrap();
             let axes = [0, 1, 2].map(|k| Axis {
                 n: grid[k],
                 origin: -1.0,
@@ -1053,7 +1110,7 @@ mod tests {
                 let mut progress = Progress::new(&work);
                 let added =
                     execute(&mut [Part::whole(&work, &mut progress, 1.0)], &data).contributions;
-                let case = format!("{grid:?} {ncomp} {method:?} {operator:?}");
+                let case = format!("{grid:?} atom {atom} {ncomp} {method:?} {operator:?}");
                 assert_streaming_answer(&work, &progress, added, &expected, &case);
             }
         }

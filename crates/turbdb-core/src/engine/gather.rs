@@ -57,12 +57,16 @@ impl Spans {
         Some(s)
     }
 
-    /// The span of the atom at `coord`, if the stencil reaches it.
+    /// The spans in the atom at `coord`: none if the stencil does not reach it, two if it
+    /// wraps back into the atom it started in (an axis of fewer than two atoms' nodes more
+    /// than the stencil: 8 nodes in one atom, or 12 in atoms of 8).
     #[inline(always)]
-    fn find(&self, coord: u32) -> Option<usize> {
+    fn all(&self, coord: u32) -> impl Iterator<Item = usize> + '_ {
         self.spans[..self.count as usize]
             .iter()
-            .position(|s| s.0 == coord)
+            .enumerate()
+            .filter(move |(_, s)| s.0 == coord)
+            .map(|(i, _)| i)
     }
 
     fn count(&self) -> usize {
@@ -111,22 +115,26 @@ impl Stencil {
         let [sx, sy, sz] = &self.spans;
         let cells = sx.count() * sy.count() * sz.count();
         self.slots[..cells].fill(ABSENT);
-        let mut present = 0;
+        let (mut present, mut set) = (0, 0);
         for (coords, slot) in atoms {
-            let (Some(ix), Some(iy), Some(iz)) =
-                (sx.find(coords[0]), sy.find(coords[1]), sz.find(coords[2]))
-            else {
-                continue;
-            };
-            if let Some(slot) = slot {
-                let cell = self.cell(ix, iy, iz);
-                self.slots[cell] = slot;
-                present += 1;
+            let Some(slot) = slot else { continue };
+            // Every cell of the atom: a stencil that wraps back into its first atom meets it
+            // twice along that axis, and each part must be summed.
+            let before = set;
+            for iz in sz.all(coords[2]) {
+                for iy in sy.all(coords[1]) {
+                    for ix in sx.all(coords[0]) {
+                        self.slots[(iz * sy.count() + iy) * sx.count() + ix] = slot;
+                        set += 1;
+                    }
+                }
             }
+            present += usize::from(set > before);
         }
-        // A point's atoms are distinct, so as many present as cells means every cell is set.
+        // A point's atoms are distinct and each cell is one atom's, so as many cells set as
+        // there are means every cell is set.
         self.present = present as u8;
-        self.complete = present == cells;
+        self.complete = set == cells;
     }
 
     /// The index in `slots` of the atom of x, y and z spans `ix`, `iy`, `iz`.
