@@ -265,6 +265,12 @@ def test_query_reads_a_csv_it_wrote_with_its_header(tmp_path, db):
     run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "u.csv", "--time", "0",
         "--out", tmp_path / "q.npy")
     assert np.load(tmp_path / "q.npy").shape == (2, 1)
+    # A float64 answer keeps every digit in CSV, as in .npy (it kept 9, float32's).
+    for suffix in ("csv", "npy"):
+        run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "p.csv", "--time", "0",
+            "--dtype", "float64", "--out", tmp_path / f"u64.{suffix}")
+    written = np.loadtxt(tmp_path / "u64.csv", delimiter=",", skiprows=1)
+    np.testing.assert_array_equal(written, np.load(tmp_path / "u64.npy").reshape(written.shape))
     (tmp_path / "none.csv").write_text("x,y,z\n")
     failed = run("query", db, "flow", "--field", "velocity", "--points", tmp_path / "none.csv", "--time", "0",
                  "--out", tmp_path / "v.npy", check=False)

@@ -236,7 +236,7 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     if len(stored) == 0:
         raise InvalidRequestError(f"dataset {dataset.name!r} has no stored times")
     first, last = float(stored[0]), float(stored[-1])
-    tolerance = 1e-9 * max(abs(last - first), 1.0)
+    tolerance = 1e-9 * max(abs(last - first), abs(first), abs(last))  # as the engine's (interp/time.rs)
     for name, t in (("start", times[0]), ("end", times[-1])):
         if not first - tolerance <= t <= last + tolerance:
             raise InvalidRequestError(

@@ -54,8 +54,9 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
         from ..service.jhtdb import columns
 
         names = columns(field, values.shape[1], operator.lower())
+        # Enough digits to read back the same value: 9 for float32, 17 for float64.
         np.savetxt(out, values.reshape(len(points), -1), delimiter=",", header=",".join(names), comments="",
-                   fmt="%.9g")
+                   fmt="%.17g" if values.dtype == np.float64 else "%.9g")
     else:
         np.save(out, values)
     when = f"t = {format_time(time_)}"
@@ -162,22 +163,22 @@ def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: 
 
 
 @stats.command("spectrum")
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("db")
 @click.argument("name")
 @click.option("--time", "time_", type=float, required=True, help="Time (the nearest stored step is used).")
 @click.option("--field", default="velocity", show_default=True, help="Vector field.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for the PNG, .npz and .json (default DB/NAME-stats).")
-def stats_spectrum(db: Path, name: str, time_: float, field: str, out: Path | None) -> None:
+              help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
+def stats_spectrum(db: str, name: str, time_: float, field: str, out: Path | None) -> None:
     """Shell-summed energy spectrum E(k) of NAME at --time, from a cutout of the whole
     (periodic) box: a plot and the data. For a turbdb DNS (its viscosity is in the
     provenance) the plot is in Kolmogorov units over the resolved shells, with the
-    compensated spectrum k^(5/3)E(k)/ε^(2/3) against kη and its inertial range, if any."""
+    compensated spectrum k^(5/3)E(k)/ε^(2/3) against kη and its inertial range, if any.
+    DB is a database directory or the http:// address of a turbdb server."""
     from .. import stats as st
-    from ..database import open as open_db
 
-    result = st.energy_spectrum(open_db(db)[name], time=time_, field=field)
-    out = out or db / f"{name}-stats"
+    result = st.energy_spectrum(database(db)[name], time=time_, field=field)
+    out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
     paths = result.save(out / f"spectrum_t{format_time(result.time)}")
     from ..plots import spectrum_statement
 
