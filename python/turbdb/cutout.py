@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import MAX_INDEX, axes_of, node_range, time_list
-from .exceptions import InvalidRequestError, UnknownNameError
+from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
 from .size_limit import check_result_bytes, check_work_bytes
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     check_filter(info, ranges, width, info.fields[field].ncomp)
     shape = output_shape(ranges, strides) + (info.fields[field].ncomp,)
     # Counted before anything is allocated (float32 values): too large is a LimitExceededError.
-    check_result_bytes(len(t_indices) * math.prod(shape) * 4, f"a cutout of {' x '.join(map(str, shape[:3]))} nodes",
+    check_result_bytes(len(t_indices) * math.prod(shape) * 4, f"a cutout of {' x '.join(map(str, shape[2::-1]))} nodes",
                        "ask for a smaller box, a larger stride, or split the box into several cutouts")
     data = np.empty((len(t_indices),) + shape, dtype=np.float32)
     for k, t_index in enumerate(t_indices):
@@ -64,6 +64,16 @@ def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> Non
     non-periodic axis, step not written) by reading a single node: a stride longer than
     every range keeps only each first node."""
     read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+
+
+def check_ranges(info: DatasetInfo, ranges: Ranges) -> None:
+    """Refuses an empty range and one outside a non-periodic axis, with the engine's words
+    (for a client that sends the box in pieces, which the server checks one by one)."""
+    for name, (start, stop), n, periodic in zip("xyz", ranges, info.grid, info.periodic):
+        if stop <= start:
+            raise InvalidRequestError(f"{name} range [{start}, {stop}) is empty")
+        if not periodic and (start < 0 or stop > n):
+            raise OutOfDomainError(f"{name} range [{start}, {stop}) is outside the non-periodic axis [0, {n})")
 
 
 def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> None:

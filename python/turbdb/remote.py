@@ -7,10 +7,13 @@ limit (:mod:`turbdb.remote_batches`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import math
 import os
 import random
+import re
 import threading
 import time as _time
 import urllib.parse
@@ -26,12 +29,13 @@ from . import exceptions as exc
 from . import remote_batches as batches
 from . import submission
 from .arguments import as_points, finite_number, result_dtype, time_list
-from .cutout import as_filter_width, as_strides, box_ranges, cutout_array, output_shape
+from .cutout import as_filter_width, as_strides, box_ranges, check_ranges, cutout_array, output_shape
 from .info import DatasetInfo, is_plain_name
 from .http_clients import ClientStripes
 from .jobs import job_number, planned_query
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
+from .size_limit import check_result_bytes
 from .track import step_times
 
 # Transport failures after which the same request is sent again: the server was not
@@ -311,12 +315,15 @@ class RemoteDataset:
 
     def query(self, field: str, points: Any, *, time: Any, method: str = "lag6", operator: str = "field",
               temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming",
-              job: RemoteJob | int | None = None) -> np.ndarray:
+              job: RemoteJob | int | None = None, cancel: Any = None) -> np.ndarray:
         """See :meth:`turbdb.Dataset.query`; evaluated on the server, in batches within the
         token's point limit. ``job``: the job (:meth:`RemoteDatabase.job`) this query is the
         next query of — one per time; when a query is split into several requests, the
-        first of each time goes as the job's query and the rest run ungated beside it."""
+        first of each time goes as the job's query and the rest run ungated beside it.
+        ``cancel``: a ``threading.Event`` looked at before each request; once it is set the
+        requests not yet sent are dropped and :class:`QueryCancelledError` is raised."""
         job_id = job.id if isinstance(job, RemoteJob) else job_number(job)
+        _check_cancel(cancel, "query")
         xyz = as_points(points)
         dtype = result_dtype(dtype)
         times = time_list(time)
@@ -333,9 +340,13 @@ class RemoteDataset:
             params = {**base, "time": repr(t)}
             if job_id is not None and start == 0:
                 params["job"] = job_id
-            return lambda: load_npy_bytes(self.database.request(
-                "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
-                headers={"Content-Type": NPY, "Accept": NPY}).content)
+            def send() -> np.ndarray:
+                _check_cancel(cancel, "query")
+                with _numbered_from(start):
+                    return load_npy_bytes(self.database.request(
+                        "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
+                        headers={"Content-Type": NPY, "Accept": NPY}).content)
+            return send
 
         tasks = [ask(t, a, b) for t in times for a, b in pieces]
         answers = self.database.run_batches(tasks, [b - a for _ in times for a, b in pieces], "points",
@@ -352,8 +363,21 @@ class RemoteDataset:
         times = time_list(time)
         info = self._metadata
         ranges = box_ranges(info, x, y, z)
+        # Checked here, as the local call checks them, since the boxes sent are the nodes
+        # kept: y=(17, 21) with stride 2 on a bounded axis of 20 nodes is sent as (17, 20).
+        check_ranges(info, ranges)
         shape = output_shape(ranges, strides)
-        pieces = list(batches.boxes(shape, self.database.limits.batch_points, strides[::-1], width))
+        if field in info.fields:  # else the server names the fields
+            check_result_bytes(len(times) * math.prod(shape) * info.fields[field].ncomp * 4,
+                               f"a cutout of {' x '.join(map(str, shape[::-1]))} nodes",
+                               "ask for a smaller box, a larger stride, or split the box into several cutouts")
+        limit = self.database.limits.batch_points
+        if width**3 > limit:  # one output node reads width³ nodes: no split can fit
+            raise exc.LimitExceededError(
+                f"a box filter {width} nodes wide reads {width**3:,} nodes for each node of the cutout, more than "
+                f"the {limit:,} this token may read in one request; ask for a narrower filter (at most "
+                f"{_cube_root_below(limit)} wide) or use a token with a larger limit")
+        pieces = list(batches.boxes(shape, limit, strides[::-1], width))
 
         def ask(t: float, box: Any) -> Any:
             params = {"field": field, "time": repr(t), "stride": ",".join(map(str, strides)), "format": "npy"}
@@ -387,10 +411,14 @@ class RemoteDataset:
 
     def track(self, points: Any, *, start: float, end: float, dt: float, method: str = "lag6",
               field: str = "velocity", integrator: str = "rk2", return_velocity: bool = False,
-              progress: bool | None = None) -> Any:
+              progress: Any = None, cancel: Any = None) -> Any:
         """See :meth:`turbdb.Dataset.track`; integrated on the server, the particles split
         into batches within the token's limits (points per request, and positions kept:
-        particles × (steps + 1))."""
+        particles × (steps + 1)). ``progress``: True or False for a bar, or a callback
+        ``(steps_done, n_steps)``, called as batches of particles finish with the share of the
+        work done counted in steps. ``cancel``: a ``threading.Event`` looked at before each
+        request; once set, the requests not yet sent are dropped (:class:`QueryCancelledError`)."""
+        _check_cancel(cancel, "track")
         xyz = as_points(points)
         params = {"start": _time_param("start", start), "end": _time_param("end", end), "dt": _time_param("dt", dt),
                   "method": method, "field": field, "integrator": integrator,
@@ -399,11 +427,19 @@ class RemoteDataset:
         steps = len(step_times(start, end, dt)) - 1
         per_request = min(limits.batch_points, max(1, limits.max_track_rows // (steps + 1)))
 
+        done, done_lock = [0], threading.Lock()
+
         def ask(a: int, b: int) -> Any:
             def send() -> Any:
-                response = self.database.request("POST", f"{self._path}/track", params=params,
-                                                 content=encode_npy(xyz[a:b]),
-                                                 headers={"Content-Type": NPY, "Accept": NPY})
+                _check_cancel(cancel, "track")
+                with _numbered_from(a):
+                    response = self.database.request("POST", f"{self._path}/track", params=params,
+                                                     content=encode_npy(xyz[a:b]),
+                                                     headers={"Content-Type": NPY, "Accept": NPY})
+                if callable(progress):
+                    with done_lock:
+                        done[0] += b - a
+                        progress(steps * done[0] // max(1, len(xyz)), steps)
                 if not return_velocity:
                     return load_npy_bytes(response.content)
                 with np.load(io.BytesIO(response.content), allow_pickle=False) as arrays:
@@ -412,10 +448,45 @@ class RemoteDataset:
 
         pieces = batches.spans(len(xyz), per_request)
         answers = self.database.run_batches([ask(a, b) for a, b in pieces], [b - a for a, b in pieces], "particles",
-                                            f"{self.name} tracking", progress=progress)
+                                            f"{self.name} tracking",
+                                            progress=None if progress is None or callable(progress) else bool(progress))
         if not return_velocity:
             return np.concatenate(answers, axis=1)
         return (np.concatenate([p for p, _ in answers], axis=1), np.concatenate([u for _, u in answers], axis=1))
+
+
+def _check_cancel(cancel: Any, what: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise exc.QueryCancelledError(f"the {what} was cancelled; the requests not yet sent were dropped")
+
+
+_NUMBERED = re.compile(r"\b(point|particle) (\d+)\b")
+
+
+@contextlib.contextmanager
+def _numbered_from(first: int) -> Iterator[None]:
+    """Errors of a request that carried points ``first ..`` name the point by its number in
+    the caller's array, not in the request's batch ("point 404" of the batch from 4 096 is
+    point 4 500)."""
+    try:
+        yield
+    except exc.TurbdbError as e:
+        message = str(e)
+        if first == 0 or not isinstance(e, (exc.InvalidRequestError, exc.OutOfDomainError)) \
+                or not _NUMBERED.search(message):
+            raise
+        renumbered = _NUMBERED.sub(lambda m: f"{m.group(1)} {int(m.group(2)) + first}", message, count=1)
+        raise type(e)(renumbered) from None
+
+
+def _cube_root_below(n: int) -> int:
+    """The largest w with w³ ≤ n."""
+    w = round(n ** (1 / 3))
+    while w**3 > n:
+        w -= 1
+    while (w + 1) ** 3 <= n:
+        w += 1
+    return w
 
 
 def _quote(name: str) -> str:

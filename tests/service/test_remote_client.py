@@ -109,6 +109,10 @@ def test_remote_tracking_equals_local_tracking(remote, local):
         lambda db: db["other"].query("pressure", [[0, 1, 2], [-3.0, 1, 2]], time=0),
         lambda db: db["other"].cutout("pressure", time=0, x=(-1, 4)),
         lambda db: db["trig"].cutout("velocity", time=0, x=(4, 4)),
+        # Past the bounded y axis (12 nodes), though the nodes kept (9, 11) are inside it.
+        lambda db: db["other"].cutout("pressure", time=0, y=(9, 13), stride=2),
+        # 192 TiB: refused before any request (the client's list of boxes filled its memory).
+        lambda db: db["trig"].cutout("velocity", time=0, x=(0, 2**40), y=(0, 4), z=(0, 4)),
         lambda db: db["trig"].track([[0, 0, 0]], start=0, end=1, dt=-0.1),
         lambda db: db["trig"].track([[0, 0, 0]], start=0, end=1, dt=0.1, method="lag5"),
     ],
@@ -212,3 +216,54 @@ def test_serve_reports_a_missing_database_a_bad_tokens_file_and_a_busy_port_in_o
         result = subprocess.run([sys.executable, "-m", "turbdb.cli", "serve", *args], capture_output=True, text=True,
                                 timeout=30)
         assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_errors_of_a_query_sent_in_batches_name_the_callers_row(server, local):
+    from servicekit import SMALL
+
+    with turbdb.connect(server.url, token=SMALL) as small:  # 100 points a request
+        assert small.limits.batch_points == 100
+        points = random_points(250, seed=8)
+        points[180, 1] = np.nan
+        bounded = np.full((250, 3), 1.0)
+        bounded[150] = (-3.0, 1.0, 1.0)
+        for call, row in ((lambda db: db["trig"].query("velocity", points, time=0), "point 180"),
+                          (lambda db: db["other"].query("pressure", bounded, time=0), "point 150"),
+                          (lambda db: db["trig"].track(points, start=0, end=1, dt=0.5), "particle 180")):
+            with pytest.raises(turbdb.TurbdbError) as here:
+                call(local)
+            with pytest.raises(turbdb.TurbdbError) as there:
+                call(small)
+            assert type(there.value) is type(here.value)
+            assert str(there.value) == str(here.value)
+            assert row in str(here.value)
+
+
+def test_a_filter_one_request_cannot_hold_is_refused_before_sending(server):
+    from servicekit import SMALL
+
+    with turbdb.connect(server.url, token=SMALL) as small:
+        with pytest.raises(turbdb.LimitExceededError, match="at most 4 wide"):
+            small["trig"].cutout("velocity", time=0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=5)
+
+
+def test_remote_calls_take_cancel_and_a_progress_callback_as_local_ones(remote, local):
+    cancel = threading.Event()
+    cancel.set()
+    for db in (local, remote):
+        with pytest.raises(turbdb.QueryCancelledError):
+            db["trig"].query("velocity", [[1.0, 2.0, 3.0]], time=0, cancel=cancel)
+        with pytest.raises(turbdb.QueryCancelledError):
+            db["trig"].submit("velocity", [[1.0, 2.0, 3.0]], time=0, cancel=cancel).result(30)
+        with pytest.raises(turbdb.QueryCancelledError):
+            db["trig"].track([[1.0, 2.0, 3.0]], start=0, end=1, dt=0.25, cancel=cancel)
+    calls = []
+    remote["trig"].track(random_points(10), start=0, end=1, dt=0.25, progress=lambda done, n: calls.append((done, n)))
+    assert calls and calls[-1] == (4, 4)
+
+
+def test_stats_spectrum_reads_from_a_server_as_stats_rq_does(server, tmp_path):
+    ran = subprocess.run([sys.executable, "-m", "turbdb.cli", "stats", "spectrum", server.url, "trig", "--time", "0",
+                          "--out", str(tmp_path / "spectrum")], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert "energy spectrum at t = 0" in ran.stdout and list((tmp_path / "spectrum").glob("*.png"))
