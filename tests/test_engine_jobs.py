@@ -83,6 +83,24 @@ def test_two_jobs_over_the_same_steps_are_gated_together_and_get_the_lone_answer
     assert wait_for(lambda: (s := db.engine_stats())["jobs"] == 0 and s["pending"] == 0)
 
 
+def test_a_job_declared_and_never_run_holds_another_job_once_not_at_every_query(database):
+    # Anyone may declare a job: one that never ran held each query of another user's job
+    # over the same steps for the whole gate timeout (16 queries: 17 s instead of 0.7).
+    lone = turbdb.open(database)["box"]
+    db = turbdb.open(database, scheduler="jaws", cache_bytes=8 << 20)
+    plan = [("box", "velocity", t) for t in TIMES]
+    ghost, job = db.job(plan), db.job(plan)
+    ds = db["box"]
+    with job:
+        for i, t in enumerate(TIMES):
+            values = ds.query("velocity", points(i), time=t, method="lag6", dtype=np.float64, job=job)
+            np.testing.assert_allclose(values, lone.query("velocity", points(i), time=t, method="lag6",
+                                                          dtype=np.float64), rtol=1e-12, atol=1e-12)
+    assert db.engine_stats()["gating"]["timeouts"] == 1, "only the first query waits for the idle job"
+    ghost.close()
+    assert wait_for(lambda: db.engine_stats()["jobs"] == 0)
+
+
 def test_tracks_through_the_engine_are_jobs_and_equal_lone_tracks(database):
     lone = turbdb.open(database)["box"]
     db = turbdb.open(database, scheduler="jaws", cache_bytes=8 << 20)

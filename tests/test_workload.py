@@ -191,6 +191,8 @@ def test_a_replay_checks_every_answer_and_stops_a_job_at_a_wrong_one(small_db):
     wrong = replay(db, trace, clients=4, check=lambda q, *_: q.job != multi)
     assert wrong.failed == 1, "the job's first answer is wrong, and its later queries are not sent"
     assert len(wrong.log) == len(trace) - sum(q.job == multi for q in trace) + 1
+    assert wrong.not_sent == sum(q.job == multi for q in trace) - 1 > 0
+    assert wrong.summary()["not_sent"] == wrong.not_sent and wrong.summary()["traced"] == len(trace)
     assert sum(len(v) for v in wrong.response.values()) == wrong.queries
 
 

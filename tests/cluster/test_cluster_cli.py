@@ -3,9 +3,11 @@ process until it is stopped, `turbdb cluster status` against its address file, a
 `turbdb serve --cluster` answering HTTP queries with the cluster behind it — the same
 numbers as the database read on one node."""
 
+import concurrent.futures
 import contextlib
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -106,6 +108,7 @@ def test_cluster_up_status_serve_and_stop(database, tmp_path):
                     want = local["trig"].query("velocity", points, time=0.5, operator=operator, method=method,
                                                temporal="pchip")
                     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+                _a_stopped_worker_is_served_around(database, address, address_file, url, points[:100], local)
             serve.send_signal(signal.SIGTERM)
             assert serve.wait(30) == 0, serve_log.read_text()
 
@@ -113,3 +116,46 @@ def test_cluster_up_status_serve_and_stop(database, tmp_path):
         assert up.wait(60) == 0, up_log.read_text()
     assert "cluster stopped" in up_log.read_text()
     assert not address_file.exists(), "a stopped cluster leaves no address behind for others to dial"
+
+
+def _a_stopped_worker_is_served_around(database: Path, address: str, address_file: Path, url: str,
+                                       points: np.ndarray, local) -> None:
+    """Each worker in turn stopped (SIGSTOP: alive to its nanny and, for 5 minutes, to the
+    scheduler) while a small query is asked: the server keeps answering meanwhile, the
+    query is served by the other copy (at once, or once the stopped worker has been silent
+    for SILENT_SECONDS), and `cluster status` names it. (A 100-point query ran on the event
+    loop and waited on a stopped worker without end: /healthz timed out with it.)"""
+    from distributed import Client
+
+    from turbdb.cluster.membership import SILENT_SECONDS
+
+    with Client(address, timeout=30) as client:
+        pids = sorted(client.run(os.getpid).values())
+    want = local["trig"].query("velocity", points, time=0.0)
+    for stopped in pids:
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                asked = pool.submit(httpx.post, url + "/v1/datasets/trig/query",
+                                    params={"field": "velocity", "time": 0.0}, json={"points": points.tolist()},
+                                    timeout=SILENT_SECONDS + 60)
+                time.sleep(1.0)
+                began = time.monotonic()
+                assert httpx.get(url + "/healthz", timeout=10).status_code == 200
+                assert time.monotonic() - began < 3, "the server must answer while a query waits on a worker"
+                answer = asked.result(timeout=SILENT_SECONDS + 60)
+            assert answer.status_code == 200, answer.text
+            np.testing.assert_allclose(answer.json()["values"], want, rtol=1e-5, atol=1e-5)
+            deadline = time.monotonic() + SILENT_SECONDS + 30
+            while True:
+                status = subprocess.run(_turbdb("cluster", "status", str(database), "--address-file",
+                                                str(address_file), "--json"), capture_output=True, text=True,
+                                        timeout=120)
+                report = json.loads(status.stdout)
+                if report["state"] != "healthy" or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+            assert report["state"] == "degraded" and status.returncode == 1
+            assert [w["silent_seconds"] is not None for w in report["workers"]].count(True) == 1
+        finally:
+            os.kill(stopped, signal.SIGCONT)

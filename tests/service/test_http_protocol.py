@@ -141,3 +141,22 @@ def _npy(values: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, values)
     return buffer.getvalue()
+
+
+def test_a_client_gone_before_its_whole_body_counts_as_499_not_a_bad_request(server):
+    import time
+
+    labels = {"endpoint": "/v1/datasets/{name}/query", "status": "499"}
+    before = server.metric("turbdb_requests_total", **labels)
+    body = _npy(np.zeros((20_000, 3)))
+    address = urlsplit(server.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/datasets/trig/query?field=velocity&time=0 HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/x-npy\r\nAuthorization: Bearer " + FULL.encode() +
+                     b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:len(body) // 2])
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while server.metric("turbdb_requests_total", **labels) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.metric("turbdb_requests_total", **labels) == before + 1
+    assert server.alive()

@@ -204,9 +204,14 @@ def _print_status(db: Path, report: dict[str, Any]) -> None:
     if report.get("dashboard"):
         click.echo(f"  dashboard {report['dashboard']}")
     for w in report["workers"]:
-        state = click.style("alive", fg="green") if w["alive"] else click.style("LOST ", fg="red")
+        state = (click.style("alive", fg="green") if w["alive"]
+                 else click.style("SILENT", fg="red") if w.get("silent_seconds") is not None
+                 else click.style("LOST ", fg="red"))
         click.echo(f"  worker {w['slot']:>4} {state} {w['address'] or '-':28} {w['virtual_partitions']:4} virtual "
                    f"partitions ({w['primary']} primary)  {w['root']}")
+        if w.get("silent_seconds") is not None:
+            click.echo(f"         running, but not heard from for {w['silent_seconds']:.0f} s (stopped or hung): "
+                       "its partitions are read from their other copies")
     for spare in report["spare_workers"]:
         click.echo(f"  worker {spare:>4} spare (not in the catalogue: turbdb cluster repair gives it partitions)")
     for kind, words in (("degraded", "with one copy left"), ("unavailable", "with no copy")):

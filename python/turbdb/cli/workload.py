@@ -128,7 +128,11 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
 def _print_report(summary: dict, clients: int) -> None:
     from ..workload.replay import completion_text
 
-    click.echo(f"{summary['queries']} queries ({summary['failed']} failed) in {summary['seconds']:.2f} s: "
+    left_out = (f", {summary['not_sent']} not sent: the rest of a job after its failed query"
+                if summary.get("not_sent") else "")
+    click.echo(f"{summary['queries']} queries ({summary['failed']} failed{left_out}; "
+               f"{summary.get('traced', summary['queries'] + summary['failed'])} in the trace) "
+               f"in {summary['seconds']:.2f} s: "
                f"{summary['queries_per_second']:.1f} queries/s, {summary['points_per_second']:.0f} points/s")
     for reason, count in summary["failures"].items():
         click.echo(f"  failed: {count} × {reason}", err=True)

@@ -223,11 +223,14 @@ class Dispatcher:
         """Requeues the units of workers that are gone (or came back under a new address)."""
         live = self.membership.live(refresh=True)
         addresses = set(live.values())
+        silent = self.membership.silent()
         for future, f in list(flights.items()):
             if f.address not in addresses:
                 flights.pop(future)
                 future.cancel()
-                report.failures.append(f"{f.slot}: worker {f.address} left the cluster")
+                gone = (f"has not been heard from for {silent[f.slot]:.0f} s" if f.slot in silent
+                        else "left the cluster")
+                report.failures.append(f"{f.slot}: worker {f.address} {gone}")
                 if not any(g.unit_id == f.unit_id for g in flights.values()):
                     report.retried += 1
                     pending.put(ids[f.unit_id], front=True)
@@ -249,8 +252,11 @@ def _count_by_slot(flights: dict[Any, _Flight]) -> dict[str, int]:
 
 def _no_copy_message(stranded: list[Unit], report: Report) -> str:
     groups = sorted({", ".join(u.holders) for u in stranded})
-    partitions = sorted({p for u in stranded for p in u.partitions})
+    # A unit of whole points (partitions None) reads every partition its workers hold.
+    partitions = sorted({p for u in stranded for p in (u.partitions or [])})
     shown = ", ".join(f"(t={t}, shard={s})" for t, s in partitions[:5])
-    return (f"no live copy of {len(partitions)} partition{'s' * (len(partitions) != 1)} ({shown}"
-            f"{' …' if len(partitions) > 5 else ''}): every worker holding them ({'; '.join(groups)}) is down. "
-            f"Restart them or run `turbdb cluster repair`. Failures: {'; '.join(report.failures[-3:]) or 'none'}")
+    what = (f"{len(partitions)} partition{'s' * (len(partitions) != 1)} ({shown}{' …' if len(partitions) > 5 else ''})"
+            if partitions else "the partitions this query reads")
+    return (f"no live copy of {what}: every worker holding them ({'; '.join(groups)}) is down or has stopped "
+            f"answering. Restart them or run `turbdb cluster repair`. "
+            f"Failures: {'; '.join(report.failures[-3:]) or 'none'}")

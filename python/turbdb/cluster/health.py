@@ -17,8 +17,11 @@ EXAMPLES = 20
 
 
 def cluster_status(database: Database, catalogue: Catalogue, live: dict[str, str], *,
-                   scheduler: str | None = None, dashboard: str | None = None) -> dict[str, Any]:
-    """The report of a cluster whose living workers are ``live`` (``{slot: address}``)."""
+                   scheduler: str | None = None, dashboard: str | None = None,
+                   silent: dict[str, float] | None = None) -> dict[str, Any]:
+    """The report of a cluster whose living workers are ``live`` (``{slot: address}``);
+    ``silent``: running workers not heard from for so many seconds, counted as down."""
+    silent = silent or {}
     copies = [sum(s in live for s in h) for h in catalogue.holders]
     short = [v for v, c in enumerate(copies) if 0 < c < catalogue.replicas]
     lost = [v for v, c in enumerate(copies) if c == 0]
@@ -26,6 +29,7 @@ def cluster_status(database: Database, catalogue: Catalogue, live: dict[str, str
     for slot, root in catalogue.slots.items():
         held = catalogue.held_by(slot)
         workers.append({"slot": slot, "alive": slot in live, "address": live.get(slot), "root": root,
+                        "silent_seconds": round(silent[slot], 1) if slot in silent else None,
                         "virtual_partitions": len(held),
                         "primary": sum(1 for v in held if catalogue.holders[v][0] == slot)})
     state = "unavailable" if lost else "degraded" if short else "healthy"

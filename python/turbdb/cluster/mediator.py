@@ -115,8 +115,9 @@ class ClusterDatabase(Database):
 
     def status(self) -> dict[str, Any]:
         """Health: each slot's worker, and the partitions with fewer copies than asked for."""
-        return cluster_status(self, self.catalogue, self.membership.live(refresh=True), scheduler=self.address,
-                              dashboard=self.client.dashboard_link)
+        live = self.membership.live(refresh=True)
+        return cluster_status(self, self.catalogue, live, scheduler=self.address,
+                              dashboard=self.client.dashboard_link, silent=self.membership.silent())
 
     def lend_copies(self, dataset: Dataset, pmap: Any, lent: dict[tuple[int, int], tuple[str, ...]],
                     live: dict[str, str]) -> None:

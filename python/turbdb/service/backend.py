@@ -71,6 +71,7 @@ class Backend:
         metrics.in_flight_limit.set(max_points_in_flight)
         self._datasets: dict[str, Dataset] = {}
         self._engine: anyio.CapacityLimiter | None = None
+        self._clustered = cluster is not None
         # A local node engine's point queries are awaited on the event loop.
         engine = getattr(self.database, "engine", None) if cluster is None else None
         self.waits = EngineWaits(engine) if engine is not None else None
@@ -183,9 +184,10 @@ class Backend:
         when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
         than the hop to a thread and back costs in latency. With a node engine every call
         goes to a thread (a query may wait for a batch) and up to ``ENGINE_WAITERS`` wait
-        at once."""
+        at once; on a cluster too, since a query waits for its workers (a stopped worker
+        kept a 100-point query, and the whole event loop with it, waiting)."""
         shared = self.database.engine is not None
-        if points is not None and points <= INLINE_POINTS and not shared:
+        if points is not None and points <= INLINE_POINTS and not shared and not self._clustered:
             return fn(*args)
         if self._engine is None:
             self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)

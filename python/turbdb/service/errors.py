@@ -110,8 +110,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, error: ClientDisconnect) -> Response:
-        # Nobody is left to read an answer; no traceback in the log either.
-        return error_response(400, "the client closed the connection before sending the whole body",
+        # Nobody is left to read an answer; no traceback in the log either. Counted as 499,
+        # as a client gone while its query ran, not as a bad request (a 400 in /metrics).
+        return error_response(499, "the client closed the connection before sending the whole body",
                               "InvalidRequestError")
 
     @app.exception_handler(Exception)

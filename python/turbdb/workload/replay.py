@@ -57,12 +57,19 @@ class ReplayReport:
     the change in the engine's counters (atoms and bytes read, cache hits and misses),
     empty without an engine; against a server, ``throttling``, how long the clients waited
     on its limits (:class:`turbdb.remote.Throttling`, summed over the clients; empty for a
-    local database). Queries of a job after one that failed are not sent."""
+    local database). Queries of a job after one that failed are not sent: ``traced`` is
+    how many the trace holds, so that ``not_sent`` says how many were left out."""
 
     log: list[Answered]
     seconds: float
     engine: dict[str, float]
     throttling: dict[str, float] = dataclasses.field(default_factory=dict)
+    traced: int | None = None
+
+    @property
+    def not_sent(self) -> int:
+        """Queries of the trace never sent (those of a job after one of its queries failed)."""
+        return 0 if self.traced is None else self.traced - len(self.log)
 
     @property
     def queries(self) -> int:
@@ -131,6 +138,7 @@ class ReplayReport:
         response = self.response
         return {
             "queries": self.queries, "points": self.points, "seconds": self.seconds, "failed": self.failed,
+            "not_sent": self.not_sent, "traced": self.traced if self.traced is not None else len(self.log),
             "failures": self.failures(),
             "queries_per_second": self.queries_per_second, "points_per_second": self.points_per_second,
             "response": {
@@ -267,7 +275,7 @@ def replay(
         engine["hit_ratio"] = engine["cache_hits"] / lookups if lookups else 0.0
     waits = _throttling(database)
     throttling = {} if waits is None else dataclasses.asdict(waits - waits_before)
-    return ReplayReport(log=log, seconds=seconds, engine=engine, throttling=throttling)
+    return ReplayReport(log=log, seconds=seconds, engine=engine, throttling=throttling, traced=len(trace))
 
 
 def _drive_futures(database: Any, jobs: list[list[Query]], datasets: dict[str, Any],

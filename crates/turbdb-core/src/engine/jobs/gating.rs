@@ -628,11 +628,24 @@ impl JobGraph {
     }
 
     /// Releases queries held longer than the timeout, and closes jobs idle for longer than
-    /// `idle_ms` with nothing held; returns the queries released.
+    /// `idle_ms` with nothing held; returns the queries released. A job that kept a query
+    /// waiting that long for its own query loses every gating edge: it is not keeping pace
+    /// (a job declared and never run, or left half done), and each of its partners' later
+    /// queries would otherwise wait the whole timeout for it again (a declared job that
+    /// never ran made another user's 16-query job take 17 s instead of 0.7).
     pub fn expire(&mut self, now: f64, idle_ms: f64) -> Vec<u64> {
         let overdue = self.held_where(|_, _, deadline| now >= deadline);
+        let laggards: FxHashSet<JobId> = overdue
+            .iter()
+            .flat_map(|&(id, index)| self.jobs[&id].edges[index].iter())
+            .filter(|&(other, theirs)| self.state(other, theirs) == Some(QueryState::Wait))
+            .map(|(other, _)| other)
+            .collect();
         let mut released = self.let_go(overdue);
         self.counters.timeouts += released.len() as u64;
+        for job in laggards {
+            released.extend(self.ungate(job));
+        }
         let idle: Vec<JobId> = self
             .jobs
             .iter()
@@ -660,6 +673,37 @@ impl JobGraph {
         let idle = self.held_where(|job, index, _| under_way(&job.edges[index]));
         let released = self.let_go(idle);
         self.counters.idle_releases += released.len() as u64;
+        released
+    }
+
+    /// Cuts every gating edge of `job`, which stays open with its queries ungated, and
+    /// releases the queries (its own among them) that no longer wait for anyone.
+    fn ungate(&mut self, job: JobId) -> Vec<u64> {
+        let Some(found) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        let held = found.held.map(|(index, _, _)| index);
+        let edges: Vec<(usize, Partners)> = found
+            .edges
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, edges)| !edges.is_empty())
+            .map(|(mine, edges)| (mine, std::mem::take(edges)))
+            .collect();
+        let mut waiting: Vec<(JobId, usize)> = held.map(|index| (job, index)).into_iter().collect();
+        for (mine, edges) in edges {
+            for (other, index) in edges.iter() {
+                if self.cut_partner(other, index, job, mine) {
+                    waiting.push((other, index));
+                }
+            }
+        }
+        let mut released = Vec::new();
+        for (other, index) in waiting {
+            if self.state(other, index) == Some(QueryState::Ready) {
+                released.extend(self.try_release(other, index));
+            }
+        }
         released
     }
 
@@ -871,11 +915,45 @@ mod tests {
         assert!(graph.expire(50.0, 1e9).is_empty());
         assert_eq!(graph.expire(150.0, 1e9), vec![11]);
         assert_eq!(graph.counters().timeouts, 1);
-        // j1's second query is gated with j2's third; j2 is closed: it goes at once.
+        // j2 kept it waiting the whole timeout: it lost its edges, so j1's second query,
+        // gated with j2's third, goes at once instead of waiting the timeout again.
         graph.completed(j1, 0, 160.0);
         let (_, released) = graph.submit(j1, 12, 170.0);
+        assert_eq!(released, vec![12]);
+        assert_eq!(graph.edges(), 0);
+        // Closing a job frees the queries held for it.
+        let j3 = graph.declare(plan(&[7, 8]), 200.0);
+        let j4 = graph.declare(plan(&[7, 8]), 200.0);
+        let (_, released) = graph.submit(j3, 31, 210.0);
+        assert!(released.is_empty(), "gated with j4's first query");
+        assert_eq!(graph.close(j4), vec![31]);
+    }
+
+    #[test]
+    fn a_job_that_stops_keeping_pace_costs_its_partners_one_timeout_not_one_a_query() {
+        // j2 runs its first query, then stops; j1 runs all four of the same steps.
+        let mut graph = JobGraph::new(true, 100.0);
+        let j1 = graph.declare(plan(&[1, 2, 3, 4]), 0.0);
+        let j2 = graph.declare(plan(&[1, 2, 3, 4]), 0.0);
+        let (_, released) = graph.submit(j1, 11, 1.0);
         assert!(released.is_empty());
-        assert_eq!(graph.close(j2), vec![12]);
+        let (_, released) = graph.submit(j2, 21, 2.0);
+        assert_eq!(released.len(), 2, "the first queries go together");
+        graph.completed(j1, 0, 3.0);
+        graph.completed(j2, 0, 3.0);
+        let (_, released) = graph.submit(j1, 12, 4.0);
+        assert!(released.is_empty(), "held for j2's second query");
+        assert_eq!(graph.expire(110.0, 1e9), vec![12]);
+        graph.completed(j1, 1, 111.0);
+        for (index, query) in [(2, 13), (3, 14)] {
+            let (_, released) = graph.submit(j1, query, 112.0 + index as f64);
+            assert_eq!(released, vec![query], "j2 no longer gates j1");
+            graph.completed(j1, index, 113.0 + index as f64);
+        }
+        assert_eq!(graph.counters().timeouts, 1);
+        // j2 is still open and may go on, ungated.
+        let (_, released) = graph.submit(j2, 22, 200.0);
+        assert_eq!(released, vec![22]);
     }
 
     #[test]
