@@ -125,6 +125,8 @@ struct Job {
     done: usize,
     /// The query held at its gate: (index, engine query id, when it goes alone, ms).
     held: Option<(usize, u64, f64)>,
+    /// When the held query was handed in, ms.
+    held_since: f64,
     /// Per planned query: its gating edges.
     edges: Vec<Partners>,
     last_activity: f64,
@@ -322,6 +324,7 @@ impl JobGraph {
                 submitted: 0,
                 done: 0,
                 held: None,
+                held_since: now,
                 edges: vec![Partners::new(); n],
                 last_activity: now,
             },
@@ -515,6 +518,7 @@ impl JobGraph {
             return (Some(index), released);
         }
         j.held = Some((index, query, deadline));
+        j.held_since = now;
         released.extend(self.try_release(job, index));
         (Some(index), released)
     }
@@ -627,16 +631,22 @@ impl JobGraph {
         released
     }
 
-    /// Releases queries held longer than the timeout, and closes jobs idle for longer than
-    /// `idle_ms` with nothing held; returns the queries released. A job that kept a query
-    /// waiting that long for its own query loses every gating edge: it is not keeping pace
-    /// (a job declared and never run, or left half done), and each of its partners' later
-    /// queries would otherwise wait the whole timeout for it again (a declared job that
-    /// never ran made another user's 16-query job take 17 s instead of 0.7).
+    /// Releases queries held longer than their timeout, and closes jobs idle for longer
+    /// than `idle_ms` with nothing held; returns the queries released. A job that kept a
+    /// query waiting the whole gate timeout for its own query loses every gating edge: it
+    /// is not keeping pace (a job declared and never run, or left half done), and each of
+    /// its partners' later queries would otherwise wait the whole timeout for it again (a
+    /// declared job that never ran made another user's 16-query job take 17 s instead of
+    /// 0.7). A query handed in with a shorter wait (a small one) says nothing of that.
     pub fn expire(&mut self, now: f64, idle_ms: f64) -> Vec<u64> {
         let overdue = self.held_where(|_, _, deadline| now >= deadline);
+        let waited_it_all = |id: &JobId| {
+            let job = &self.jobs[id];
+            job.held.is_some_and(|(_, _, deadline)| deadline - job.held_since >= self.timeout)
+        };
         let laggards: FxHashSet<JobId> = overdue
             .iter()
+            .filter(|(id, _)| waited_it_all(id))
             .flat_map(|&(id, index)| self.jobs[&id].edges[index].iter())
             .filter(|&(other, theirs)| self.state(other, theirs) == Some(QueryState::Wait))
             .map(|(other, _)| other)
@@ -927,6 +937,18 @@ mod tests {
         let (_, released) = graph.submit(j3, 31, 210.0);
         assert!(released.is_empty(), "gated with j4's first query");
         assert_eq!(graph.close(j4), vec![31]);
+    }
+
+    #[test]
+    fn a_query_held_briefly_by_its_own_wish_leaves_its_partners_gated() {
+        let mut graph = JobGraph::new(true, 100.0);
+        let j1 = graph.declare(plan(&[1, 2]), 0.0);
+        let j2 = graph.declare(plan(&[1, 2]), 0.0);
+        let (_, released) = graph.submit_within(j1, 11, 0.0, 20.0);
+        assert!(released.is_empty());
+        assert_eq!(graph.expire(25.0, 1e9), vec![11]);
+        // j2 is only late by 25 ms, not the gate timeout: its edges stay.
+        assert_eq!(graph.edges(), 1);
     }
 
     #[test]
