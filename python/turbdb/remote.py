@@ -449,7 +449,7 @@ class RemoteDataset:
         pieces = batches.spans(len(xyz), per_request)
         answers = self.database.run_batches([ask(a, b) for a, b in pieces], [b - a for a, b in pieces], "particles",
                                             f"{self.name} tracking",
-                                            progress=None if progress is None or callable(progress) else bool(progress))
+                                            progress=False if callable(progress) else progress)
         if not return_velocity:
             return np.concatenate(answers, axis=1)
         return (np.concatenate([p for p, _ in answers], axis=1), np.concatenate([u for _, u in answers], axis=1))
