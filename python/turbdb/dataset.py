@@ -35,6 +35,8 @@ from .zarr_meta import (
 LOCK_FILE = ".turbdb.lock"
 #: Held by the one process appending steps (ingest): a second writer is refused, not interleaved.
 WRITER_LOCK_FILE = ".turbdb-writer.lock"
+#: The dataset attribute holding the ingest journal (``turbdb.ingest.pipeline`` writes it).
+JOURNAL_KEY = "ingest"
 
 
 class Dataset:
@@ -100,7 +102,7 @@ class Dataset:
         they read: the dataset was created again over this one (``overwrite=True``), and the
         old stores kept answering with the old data, or failed on the old grid."""
         for field, (_, _, identity) in list(self._stores.items()):
-            if field not in attrs["fields"] or _directory_identity(self.path / field) != identity:
+            if field not in attrs["fields"] or directory_identity(self.path / field) != identity:
                 self._stores.pop(field, None)
 
     @property
@@ -201,7 +203,7 @@ class Dataset:
                 index_at_end=layout["index_at_end"],
                 headers_required=layout["headers_required"],
             )
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"], _directory_identity(self.path / field))
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"], directory_identity(self.path / field))
         return self._stores[field][0]
 
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
@@ -247,35 +249,34 @@ class Dataset:
                 )
             combined = np.concatenate([old, new])
             uniform_times(combined)
-            attrs["times"] = [float(t) for t in combined]
-            for field in attrs["fields"]:
-                self._resize_field(field, len(combined))
-            write_coordinate(self.path, "time", combined)
+            self._set_times(attrs, combined)
             result.append(range(len(old), len(combined)))
 
         self.update_attrs(change)
         return result[0]
 
-    def drop_unwritten_times(self, keep: int) -> int:
+    def drop_unwritten_times(self, keep: int) -> None:
         """Removes the stored times after the first ``keep`` where no field has a step
-        written (an ingest that failed after appending its time); returns how many times
-        remain. Times with data in any field are kept."""
+        written (an ingest that failed after appending its time). Times with data in any
+        field are kept."""
         fields = self.info.fields.values()
         written = max((max(f.steps_present, default=-1) for f in fields), default=-1)
-        remaining: list[int] = []
 
         def change(attrs: dict[str, Any]) -> None:
             times = np.asarray(attrs["times"], dtype=np.float64)
-            nt = max(keep, written + 1, 0)
+            nt = max(keep, written + 1)
             if nt < len(times):
-                attrs["times"] = [float(t) for t in times[:nt]]
-                for field in attrs["fields"]:
-                    self._resize_field(field, nt)
-                write_coordinate(self.path, "time", times[:nt])
-            remaining.append(min(nt, len(times)))
+                self._set_times(attrs, times[:nt])
 
         self.update_attrs(change)
-        return remaining[0]
+
+    def _set_times(self, attrs: dict[str, Any], times: np.ndarray) -> None:
+        """Makes ``times`` the stored times: the metadata, every field's time axis and the
+        time coordinate."""
+        attrs["times"] = [float(t) for t in times]
+        for field in attrs["fields"]:
+            self._resize_field(field, len(times))
+        write_coordinate(self.path, "time", times)
 
     def _resize_field(self, field: str, nt: int) -> None:
         path = self.path / field / ZARR_JSON
@@ -453,7 +454,7 @@ class Dataset:
             complete = set(report["complete_steps"])
             # A step with no shard at all reads as "not written"; where an ingest recorded it
             # as stored, its shards are lost (with one shard a step, verify said "ok").
-            stored = set(attrs.get("ingest", {}).get(field, {}).get("done", {}).values())
+            stored = set(attrs.get(JOURNAL_KEY, {}).get(field, {}).get("done", {}).values())
             for t in sorted(stored - complete):
                 if t < nt:
                     report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
@@ -471,7 +472,7 @@ class Dataset:
         return reports
 
 
-def _directory_identity(path: Path) -> tuple[int, int]:
+def directory_identity(path: Path) -> tuple[int, int]:
     """(device, inode) of a field's array directory, as its Rust store records it."""
     try:
         st = os.stat(path)

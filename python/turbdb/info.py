@@ -7,6 +7,7 @@ import dataclasses
 import math
 import re
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -200,26 +201,23 @@ class DatasetInfo:
             lines.append(
                 f"  field       {f.name:<14} {f.ncomp} component{'s' if f.ncomp > 1 else ''}"
                 f"{' [' + f.units + ']' if f.units else ''}   {len(present)}/{self.nt} steps written"
-                f"{_ranges(present)}"
+                f"{f' ({index_ranges(present, most=6)})' if present else ''}"
             )
         for key, value in self.provenance.items():
             lines.append(f"  {key:<11} {value}")
         return "\n".join(lines)
 
 
-def _ranges(steps: tuple[int, ...]) -> str:
-    """Compacts ``0 1 2 5 6`` into `` (0-2, 5-6)``."""
-    if not steps:
-        return ""
-    runs, start, prev = [], steps[0], steps[0]
-    for s in steps[1:]:
-        if s != prev + 1:
-            runs.append((start, prev))
-            start = s
-        prev = s
-    runs.append((start, prev))
-    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6])
-    return f" ({text}{', …' if len(runs) > 6 else ''})"
+def index_ranges(indices: Iterable[int], most: int | None = None) -> str:
+    """Compacts ascending ``0 1 2 5 6`` into ``0-2, 5-6`` (the first ``most`` runs, then …)."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (", …" if most is not None and len(runs) > most else "")
 
 
 def uniform_times(times: Any) -> np.ndarray:

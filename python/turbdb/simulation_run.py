@@ -41,13 +41,13 @@ def run_simulation(
         raise InvalidRequestError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
     if (db / name).exists():
         existing = _existing(db, name)
-        if if_missing and existing is not None and len(existing.info.steps_present()) == existing.info.nt:
-            if existing.info.grid != (grid,) * 3 or existing.info.nt != steps:
-                nx = existing.info.grid[0]
-                raise DatasetExistsError(f"dataset {name!r} exists with grid {nx}³ and {existing.info.nt} steps, not "
-                                         f"the {grid}³ and {steps} asked for; pass --overwrite to replace it, or "
-                                         "another --name")
-            say(f"{db / name} exists with all {existing.info.nt} steps; nothing to do")
+        info = existing.info if existing is not None else None  # scans every shard: once
+        if if_missing and info is not None and len(info.steps_present()) == info.nt:
+            if info.grid != (grid,) * 3 or info.nt != steps:
+                raise DatasetExistsError(f"dataset {name!r} exists with grid {info.grid[0]}³ and {info.nt} steps, "
+                                         f"not the {grid}³ and {steps} asked for; pass --overwrite to replace it, "
+                                         "or another --name")
+            say(f"{db / name} exists with all {info.nt} steps; nothing to do")
             return existing
         if if_missing:
             say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
@@ -67,14 +67,13 @@ def run_simulation(
         every, stored_dt = 1, SYNTHETIC_DT
         provenance = {"generator": "turbdb simulate --kind synthetic", "seed": seed}
         snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)  # checks grid, before creating
-    _check_room(db, grid, steps, kind)
+    size = _check_room(db, grid, steps, kind)
     dataset = create_dataset(
         db, name, grid=(grid, grid, grid), times=time_grid(0.0, stored_dt, steps),
         fields={"velocity": {"ncomp": 3, "units": "box units"}, "pressure": {"ncomp": 1, "units": "box units"}},
         units={"length": "box units (domain 2π)", "time": "box units"},
         provenance=provenance, overwrite=overwrite,
     )
-    size = steps * grid**3 * 4 * 4  # float32 velocity (3) and pressure (1)
     say(f"writing {steps} steps of {grid}³ ({kind}, {size / 1e9:.2g} GB) into {dataset.path}")
 
     if kind == "dns":
@@ -120,10 +119,10 @@ def run_simulation(
     return dataset
 
 
-def _check_room(db: Path, grid: int, steps: int, kind: str) -> None:
+def _check_room(db: Path, grid: int, steps: int, kind: str) -> int:
     """Refuses a run whose steps would not fit on the disk, or whose generator would not
-    fit in memory, before anything is created: a 4096³ request was accepted and reported
-    2.2 TB to write on a disk with 65 GB free."""
+    fit in memory, before anything is created (a 4096³ request was accepted and reported
+    2.2 TB to write on a disk with 65 GB free); returns the bytes the steps take."""
     # The generator's working arrays: about four float32 copies of a step (synthetic), or
     # four float64 vector fields (the DNS's spectral solver).
     check_work_bytes(grid**3 * 3 * (4 if kind == "synthetic" else 8) * 4, f"a {kind} run on a {grid}³ grid",
@@ -134,6 +133,7 @@ def _check_room(db: Path, grid: int, steps: int, kind: str) -> None:
     if size > free:
         raise StorageError(f"{steps} steps of {grid}³ take {human_bytes(size)}, and the disk at {where} has "
                            f"{human_bytes(free)} free: store fewer --steps, a smaller --grid, or use another disk")
+    return size
 
 
 #: Live diagnostics of the run averaged over the stored window, kept in the provenance.

@@ -75,6 +75,19 @@ def test_distributed_answers_equal_single_node_answers(database, cluster_db, ope
     assert len(cluster_db.last_report.work) == 3  # every worker took part
 
 
+def test_a_cluster_dataset_reads_its_metadata_again_after_it_changes(database, cluster_db):
+    # Its stores are kept as a Dataset's, with the directory they read: re-reading changed
+    # metadata (an append touches zarr.json) raised "not enough values to unpack" before.
+    dataset = cluster_db["trig"]
+    points = _points(100, seed=9)
+    first = dataset.query("velocity", points, time=0.0)
+    metadata = database / "trig" / "zarr.json"
+    later = metadata.stat().st_mtime_ns + 10**9
+    os.utime(metadata, ns=(later, later))
+    assert dataset.metadata.name == "trig"
+    np.testing.assert_array_equal(dataset.query("velocity", points, time=0.0), first)
+
+
 def _task_keys(client) -> list[str]:
     """The keys of the scheduler's recent task transitions, but those of the actors."""
     log = client.run_on_scheduler(lambda dask_scheduler: [str(t[0]) for t in dask_scheduler.transition_log])

@@ -55,16 +55,6 @@ def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
                   and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
 
 
-def _index_ranges(indices: list[int]) -> str:
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
 @main.command()
 @click.argument("db", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -143,6 +133,7 @@ def verify(db: Path, name: str | None) -> None:
     Names each corrupt or missing shard and exits with status 1 if anything is wrong.
     """
     from ..database import open as open_db
+    from ..info import index_ranges
 
     database = open_db(db)
     names = [name] if name else database.datasets
@@ -173,7 +164,7 @@ def verify(db: Path, name: str | None) -> None:
             for path, t, message in problems:
                 click.echo(f"  {path}{f' (time step {t})' if t >= 0 else ''}: {message}")
             if report.get("unwritten_between"):
-                click.echo(f"  note: time step(s) {_index_ranges(report['unwritten_between'])} hold no data, between "
+                click.echo(f"  note: time step(s) {index_ranges(report['unwritten_between'])} hold no data, between "
                            "written ones: lost, if they were written")
     if bad:
         click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps", fg="red", err=True)

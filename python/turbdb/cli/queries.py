@@ -36,7 +36,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     output_file(out, (".npy", ".csv"))
     import numpy as np
 
-    from ..arguments import as_points
+    from ..arguments import TEMPORAL_ALIASES, TEMPORALS, as_points, choice
 
     if db_or_url.startswith(("http://", "https://")):
         from ..remote import connect
@@ -47,8 +47,8 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
 
         database = open_db(db_or_url)
     points = as_points(read_points(points_file))
-    values = database[name].query(field, points, time=time_, method=method, operator=operator, temporal=temporal,
-                                  dtype=dtype)
+    dataset = database[name]
+    values = dataset.query(field, points, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":
         from ..service.jhtdb import columns
@@ -60,8 +60,9 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     else:
         np.save(out, values)
     when = f"t = {format_time(time_)}"
-    if temporal == "none":  # the nearest stored step answers: say which, where it is not the time asked
-        times = np.asarray(database[name].metadata.times, dtype=float)
+    if choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES) == "none":
+        # The nearest stored step answers: say which, where it is not the time asked.
+        times = np.asarray(dataset.metadata.times, dtype=float)
         stored = float(times[int(abs(times - time_).argmin())])
         when += f" (the nearest stored step, t = {format_time(stored)})" if stored != time_ else ""
     click.echo(f"{name}: {operator} of {field} at {len(points)} points, {when}, {method}: wrote {out} "

@@ -19,7 +19,7 @@ from distributed import Client
 from .. import _core
 from ..arguments import SLOTS, axes_of
 from ..database import Database
-from ..dataset import Dataset
+from ..dataset import Dataset, directory_identity
 from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError
 from ..info import is_plain_name
 from . import plugin
@@ -160,7 +160,9 @@ class ClusterDataset(Dataset):
             info = self.metadata
             if field not in info.fields:
                 raise UnknownNameError(f"dataset {self.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
-            self._stores[field] = (DistributedField(self, field), info.fields[field].ncomp)
+            # Keyed as Dataset's own stores, so that a dataset created again is noticed here too.
+            self._stores[field] = (DistributedField(self, field), info.fields[field].ncomp,
+                                   directory_identity(self.path / field))
         return self._stores[field][0]
 
     def write(self, *args: Any, **kwargs: Any) -> int:

@@ -16,14 +16,13 @@ from tqdm import tqdm
 
 from ..database import create_dataset
 from ..database import open as open_db
-from ..dataset import Dataset
+from ..dataset import JOURNAL_KEY, Dataset
 from ..exceptions import FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
 from ..times import time_grid
 from .opening import open_sources
 from .source import Source, StepRef
 
-JOURNAL_KEY = "ingest"
 
 
 def ingest_inputs(

@@ -14,7 +14,6 @@ givernylocal itself, unmodified, reaches a turbdb server after one line,
 from __future__ import annotations
 
 import csv
-import math
 import os
 import sys
 import time as _time
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arguments import finite_number
 from ..exceptions import InvalidRequestError, UnknownNameError
 from ..size_limit import check_result_bytes
 from .metadata import PLACEHOLDER, TESTING_TOKEN, as_loaded, document
@@ -142,13 +142,12 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
 
 
 def _number(value: Any, name: str) -> float:
+    """:func:`finite_number`, taking a number written as text too (as JHTDB's clients send)."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number):
-        raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
-    return number
+        number = float(value) if isinstance(value, str) else value
+    except ValueError:
+        number = value  # refused below, named as given
+    return finite_number(name, number)
 
 
 def _option(option: Any) -> tuple[float, float]:

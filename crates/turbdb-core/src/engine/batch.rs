@@ -731,24 +731,26 @@ impl Home<'_, '_> {
 /// would be taken for the last atom's instead of node 0's.
 fn atoms_along(first: i64, last: i64, axis: &Axis, atom: usize) -> Vec<u32> {
     let (n, a) = (axis.n as i64, atom as i64);
-    let atoms = |from: i64, to: i64| (from / a) as u32..=(to / a) as u32;
-    let mut coords: Vec<u32> = if !axis.periodic {
+    let atoms =
+        |from: i64, to: i64| -> Vec<u32> { ((from / a) as u32..=(to / a) as u32).collect() };
+    if !axis.periodic {
         if first.max(0) > last.min(n - 1) {
             return Vec::new();
         }
-        atoms(first.max(0), last.min(n - 1)).collect()
-    } else if last - first + 1 >= n {
-        atoms(0, n - 1).collect()
-    } else {
-        let from = first.rem_euclid(n);
-        let to = from + (last - first);
-        let mut coords: Vec<u32> = atoms(from, to.min(n - 1)).collect();
-        if to >= n {
-            coords.extend(atoms(0, to - n));
-        }
-        coords
-    };
-    coords.sort_unstable();
+        return atoms(first.max(0), last.min(n - 1));
+    }
+    if last - first + 1 >= n {
+        return atoms(0, n - 1);
+    }
+    let from = first.rem_euclid(n);
+    let to = from + (last - first);
+    if to < n {
+        return atoms(from, to);
+    }
+    // Across the seam: the atoms from `from` to the end, then those from node 0 on, which
+    // may reach the first ones.
+    let mut coords: Vec<u32> = atoms(0, to - n);
+    coords.extend(atoms(from, n - 1));
     coords.dedup();
     coords
 }

@@ -615,15 +615,27 @@ impl JobGraph {
             return Vec::new();
         };
         let mut released: Vec<u64> = gone.held.map(|(_, q, _)| q).into_iter().collect();
-        let mut partners = Vec::new();
-        for (mine, edges) in gone.edges.iter().enumerate() {
+        released.extend(self.cut_edges(job, &gone.edges, Vec::new()));
+        released
+    }
+
+    /// Cuts the partners' ends of `job`'s `edges` (taken out of it), then releases those
+    /// of `waiting` and of the partners that are held and now wait for no one.
+    fn cut_edges(
+        &mut self,
+        job: JobId,
+        edges: &[Partners],
+        mut waiting: Vec<(JobId, usize)>,
+    ) -> Vec<u64> {
+        for (mine, edges) in edges.iter().enumerate() {
             for (other, index) in edges.iter() {
                 if self.cut_partner(other, index, job, mine) {
-                    partners.push((other, index));
+                    waiting.push((other, index));
                 }
             }
         }
-        for (other, index) in partners {
+        let mut released = Vec::new();
+        for (other, index) in waiting {
             if self.state(other, index) == Some(QueryState::Ready) {
                 released.extend(self.try_release(other, index));
             }
@@ -642,7 +654,8 @@ impl JobGraph {
         let overdue = self.held_where(|_, _, deadline| now >= deadline);
         let waited_it_all = |id: &JobId| {
             let job = &self.jobs[id];
-            job.held.is_some_and(|(_, _, deadline)| deadline - job.held_since >= self.timeout)
+            job.held
+                .is_some_and(|(_, _, deadline)| deadline - job.held_since >= self.timeout)
         };
         let laggards: FxHashSet<JobId> = overdue
             .iter()
@@ -692,29 +705,10 @@ impl JobGraph {
         let Some(found) = self.jobs.get_mut(&job) else {
             return Vec::new();
         };
-        let held = found.held.map(|(index, _, _)| index);
-        let edges: Vec<(usize, Partners)> = found
-            .edges
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, edges)| !edges.is_empty())
-            .map(|(mine, edges)| (mine, std::mem::take(edges)))
-            .collect();
-        let mut waiting: Vec<(JobId, usize)> = held.map(|index| (job, index)).into_iter().collect();
-        for (mine, edges) in edges {
-            for (other, index) in edges.iter() {
-                if self.cut_partner(other, index, job, mine) {
-                    waiting.push((other, index));
-                }
-            }
-        }
-        let mut released = Vec::new();
-        for (other, index) in waiting {
-            if self.state(other, index) == Some(QueryState::Ready) {
-                released.extend(self.try_release(other, index));
-            }
-        }
-        released
+        let held = found.held.map(|(index, _, _)| (job, index));
+        let empty = vec![Partners::new(); found.edges.len()];
+        let edges = std::mem::replace(&mut found.edges, empty);
+        self.cut_edges(job, &edges, held.into_iter().collect())
     }
 
     /// The held queries `(job, index)` for which `pick(job, index, deadline)` holds.
@@ -917,7 +911,7 @@ mod tests {
     fn a_held_query_goes_alone_after_the_timeout_and_closing_a_job_frees_its_partners() {
         let mut graph = JobGraph::new(true, 100.0);
         let j1 = graph.declare(plan(&[5, 6]), 0.0);
-        let j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
+        let _j2 = graph.declare(plan(&[1, 5, 6]), 0.0);
         // j1's first query is gated with j2's second, which is not handed in yet.
         let (_, released) = graph.submit(j1, 11, 0.0);
         assert!(released.is_empty());
@@ -943,7 +937,7 @@ mod tests {
     fn a_query_held_briefly_by_its_own_wish_leaves_its_partners_gated() {
         let mut graph = JobGraph::new(true, 100.0);
         let j1 = graph.declare(plan(&[1, 2]), 0.0);
-        let j2 = graph.declare(plan(&[1, 2]), 0.0);
+        let _j2 = graph.declare(plan(&[1, 2]), 0.0);
         let (_, released) = graph.submit_within(j1, 11, 0.0, 20.0);
         assert!(released.is_empty());
         assert_eq!(graph.expire(25.0, 1e9), vec![11]);
