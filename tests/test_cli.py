@@ -66,6 +66,8 @@ def test_verify_names_the_shard_with_a_flipped_byte_and_exits_non_zero(db):
     assert result.returncode == 1
     assert str(shard) in result.stdout and "checksum" in result.stdout
     assert "Traceback" not in result.stderr
+    # One damaged shard of the step is that, not "every shard of this step is missing".
+    assert "every shard" not in result.stdout and "1 problem(s)" in result.stdout
 
 
 def test_verify_names_a_truncated_and_a_missing_shard(db):
@@ -112,6 +114,68 @@ def test_verify_finds_a_whole_step_lost_and_says_when_it_checked_nothing(tmp_pat
     (db / "flow" / "zarr.json").unlink()
     result = run("verify", db, check=False)
     assert result.returncode == 1 and "flow: damaged: it holds field arrays but no zarr.json" in result.stdout
+
+
+def test_a_shard_copied_from_another_dataset_of_the_same_grid_is_refused(tmp_path, db):
+    twin = turbdb.create_dataset(tmp_path / "db", "twin", grid=(16, 16, 16), times=[0, 1], atom=4, partition=8)
+    twin.write("velocity", 1, np.zeros((16, 16, 16, 3)))
+    shard = ("velocity", "c", "1", "1", "0", "1", "0")
+    (db / "flow").joinpath(*shard).write_bytes((db / "twin").joinpath(*shard).read_bytes())
+    with pytest.raises(turbdb.CorruptDataError, match="copied from another dataset"):
+        turbdb.open(db)["flow"].query("velocity", np.full((1, 3), 2.0), time=1.0)
+    result = run("verify", db, "flow", check=False)
+    assert result.returncode == 1 and "copied from another dataset" in result.stdout
+    # A field made before ids existed (no turbdb_field_id) keeps the first header layout.
+    array = db / "twin" / "pressure" / "zarr.json"
+    document = json.loads(array.read_text())
+    del document["attributes"]["turbdb_field_id"]
+    array.write_text(json.dumps(document))
+    old = turbdb.open(db)["twin"]
+    old.update_attrs(lambda attrs: None)  # the consolidated copy follows the array's zarr.json
+    old.write("pressure", 0, np.ones((16, 16, 16)))
+    assert (db / "twin" / "pressure" / "c" / "0" / "0" / "0" / "0" / "0").read_bytes()[8] == 1
+    assert old.query("pressure", np.full((1, 3), 2.0), time=0.0, method="lag4")[0] == pytest.approx(1.0)
+    assert "twin/pressure: 8 shards" in run("verify", db, "twin").stdout
+
+
+def test_verify_names_metadata_that_misleads_other_zarr_readers(db):
+    assert "metadata" not in run("verify", db).stdout
+    flow = db / "flow"
+    group = json.loads((flow / "zarr.json").read_text())
+    group["consolidated_metadata"]["metadata"]["velocity"]["shape"][0] = 1  # stale copy
+    (flow / "zarr.json").write_text(json.dumps(group))
+    times = bytearray((flow / "time" / "c" / "0").read_bytes())
+    times[9] ^= 0x01  # the second time, 1.0, now slightly off
+    (flow / "time" / "c" / "0").write_bytes(bytes(times))
+    array = json.loads((flow / "pressure" / "zarr.json").read_text())
+    array["dimension_names"][1:4] = ["x", "y", "z"]
+    array["fill_value"] = 0.0
+    (flow / "pressure" / "zarr.json").write_text(json.dumps(array))
+    (flow / "notes").mkdir()
+    (flow / "notes" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    result = run("verify", db, check=False)
+    assert result.returncode == 1 and "flow: metadata:" in result.stdout, result.stdout
+    for expected in ("velocity/zarr.json: the group's consolidated metadata is stale: it differs",
+                     "pressure/zarr.json: the group's consolidated metadata is stale",
+                     "time/: the time coordinate holds", "dimension_names are", "fill_value is 0.0",
+                     "notes/zarr.json: an array the dataset's attributes do not list"):
+        assert expected in result.stdout, (expected, result.stdout)
+    assert "Traceback" not in result.stderr
+    (flow / "x" / "c" / "0").write_bytes(b"short")
+    assert "x/: the x coordinate cannot be read" in run("verify", db, check=False).stdout
+
+
+def test_verify_finds_a_simulated_field_that_lost_its_last_step(tmp_path):
+    made = {"generator": "turbdb simulate --kind synthetic"}
+    ds = turbdb.create_dataset(tmp_path / "db", "sim", grid=(8, 8, 8), times=[0, 1, 2], provenance=made)
+    for t in range(3):
+        ds.write("velocity", t, np.ones((8, 8, 8, 3)))
+        ds.write("pressure", t, np.ones((8, 8, 8)))
+    import shutil
+
+    shutil.rmtree(ds.path / "velocity" / "c" / "2")
+    result = run("verify", tmp_path / "db", check=False)
+    assert result.returncode == 1 and "velocity/c/2 (time step 2): every shard of this step is missing" in result.stdout
 
 
 def test_verify_finds_a_step_the_ingest_journal_stored_and_whose_shards_are_gone(tmp_path):

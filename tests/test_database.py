@@ -207,3 +207,25 @@ def test_a_dataset_directory_opens_as_a_database_of_that_dataset(tmp_path):
         one["second"]
     with pytest.raises(turbdb.StorageError, match="array of field 'velocity' of dataset 'flow'"):
         turbdb.open(tmp_path / "db" / "flow" / "velocity")
+
+
+@pytest.mark.parametrize("scheduler", [None, "jaws"])
+def test_a_step_rewritten_by_another_process_is_read_anew(tmp_path, scheduler):
+    # Readers keep shard indexes, mappings and (with an engine) atoms; a rewrite of a
+    # stored step is announced in the metadata, which every query looks at.
+    import subprocess
+    import sys
+
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(16, 16, 16), times=[0.0, 1.0], fields={"p": 1})
+    ds.write("p", 0, np.ones((16, 16, 16)))
+    reader = turbdb.open(tmp_path, scheduler=scheduler)["flow"]
+    points = np.random.default_rng(0).uniform(0, 2 * np.pi, (50, 3))
+    np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(reader.cutout("p", time=0.0, x=(0, 4), y=(0, 4), z=(0, 4)).values, 1.0)
+    rewrite = f"import numpy as np, turbdb; turbdb.open({str(tmp_path)!r})['flow'].write('p', 0, np.full((16,) * 3, 5.0))"
+    subprocess.run([sys.executable, "-c", rewrite], check=True)
+    np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 5.0, rtol=1e-6)
+    np.testing.assert_allclose(reader.cutout("p", time=0.0, x=(0, 4), y=(0, 4), z=(0, 4)).values, 5.0)
+    # In this process too, through the engine's cache.
+    reader.write("p", 0, np.full((16, 16, 16), 7.0))
+    np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 7.0, rtol=1e-6)

@@ -75,6 +75,23 @@ def test_xarray_opens_a_dataset_without_warnings_and_sees_appended_times_and_fie
     assert zarr.open_group(ds.path, mode="r")["velocity"].shape == (4, 16, 16, 16, 3)
 
 
+def test_a_reader_opened_before_an_append_still_reads_the_times(tmp_path):
+    # The time coordinate's chunks keep their size as steps are appended: metadata read
+    # before an append still fits the chunk written after it (it failed to reshape).
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(8, 8, 8), times=[0.0, 0.1], fields={"p": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = zarr.open_group(ds.path, mode="r")["time"]
+    ds.append_times(np.arange(2, 1500) / 10)
+    np.testing.assert_array_equal(before[:], [0.0, 0.1])
+    with xr.open_zarr(ds.path) as opened:
+        np.testing.assert_array_equal(opened.time.values, np.arange(1500) / 10)
+    ds.drop_unwritten_times(3)
+    assert sorted(p.name for p in (ds.path / "time" / "c").iterdir()) == ["0"]
+    with xr.open_zarr(ds.path) as opened:
+        np.testing.assert_array_equal(opened.time.values, [0.0, 0.1, 0.2])
+
+
 def test_every_shard_stores_its_atoms_in_morton_order(dataset):
     ds, _, _ = dataset
     shards = [p for p in (ds.path / "velocity" / "c").rglob("0") if p.is_file()]

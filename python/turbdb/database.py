@@ -31,6 +31,7 @@ from .zarr_meta import (
     group_document,
     read_json,
     storage_error,
+    TIME_CHUNK,
     write_coordinate,
     write_json_atomic,
 )
@@ -353,7 +354,7 @@ def create_dataset(
         write_json_atomic(path / field / ZARR_JSON, document)
     for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
         write_coordinate(path, axis, o + d * np.arange(n))
-    write_coordinate(path, "time", times_a)
+    write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
     write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
 

@@ -21,6 +21,7 @@ from .exceptions import (
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
 from .query import point_call
+from .metadata_check import metadata_problems
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -28,6 +29,7 @@ from .zarr_meta import (
     parse_atom_codecs,
     read_json,
     storage_error,
+    TIME_CHUNK,
     write_coordinate,
     write_json_atomic,
 )
@@ -37,6 +39,9 @@ LOCK_FILE = ".turbdb.lock"
 WRITER_LOCK_FILE = ".turbdb-writer.lock"
 #: The dataset attribute holding the ingest journal (``turbdb.ingest.pipeline`` writes it).
 JOURNAL_KEY = "ingest"
+#: The dataset attribute counting the rewrites of stored steps, ``{field: {step: count}}``:
+#: other processes (a server) notice it change and stop reading their cached shards.
+REWRITES_KEY = "rewrites"
 
 
 class Dataset:
@@ -93,9 +98,30 @@ class Dataset:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
+            before = cached[1].get(REWRITES_KEY, {}) if cached is not None else None
             cached = self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
             self._drop_replaced_stores(attrs)
+            if before is not None:
+                self._forget_rewritten(before, attrs.get(REWRITES_KEY, {}))
         return cached[1]
+
+    def _forget_rewritten(self, before: dict[str, Any], now: dict[str, Any]) -> None:
+        """Drops what the opened stores (and the engine) cached of steps rewritten since
+        ``before``: their shards were replaced, and the old mappings still read the old
+        data."""
+        for field, counts in now.items():
+            opened = self._stores.get(field)
+            if opened is None:
+                continue
+            for step, count in counts.items():
+                if (before.get(field) or {}).get(step) != count:
+                    self._forget_step(opened[0], int(step))
+
+    def _forget_step(self, store: Any, step: int) -> None:
+        if self.engine is not None:
+            self.engine.invalidate(store, step)  # its atoms and the shard indexes
+        else:
+            store.forget_cached()
 
     def _drop_replaced_stores(self, attrs: dict[str, Any]) -> None:
         """Forgets the opened stores of fields whose array directory is no longer the one
@@ -202,6 +228,7 @@ class Dataset:
                 crc32c=layout["crc32c"],
                 index_at_end=layout["index_at_end"],
                 headers_required=layout["headers_required"],
+                field_id=layout["field_id"],
             )
             self._stores[field] = (store, attrs["fields"][field]["ncomp"], directory_identity(self.path / field))
         return self._stores[field][0]
@@ -233,7 +260,13 @@ class Dataset:
             raise FormatError(f"{field} data has dtype {data.dtype}; give floating-point values")
         if data.dtype not in (np.float32, np.float64):
             data = data.astype(np.float32)
-        return store.write_step(int(time_index), np.ascontiguousarray(data), sync)
+        t = int(time_index)
+        rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
+        written = store.write_step(t, np.ascontiguousarray(data), sync)
+        if rewrite:
+            self._forget_step(store, t)
+            self.update_attrs(lambda attrs: _count_rewrite(attrs, field, t))
+        return written
 
     def append_times(self, times: Any) -> range:
         """Grows the time axis of every field by ``times`` (strictly after the last stored
@@ -276,7 +309,7 @@ class Dataset:
         attrs["times"] = [float(t) for t in times]
         for field in attrs["fields"]:
             self._resize_field(field, len(times))
-        write_coordinate(self.path, "time", times)
+        write_coordinate(self.path, "time", times, chunk=TIME_CHUNK)
 
     def _resize_field(self, field: str, nt: int) -> None:
         path = self.path / field / ZARR_JSON
@@ -438,10 +471,14 @@ class Dataset:
         shards written before shards carried a header binding them to their place, and
         ``unwritten_between`` the steps with no shard between written ones (lost, or never
         written: nothing on disk tells which, except an ingest's journal, whose steps are
-        problems when missing)."""
+        problems when missing). :meth:`verify_metadata` checks what other Zarr readers
+        go by."""
         attrs = self._attrs()
         nt = len(attrs["times"])
         reports = {field: self.field_store(field).verify(nt) for field in attrs["fields"]}
+        # Steps with something on disk: whole, or damaged (a problem names them already).
+        present = {field: set(r["complete_steps"]) | {t for _, t, _ in r["problems"] if t >= 0}
+                   for field, r in reports.items()}
         nx, ny, nz = attrs["grid"]
         for field, report in reports.items():
             # Other Zarr readers go by the array's own shape: it must say what the dataset does.
@@ -451,25 +488,43 @@ class Dataset:
                 report["problems"].append((f"{field}/zarr.json", -1, f"the array's shape is {shape}, but the dataset "
                                            f"holds {expected} (time, z, y, x, component): other Zarr readers would "
                                            "read it wrongly"))
-            complete = set(report["complete_steps"])
             # A step with no shard at all reads as "not written"; where an ingest recorded it
             # as stored, its shards are lost (with one shard a step, verify said "ok").
             stored = set(attrs.get(JOURNAL_KEY, {}).get(field, {}).get("done", {}).values())
-            for t in sorted(stored - complete):
+            for t in sorted(stored - present[field]):
                 if t < nt:
                     report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
                                                "ingest journal says it was stored"))
-            report["unwritten_between"] = [t for t in range(min(complete, default=0), max(complete, default=0))
-                                           if t not in complete and t not in stored]
+            report["unwritten_between"] = [t for t in range(min(present[field], default=0),
+                                                            max(present[field], default=0))
+                                           if t not in present[field] and t not in stored]
         # A hole in one field where another field has the step (as every simulated dataset
-        # writes all its fields each step) is a loss too.
+        # writes all its fields each step) is a loss too; a simulation writes every field at
+        # every step, so there a field missing a later step that another has lost it too.
+        simulated = str(attrs.get("provenance", {}).get("generator", "")).startswith("turbdb simulate")
         for field, report in reports.items():
-            elsewhere = set().union(*(set(r["complete_steps"]) for f, r in reports.items() if f != field))
-            for t in [t for t in report["unwritten_between"] if t in elsewhere]:
-                report["unwritten_between"].remove(t)
-                report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, though it "
-                                           "lies between written steps and other fields have it"))
+            elsewhere = set().union(*(present[f] for f in reports if f != field))
+            lost = [t for t in report["unwritten_between"] if t in elsewhere]
+            if simulated:
+                lost += [t for t in sorted(elsewhere) if t > max(present[field], default=-1)]
+            for t in lost:
+                if t in report["unwritten_between"]:
+                    report["unwritten_between"].remove(t)
+                report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, though "
+                                           "other fields of this dataset have it"))
         return reports
+
+    def verify_metadata(self) -> list[tuple[str, str]]:
+        """``(file, message)`` for each way the metadata misleads xarray or zarr-python: a
+        stale consolidated copy, coordinates that do not match the attributes or do not
+        read, a field array's dimension names or fill value, arrays the dataset does not
+        list (:mod:`turbdb.metadata_check`)."""
+        return metadata_problems(self.path, self._attrs())
+
+
+def _count_rewrite(attrs: dict[str, Any], field: str, t: int) -> None:
+    counts = attrs.setdefault(REWRITES_KEY, {}).setdefault(field, {})
+    counts[str(t)] = counts.get(str(t), 0) + 1
 
 
 def directory_identity(path: Path) -> tuple[int, int]:

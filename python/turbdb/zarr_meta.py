@@ -24,6 +24,10 @@ ZARR_JSON = "zarr.json"
 #: Array attribute saying that every shard starts with the header binding it to its place
 #: (docs/format.md); arrays without it (written before headers existed) may lack headers.
 SHARD_HEADER_ATTRIBUTE = "turbdb_shard_header"
+#: Array attribute: the field's random 64-bit id (16 hex digits), which every shard header
+#: carries, so that a shard copied from another dataset of the same grid is refused.
+#: Fields made before ids existed have none.
+FIELD_ID_ATTRIBUTE = "turbdb_field_id"
 #: Codecs of one atom (inner chunk): raw little-endian float32 followed by a crc32c, so a
 #: flipped byte anywhere in a shard is found by ``turbdb verify``.
 ATOM_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
@@ -103,7 +107,8 @@ def consolidated_metadata(group: Path) -> dict[str, Any]:
 def field_document(
     *, nt: int, grid: tuple[int, int, int], ncomp: int, atom: int, partition: int, field: str
 ) -> dict[str, Any]:
-    """A field array ``(nt, nz, ny, nx, ncomp)`` sharded by partition, chunked by atom."""
+    """A field array ``(nt, nz, ny, nx, ncomp)`` sharded by partition, chunked by atom, with
+    a new random id."""
     nx, ny, nz = grid
     return {
         "zarr_format": 3,
@@ -127,19 +132,30 @@ def field_document(
                 },
             }
         ],
-        "attributes": {SHARD_HEADER_ATTRIBUTE: 1},
+        "attributes": {SHARD_HEADER_ATTRIBUTE: 1, FIELD_ID_ATTRIBUTE: secrets.token_hex(8)},
         "dimension_names": ["time", "z", "y", "x", f"{field}_component"],
     }
 
 
-def coordinate_document(name: str, length: int) -> dict[str, Any]:
-    """A 1-D float64 coordinate array stored as one uncompressed chunk."""
+def _field_id(document: dict[str, Any], path: Path) -> int | None:
+    """The id a field array's attributes give it (``None``: made before ids existed)."""
+    value = (document.get("attributes") or {}).get(FIELD_ID_ATTRIBUTE)
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
+        return int(value, 16)
+    raise DamagedMetadataError(f"{path}: {FIELD_ID_ATTRIBUTE} must be 16 hex digits, not {value!r}; the metadata is damaged")
+
+
+def coordinate_document(name: str, length: int, chunk: int | None = None) -> dict[str, Any]:
+    """A 1-D float64 coordinate array in uncompressed chunks of ``chunk`` values (default:
+    one chunk)."""
     return {
         "zarr_format": 3,
         "node_type": "array",
         "shape": [length],
         "data_type": "float64",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(length, 1)]}},
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk or max(length, 1)]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": "NaN",
         "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
@@ -148,20 +164,39 @@ def coordinate_document(name: str, length: int) -> dict[str, Any]:
     }
 
 
-def write_coordinate(group: Path, name: str, values: np.ndarray) -> None:
-    """Writes (or rewrites) the coordinate array ``name`` of a dataset group."""
+#: Values per chunk of the time coordinate. A fixed size (the last chunk padded with NaN)
+#: keeps a chunk's size the same as steps are appended: a reader holding the metadata of
+#: before an append reads the grown chunk as it read the old one, where a chunk as long as
+#: the array made it fail ("cannot reshape") while a dataset grew.
+TIME_CHUNK = 1024
+
+
+def write_coordinate(group: Path, name: str, values: np.ndarray, *, chunk: int | None = None) -> None:
+    """Writes (or rewrites) the coordinate array ``name`` of a dataset group: in one chunk,
+    or in chunks of ``chunk`` values (the last padded with NaN). The chunks are written
+    before the array's ``zarr.json``, and chunks past the new end are removed last."""
     values = np.asarray(values, dtype="<f8")
     directory = group / name
-    with replacing(directory / "c" / "0", "wb") as f:
-        f.write(values.tobytes())
-    write_json_atomic(directory / ZARR_JSON, coordinate_document(name, len(values)))
+    size = chunk or max(len(values), 1)
+    count = max(-(-len(values) // size), 1)
+    for i in range(count):
+        part = np.full(size, np.nan, dtype="<f8")
+        piece = values[i * size:(i + 1) * size]
+        part[:len(piece)] = piece
+        with replacing(directory / "c" / str(i), "wb") as f:
+            f.write(part.tobytes() if chunk else piece.tobytes())
+    write_json_atomic(directory / ZARR_JSON, coordinate_document(name, len(values), size))
+    for stale in (directory / "c").glob("*"):
+        if stale.name.isdigit() and int(stale.name) >= count:
+            stale.unlink(missing_ok=True)
 
 
 def parse_atom_codecs(document: dict[str, Any], path: Path) -> dict[str, Any]:
     """The layout of a field array as the Rust reader needs it: atom and partition sizes,
     whether atoms are zstd-compressed or checksummed, where the index sits, whether every
-    shard carries a header. Arrays written by other Zarr tools are accepted when the engine
-    can read them; a document that does not parse is a :class:`DamagedMetadataError`."""
+    shard carries a header, the field's id. Arrays written by other Zarr tools are accepted
+    when the engine can read them; a document that does not parse is a
+    :class:`DamagedMetadataError`."""
     try:
         shape = document["shape"]
         shard = document["chunk_grid"]["configuration"]["chunk_shape"]
@@ -178,6 +213,7 @@ def parse_atom_codecs(document: dict[str, Any], path: Path) -> dict[str, Any]:
             "crc32c": "crc32c" in codecs,
             "index_at_end": config.get("index_location", "end") == "end",
             "headers_required": (document.get("attributes") or {}).get(SHARD_HEADER_ATTRIBUTE) == 1,
+            "field_id": _field_id(document, path),
         }
     except (KeyError, ValueError, TypeError, AttributeError, IndexError):
         raise DamagedMetadataError(f"{path} is not a sharded turbdb field array; the metadata is damaged") from None

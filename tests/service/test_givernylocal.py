@@ -122,30 +122,63 @@ def test_turbdb_jhtdb_gives_givernylocals_outputs_from_a_path_or_a_url(cube, red
     written = turbdb.jhtdb.write_cutout_hdf5_and_xmf_files(ours, their_cut, "mine")
     with h5py.File(written[0]) as h5:
         np.testing.assert_array_equal(h5["pressure_0004"][...], their_cut["pressure_0004"].values)
+    # givernylocal's gizmos take this dataset object as their own (they read its spacing).
+    corner = dict(x=np.array([3, 7]), y=np.array([4]), z=np.array([2]), output_data=their_cut, time=3,
+                  xyzt_axes_ranges=ranges, xyzt_strides=strides)
+    xarray.testing.assert_identical(cutout_values(ours, **corner), cutout_values(cube, **corner))
     tsv = turbdb.jhtdb.write_interpolation_tsv_file(ours, points, frames, "points")
     lines = tsv.read_text().splitlines()
+    # Labelled with the last call's settings, as givernylocal does: here the cutout's.
+    assert lines[0] == "dataset: trig, variable: pressure, time: 4, temporal method: none, spatial method: none, " \
+                       "spatial operator: field"
+    turbdb.jhtdb.getData(ours, "velocity", 0.6, "pchip", "fd4lag4", "gradient", points, option=[1.1, 0.25],
+                         verbose=False)
+    lines = turbdb.jhtdb.write_interpolation_tsv_file(ours, points, frames, "points").read_text().splitlines()
+    assert "variable: velocity, time: 0.6, time end: 1.1, delta t: 0.25" in lines[0]
     assert lines[1].split("\t")[:5] == ["time", "x_point", "y_point", "z_point", "duxdx"] and len(lines) == 2 + 3 * 120
+    assert [float(row.split("\t")[0]) for row in lines[2::120]] == [0.6, 0.85, 1.1]
 
 
 def test_turbdb_jhtdb_refuses_bad_arguments_with_a_turbdb_error(service_db, tmp_path):
     ours = turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "out"), url=str(service_db))
     points = np.array([[1.0, 2.0, 3.0]])
 
-    def refused(words, var="velocity", t=0.5, sop="field", **kwargs):
+    def refused(words, var="velocity", t=0.5, sop="field", tint="none", **kwargs):
         with pytest.raises(turbdb.TurbdbError, match=words):
-            turbdb.jhtdb.getData(ours, var, t, "none", "lag4", sop, points, verbose=False, **kwargs)
+            turbdb.jhtdb.getData(ours, var, t, tint, "lag4", sop, points, verbose=False, **kwargs)
 
     refused("would take .* TiB", option=[1.5, 1e-12])  # a series of 10^12 times: was a MemoryError
     refused("option must be \\[timepoint_end, delta_t\\]", option=None)
     refused("option must be", option=[1, 2, 3])
     refused("timepoint_original must be a finite number", t="soon")
-    refused("delta_t must be positive", var="position", option=[1.0, -0.1])
-    refused("takes spatial_operator 'field'", var="position", sop="gradient", option=[1.0, 0.1])
+    refused("delta_t must be positive", var="position", tint="pchip", option=[1.0, -0.1])
+    refused("takes spatial_operator 'field'", var="position", tint="pchip", sop="gradient", option=[1.0, 0.1])
     (empty,) = turbdb.jhtdb.getData(ours, "velocity", 0.5, "none", "lag4", "field", np.zeros((0, 3)), verbose=False)
     assert list(empty.columns) == ["ux", "uy", "uz"] and len(empty) == 0
     (tmp_path / "afile").write_text("in the way")
     with pytest.raises(turbdb.InvalidRequestError, match="is a file"):
         turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "afile"), url=str(service_db))
+
+
+def test_turbdb_jhtdb_cutout_errors_count_as_jhtdb_does(tmp_path):
+    # 1-based inclusive ranges and stored steps 1 … n, not the engine's 0-based numbers.
+    ds = turbdb.create_dataset(tmp_path / "db", "wall", grid=(8, 8, 8), times=[0.0, 0.1, 0.2], fields={"p": 1},
+                               periodic=(True, False, True))
+    ds.write("p", 0, np.zeros((8, 8, 8)))
+    ours = turbdb.jhtdb.turb_dataset(dataset_title="wall", output_path=str(tmp_path / "out"), url=str(tmp_path / "db"))
+
+    def refused(ranges, words):
+        with pytest.raises(turbdb.InvalidRequestError, match=words):
+            turbdb.jhtdb.getCutout(ours, "p", np.array(ranges), np.array([1, 1, 1, 1]), verbose=False)
+
+    refused([[1, 4], [0, 8], [1, 2], [1, 1]], r"the y range \[0, 8\] is outside the non-periodic y axis, whose "
+                                              r"nodes are 1 … 8")
+    refused([[1, 4], [1, 9], [1, 2], [1, 1]], r"the y range \[1, 9\]")
+    refused([[1, 4], [1, 4], [1, 2], [1, 2]], r"time step 2 of 'p' \(ts … te number the stored steps 1 … 3\) is "
+                                              "not stored")
+    whole = turbdb.jhtdb.getCutout(ours, "p", np.array([[7, 10], [1, 8], [1, 1], [1, 1]]), np.array([1, 1, 1, 1]),
+                                   verbose=False)
+    assert whole["p_0001"].shape == (1, 8, 4, 1)  # x wraps: it is periodic
 
 
 def test_a_jhtdb_script_runs_unchanged_with_python_m_turbdb_jhtdb(server, local, tmp_path):

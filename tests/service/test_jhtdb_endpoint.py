@@ -8,6 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
+import turbdb
+import turbdb.jhtdb
 from turbdb.service.jhtdb import columns, series_times
 
 from servicekit import FULL, random_points
@@ -95,6 +97,22 @@ def test_position_tracks_particles_like_getposition(server, local):
     expected = local["trig"].track(sent(pts), start=0.0, end=1.0, dt=0.25, method="lag6")[-1]
     assert rows.shape == (6, 3)
     np.testing.assert_allclose(rows, expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("sint, sop, tint, option, words", [
+    ("lag6", "hessian", "pchip", (1.0, 0.25), "takes spatial_operator 'field'"),
+    ("m2q8", "field", "pchip", (1.0, 0.25), "takes spatial method lag4, lag6, lag8"),
+    ("lag6", "field", "none", (1.0, 0.25), "takes temporal method 'pchip'"),
+    ("lag6", "field", "pchip", (1.0, -0.25), "delta_t must be positive"),
+])
+def test_position_refuses_what_the_metadata_excludes_as_turbdb_jhtdb_does(server, service_db, tmp_path, sint, sop,
+                                                                         tint, option, words):
+    refused = get_data(server, random_points(2, seed=1), "position", 0.0, sint, sop, tint, option=option)
+    assert refused.status_code == 400 and words in refused.json()["description"]
+    local = turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path), url=str(service_db))
+    with pytest.raises(turbdb.InvalidRequestError, match=words):
+        turbdb.jhtdb.getData(local, "position", 0.0, tint, sint, sop, random_points(2, seed=1), option=list(option),
+                             verbose=False)
 
 
 @pytest.mark.parametrize("change, status, words", [

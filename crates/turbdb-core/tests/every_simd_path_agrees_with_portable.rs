@@ -60,7 +60,7 @@ proptest! {
             let data: Vec<f32> = (0..grid.iter().product::<usize>() * ncomp)
                 .map(|_| (next() * 2.0 - 1.0) as f32)
                 .collect();
-            write_step(dir.path(), &geometry, t, &data, false).unwrap();
+            write_step(dir.path(), &geometry, None, t, &data, false).unwrap();
         }
         let axes = grid.map(|n| Axis { n, origin: 0.0, spacing: 0.5, periodic });
         let reader = FieldReader::new(dir.path(), geometry.clone(), ChunkCodec::TURBDB, IndexLocation::End);

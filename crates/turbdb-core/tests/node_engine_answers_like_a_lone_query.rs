@@ -27,7 +27,7 @@ fn fixture(periodic: bool) -> Fixture {
         let data: Vec<f32> = (0..nx * ny * nz * nc)
             .map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0)
             .collect();
-        write_step(dir.path(), &geometry, t, &data, false).unwrap();
+        write_step(dir.path(), &geometry, None, t, &data, false).unwrap();
     }
     let axes = [nx, ny, nz].map(|n| Axis {
         n,
@@ -766,7 +766,7 @@ fn a_rewritten_step_is_not_served_from_the_cache() {
     assert_eq!(engine.stats().served_from_cache, 1);
     let geometry = f.reader.geometry().clone();
     let data = vec![2.5f32; 24 * 16 * 32 * 3];
-    write_step(f.dir.path(), &geometry, 0, &data, true).unwrap();
+    write_step(f.dir.path(), &geometry, None, 0, &data, true).unwrap();
     engine.invalidate(&f.reader, 0);
     let after = through(&engine, &f, &a);
     assert!(after.iter().all(|v| (v - 2.5).abs() < 1e-6), "{after:?}");

@@ -30,7 +30,7 @@ fn fixture_of([nx, ny, nz]: [usize; 3], periodic: bool) -> Fixture {
         let data: Vec<f32> = (0..nx * ny * nz * nc)
             .map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0)
             .collect();
-        write_step(dir.path(), &geometry, t, &data, false).unwrap();
+        write_step(dir.path(), &geometry, None, t, &data, false).unwrap();
     }
     let axes = [nx, ny, nz].map(|n| Axis {
         n,

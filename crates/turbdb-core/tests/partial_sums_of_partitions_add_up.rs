@@ -25,7 +25,7 @@ fn write_dataset(dir: &Path) {
         let data: Vec<f32> = (0..nx * ny * nz * NC)
             .map(|i| ((i * 7919 + t * 131) % 1000) as f32 / 100.0)
             .collect();
-        write_step(dir, &geometry(), t, &data, false).unwrap();
+        write_step(dir, &geometry(), None, t, &data, false).unwrap();
     }
 }
 

@@ -25,7 +25,7 @@ fn reader(root: &Path) -> FieldReader {
 
 fn written(root: &Path, steps: usize) {
     for t in 0..steps {
-        write_step(root, &geometry(), t, &step(t), false).unwrap();
+        write_step(root, &geometry(), None, t, &step(t), false).unwrap();
     }
 }
 

@@ -25,7 +25,7 @@ fn every_voxel_of_a_partial_grid_reads_back() {
     let (nx, ny, nz, nc) = (37, 20, 17, 3);
     let g = FieldGeometry::new([nx, ny, nz], nc, 4, 16).unwrap();
     let data = field(nx, ny, nz, nc);
-    write_step(dir.path(), &g, 2, &data, false).unwrap();
+    write_step(dir.path(), &g, None, 2, &data, false).unwrap();
     let r = reader(dir.path(), &g);
     let a = g.atom;
     let mut atom = vec![0f32; g.atom_values()];
@@ -63,7 +63,7 @@ fn atoms_are_stored_in_morton_order_and_merged_reads_match_single_reads() {
     let dir = tempfile::tempdir().unwrap();
     let g = FieldGeometry::new([32, 32, 32], 1, 4, 32).unwrap();
     let data = field(32, 32, 32, 1);
-    write_step(dir.path(), &g, 0, &data, false).unwrap();
+    write_step(dir.path(), &g, None, 0, &data, false).unwrap();
     let r = reader(dir.path(), &g);
     let index = r.index(0, [0, 0, 0]).unwrap();
     let mut offsets: Vec<(u64, u64)> = g
@@ -115,7 +115,7 @@ fn verify_names_the_shard_with_a_flipped_byte_and_the_missing_one() {
     let g = FieldGeometry::new([16, 16, 16], 3, 4, 8).unwrap();
     let data = field(16, 16, 16, 3);
     for t in 0..2 {
-        write_step(dir.path(), &g, t, &data, false).unwrap();
+        write_step(dir.path(), &g, None, t, &data, false).unwrap();
     }
     let clean = verify_field(&reader(dir.path(), &g), 3);
     assert!(clean.problems.is_empty());
@@ -146,13 +146,13 @@ fn non_finite_values_are_refused_before_anything_is_written() {
     let g = FieldGeometry::new([8, 8, 8], 1, 4, 8).unwrap();
     let mut data = field(8, 8, 8, 1);
     data[3 * 64 + 2 * 8 + 5] = f32::NAN;
-    let err = write_step(dir.path(), &g, 0, &data, false)
+    let err = write_step(dir.path(), &g, None, 0, &data, false)
         .unwrap_err()
         .to_string();
     assert!(err.contains("z=3, y=2, x=5"), "{err}");
     assert!(!dir.path().join("c").exists());
     let big = vec![1e300f64; 512];
-    assert!(write_step(dir.path(), &g, 0, &big, false).is_err());
+    assert!(write_step(dir.path(), &g, None, 0, &big, false).is_err());
 }
 
 #[test]
@@ -199,7 +199,7 @@ fn atoms_read_in_place_from_the_mapped_shard_equal_atoms_read_into_a_buffer() {
     let dir = tempfile::tempdir().unwrap();
     let (nx, ny, nz, nc) = (30, 32, 27, 3);
     let g = FieldGeometry::new([nx, ny, nz], nc, 4, 32).unwrap();
-    write_step(dir.path(), &g, 1, &field(nx, ny, nz, nc), false).unwrap();
+    write_step(dir.path(), &g, None, 1, &field(nx, ny, nz, nc), false).unwrap();
     let r = reader(dir.path(), &g);
     // Every other atom, so that the shard's atoms are not all adjacent; some past the grid.
     let requests: Vec<AtomRequest> = g
@@ -229,7 +229,7 @@ fn atoms_read_in_place_from_the_mapped_shard_equal_atoms_read_into_a_buffer() {
 fn an_atom_corrupted_on_disk_is_refused_in_place_naming_its_shard_and_its_neighbours_still_read() {
     let dir = tempfile::tempdir().unwrap();
     let g = FieldGeometry::new([16, 16, 16], 3, 4, 16).unwrap();
-    write_step(dir.path(), &g, 0, &field(16, 16, 16, 3), false).unwrap();
+    write_step(dir.path(), &g, None, 0, &field(16, 16, 16, 3), false).unwrap();
     let r = reader(dir.path(), &g);
     let first = g.local_atom_order()[0];
     let second = g.local_atom_order()[1];
@@ -290,7 +290,7 @@ fn an_atom_is_checked_once_per_mapping_and_again_once_the_cache_is_cleared() {
     let dir = tempfile::tempdir().unwrap();
     let g = FieldGeometry::new([16, 16, 16], 3, 4, 16).unwrap();
     let values = field(16, 16, 16, 3);
-    write_step(dir.path(), &g, 0, &values, false).unwrap();
+    write_step(dir.path(), &g, None, 0, &values, false).unwrap();
     let r = reader(dir.path(), &g);
     let first = g.local_atom_order()[0];
     let request = [AtomRequest {

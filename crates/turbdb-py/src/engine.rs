@@ -177,6 +177,12 @@ impl Engine {
         self.engine.close_job(job);
     }
 
+    /// Forgets the cached atoms and shard indexes of time step `t` of the field of `store`:
+    /// the step was rewritten, and later queries must read the new one.
+    fn invalidate(&self, store: &Bound<'_, FieldStore>, t: usize) {
+        self.engine.invalidate(&store.get().shared_reader(), t);
+    }
+
     /// What the engine has done and holds: a dict of counters, the cache's use and hit
     /// ratio, the current α and response-time histograms by query size.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

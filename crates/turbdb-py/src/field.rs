@@ -52,9 +52,11 @@ impl FieldStore {
 #[pymethods]
 impl FieldStore {
     /// `grid` is `(nx, ny, nz)`. `headers_required`: every shard must carry the header
-    /// binding it to its place (fields created since headers exist).
+    /// binding it to its place (fields created since headers exist). `field_id`: the id the
+    /// field's metadata gives it, which every shard's header must carry and which writes
+    /// record (`None`: a field made before ids existed).
     #[new]
-    #[pyo3(signature = (root, grid, ncomp, atom, partition, *, zstd=false, crc32c=true, index_at_end=true, headers_required=false))]
+    #[pyo3(signature = (root, grid, ncomp, atom, partition, *, zstd=false, crc32c=true, index_at_end=true, headers_required=false, field_id=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         root: std::path::PathBuf,
@@ -66,6 +68,7 @@ impl FieldStore {
         crc32c: bool,
         index_at_end: bool,
         headers_required: bool,
+        field_id: Option<u64>,
     ) -> Result<Self> {
         let geometry = FieldGeometry::new([grid.0, grid.1, grid.2], ncomp, atom, partition)?;
         let location = if index_at_end {
@@ -76,7 +79,8 @@ impl FieldStore {
         let codec = ChunkCodec { zstd, crc32c };
         let reader = Arc::new(
             FieldReader::new(root.clone(), geometry.clone(), codec, location)
-                .require_headers(headers_required),
+                .require_headers(headers_required)
+                .with_field_id(field_id),
         );
         Ok(Self {
             root,
@@ -114,7 +118,7 @@ impl FieldStore {
             let view = array.readonly();
             let slice = view.as_slice()?;
             let written = without_gil(py, || {
-                turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
+                turbdb_core::write_step(&self.root, &self.geometry, self.reader.field_id(), t, slice, sync)
             });
             self.reader.clear_cache();
             written
@@ -122,7 +126,7 @@ impl FieldStore {
             let view = array.readonly();
             let slice = view.as_slice()?;
             let written = without_gil(py, || {
-                turbdb_core::write_step(&self.root, &self.geometry, t, slice, sync)
+                turbdb_core::write_step(&self.root, &self.geometry, self.reader.field_id(), t, slice, sync)
             });
             self.reader.clear_cache();
             written
@@ -132,6 +136,12 @@ impl FieldStore {
                 data.dtype()
             )))
         }
+    }
+
+    /// Forgets the shard indexes and mappings read so far: a step was rewritten (by another
+    /// process too), and later reads must open the new shards.
+    fn forget_cached(&self) {
+        self.reader.clear_cache();
     }
 
     /// Checks every stored shard of time steps `0..nt`; returns a dict with `shards`,
@@ -144,7 +154,8 @@ impl FieldStore {
             self.codec,
             self.location,
         )
-        .require_headers(self.reader.headers_required());
+        .require_headers(self.reader.headers_required())
+        .with_field_id(self.reader.field_id());
         let report = without_gil(py, || Ok(turbdb_core::verify_field(&reader, nt)))?;
         let out = PyDict::new(py);
         out.set_item("shards", report.shards)?;

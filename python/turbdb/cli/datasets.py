@@ -128,7 +128,8 @@ def info(db: Path, name: str | None, as_json: bool) -> None:
 @click.argument("db", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("name", required=False)
 def verify(db: Path, name: str | None) -> None:
-    """Check every shard of every field: index checksums, chunk ranges, atom checksums.
+    """Check every shard of every field: index checksums, chunk ranges, atom checksums;
+    and the metadata other Zarr readers go by (consolidated copy, coordinates).
 
     Names each corrupt or missing shard and exits with status 1 if anything is wrong.
     """
@@ -149,12 +150,18 @@ def verify(db: Path, name: str | None) -> None:
     for n in names:
         try:  # a dataset whose metadata is damaged is reported, and the others still checked
             reports = database[n].verify()
+            metadata = database[n].verify_metadata()
         except TurbdbError as e:
             if name:
                 raise
             bad += 1
             click.echo(f"{n}: {click.style('damaged', fg='red')}: {e}")
             continue
+        bad += len(metadata)
+        if metadata:
+            click.echo(f"{n}: metadata: {click.style(f'{len(metadata)} problem(s)', fg='red')}")
+            for path, message in metadata:
+                click.echo(f"  {path}: {message}")
         for field, report in reports.items():
             problems = report["problems"]
             bad += len(problems)

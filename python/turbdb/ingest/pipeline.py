@@ -85,7 +85,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
             tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform")
         journal["dt"] = dt  # kept, so that a later ingest without --dt steps on by it
     if dt is None and dataset.metadata.dt is None:  # a single time (or none) has no dt of its own
-        dt = journal.get("dt")
+        dt = _given_dt(dataset, journal)
     todo = [(s, r) for s in sources for r in s.refs() if r.ident() not in journal["done"]]
     total = sum(s.n_steps for s in sources)
     say = (lambda line: None) if quiet else tqdm.write
@@ -197,6 +197,15 @@ def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
                 **({"dt": float(entry["dt"])} if entry.get("dt") is not None else {})}
     present = dataset.info.steps_present(field)
     return {"next": present[-1] + 1 if present else 0, "done": {}}
+
+
+def _given_dt(dataset: Dataset, journal: dict[str, Any]) -> float | None:
+    """The ``--dt`` an earlier ingest into this dataset was given: this field's, else any
+    other field's (a dataset of one time has no dt of its own to step on by)."""
+    if journal.get("dt") is not None:
+        return journal["dt"]
+    given = [entry["dt"] for entry in dataset._attrs().get(JOURNAL_KEY, {}).values() if entry.get("dt") is not None]
+    return float(given[-1]) if given else None
 
 
 def _ensure_time(dataset: Dataset, t: int, dt: float | None, t0: float) -> None:

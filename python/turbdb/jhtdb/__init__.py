@@ -25,7 +25,7 @@ import numpy as np
 from ..arguments import finite_number
 from ..exceptions import InvalidRequestError, UnknownNameError
 from ..size_limit import check_result_bytes
-from .metadata import PLACEHOLDER, TESTING_TOKEN, as_loaded, document
+from .metadata import DECIMALS, PLACEHOLDER, TESTING_TOKEN, as_loaded, check_position_arguments, document
 from .redirect import redirect
 
 __all__ = ["turb_dataset", "getData", "getCutout", "write_interpolation_tsv_file", "write_cutout_hdf5_and_xmf_files",
@@ -63,6 +63,19 @@ class turb_dataset:  # noqa: N801 - givernylocal's name
         self.output_path.mkdir(parents=True, exist_ok=True)
         self.auth_token = auth_token
         self.url = location
+        # What givernylocal's dataset object carries and its gizmos (cutout_values,
+        # contour_plot) read: the grid spacing and origin, the coordinates' rounding.
+        info = self.dataset.metadata
+        self.dx, self.dy, self.dz = (float(d) for d in info.spacing)
+        self.coor_offsets = np.asarray(info.origin, dtype=np.float64)
+        self.decimals = DECIMALS
+        self.var, self.num_values_per_datapoint = "", 0
+        self._forget_query()
+
+    def _forget_query(self) -> None:
+        """No getData settings: a cutout has none (givernylocal's getCutout resets them too)."""
+        self.timepoint_original, self.timepoint_end, self.delta_t = PLACEHOLDER, PLACEHOLDER, PLACEHOLDER
+        self.sint, self.tint, self.sop = "none", "none", "field"
 
     def close(self) -> None:
         """Closes the connection to a server (also done when the object is collected)."""
@@ -107,12 +120,7 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
         if end == PLACEHOLDER or delta_t == PLACEHOLDER:
             raise InvalidRequestError("'time_end' and 'delta_t' (option = [time_end, delta_t]) must be specified for "
                                       "the 'position' variable")
-        if not delta_t > 0:
-            raise InvalidRequestError(f"delta_t must be positive, not {delta_t:g}: the direction of the tracking "
-                                      "comes from timepoint_original and time_end")
-        if operator != "field":
-            raise InvalidRequestError(f"the 'position' variable takes spatial_operator 'field', not "
-                                      f"{spatial_operator!r}: it tracks particles")
+        check_position_arguments(method, operator, temporal, delta_t)
         times = np.array([t])
         positions = ds.track(points, start=t, end=end, dt=delta_t, method=method)
         values = np.asarray(positions[-1], dtype=np.float32)[np.newaxis]
@@ -177,7 +185,10 @@ def getCutout(cube: turb_dataset, var: str, xyzt_axes_ranges_original: Any, xyzt
     result = giverny_cutout(cube.dataset, var, space, time_range, strides, filter_width)
     result = xarray.Dataset(result.data_vars, coords=result.coords,
                             attrs=attributes(cube.dataset_title, space, time_range, strides, filter_width))
+    cube._forget_query()
     cube.var = var
+    cube.timepoint_original = int(time_range[1])  # the last step, as givernylocal keeps it
+    cube.num_values_per_datapoint = cube.dataset.metadata.fields[var].ncomp
     _finish(verbose, started)
     return result
 

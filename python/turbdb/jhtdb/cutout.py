@@ -6,11 +6,12 @@ them (so its ``cutout_values`` and ``contour_plot`` select by them). Ranges are 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
-from ..exceptions import InvalidRequestError
+from ..exceptions import InvalidRequestError, TurbdbError
 from .metadata import DECIMALS
 
 
@@ -38,6 +39,10 @@ def coordinates(first: int, last: int, stride: int, spacing: float, origin: floa
     return values.astype(np.float64)
 
 
+#: The engine's message for a step with no data, which counts steps from 0.
+UNSTORED_STEP = re.compile(r"time step (\d+) is not stored(.*)", re.DOTALL)
+
+
 def giverny_cutout(dataset: Any, var: str, space: np.ndarray, time_range: np.ndarray, strides: np.ndarray,
                    filter_width: int = 1) -> Any:
     """The cutout of ``var`` from a turbdb dataset (local or remote) in JHTDB's layout.
@@ -50,10 +55,24 @@ def giverny_cutout(dataset: Any, var: str, space: np.ndarray, time_range: np.nda
     if time_range[0] < 1 or time_range[1] > info.nt:
         raise InvalidRequestError(f"the time range [{time_range[0]}, {time_range[1]}] is outside the stored steps "
                                   f"1 … {info.nt} of {info.name!r}")
+    # Refused here in the caller's 1-based, inclusive numbers (the engine's own messages
+    # count from 0, half-open).
+    for axis, (first, last), n, periodic in zip("xyz", space, info.grid, info.periodic):
+        if not periodic and (first < 1 or last > n):
+            raise InvalidRequestError(f"the {axis} range [{first}, {last}] is outside the non-periodic {axis} axis, "
+                                      f"whose nodes are 1 … {n}")
     times = [float(info.times[k - 1]) for k in steps]
-    cut = dataset.cutout(var, time=times, x=(int(space[0, 0]) - 1, int(space[0, 1])),
-                         y=(int(space[1, 0]) - 1, int(space[1, 1])), z=(int(space[2, 0]) - 1, int(space[2, 1])),
-                         stride=tuple(int(s) for s in strides[:3]), filter_width=filter_width)
+    try:
+        cut = dataset.cutout(var, time=times, x=(int(space[0, 0]) - 1, int(space[0, 1])),
+                             y=(int(space[1, 0]) - 1, int(space[1, 1])), z=(int(space[2, 0]) - 1, int(space[2, 1])),
+                             stride=tuple(int(s) for s in strides[:3]), filter_width=filter_width)
+    except TurbdbError as e:
+        unstored = UNSTORED_STEP.match(str(e))
+        if unstored is None:
+            raise
+        step = int(unstored.group(1)) + 1
+        raise type(e)(f"time step {step} of {var!r} (ts … te number the stored steps 1 … {info.nt}) is not stored"
+                      f"{unstored.group(2)}") from None
     data_vars = {f"{var}_{k:04d}": (("zcoor", "ycoor", "xcoor", "values"), cut.values[i]) for i, k in enumerate(steps)}
     coords = {f"{axis}coor": coordinates(int(first), int(last), int(s), d, o)
               for axis, (first, last), s, d, o in zip("xyz", space, strides[:3], info.spacing, info.origin)}

@@ -36,6 +36,26 @@ BUCKET_INDICES = {"none": [0, 1], "lag4": [1, 2], "lag6": [2, 3], "lag8": [3, 4]
 POSITION_METHODS = ("lag4", "lag6", "lag8")
 
 
+def check_position_arguments(method: str, operator: str, temporal: str, delta_t: float) -> None:
+    """Refuses what the metadata document excludes for ``var=position`` (the same check
+    locally and on the server): it tracks particles with a Lagrange method, PCHIP in time,
+    forward or back from ``timepoint_original`` to ``timepoint_end`` in steps ``delta_t``."""
+    from ..exceptions import InvalidRequestError
+
+    if operator != "field":
+        raise InvalidRequestError(f"the 'position' variable takes spatial_operator 'field', not {operator!r}: it "
+                                  "tracks particles")
+    if method not in POSITION_METHODS:
+        raise InvalidRequestError(f"the 'position' variable takes spatial method {', '.join(POSITION_METHODS)}, "
+                                  f"not {method!r}")
+    if temporal != "pchip":
+        raise InvalidRequestError(f"the 'position' variable takes temporal method 'pchip', not {temporal!r}: "
+                                  "particles move between stored steps")
+    if not delta_t > 0:
+        raise InvalidRequestError(f"delta_t must be positive, not {delta_t:g}: the direction of the tracking "
+                                  "comes from timepoint_original and time_end")
+
+
 def component_codes(field: str, ncomp: int) -> list[str]:
     """JHTDB's names of a field's components (ux, uy, uz; p; …)."""
     from ..service.jhtdb import columns

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
+from ..jhtdb.metadata import check_position_arguments
 from ..query import point_call
 from ..track import step_count
 from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
@@ -163,9 +164,11 @@ def router(backend: Backend) -> APIRouter:
         var: str | None = Query(None, description="field: velocity, pressure, …, or position (particle tracking); "
                                                    "needed with function=GetVariable"),
         t: float = Query(..., description="time (the start time for position)"),
-        sint: str = Query("none", description="spatial method: none, lag4/6/8, fd4noint…, fd4lag4, m1q4, m2q8"),
-        sop: str = Query("field", description="operator: field, gradient, hessian, laplacian"),
-        tint: str = Query("none", description="temporal method: none or pchip"),
+        sint: str = Query("none", description="spatial method: none, lag4/6/8, fd4noint…, fd4lag4, m1q4, m2q8 "
+                                               "(position: lag4/6/8)"),
+        sop: str = Query("field", description="operator: field, gradient, hessian, laplacian (position: field)"),
+        tint: str | None = Query(None, description="temporal method: none (the default) or pchip (position: pchip, "
+                                                   "the default there)"),
         timepoint_end: float = Query(PLACEHOLDER, description="end of a time series (or of tracking for position)"),
         delta_t: float = Query(PLACEHOLDER, description="time step of a series (or of tracking)"),
         function: str = Query("GetVariable", description="GetVariable (with var), or a JHTDB function name: "
@@ -181,12 +184,18 @@ def router(backend: Backend) -> APIRouter:
         for name, value in (("t", t), ("timepoint_end", timepoint_end), ("delta_t", delta_t)):
             if not math.isfinite(value):
                 raise InvalidRequestError(f"{name} must be a finite number, not {value}")
-        method, temporal = jhtdb_name("sint", sint), jhtdb_name("tint", tint)
+        tracking = fields == ["position"]
+        method = jhtdb_name("sint", sint)
+        temporal = jhtdb_name("tint", tint or ("pchip" if tracking else "none"))
         operator = named_operator or jhtdb_name("sop", sop)
+        if tracking:
+            if math.isclose(timepoint_end, PLACEHOLDER) or math.isclose(delta_t, PLACEHOLDER):
+                raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
+            check_position_arguments(method, operator, temporal, delta_t)
         body = await backend.body(request, limits, JSON_BYTES_PER_POINT, "text")
         points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
             else parse_points(body)
-        if fields == ["position"]:
+        if tracking:
             return await _position(backend, request, ds, points, limits, t, timepoint_end, delta_t, method)
         # Counted before the times are listed: a tiny delta_t must not allocate gigabytes.
         limits.check_points(len(points) * series_length(t, timepoint_end, delta_t), "point-times (points × times)")
@@ -253,14 +262,12 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
     """``var=position``: JHTDB's GetPosition, the final positions of particles advected
     from ``t`` to ``timepoint_end`` with steps ``delta_t`` (PCHIP in time, RK2)."""
     limits.check_points(len(points))
-    if math.isclose(end, PLACEHOLDER) or math.isclose(dt, PLACEHOLDER):
-        raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
-    steps = step_count(t, end, abs(dt))  # counted, not listed: a tiny dt must not allocate
+    steps = step_count(t, end, dt)  # counted, not listed: a tiny dt must not allocate
     check_track_size(len(points), steps)
     gone = backend.disconnection(request)
 
     def evaluate() -> bytes:
-        positions = ds.track(points, start=t, end=end, dt=abs(dt), method=method, cancel=gone)
+        positions = ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)
         return json.dumps(np.asarray(positions[-1], dtype=np.float32).tolist()).encode()
 
     async with backend.limiter.admit(len(points) * (steps + 1)):

@@ -1605,7 +1605,7 @@ mod tests {
         let geometry = FieldGeometry::new([16, 16, 16], 1, 4, 8).unwrap();
         for t in 0..TIMES.len() {
             let data: Vec<f32> = (0..16 * 16 * 16).map(|i| (i % 97 + t) as f32).collect();
-            write_step(dir.path(), &geometry, t, &data, false).unwrap();
+            write_step(dir.path(), &geometry, None, t, &data, false).unwrap();
         }
         let reader = Arc::new(FieldReader::new(
             dir.path(),

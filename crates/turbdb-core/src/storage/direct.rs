@@ -389,7 +389,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let geometry = FieldGeometry::new([16, 16, 16], 2, 4, 16).unwrap();
         let data: Vec<f32> = (0..16 * 16 * 16 * 2).map(|i| i as f32).collect();
-        write_step(dir.path(), &geometry, 0, &data, false).unwrap();
+        write_step(dir.path(), &geometry, None, 0, &data, false).unwrap();
         let reader = FieldReader::new(dir.path(), geometry, ChunkCodec::TURBDB, IndexLocation::End);
         (dir, reader, data)
     }

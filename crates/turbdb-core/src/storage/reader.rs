@@ -28,6 +28,8 @@ pub struct FieldReader {
     location: IndexLocation,
     /// Whether a shard without a header is corrupt (fields created since headers exist).
     headers_required: bool,
+    /// The id the field's metadata gives it, which shard headers must carry.
+    field_id: Option<u64>,
     /// The array directory's device and inode when opened: a dataset replaced in place
     /// (created again over the old one) has a new directory, and so a new identity.
     identity: (u64, u64),
@@ -145,6 +147,7 @@ impl FieldReader {
             codec,
             location,
             headers_required: false,
+            field_id: None,
             shards: Mutex::default(),
         }
     }
@@ -166,6 +169,18 @@ impl FieldReader {
     /// Whether a shard without a header is an error.
     pub fn headers_required(&self) -> bool {
         self.headers_required
+    }
+
+    /// The id the field's metadata gives it: every shard's header must carry the same
+    /// (`None`, a field made before ids existed: headers without one).
+    pub fn with_field_id(mut self, id: Option<u64>) -> Self {
+        self.field_id = id;
+        self
+    }
+
+    /// The field's id the shard headers must carry.
+    pub fn field_id(&self) -> Option<u64> {
+        self.field_id
     }
 
     /// The layout this reader was opened with.
@@ -194,7 +209,7 @@ impl FieldReader {
         let index = self.read_index(&file, &path)?;
         let header = self.read_header(&file, &path)?;
         match &header {
-            Some(h) => h.check_place(&self.field, t, shard, &path)?,
+            Some(h) => h.check_place(&self.field, self.field_id, t, shard, &path)?,
             None if self.headers_required => {
                 return Err(Error::corrupt(
                     &path,

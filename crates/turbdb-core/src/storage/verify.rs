@@ -6,7 +6,6 @@ use std::fs;
 use std::path::PathBuf;
 
 use crate::error::Error;
-use crate::storage::binding::ShardHeader;
 use crate::storage::geometry::FieldGeometry;
 use crate::storage::reader::FieldReader;
 
@@ -103,9 +102,7 @@ fn check_shard(
     let path = reader.shard_path(t, shard);
     let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
     let opened = reader.shard(t, shard)?;
-    let header_len = opened.header.as_ref().map_or(0, |h| {
-        ShardHeader::encoded_len(&h.field, h.atom_crcs.len()) as u64
-    });
+    let header_len = opened.header.as_ref().map_or(0, |h| h.len() as u64);
     let mut atoms = 0;
     for slot in 0..opened.index.entries.len() {
         let Some((offset, nbytes)) = opened.index.range(slot) else {

@@ -52,10 +52,12 @@ impl Sample for f64 {
 pub const TEMP_PREFIX: &str = ".turbdb-tmp-";
 
 /// Writes time step `t` of a field rooted at `root` (the Zarr array directory, named after
-/// the field). `data` is C-ordered `(nz, ny, nx, ncomp)`. Returns the bytes written.
+/// the field) whose metadata gives it `field_id` (`None`: a field made before ids existed).
+/// `data` is C-ordered `(nz, ny, nx, ncomp)`. Returns the bytes written.
 pub fn write_step<T: Sample>(
     root: &Path,
     geometry: &FieldGeometry,
+    field_id: Option<u64>,
     t: usize,
     data: &[T],
     sync: bool,
@@ -92,7 +94,7 @@ pub fn write_step<T: Sample>(
         .shard_positions()
         .par_iter()
         .try_for_each(|&shard| {
-            let bytes = encode_shard(geometry, &field, t, shard, data);
+            let bytes = encode_shard(geometry, &field, field_id, t, shard, data);
             let path = root.join(geometry.shard_key(t, shard));
             atomic_write(&path, &bytes, sync)?;
             written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -118,6 +120,7 @@ pub fn field_name(root: &Path) -> Result<String> {
 fn encode_shard<T: Sample>(
     geometry: &FieldGeometry,
     field: &str,
+    field_id: Option<u64>,
     t: usize,
     shard: ShardPos,
     data: &[T],
@@ -131,7 +134,7 @@ fn encode_shard<T: Sample>(
     let mut index = ShardIndex::empty(geometry.chunks_per_shard());
     let stored_bytes = geometry.stored_atom_bytes();
     let chunks = geometry.chunks_per_shard();
-    let header_len = ShardHeader::encoded_len(field, chunks);
+    let header_len = ShardHeader::encoded_len(field, field_id.is_some(), chunks);
     let mut atom_crcs = vec![0u32; chunks];
     let mut bytes =
         Vec::with_capacity(header_len + present.len() * stored_bytes + geometry.index_bytes());
@@ -151,6 +154,7 @@ fn encode_shard<T: Sample>(
     bytes.extend_from_slice(&index.encode());
     let header = ShardHeader {
         field: field.to_string(),
+        field_id,
         time_index: t as u64,
         shard: shard.map(|s| s as u32),
         atom_crcs,
