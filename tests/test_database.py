@@ -229,3 +229,20 @@ def test_a_step_rewritten_by_another_process_is_read_anew(tmp_path, scheduler):
     # In this process too, through the engine's cache.
     reader.write("p", 0, np.full((16, 16, 16), 7.0))
     np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 7.0, rtol=1e-6)
+    # A dataset opened after a rewrite shares the engine that cached the old atoms.
+    subprocess.run([sys.executable, "-c", rewrite.replace("5.0", "9.0")], check=True)
+    fresh = turbdb.open(tmp_path, scheduler=scheduler)["flow"]
+    np.testing.assert_allclose(fresh.query("p", points, time=0.0, method="lag4"), 9.0, rtol=1e-6)
+    np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 9.0, rtol=1e-6)
+
+
+def test_a_misshapen_rewrites_attribute_is_named_and_a_rewrite_refused_before_writing(tmp_path):
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(8, 8, 8), times=[0.0], fields={"p": 1})
+    ds.write("p", 0, np.ones((8, 8, 8)))
+    ds.update_attrs(lambda attrs: attrs.__setitem__("rewrites", {"p": [3]}))
+    with pytest.raises(turbdb.DamagedMetadataError, match="'rewrites' attribute"):
+        ds.write("p", 0, np.zeros((8, 8, 8)))
+    with pytest.raises(turbdb.DamagedMetadataError, match="'rewrites' attribute"):
+        turbdb.open(tmp_path)["flow"].query("p", np.zeros((1, 3)), time=0.0)
+    ds.update_attrs(lambda attrs: attrs.pop("rewrites"))
+    assert ds.cutout("p", time=0.0, x=(0, 1), y=(0, 1), z=(0, 1)).values.item() == 1.0

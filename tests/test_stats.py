@@ -74,7 +74,7 @@ def test_energy_spectrum_of_a_stored_step_sums_to_the_kinetic_energy(dns32, tmp_
     assert png.stat().st_size > 1000 and np.load(npz)["E"].shape == spectrum.e.shape
 
 
-def test_spectrum_of_a_dns_shows_resolved_shells_in_kolmogorov_units(dns32, tmp_path):
+def test_spectrum_of_a_dns_shows_resolved_shells_in_kolmogorov_units(dns32, tmp_path, monkeypatch):
     spectrum = stats.energy_spectrum(dns32, time=0.48)
     nu = dns32.info.provenance["dns_nu"]
     assert spectrum.nu == nu and spectrum.k_cutoff == pytest.approx(32 / 3) and spectrum.k_forcing == 2.5
@@ -89,14 +89,24 @@ def test_spectrum_of_a_dns_shows_resolved_shells_in_kolmogorov_units(dns32, tmp_
     png, _, summary = spectrum.save(tmp_path / "spectrum")
     assert json.loads(summary.read_text())["kmax_eta"] == pytest.approx(32 / 3 * spectrum.eta)
     assert "no inertial range" in plots.spectrum_statement(spectrum)
+    assert "dealiasing cutoff k_max = n/3" in _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
 
 
-def test_spectrum_without_a_viscosity_says_the_kolmogorov_scales_are_unknown(synthetic32, tmp_path):
+def _legend_of(plot, result, tmp_path, monkeypatch):
+    """The legend texts of the figure ``plot`` draws (caught before it is saved and closed)."""
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plot(result, tmp_path / "figure.png")
+    return " ".join(t.get_text() for ax in figures[0].axes if ax.get_legend() for t in ax.get_legend().get_texts())
+
+
+def test_spectrum_without_a_viscosity_says_the_kolmogorov_scales_are_unknown(synthetic32, tmp_path, monkeypatch):
     spectrum = stats.energy_spectrum(synthetic32, time=0.0)
     assert spectrum.nu is None and spectrum.dissipation is None and spectrum.plateau is None
     assert spectrum.k_cutoff == 16 and spectrum.resolved()[0].max() < 16  # the Nyquist shell, or the round-off floor
     assert "unknown" in plots.spectrum_statement(spectrum)
     assert spectrum.save(tmp_path / "s")[0].stat().st_size > 1000
+    assert "Nyquist k = n/2" in _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
 
 
 def test_bad_statistics_requests_are_refused(dns32, tmp_path):

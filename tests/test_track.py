@@ -266,3 +266,20 @@ def test_unwritten_steps_are_refused_before_any_work(tmp_path):
     np.testing.assert_allclose(ds.track([[1.0, 1.0, 1.0]], start=0.0, end=0.25, dt=0.05)[-1], [[1.25] * 3])
     with pytest.raises(turbdb.InvalidRequestError, match="needs time steps 2-5 of velocity; steps 4, 5 are not stored"):
         ds.track([[1.0, 1.0, 1.0]], start=0.375, end=0.5625, dt=0.05)
+
+
+def test_a_predictor_outside_a_wall_is_named_as_such_not_as_the_particle(tmp_path):
+    # Solid-body rotation in [-1, 1]³: a particle at radius 0.99 stays inside, but Heun's
+    # predictor x + dt·u(x) overshoots the wall when dt is large.
+    n = 33
+    ds = turbdb.create_dataset(tmp_path, "rot", grid=(n, n, n), times=[0.0, 1.0], fields={"velocity": 3},
+                               spacing=(2 / (n - 1),) * 3, origin=(-1.0,) * 3, periodic=(False,) * 3)
+    z, y, x = np.meshgrid(*(np.linspace(-1, 1, n),) * 3, indexing="ij")
+    u = np.stack([-2 * y, 2 * x, np.zeros_like(x)], axis=-1)
+    for t in range(2):
+        ds.write("velocity", t, u)
+    start = np.array([[0.99 * np.cos(-np.arctan(0.2)), 0.99 * np.sin(-np.arctan(0.2)), 0.0]])
+    with pytest.raises(turbdb.OutOfDomainError, match=r"the rk2 predictor x \+ dt·u\(x\) of a particle left the "
+                                                     r"domain at time 0\.1 .*a smaller dt keeps it in"):
+        ds.track(start, start=0.0, end=0.5, dt=0.1, method="lag4")
+    assert np.abs(ds.track(start, start=0.0, end=0.5, dt=0.05, method="lag4")).max() < 1.0

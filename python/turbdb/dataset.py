@@ -22,6 +22,7 @@ from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
 from .query import point_call
 from .metadata_check import metadata_problems
+from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -39,9 +40,8 @@ LOCK_FILE = ".turbdb.lock"
 WRITER_LOCK_FILE = ".turbdb-writer.lock"
 #: The dataset attribute holding the ingest journal (``turbdb.ingest.pipeline`` writes it).
 JOURNAL_KEY = "ingest"
-#: The dataset attribute counting the rewrites of stored steps, ``{field: {step: count}}``:
-#: other processes (a server) notice it change and stop reading their cached shards.
-REWRITES_KEY = "rewrites"
+#: The fields ``turbdb simulate`` writes at every step (simulation_run.py).
+SIMULATED_FIELDS = ("velocity", "pressure")
 
 
 class Dataset:
@@ -64,6 +64,9 @@ class Dataset:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
         self.name = self.path.name
         self._stores: dict[str, tuple[Any, Any, tuple[int, int]]] = {}
+        #: Per opened store, the rewrite counts it has caught up with (shared by copies, as
+        #: the stores are).
+        self._rewrites_seen: dict[str, dict[int, int]] = {}
         # A list, not the tuple itself, so that shallow copies (the service makes one per
         # request) share what one of them parsed: (stat key, attrs, info). Filled from the
         # document just read (stat'ed first: were it replaced since, the key is stale and
@@ -98,30 +101,26 @@ class Dataset:
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
-            before = cached[1].get(REWRITES_KEY, {}) if cached is not None else None
-            cached = self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
+            info = DatasetInfo.from_attrs(attrs)
+            rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look, as the rest
+            cached = self._cache[0] = (key, attrs, info)
             self._drop_replaced_stores(attrs)
-            if before is not None:
-                self._forget_rewritten(before, attrs.get(REWRITES_KEY, {}))
+            self._catch_up_rewrites(attrs)
         return cached[1]
 
-    def _forget_rewritten(self, before: dict[str, Any], now: dict[str, Any]) -> None:
-        """Drops what the opened stores (and the engine) cached of steps rewritten since
-        ``before``: their shards were replaced, and the old mappings still read the old
-        data."""
-        for field, counts in now.items():
-            opened = self._stores.get(field)
-            if opened is None:
-                continue
-            for step, count in counts.items():
-                if (before.get(field) or {}).get(step) != count:
-                    self._forget_step(opened[0], int(step))
-
-    def _forget_step(self, store: Any, step: int) -> None:
-        if self.engine is not None:
-            self.engine.invalidate(store, step)  # its atoms and the shard indexes
-        else:
-            store.forget_cached()
+    def _catch_up_rewrites(self, attrs: dict[str, Any]) -> None:
+        """Makes the opened stores, and the engine, drop what they cached of steps rewritten
+        since they last looked (:mod:`turbdb.rewrites`)."""
+        counts = rewrite_counts(attrs, self._metadata_file)
+        for field, (store, _, identity) in list(self._stores.items()):
+            now = counts.get(field, {})
+            if changed(self._rewrites_seen.get(field), now):
+                forget = getattr(store, "forget_cached", None)  # a cluster's fields cache nothing here
+                if forget is not None:
+                    forget()
+            self._rewrites_seen[field] = now
+            if self.engine is not None:
+                engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
 
     def _drop_replaced_stores(self, attrs: dict[str, Any]) -> None:
         """Forgets the opened stores of fields whose array directory is no longer the one
@@ -230,7 +229,13 @@ class Dataset:
                 headers_required=layout["headers_required"],
                 field_id=layout["field_id"],
             )
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"], directory_identity(self.path / field))
+            identity = directory_identity(self.path / field)
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
+            # A new store has cached nothing; the engine may have, before a rewrite.
+            now = rewrite_counts(attrs, self._metadata_file).get(field, {})
+            self._rewrites_seen[field] = now
+            if self.engine is not None:
+                engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
         return self._stores[field][0]
 
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
@@ -262,10 +267,12 @@ class Dataset:
             data = data.astype(np.float32)
         t = int(time_index)
         rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
+        if rewrite:
+            rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
         written = store.write_step(t, np.ascontiguousarray(data), sync)
         if rewrite:
-            self._forget_step(store, t)
-            self.update_attrs(lambda attrs: _count_rewrite(attrs, field, t))
+            self.update_attrs(lambda attrs: count_rewrite(attrs, field, t))
+            self._attrs()  # this process's stores and engine drop the step now
         return written
 
     def append_times(self, times: Any) -> range:
@@ -502,11 +509,16 @@ class Dataset:
         # writes all its fields each step) is a loss too; a simulation writes every field at
         # every step, so there a field missing a later step that another has lost it too.
         simulated = str(attrs.get("provenance", {}).get("generator", "")).startswith("turbdb simulate")
+        newest = max((max(p, default=-1) for p in present.values()), default=-1)
         for field, report in reports.items():
             elsewhere = set().union(*(present[f] for f in reports if f != field))
             lost = [t for t in report["unwritten_between"] if t in elsewhere]
-            if simulated:
-                lost += [t for t in sorted(elsewhere) if t > max(present[field], default=-1)]
+            if simulated and field in SIMULATED_FIELDS:
+                # The simulation writes its fields one after the other: while it runs (its
+                # last time not reached) the newest step may lack a field for a moment.
+                running = newest < nt - 1
+                lost += [t for t in sorted(set().union(*(present[f] for f in SIMULATED_FIELDS if f in present)))
+                         if t > max(present[field], default=-1) and not (running and t == newest)]
             for t in lost:
                 if t in report["unwritten_between"]:
                     report["unwritten_between"].remove(t)
@@ -519,12 +531,12 @@ class Dataset:
         stale consolidated copy, coordinates that do not match the attributes or do not
         read, a field array's dimension names or fill value, arrays the dataset does not
         list (:mod:`turbdb.metadata_check`)."""
-        return metadata_problems(self.path, self._attrs())
-
-
-def _count_rewrite(attrs: dict[str, Any], field: str, t: int) -> None:
-    counts = attrs.setdefault(REWRITES_KEY, {}).setdefault(field, {})
-    counts[str(t)] = counts.get(str(t), 0) + 1
+        with contextlib.ExitStack() as stack:
+            # Under the writers' lock, so that a growing dataset's coordinate and attributes
+            # agree; a read-only database has no lock file to take, and no writer either.
+            with contextlib.suppress(StorageError):
+                stack.enter_context(self._metadata_lock())
+            return metadata_problems(self.path, self._attrs())
 
 
 def directory_identity(path: Path) -> tuple[int, int]:

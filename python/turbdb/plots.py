@@ -77,7 +77,8 @@ def plot_spectrum(spectrum: Spectrum, path: str | Path) -> Path:
                       label="forced shells" if a is ax else None)
         if spectrum.k_cutoff:
             a.axvline(spectrum.k_cutoff * scale, color="0.4", ls=":", lw=1,
-                      label="dealiasing cutoff k_max = n/3" if a is ax else None)
+                      label=(("dealiasing cutoff k_max = n/3" if spectrum.dealiased else "Nyquist k = n/2")
+                             if a is ax else None))
     plateau = spectrum.plateau if known else None
     if plateau is not None:
         lo, hi, level = plateau
@@ -152,6 +153,11 @@ def plot_vorticity_slice(omega: np.ndarray, box: float, name: str, time: float, 
     return _save(fig, path)
 
 
+def _one_two_five(value: float, _: Any) -> str:
+    """A log axis label: ``value`` when its leading digit is 1, 2 or 5, else none."""
+    return f"{value:g}" if f"{value:e}"[0] in "125" else ""
+
+
 def plot_dispersion(name: str, paths: np.ndarray, times: np.ndarray, domain: Any, u2: float,
                     lagrangian_time: float | None, tau_eta: float | None, path: str | Path) -> Path:
     """Left: 40 trajectories projected on x–y (unwrapped). Right: the mean square
@@ -181,10 +187,14 @@ def plot_dispersion(name: str, paths: np.ndarray, times: np.ndarray, domain: Any
         ax2.axvline(tau_eta, color="C3", lw=0.8, ls="-.", label=f"τ_η = {tau_eta:.2f}")
     ax2.set_ylim(0.5 * msd[0], 2 * msd[-1])
     ax2.set(xlabel="t − t0", ylabel="mean square displacement  [length²]")
+    # Plain numbers at 1, 2 and 5 of each decade: a span of about a decade got a scientific
+    # label at every minor tick (3×10⁻¹4×10⁻¹ …), running together.
+    ax2.xaxis.set_major_formatter(plt.FuncFormatter(_one_two_five))
+    ax2.xaxis.set_minor_formatter(plt.FuncFormatter(_one_two_five))
     span = lag[-1] / lagrangian_time if lagrangian_time else None
     note = (f"span {span:.0f} T_L: ballistic, then approaching the diffusive limit" if span and span >= 5 else
             "span shorter than a few T_L: the diffusive limit is not reached" if span else
-            "the velocity stays correlated over the whole span: T_L not reached, no diffusive limit")
+            "the velocity stays correlated over the whole span:\nT_L not reached, no diffusive limit")
     ax2.set_title(f"single-particle dispersion\n{note}", fontsize=9)
     ax2.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"{name}: particle tracking", fontsize=10)

@@ -36,7 +36,7 @@ from .jobs import job_number, planned_query
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
 from .size_limit import check_result_bytes
-from .track import step_times
+from .track import step_count
 
 # Transport failures after which the same request is sent again: the server was not
 # reached, or dropped the connection (a restart, a stale keep-alive). Every request the
@@ -424,7 +424,11 @@ class RemoteDataset:
                   "method": method, "field": field, "integrator": integrator,
                   "return_velocity": "true" if return_velocity else "false"}
         limits = self.database.limits
-        steps = len(step_times(start, end, dt)) - 1
+        steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
+        if steps > limits.max_track_steps:
+            raise exc.LimitExceededError(f"tracking over {steps:,} steps; one request to this server may take "
+                                     f"{limits.max_track_steps:,}: use a larger dt, or split the time span into "
+                                     "several tracks (each starting where the last ended)")
         per_request = min(limits.batch_points, max(1, limits.max_track_rows // (steps + 1)))
 
         done, done_lock = [0], threading.Lock()

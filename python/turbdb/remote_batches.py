@@ -33,18 +33,21 @@ class ServerLimits:
     requests_per_minute: float
     burst: float
     max_track_rows: int
+    max_track_steps: int = 2**62
 
     @classmethod
     def unknown(cls) -> ServerLimits:
         """A server without ``/v1/limits`` (older turbdb): send everything at once, unpaced."""
-        return cls(max_points=2**62, requests_per_minute=math.inf, burst=math.inf, max_track_rows=2**62)
+        return cls(max_points=2**62, requests_per_minute=math.inf, burst=math.inf, max_track_rows=2**62,
+                   max_track_steps=2**62)
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> ServerLimits:
         try:
             return cls(max_points=int(document["max_points"]), requests_per_minute=float(document["requests_per_minute"]),
                        burst=float(document.get("burst", document["requests_per_minute"])),
-                       max_track_rows=int(document.get("max_track_rows", 2**62)))
+                       max_track_rows=int(document.get("max_track_rows", 2**62)),
+                       max_track_steps=int(document.get("max_track_steps", 2**62)))
         except (KeyError, TypeError, ValueError) as e:
             raise ServiceError(f"the server's /v1/limits answer is not understood ({type(e).__name__}: {e})") from None
 

@@ -135,7 +135,8 @@ class Spectrum:
     given, 2ν Σ k² E(k) dk over the shells, which takes each mode at its shell's centre);
     ``k_cutoff`` is the largest resolved wavenumber (a DNS's dealiasing cutoff n/3, else
     the Nyquist n/2: shells beyond hold round-off or the corners of the cube);
-    ``k_forcing`` the radius of the forced shells."""
+    ``dealiased`` says which (a DNS's cutoff); ``k_forcing`` the radius of the forced
+    shells."""
 
     dataset: str
     field: str
@@ -146,6 +147,7 @@ class Spectrum:
     k_cutoff: float | None = None
     k_forcing: float | None = None
     epsilon: float | None = None
+    dealiased: bool = False
 
     def resolved(self) -> tuple[np.ndarray, np.ndarray]:
         """(k, E) of the resolved shells, those holding a mode inside the cutoff (the last
@@ -230,7 +232,7 @@ def spectrum_of(u: np.ndarray, *, dataset: str, field: str, time: float, box_len
     nu = float(provenance["dns_nu"]) if provenance.get("dns_nu") else None
     return Spectrum(dataset=dataset, field=field, time=float(time), k=k, e=e, nu=nu,
                     epsilon=diagnostics.dissipation(u, nu, box_length) if nu else None,
-                    k_cutoff=(dns_n / 3 if dns_n == n else n / 2) * k0,
+                    k_cutoff=(dns_n / 3 if dns_n == n else n / 2) * k0, dealiased=dns_n == n,
                     k_forcing=float(provenance["dns_kf"]) * k0 if "dns_kf" in provenance else None)
 
 
@@ -238,7 +240,8 @@ def energy_spectrum(dataset: Dataset, *, time: float, field: str = "velocity") -
     """E(k) of ``field`` at the stored time nearest ``time``, from a cutout of the whole
     box (a periodic cube is needed for the Fourier transform)."""
     info = dataset.metadata
-    lengths = [n * d for n, d in zip(info.grid, info.spacing)]
+    # A periodic side holds n spacings (node n is node 0 again); a bounded one n − 1.
+    lengths = [(n if periodic else n - 1) * d for n, d, periodic in zip(info.grid, info.spacing, info.periodic)]
     if not all(info.periodic) or not np.allclose(lengths, lengths[0], rtol=1e-9) or len(set(info.grid)) != 1:
         raise InvalidRequestError(f"the energy spectrum needs a periodic box of equal sides and grid; {dataset.name!r} has grid "
                                   f"{info.grid}, sides {', '.join(f'{v:.6g}' for v in lengths)} and periodic {info.periodic}")

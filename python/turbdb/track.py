@@ -89,7 +89,7 @@ def track(
                 velocities[k] = u0
             if integrator == "rk2":
                 # Heun: predictor x* = x + h u(x, t); corrector averages u at both ends.
-                u1 = evaluate(x + h * u0, t_next)
+                u1 = evaluate(x + h * u0, t_next, moved="the rk2 predictor x + dt·u(x) of a particle")
                 u0 += u1
                 u0 *= 0.5 * h
             else:
@@ -197,7 +197,7 @@ class _Evaluator:
                 regions.append((self.store, levels[t]))
         self.job = declare(self.engine, regions)
 
-    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
+    def __call__(self, x: np.ndarray, t: float, moved: str = "a particle") -> np.ndarray:
         began = _time.perf_counter()
         if self.cancel is not None and self.cancel.is_set():
             raise QueryCancelledError(f"the track was cancelled at time {format_time(t)}")
@@ -219,7 +219,8 @@ class _Evaluator:
                     temporal="pchip", strategy="streaming",
                 )
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
-            raise OutOfDomainError(f"a particle left the domain at time {format_time(t)} ({e})") from None
+            hint = "" if moved == "a particle" else "; the particle itself may stay inside: a smaller dt keeps it in"
+            raise OutOfDomainError(f"{moved} left the domain at time {format_time(t)} ({e}){hint}") from None
         stats = self.stats
         stats["engine_seconds"] += _time.perf_counter() - began
         stats["queries"] += 1

@@ -2,7 +2,9 @@
 now be refused with a 4xx and a message, quickly, without allocating what it asks for, and
 the server must keep answering."""
 
+import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -52,6 +54,7 @@ def test_a_one_point_series_with_a_tiny_delta_t_is_refused_at_once_and_the_serve
 @pytest.mark.parametrize("params, status", [
     ({"start": 0, "end": 1.44, "dt": 5e-9}, 413),
     ({"start": 0, "end": 1e300, "dt": 1}, 413),
+    ({"start": 0, "end": 1.44, "dt": 1e-5}, 413),  # 144 000 steps of one particle: within the rows, not the steps
 ])
 def test_tracking_over_absurdly_many_steps_is_refused_at_once(server, params, status):
     began = time.monotonic()
@@ -63,11 +66,29 @@ def test_tracking_over_absurdly_many_steps_is_refused_at_once(server, params, st
     assert server.alive()
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_a_track_whose_client_went_away_stops_without_a_node_engine(server):
+    # 90 000 steps of one particle: tens of seconds of work, which a client gone stops.
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/datasets/trig/track", params={"start": 0, "end": 0.9, "dt": 1e-5, "method": "lag4"},
+                   json={"points": [[0.1, 0.2, 0.3]]}, headers={"Authorization": f"Bearer {FULL}"},
+                   timeout=httpx.Timeout(30, read=1.0))
+    time.sleep(1.0)
+    before = _cpu_seconds(server.process.pid)
+    time.sleep(1.5)
+    assert _cpu_seconds(server.process.pid) - before < 0.5, "the track went on after its client left"
+    assert server.alive()
+
+
 def test_getposition_with_a_tiny_delta_t_is_refused_at_once(server):
     began = time.monotonic()
     response = httpx.post(f"{server.url}/turbulence-svc/values", timeout=30,
                           params={"authToken": TESTING_TOKEN, "dataset": "trig", "function": "GetVariable",
-                                  "var": "position", "t": 0, "sint": "lag4", "sop": "field", "tint": "none",
+                                  "var": "position", "t": 0, "sint": "lag4", "sop": "field", "tint": "pchip",
                                   "timepoint_end": 1.44, "delta_t": 5e-9},
                           content="0.1\t0.2\t0.3\n")
     assert response.status_code == 413, response.text

@@ -90,6 +90,9 @@ def test_remote_tracking_equals_local_tracking(remote, local):
     (p, u), (lp, lu) = (ds["trig"].track(pts, start=1.4, end=0.5, dt=0.3, return_velocity=True) for ds in (remote, local))
     np.testing.assert_allclose(p, lp, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(u, lu, rtol=1e-12, atol=1e-12)
+    # Past the server's steps a request: refused before anything is sent, the steps counted, not listed.
+    with pytest.raises(turbdb.LimitExceededError, match="one request to this server may take 100,000"):
+        remote["trig"].track(pts[:1], start=0.0, end=1.0, dt=1e-9)
 
 
 @pytest.mark.parametrize(

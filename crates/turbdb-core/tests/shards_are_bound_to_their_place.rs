@@ -123,6 +123,25 @@ fn a_shard_copied_over_another_step_or_field_is_refused() {
 }
 
 #[test]
+fn a_shard_of_another_dataset_is_refused_where_the_field_id_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ours, theirs) = (dir.path().join("a/velocity"), dir.path().join("b/velocity"));
+    write_step(&ours, &geometry(), Some(1), 0, &step(0), false).unwrap();
+    write_step(&theirs, &geometry(), Some(2), 0, &step(0), false).unwrap();
+    let shard = [1, 0, 0];
+    let key = geometry().shard_key(0, shard);
+    fs::copy(theirs.join(&key), ours.join(&key)).unwrap();
+    let known = |id| reader(&ours).with_field_id(id);
+    let err = read_all(&known(Some(1)), 0, shard).unwrap_err().to_string();
+    assert!(err.contains("copied from another dataset"), "{err}");
+    assert!(read_all(&known(Some(1)), 0, [0, 0, 0]).is_ok());
+    assert!(read_all(&known(None), 0, [0, 0, 0]).is_err());
+    // A tool that opens a field without its metadata takes the ids the headers carry.
+    assert_eq!(read_all(&reader(&ours), 0, shard).unwrap(), read_all(&reader(&theirs), 0, shard).unwrap());
+    assert_eq!(verify_field(&known(Some(1)), 1).problems.len(), 1);
+}
+
+#[test]
 fn shards_written_before_headers_still_read_and_verify_counts_them_unbound() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("velocity");

@@ -231,7 +231,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         check_track_size(len(points), steps)
         binary = preferred(request, ["application/json", NPY, NPZ]) != "application/json"
         encode = _encoder(request)
-        gone = backend.disconnection(request)  # with a node engine: a client gone stops its track
+        gone = backend.track_disconnection(request)  # a client gone stops its track
 
         def evaluate() -> Response:
             result = ds.track(points, start=start, end=end, dt=dt, method=method, field=field,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +43,11 @@ INLINE_JSON_BYTES = 256 * 1024
 # Particle tracking keeps every step's positions: at most this many (particle, step) rows
 # (480 MB of float64 positions) per request.
 MAX_TRACK_ROWS = 20_000_000
+# ... and at most this many steps: each is one or two evaluations of every particle, so the
+# time a request takes grows with them whatever its rows. One particle over 5·10⁶ steps
+# (anonymous, within the rows) ran for about 16 minutes, alone, since its rows exceed the
+# in-flight budget: every other request waited, then got 503s.
+MAX_TRACK_STEPS = 100_000
 # With a node engine, requests mostly wait for it to serve their batches: this many may
 # wait at once (threads), so that the engine has concurrent queries to share reads among.
 ENGINE_WAITERS = 128
@@ -193,6 +200,11 @@ class Backend:
             self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
 
+    def track_disconnection(self, request: Request) -> Disconnection:
+        """What a track looks at between its evaluations to learn that its client went
+        away, with or without a node engine (a track without one stops at its next step)."""
+        return Disconnection(request)
+
     def disconnection(self, request: Request) -> Disconnection | None:
         """What a query given ``cancel=`` looks at to learn that its client went away
         (then the node engine drops its pending work); None without a node engine, where
@@ -212,14 +224,21 @@ class Backend:
 
 class Disconnection:
     """Whether the client of a request has gone, asked from a worker thread of the event
-    loop (``threading.Event``'s ``is_set``, which a query polls while the engine works)."""
+    loop (``threading.Event``'s ``is_set``, which a query polls while the engine works and
+    a track before each evaluation). The event loop is asked at most every
+    ``CHECK_SECONDS``: a track of one particle evaluates every 0.1–0.2 ms, and a hop to the
+    loop costs about as much."""
+
+    CHECK_SECONDS = 0.1
 
     def __init__(self, request: Request):
         self.request = request
         self.gone = False
+        self._asked = -math.inf
 
     def is_set(self) -> bool:
-        if not self.gone:
+        if not self.gone and time.monotonic() - self._asked >= self.CHECK_SECONDS:
+            self._asked = time.monotonic()
             self.gone = anyio.from_thread.run(self.request.is_disconnected)
         return self.gone
 
@@ -235,6 +254,10 @@ def parse_json_points(body: bytes) -> np.ndarray:
 
 
 def check_track_size(particles: int, steps: int) -> None:
+    if steps > MAX_TRACK_STEPS:
+        raise LimitExceededError(
+            f"tracking over {steps:,} steps; one request may take {MAX_TRACK_STEPS:,}: use a larger dt, or split "
+            "the time span into several requests (each starting where the last ended)")
     if particles * (steps + 1) > MAX_TRACK_ROWS:
         raise LimitExceededError(
             f"tracking {particles:,} particles over {steps:,} steps keeps {particles * (steps + 1):,} positions; "

@@ -264,7 +264,7 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
     limits.check_points(len(points))
     steps = step_count(t, end, dt)  # counted, not listed: a tiny dt must not allocate
     check_track_size(len(points), steps)
-    gone = backend.disconnection(request)
+    gone = backend.track_disconnection(request)
 
     def evaluate() -> bytes:
         positions = ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from .backend import MAX_TRACK_ROWS, Backend
+from .backend import MAX_TRACK_ROWS, MAX_TRACK_STEPS, Backend
 from .tokens import Limits
 
 
@@ -25,6 +25,7 @@ def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
         "burst": max(1.0, limits.requests_per_minute),
         "rate_per": "address" if anonymous else "token",
         "max_track_rows": MAX_TRACK_ROWS,
+        "max_track_steps": MAX_TRACK_STEPS,
         "datasets": list(limits.datasets),
     }
 

@@ -30,6 +30,12 @@ pub struct FieldReader {
     headers_required: bool,
     /// The id the field's metadata gives it, which shard headers must carry.
     field_id: Option<u64>,
+    /// Whether `field_id` was given: a reader made without the field's metadata (a tool)
+    /// takes whatever id the headers carry.
+    field_id_known: bool,
+    /// Bumped by [`Self::clear_cache`]: a shard opened before it (the old file) is not
+    /// cached after it.
+    generation: AtomicU64,
     /// The array directory's device and inode when opened: a dataset replaced in place
     /// (created again over the old one) has a new directory, and so a new identity.
     identity: (u64, u64),
@@ -148,6 +154,8 @@ impl FieldReader {
             location,
             headers_required: false,
             field_id: None,
+            field_id_known: false,
+            generation: AtomicU64::new(0),
             shards: Mutex::default(),
         }
     }
@@ -175,6 +183,7 @@ impl FieldReader {
     /// (`None`, a field made before ids existed: headers without one).
     pub fn with_field_id(mut self, id: Option<u64>) -> Self {
         self.field_id = id;
+        self.field_id_known = true;
         self
     }
 
@@ -201,15 +210,22 @@ impl FieldReader {
     /// The index and header of a shard, from the cache or read and checked from disk: the
     /// index checksum, and that the header was written for this place.
     pub fn shard(&self, t: usize, shard: ShardPos) -> Result<Arc<OpenedShard>> {
-        if let Some(opened) = self.shards.lock().expect("shard cache").get(&(t, shard)) {
-            return Ok(Arc::clone(opened));
-        }
+        let generation = {
+            let shards = self.shards.lock().expect("shard cache");
+            if let Some(opened) = shards.get(&(t, shard)) {
+                return Ok(Arc::clone(opened));
+            }
+            self.generation.load(Ordering::Acquire)
+        };
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
         let index = self.read_index(&file, &path)?;
         let header = self.read_header(&file, &path)?;
         match &header {
-            Some(h) => h.check_place(&self.field, self.field_id, t, shard, &path)?,
+            Some(h) => {
+                let id = if self.field_id_known { self.field_id } else { h.field_id };
+                h.check_place(&self.field, id, t, shard, &path)?
+            }
             None if self.headers_required => {
                 return Err(Error::corrupt(
                     &path,
@@ -226,16 +242,19 @@ impl FieldReader {
                 .then(|| MappedFile::map(&file, self.geometry.atoms_per_side().pow(3)))
                 .flatten(),
         });
-        self.shards
-            .lock()
-            .expect("shard cache")
-            .insert((t, shard), Arc::clone(&opened));
+        let mut shards = self.shards.lock().expect("shard cache");
+        // Opened before a rewrite was announced: used for this read, not kept.
+        if self.generation.load(Ordering::Acquire) == generation {
+            shards.insert((t, shard), Arc::clone(&opened));
+        }
         Ok(opened)
     }
 
     /// Forgets cached indexes (after a shard was rewritten).
     pub fn clear_cache(&self) {
-        self.shards.lock().expect("shard cache").clear();
+        let mut shards = self.shards.lock().expect("shard cache");
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        shards.clear();
     }
 
     /// The shard's binding header, `None` when it has none. Only the layout turbdb writes

@@ -1,0 +1,60 @@
+"""Stored steps written again, and the caches that must drop them. A rewrite
+(``Dataset.write`` over a step that had shards) is counted in the dataset's ``rewrites``
+attribute, ``{field: {step: count}}``; whatever cached the old shards — a field store's
+mappings, a node engine's atoms — drops a step when it sees its count change. Every
+``Dataset`` notices at its next query, since each query looks at the metadata file. An
+engine serves every ``Dataset`` opened on its database, so what it has seen is kept per
+engine: a ``Dataset`` opened after the rewrite must still make it drop the old atoms."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+from .exceptions import DamagedMetadataError
+
+#: The dataset attribute holding the counts.
+REWRITES_KEY = "rewrites"
+
+#: Per engine, per field (its directory and identity), the counts it last saw.
+_ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int]], dict[int, int]]] = \
+    weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def rewrite_counts(attrs: dict[str, Any], where: Path) -> dict[str, dict[int, int]]:
+    """The counts of ``attrs``, checked: a misshapen attribute is a
+    :class:`DamagedMetadataError` naming it."""
+    stored = attrs.get(REWRITES_KEY, {})
+    try:
+        counts = {str(field): {int(step): int(n) for step, n in steps.items()} for field, steps in stored.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise DamagedMetadataError(f"{where}: the {REWRITES_KEY!r} attribute must map fields to "
+                                   f"{{step: count}}, not {stored!r}; the metadata is damaged") from None
+    return counts
+
+
+def count_rewrite(attrs: dict[str, Any], field: str, step: int) -> None:
+    """Counts a rewrite of ``step`` of ``field`` in ``attrs`` (under the metadata lock)."""
+    steps = attrs.setdefault(REWRITES_KEY, {}).setdefault(field, {})
+    steps[str(step)] = int(steps.get(str(step), 0)) + 1
+
+
+def changed(seen: dict[int, int] | None, now: dict[int, int]) -> list[int]:
+    """The steps whose count differs from what was seen."""
+    return [step for step, n in now.items() if (seen or {}).get(step) != n]
+
+
+def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int]], now: dict[int, int]) -> None:
+    """Makes ``engine`` drop the steps of the field ``key`` (read through ``store``)
+    rewritten since it last looked. An engine that never looked at the field has cached
+    nothing of it."""
+    with _LOCK:
+        fields = _ENGINE_SEEN.setdefault(engine, {})
+        seen = fields.get(key)
+        fields[key] = dict(now)
+    if seen is not None:
+        for step in changed(seen, now):
+            engine.invalidate(store, step)
