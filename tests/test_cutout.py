@@ -101,7 +101,8 @@ def test_several_times_add_a_leading_time_dim(fields):
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"filter_width": 0}, "filter_width must be a positive integer"),
-    ({"filter_width": NZ + 1}, f"filter_width {NZ + 1} is wider than the grid's {NZ} nodes along z; at most {NZ}"),
+    ({"filter_width": NZ + 1}, f"filter_width {NZ + 1} is wider than the grid's {NZ} nodes along the periodic z axis "
+                               f"\\(its box would take nodes twice\\); at most {NZ}"),
     ({"stride": (1, 2)}, "three"),
     ({"stride": 0}, "stride"),
     ({"time": []}, "non-empty sequence"),
@@ -313,3 +314,25 @@ def test_hdf5_and_xdmf_outputs_escape_names_and_refuse_what_they_cannot_write(fi
     twice = db["box"].cutout("pressure", time=[0.0, 1.0, 0.0])
     with pytest.raises(turbdb.InvalidRequestError, match="more than once"):
         export.write(twice, tmp_path / "twice.h5")
+
+
+def test_a_box_filter_wider_than_a_bounded_axis_is_the_mean_of_what_lies_inside(tmp_path):
+    # Cut at the walls, as documented; only a periodic axis refuses a wider box (it would
+    # take nodes twice).
+    ds = turbdb.create_dataset(tmp_path, "b", grid=(12, 4, 10), times=[0.0], fields={"p": 1},
+                               periodic=(True, False, False))
+    values = np.random.default_rng(0).standard_normal((10, 4, 12))
+    ds.write("p", 0, values)
+    for w in (5, 9, 12):
+        h = (w - 1) // 2
+        got = ds.cutout("p", time=0.0, filter_width=w).values[..., 0]
+        expected = np.empty_like(values)
+        for z in range(10):
+            for y in range(4):
+                zs = [k for k in range(z - h, z - h + w) if 0 <= k < 10]
+                ys = [k for k in range(y - h, y - h + w) if 0 <= k < 4]
+                for x in range(12):
+                    expected[z, y, x] = values[np.ix_(zs, ys, [k % 12 for k in range(x - h, x - h + w)])].mean()
+        assert np.abs(got - expected).max() < 1e-6
+    with pytest.raises(turbdb.InvalidRequestError, match="wider than the grid's 12 nodes along the periodic x axis"):
+        ds.cutout("p", time=0.0, filter_width=13)

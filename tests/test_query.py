@@ -356,3 +356,15 @@ def test_cutout_refuses_ranges_outside_a_bounded_axis(tmp_path):
         ds.cutout("pressure", time=0, x=(4, 4))
     with pytest.raises(turbdb.InvalidRequestError, match="stride"):
         ds.cutout("pressure", time=0, stride=0)
+
+
+def test_float32_points_on_a_wall_are_on_it(tmp_path):
+    # float32's rounding of a wall at 0.35 lies 6e-9 outside it, past the float64 tolerance.
+    ds = turbdb.create_dataset(tmp_path, "w", grid=(16, 16, 16), spacing=(0.1, 0.1, 0.1), origin=(0.0, 0.35, 0.0),
+                               periodic=(True, False, True), times=[0.0], fields={"p": 1})
+    ds.write("p", 0, np.ones((16, 16, 16)))
+    walls = np.array([[0.5, 0.35, 0.5], [0.5, 0.35 + 15 * 0.1, 0.5]], dtype=np.float32)
+    assert float(np.float32(0.35)) < 0.35 and float(np.float32(1.85)) > 1.85
+    np.testing.assert_allclose(ds.query("p", walls, time=0.0, method="lag4"), 1.0)
+    with pytest.raises(turbdb.OutOfDomainError):
+        ds.query("p", np.array([[0.5, 0.3499, 0.5]], dtype=np.float32), time=0.0, method="lag4")

@@ -77,16 +77,17 @@ def check_ranges(info: DatasetInfo, ranges: Ranges) -> None:
 
 
 def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> None:
-    """Refuses a box filter wider than the grid (its box would take nodes more than once),
+    """Refuses a box filter wider than a periodic axis (its box would take nodes twice),
     and one whose reads for a single output plane — every node within ``width`` of the
     plane, as float64 — would not fit :func:`turbdb.set_max_result_bytes`'s limit: a
     2 × 2 × 2 cutout filtered 1 000 wide read a billion nodes and exhausted memory."""
     if width == 1:
         return
-    for name, n in zip("xyz", info.grid):
-        if width > n:
-            raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along {name}; "
-                                      f"at most {min(info.grid)}")
+    for name, n, periodic in zip("xyz", info.grid, info.periodic):
+        if periodic and width > n:  # on a bounded axis the box is cut at the walls instead
+            widest = min(m for m, p in zip(info.grid, info.periodic) if p)
+            raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along the periodic "
+                                      f"{name} axis (its box would take nodes twice); at most {widest}")
     (x0, x1), (y0, y1), _ = ranges
     check_work_bytes((x1 - x0 + width - 1) * (y1 - y0 + width - 1) * width * ncomp * 8,
                      f"a box filter {width} nodes wide over this box",
