@@ -363,8 +363,26 @@ def test_float32_points_on_a_wall_are_on_it(tmp_path):
     ds = turbdb.create_dataset(tmp_path, "w", grid=(16, 16, 16), spacing=(0.1, 0.1, 0.1), origin=(0.0, 0.35, 0.0),
                                periodic=(True, False, True), times=[0.0], fields={"p": 1})
     ds.write("p", 0, np.ones((16, 16, 16)))
-    walls = np.array([[0.5, 0.35, 0.5], [0.5, 0.35 + 15 * 0.1, 0.5]], dtype=np.float32)
+    walls = np.array([[0.5, 0.35, 0.5], [0.5, 0.35 + 15 * 0.1, 0.5]], dtype=np.float32)  # x, z: exact in float32
     assert float(np.float32(0.35)) < 0.35 and float(np.float32(1.85)) > 1.85
     np.testing.assert_allclose(ds.query("p", walls, time=0.0, method="lag4"), 1.0)
     with pytest.raises(turbdb.OutOfDomainError):
         ds.query("p", np.array([[0.5, 0.3499, 0.5]], dtype=np.float32), time=0.0, method="lag4")
+    # A track from the wall (in a flow at rest), and a float32 DataFrame, too.
+    ds.add_field("velocity", 3)
+    ds.write("velocity", 0, np.zeros((16, 16, 16, 3)))
+    np.testing.assert_array_equal(ds.track(walls, start=0.0, end=0.0, dt=0.1, method="lag4")[0],
+                                  [[0.5, 0.35, 0.5], [0.5, 0.35 + 15 * 0.1, 0.5]])
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame(walls, columns=["x", "y", "z"])
+    np.testing.assert_allclose(ds.query("p", frame, time=0.0, method="lag4"), 1.0)
+
+
+def test_float32_points_are_exact_at_a_wall_at_zero(tmp_path):
+    # One float32 step past a wall at 0 is 1e-45: a point 1e-7 outside is refused, not put on it.
+    ds = turbdb.create_dataset(tmp_path, "z", grid=(16, 16, 16), spacing=(1e-8, 1.0, 1.0),
+                               periodic=(False, True, True), times=[0.0], fields={"p": 1})
+    ds.write("p", 0, np.ones((16, 16, 16)))
+    np.testing.assert_allclose(ds.query("p", np.zeros((1, 3), np.float32), time=0.0, method="lag4"), 1.0)
+    with pytest.raises(turbdb.OutOfDomainError):
+        ds.query("p", np.array([[-1e-7, 0.0, 0.0]], dtype=np.float32), time=0.0, method="lag4")

@@ -88,8 +88,12 @@ def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> N
             widest = min(m for m, p in zip(info.grid, info.periodic) if p)
             raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along the periodic "
                                       f"{name} axis (its box would take nodes twice); at most {widest}")
+    # The nodes read for one output plane; along a bounded axis at most the axis (the box
+    # is cut at the walls).
     (x0, x1), (y0, y1), _ = ranges
-    check_work_bytes((x1 - x0 + width - 1) * (y1 - y0 + width - 1) * width * ncomp * 8,
+    wanted = (x1 - x0 + width - 1, y1 - y0 + width - 1, width)
+    read = [w if periodic else min(w, n) for w, n, periodic in zip(wanted, info.grid, info.periodic)]
+    check_work_bytes(math.prod(read) * ncomp * 8,
                      f"a box filter {width} nodes wide over this box",
                      "ask for a narrower filter or a smaller box in x and y")
 
@@ -183,7 +187,8 @@ class _windows:
         shape = [1] * values.ndim
         shape[axis] = len(self.first)
         total = np.zeros(values.shape[:axis] + (len(self.first),) + values.shape[axis + 1:])
-        for offset in range(self.width):
+        # Past the longest window (cut at a wall) every offset adds nothing.
+        for offset in range(int(np.max(self.last - self.first, initial=0))):
             index = self.first + offset
             inside = index < self.last
             part = np.take(values, np.minimum(index, values.shape[axis] - 1), axis=axis)

@@ -103,9 +103,11 @@ class Dataset:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
             info = DatasetInfo.from_attrs(attrs)
             rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look, as the rest
-            cached = self._cache[0] = (key, attrs, info)
+            # The stores catch up before the new key is published: a copy (another request)
+            # that sees it must not read through a store still holding replaced shards.
             self._drop_replaced_stores(attrs)
             self._catch_up_rewrites(attrs)
+            cached = self._cache[0] = (key, attrs, info)
         return cached[1]
 
     def _catch_up_rewrites(self, attrs: dict[str, Any]) -> None:
@@ -271,8 +273,10 @@ class Dataset:
             rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
         written = store.write_step(t, np.ascontiguousarray(data), sync)
         if rewrite:
+            if self.engine is not None:
+                self.engine.invalidate(store, t)  # at once; other processes learn it from the count
             self.update_attrs(lambda attrs: count_rewrite(attrs, field, t))
-            self._attrs()  # this process's stores and engine drop the step now
+            self._attrs()  # this process's other stores drop the step too
         return written
 
     def append_times(self, times: Any) -> range:

@@ -106,9 +106,7 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     strategy = choice("strategy", strategy, STRATEGIES)
     dtype = result_dtype(dtype)
     time = finite_number("time", time)
-    xyz = as_points(points)
-    if getattr(points, "dtype", None) == np.float32:
-        xyz = _onto_walls(xyz, info)
+    xyz = query_points(points, info)
     ncomp = info.fields[field].ncomp
     # A float32 answer lets the engine sum a field's stored float32 rows in float32, as the
     # streaming executor does (about 2e-7 of the largest value: float32's own rounding).
@@ -121,17 +119,24 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
         engine_options={"job": job, "narrow": narrow}, strategy=strategy, shape=shape, dtype=np.dtype(dtype))
 
 
-def _onto_walls(xyz: np.ndarray, info: Any) -> np.ndarray:
-    """float32 points within float32's rounding of a bounded axis's wall, put on it: a
-    float32 coordinate is typically 1e-8 from the float64 wall it stands for (y = 0.35 is
-    0.3499999940…), past the engine's tolerance, so a point on the wall was refused."""
+def query_points(points: Any, info: Any) -> np.ndarray:
+    """:func:`as_points`, and float32 points within one float32 step past a bounded axis's
+    wall put on it: a float32 coordinate is typically 1e-8 from the float64 wall it stands
+    for (y = 0.35 is 0.3499999940…), past the engine's tolerance, so a point on the wall
+    was refused. The same for queries, tracks, and a remote client's points."""
+    xyz = as_points(points)
+    dtype = getattr(points, "dtype", None)
+    if dtype is None and hasattr(points, "__array__"):  # a DataFrame has dtypes, not a dtype
+        dtype = np.asarray(points).dtype
+    if dtype != np.float32:
+        return xyz
     for axis, (n, origin, spacing, periodic) in enumerate(zip(info.grid, info.origin, info.spacing, info.periodic)):
         if periodic:
             continue
         for wall, side in ((origin, -1.0), (origin + (n - 1) * spacing, 1.0)):
-            ulp = float(np.spacing(np.float32(abs(wall) or 1.0)))
+            step = float(np.spacing(np.float32(abs(wall))))  # at a wall at 0: float32's smallest
             beyond = side * (xyz[:, axis] - wall)
-            xyz[(beyond > 0) & (beyond <= ulp), axis] = wall
+            xyz[(beyond > 0) & (beyond <= step), axis] = wall
     return xyz
 
 

@@ -28,11 +28,12 @@ from . import __version__
 from . import exceptions as exc
 from . import remote_batches as batches
 from . import submission
-from .arguments import as_points, finite_number, result_dtype, time_list
+from .arguments import finite_number, result_dtype, time_list
 from .cutout import as_filter_width, as_strides, box_ranges, check_ranges, cutout_array, output_shape
 from .info import DatasetInfo, is_plain_name
 from .http_clients import ClientStripes
 from .jobs import job_number, planned_query
+from .query import query_points
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
 from .size_limit import check_result_bytes
@@ -324,7 +325,7 @@ class RemoteDataset:
         requests not yet sent are dropped and :class:`QueryCancelledError` is raised."""
         job_id = job.id if isinstance(job, RemoteJob) else job_number(job)
         _check_cancel(cancel, "query")
-        xyz = as_points(points)
+        xyz = query_points(points, self.metadata)  # float32 points on a wall put on it, as locally
         dtype = result_dtype(dtype)
         times = time_list(time)
         base = {"field": field}
@@ -419,7 +420,7 @@ class RemoteDataset:
         work done counted in steps. ``cancel``: a ``threading.Event`` looked at before each
         request; once set, the requests not yet sent are dropped (:class:`QueryCancelledError`)."""
         _check_cancel(cancel, "track")
-        xyz = as_points(points)
+        xyz = query_points(points, self.metadata)  # float32 points on a wall put on it, as locally
         params = {"start": _time_param("start", start), "end": _time_param("end", end), "dt": _time_param("dt", dt),
                   "method": method, "field": field, "integrator": integrator,
                   "return_velocity": "true" if return_velocity else "false"}

@@ -8,6 +8,7 @@ engine: a ``Dataset`` opened after the rewrite must still make it drop the old a
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from pathlib import Path
@@ -22,6 +23,8 @@ REWRITES_KEY = "rewrites"
 _ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int]], dict[int, int]]] = \
     weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+# A forked child has none of its parent's engines (database.py makes new ones).
+os.register_at_fork(after_in_child=_ENGINE_SEEN.clear)
 
 
 def rewrite_counts(attrs: dict[str, Any], where: Path) -> dict[str, dict[int, int]]:
@@ -51,10 +54,10 @@ def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int]], n
     """Makes ``engine`` drop the steps of the field ``key`` (read through ``store``)
     rewritten since it last looked. An engine that never looked at the field has cached
     nothing of it."""
-    with _LOCK:
+    with _LOCK:  # held while it drops them: another Dataset must not take them for dropped sooner
         fields = _ENGINE_SEEN.setdefault(engine, {})
         seen = fields.get(key)
+        if seen is not None:
+            for step in changed(seen, now):
+                engine.invalidate(store, step)
         fields[key] = dict(now)
-    if seen is not None:
-        for step in changed(seen, now):
-            engine.invalidate(store, step)

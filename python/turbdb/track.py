@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import METHOD_ALIASES, METHODS, as_points, axes_of, choice, finite_number
+from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number
 from .exceptions import (
     InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, UnknownNameError,
 )
 from .jobs import MAX_JOB_QUERIES, declare
-from .query import unless_cancelled
+from .query import query_points, unless_cancelled
 from .size_limit import check_result_bytes
 from .times import format_time
 
@@ -62,7 +62,7 @@ def track(
         raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")
     method = choice("method", method, METHODS, METHOD_ALIASES)
     integrator = choice("integrator", integrator, INTEGRATORS)
-    x0 = as_points(points)
+    x0 = query_points(points, info)
     bad = np.flatnonzero(~np.isfinite(x0).all(axis=1))
     if bad.size:
         raise InvalidRequestError(f"particle {bad[0]} is not finite: {x0[bad[0]].tolist()}")

@@ -130,6 +130,9 @@ pub struct AtomCache {
     policy: Box<dyn Policy>,
     kind: PolicyKind,
     counters: CacheCounters,
+    /// Bumped by [`Self::invalidate`]: atoms read before it (maybe from the old file) are
+    /// not to be cached after it.
+    generation: u64,
 }
 
 impl std::fmt::Debug for AtomCache {
@@ -159,7 +162,14 @@ impl AtomCache {
             policy,
             kind,
             counters: CacheCounters::default(),
+            generation: 0,
         }
+    }
+
+    /// How many invalidations there were: reads prepared at one generation are cached only
+    /// while it lasts.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The atom if it is cached (a hit, and a use), else `None` (a miss).
@@ -229,6 +239,7 @@ impl AtomCache {
 
     /// Drops every cached atom of `field` at time `t` (the step was rewritten); returns them.
     pub fn invalidate(&mut self, field: u32, t: u32) -> Vec<AtomKey> {
+        self.generation += 1;
         let gone: Vec<AtomKey> = self
             .atoms
             .keys()
@@ -335,8 +346,11 @@ pub(crate) mod tests {
         // Too big for the whole cache: not kept, nothing evicted.
         assert!(cache.insert(key(99), atom(512), &NoRanking).is_empty());
         assert!(!cache.contains(&key(99)));
+        let before = cache.generation();
         assert_eq!(cache.invalidate(0, 0).len(), 4);
         assert_eq!(cache.used(), 0);
+        // Reads chosen before an invalidation are not to be cached after it.
+        assert_eq!(cache.generation(), before + 1);
     }
 
     #[test]

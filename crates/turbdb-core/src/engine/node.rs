@@ -935,6 +935,9 @@ struct Prepared {
     /// `(slot, sub-query)` served.
     entries: Vec<(u32, Entry)>,
     loading: Loading,
+    /// The cache's generation when the reads were chosen: after an invalidation they may
+    /// hold a rewritten step's old atoms, which serve this batch but are not cached.
+    generation: u64,
 }
 
 /// The engine's thread: everything it owns.
@@ -1286,6 +1289,7 @@ impl Core {
                 hit.push(cached.is_some());
                 data.push(cached);
             }
+            let generation = cache.generation();
             drop(cache);
             let readers = self.io.threads();
             let reads: Vec<ShardRead> = shards
@@ -1307,6 +1311,7 @@ impl Core {
                 hit,
                 entries,
                 loading,
+                generation,
             });
         }
     }
@@ -1335,9 +1340,11 @@ impl Core {
                 FxHashSet::default()
             };
         let mut cache = self.shared.cache.lock().expect("cache");
+        let cacheable = cache.generation() == batch.generation;
         for (key, result) in atoms {
             let slot = slot_of[&key.code];
             match result {
+                Ok(atom) if !cacheable => batch.data[slot as usize] = Some(atom),
                 Ok(atom) => {
                     let ranking = WithNextSteps {
                         workload: &self.workload,
