@@ -204,8 +204,9 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         """Sends a request, retrying transport failures and busy answers (429, 503: after
         the ``Retry-After`` they ask for); raises the server's error as its turbdb exception."""
         failures = busy = 0
+        reached = True  # a request that never reached the server took nothing of its rate
         while True:
-            if path != "/v1/limits":  # asking for the limits is free; everything else is paced
+            if path != "/v1/limits" and reached:  # asking for the limits is free; everything else is paced
                 self.limits  # noqa: B018 - asks for them once, and makes the pacer
                 paced = self._pacer.wait()  # type: ignore[union-attr]
                 if paced > 0:
@@ -218,6 +219,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                                            f"after {self.retries + 1} attempts; is `turbdb serve` running?") from None
                 _time.sleep(self.backoff * 2**failures * (0.5 + random.random()))
                 failures += 1
+                reached = isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError))  # it may have counted
                 continue
             except httpx.TimeoutException as e:
                 raise exc.ServiceError(f"the turbdb server at {self.url} did not answer in time ({e}); "

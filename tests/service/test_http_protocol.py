@@ -12,7 +12,7 @@ import pytest
 from turbdb.service.connections import MAX_HEAD_BYTES
 from turbdb.service.head_requests import allowed_methods
 
-from servicekit import FULL
+from servicekit import FULL, OTHER_ONLY, running_server
 
 QUERY = "/v1/datasets/trig/query"
 V = {"field": "velocity", "time": 0}
@@ -68,6 +68,30 @@ def test_the_home_page_is_html_for_a_browser_and_json_when_html_is_refused(serve
     browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
     assert server.get("/", headers={"Accept": browser}).headers["content-type"].startswith("text/html")
     assert server.get("/", headers={"Accept": "text/html;q=0, */*"}).headers["content-type"] == "application/json"
+
+
+def test_listings_show_only_the_datasets_the_caller_may_read(server, service_db, tmp_path):
+    other_only = {"Authorization": f"Bearer {OTHER_ONLY}"}
+    assert server.get("/", headers={**other_only, "Accept": "application/json"}).json()["datasets"] == ["other"]
+
+    def described(response):
+        return sorted(d["name"] for d in response.json()["datasets"])
+
+    assert described(server.get("/turbulence-svc/metadata", headers=other_only)) == ["other"]
+    assert described(server.get("/turbulence-svc/metadata", params={"authToken": OTHER_ONLY})) == ["other"]
+    assert described(server.get("/turbulence-svc/metadata")) == ["other", "trig"]
+    # Anonymous use off: the home page names none without a token; the JHTDB metadata,
+    # which givernylocal downloads before it knows a token, still describes them all.
+    closed = tmp_path / "closed.toml"
+    closed.write_text(f'[anonymous]\nallowed = false\n\n[[token]]\ntoken = "{OTHER_ONLY}"\nname = "o"\n'
+                      'datasets = ["other"]\n')
+    with running_server(service_db, tmp_path / "closed.log", "--tokens", str(closed)) as shut:
+        home = shut.get("/", headers={"Accept": "application/json"}).json()
+        assert home["datasets"] == [] and "needs a token" in home["token_needed"]
+        assert "shown with a token" in shut.get("/", headers={"Accept": "text/html"}).text
+        assert shut.get("/", headers={**other_only, "Accept": "application/json"}).json()["datasets"] == ["other"]
+        assert described(shut.get("/turbulence-svc/metadata")) == ["other", "trig"]
+        assert described(shut.get("/turbulence-svc/metadata", headers=other_only)) == ["other"]
 
 
 def test_a_cutout_chooses_netcdf_only_when_it_is_preferred(server):

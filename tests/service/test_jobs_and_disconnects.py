@@ -20,7 +20,7 @@ from turbdb.exceptions import EngineBusyError, LimitExceededError
 from turbdb.jobs import Job
 from turbdb.service.jobs import MAX_PLANNED_PER_OWNER, JobRegistry
 from turbdb.service.transport import encode_npy
-from turbdb.workload import generate, write_trace
+from turbdb.workload import generate, replay, write_trace
 
 AUTH = {"Authorization": f"Bearer {FULL}"}
 
@@ -275,3 +275,22 @@ def test_jhtdb_getdata_through_the_engine_answers_every_time_and_field_and_refus
                       content=body, timeout=60)
     assert 400 <= late.status_code < 500 and "time" in late.text.lower(), late.text
     assert engine_server.alive()
+
+
+def test_a_replay_whose_server_goes_away_reports_what_it_did(service_db, local, tmp_path):
+    # Once the server cannot be reached the jobs left are not sent; the report still comes
+    # (no thread tracebacks from closing jobs, no lost report).
+    trace = generate(local["trig"].info, dataset="trig", jobs=30, duration=1.0, seed=5)
+    with running_server(service_db, tmp_path / "gone.log", "--scheduler", "jaws") as server:
+        remote = turbdb.connect(server.url, retries=1, backoff=0.01)
+
+        def stop_after_the_first(done, total):
+            if done == 1:
+                server.process.terminate()
+                server.process.wait(30)
+
+        report = replay(remote, trace, clients=2, progress=stop_after_the_first)
+        remote.close()
+    assert report.failed >= 1 and report.not_sent > 0
+    assert len(report.log) + report.not_sent == len(trace)
+    assert all("cannot reach" in a.error for a in report.log if a.error)

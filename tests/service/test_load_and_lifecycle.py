@@ -149,3 +149,28 @@ def test_shutdown_lets_the_request_in_progress_finish(service_db, tmp_path):
         assert s.process.wait(30) == 0
         with pytest.raises(httpx.TransportError):
             httpx.get(s.url + "/healthz", timeout=2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_shutdown_stops_a_long_track_with_a_503_and_sighup_shuts_down_too(service_db, tmp_path, sig):
+    # A track of 10⁵ steps would outlast the shutdown's 30 s; it stops at its next
+    # evaluation and says why. SIGHUP (which killed the server at once) shuts down as well.
+    with running_server(service_db, tmp_path / "stop.log") as s:
+        answer = {}
+
+        def track():
+            answer["response"] = httpx.post(f"{s.url}/v1/datasets/trig/track", params={"start": 0, "end": 0.9,
+                                            "dt": 9e-6, "method": "lag4"}, json={"points": [[0.1, 0.2, 0.3]]},
+                                            timeout=60)
+
+        worker = threading.Thread(target=track)
+        worker.start()
+        time.sleep(1.5)
+        began = time.monotonic()
+        s.process.send_signal(sig)
+        assert s.process.wait(20) == 0
+        worker.join(20)
+        assert time.monotonic() - began < 10
+        response = answer["response"]
+        assert response.status_code == 503 and "shutting down" in response.json()["description"]
+        assert "turbdb: stopped" in s.log.read_text()

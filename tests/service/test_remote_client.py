@@ -158,7 +158,7 @@ def test_threads_sharing_one_client_each_get_a_connection_and_the_local_answers(
             np.testing.assert_allclose(answers[k][r], expected, rtol=1e-6, atol=1e-6)
 
 
-def test_connection_failures_are_retried_with_backoff(server):
+def test_connection_failures_are_retried_with_backoff(server, monkeypatch):
     calls = []
     real = httpx.HTTPTransport()
 
@@ -175,6 +175,17 @@ def test_connection_failures_are_retried_with_backoff(server):
     with turbdb.connect("http://127.0.0.1:9", retries=2, backoff=0.01) as db, \
             pytest.raises(turbdb.ServiceError, match="after 3 attempts"):
         db.datasets
+    # A request that never reached the server took nothing of its rate: its retries are not
+    # paced again (under a low rate, a client took 105 s to say its server had gone).
+    calls.clear()
+    with real, turbdb.connect(server.url, token=FULL, backoff=0.01, transport=httpx.MockTransport(flaky)) as db:
+        db.limits  # noqa: B018 - fetched (after two failures), and the pacer made
+        calls.clear()
+        paced = []
+        wait = db._pacer.wait
+        monkeypatch.setattr(db._pacer, "wait", lambda: paced.append(1) or wait())
+        assert db.datasets == ["other", "trig"]
+        assert calls == ["/v1/datasets"] * 3 and len(paced) == 1
 
 
 def test_the_query_command_reads_points_and_writes_the_same_answer_locally_and_remotely(server, service_db, tmp_path):

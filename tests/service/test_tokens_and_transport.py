@@ -42,6 +42,21 @@ def test_without_a_file_anonymous_use_has_jhtdb_limits():
         anonymous.check_points(4097)
 
 
+def test_a_token_made_by_the_cli_keeps_its_rate_to_the_last_digit(tmp_path):
+    from click.testing import CliRunner
+
+    from turbdb.cli import main
+
+    made = CliRunner().invoke(main, ["token", "alice", "--requests-per-minute", "123456789"])
+    assert made.exit_code == 0 and "requests_per_minute = 123456789\n" in made.output
+    (tmp_path / "t.toml").write_text(made.output)
+    assert Tokens.load(tmp_path / "t.toml").named()[0][1].requests_per_minute == 123456789
+    for refused, words in ((["token", "anonymous"], "names use without a token"),
+                           (["token", "bob", "--datasets", ","], "names no dataset")):
+        ran = CliRunner().invoke(main, refused)
+        assert ran.exit_code == 2 and words in ran.output
+
+
 @pytest.mark.parametrize("text, words", [
     ("[anonymous\n", "not valid TOML"),
     ("[users]\n", "unknown table"),
@@ -59,6 +74,7 @@ def test_without_a_file_anonymous_use_has_jhtdb_limits():
     ('[[token]]\ntoken = "abc"\nrequests_per_minute = inf\n', "positive, finite number"),
     ('[[token]]\ntoken = "abc"\nrequests_per_minute = nan\n', "positive, finite number"),
     ('[[token]]\ntoken = "abc"\nmax_points = true\n', "max_points must be a positive integer"),
+    ('[[token]]\ntoken = "abc"\nname = "anonymous"\n', "the name of use without a token"),
 ])
 def test_mistakes_in_a_tokens_file_are_named(tmp_path, text, words):
     path = tmp_path / "tokens.toml"

@@ -33,10 +33,18 @@ def token(name: str, max_points: int, requests_per_minute: float, datasets: str,
     import json
     import secrets
 
+    from ..service.tokens import rate_text
+
+    if name == "anonymous":
+        raise click.BadParameter("'anonymous' names use without a token; set its limits under [anonymous] in the "
+                                 "tokens file, and give this token another name", param_hint="NAME")
+    if datasets.strip() != "*" and not [d for d in datasets.split(",") if d.strip()]:
+        raise click.BadParameter(f"{datasets!r} names no dataset: the token could read nothing; give names, or '*'",
+                                 param_hint="--datasets")
     secret = secrets.token_urlsafe(24)
     names = ["*"] if datasets.strip() == "*" else [d.strip() for d in datasets.split(",") if d.strip()]
     line = (f'sha256 = "{hashlib.sha256(secret.encode()).hexdigest()}"' if hashed else f'token = "{secret}"')
     click.echo(f"\n[[token]]\n{line}\nname = {json.dumps(name)}\nmax_points = {max_points}\n"
-               f"requests_per_minute = {requests_per_minute:g}\ndatasets = {json.dumps(names)}")
+               f"requests_per_minute = {rate_text(requests_per_minute)}\ndatasets = {json.dumps(names)}")
     if hashed:
         click.echo(f"the secret of token {name!r} (give it to them; the entry keeps only its hash): {secret}", err=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..exceptions import InvalidRequestError
+from ..exceptions import TurbdbError
 from .group import main
 from .inputs import ByteSize, FiniteFloat, database, is_url
 
@@ -109,7 +109,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
         summary = report.summary()
         if is_url(db_or_url):
             # The server's totals since it started, beside the replay's own figures in "engine".
-            with contextlib.suppress(InvalidRequestError):  # a server without a node engine
+            with contextlib.suppress(TurbdbError):  # a server without a node engine, or gone
                 summary["server_engine"] = db.engine_stats()
     finally:
         bar.close()
@@ -128,8 +128,8 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
 def _print_report(summary: dict, clients: int) -> None:
     from ..workload.replay import completion_text
 
-    left_out = (f", {summary['not_sent']} not sent: the rest of a job after its failed query"
-                if summary.get("not_sent") else "")
+    left_out = (f", {summary['not_sent']} not sent: the rest of a job after its failed query, and every job "
+                "left once the server could not be reached" if summary.get("not_sent") else "")
     click.echo(f"{summary['queries']} queries ({summary['failed']} failed{left_out}; "
                f"{summary.get('traced', summary['queries'] + summary['failed'])} in the trace) "
                f"in {summary['seconds']:.2f} s: "

@@ -248,7 +248,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                             media_type="application/json")
 
         async with backend.limiter.admit(len(points) * (steps + 1)):
-            response = await backend.run(evaluate)
+            response = await backend.run_track(evaluate)
         backend.metrics.points.labels("track").inc(len(points) * steps)
         return response
 

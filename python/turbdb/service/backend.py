@@ -8,6 +8,7 @@ import copy
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,13 +23,13 @@ from starlette.requests import Request
 from ..database import Database
 from ..database import open as open_database
 from ..dataset import Dataset
-from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, UnknownNameError
+from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
 from ..info import is_plain_name
 from ..arguments import as_points, node_range
-from .admission import PointsLimiter
+from .admission import BusyError, PointsLimiter
 from .engine_waits import EngineWaits
 from .metrics import Metrics
-from .tokens import Limits, Tokens
+from .tokens import JHTDB_TESTING_TOKEN, Limits, Tokens
 from .transport import NPY, decode_npy
 
 T = TypeVar("T")
@@ -72,6 +73,9 @@ class Backend:
         self.path = self.database.path  # the database's, also when db_path is one of its datasets
         self.tokens = tokens
         self.metrics = metrics
+        #: Set when the server begins to shut down: tracks under way stop at their next
+        #: evaluation and answer 503, instead of running into the shutdown's time limit.
+        self.stopping = threading.Event()
         self.workers = workers
         self.cutout_chunk_bytes = cutout_chunk_bytes
         self.limiter = PointsLimiter(max_points_in_flight, queue_timeout, on_change=self._in_flight_changed)
@@ -91,6 +95,16 @@ class Backend:
 
     def names(self) -> list[str]:
         return self.database.datasets
+
+    def visible_names(self, request: Request, token: str | None = None) -> list[str] | None:
+        """The datasets a listing shows its caller (not counted against the rate): those its
+        token (``token``, else the Bearer header) may read, or anonymous use may; None
+        without a token where anonymous use is off."""
+        given = token if token is not None else self.bearer(request)
+        if (not given or given == JHTDB_TESTING_TOKEN) and not self.tokens.anonymous_allowed:
+            return None
+        limits = self.tokens.identify(given)
+        return [name for name in self.names() if limits.allows(name)]
 
     def dataset(self, name: str, limits: Limits | None = None) -> Dataset:
         """Dataset ``name`` for one request: a shallow copy of the one opened at first use
@@ -186,6 +200,17 @@ class Backend:
 
     # -- running the engine -----------------------------------------------------------------
 
+    async def run_track(self, fn: Callable[[], T]) -> T:
+        """:meth:`run` for a track given :meth:`track_disconnection`: one that stopped because
+        the server is shutting down answers 503, to be sent again once it is back."""
+        try:
+            return await self.run(fn)
+        except QueryCancelledError:
+            if self.stopping.is_set():
+                raise BusyError("the server is shutting down, and this track was stopped; send it again once the "
+                                "server is back", retry_after=10.0) from None
+            raise
+
     async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None) -> T:
         """Runs a blocking engine call in the pool of ``workers`` threads, or right here
         when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
@@ -203,7 +228,7 @@ class Backend:
     def track_disconnection(self, request: Request) -> Disconnection:
         """What a track looks at between its evaluations to learn that its client went
         away, with or without a node engine (a track without one stops at its next step)."""
-        return Disconnection(request)
+        return Disconnection(request, self.stopping)
 
     def disconnection(self, request: Request) -> Disconnection | None:
         """What a query given ``cancel=`` looks at to learn that its client went away
@@ -231,12 +256,15 @@ class Disconnection:
 
     CHECK_SECONDS = 0.1
 
-    def __init__(self, request: Request):
+    def __init__(self, request: Request, stopping: threading.Event | None = None):
         self.request = request
+        self.stopping = stopping
         self.gone = False
         self._asked = -math.inf
 
     def is_set(self) -> bool:
+        if self.stopping is not None and self.stopping.is_set():
+            return True
         if not self.gone and time.monotonic() - self._asked >= self.CHECK_SECONDS:
             self._asked = time.monotonic()
             self.gone = anyio.from_thread.run(self.request.is_disconnected)

@@ -25,14 +25,17 @@ LINKS = {
 }
 
 
-def summary(backend: Backend) -> dict[str, Any]:
-    names = backend.names()
+def summary(backend: Backend, request: Request) -> dict[str, Any]:
+    """What the server is, and the datasets the caller may read (none named to a caller
+    without a token where anonymous use is off)."""
+    names = backend.visible_names(request)
     return {
         "service": "turbdb",
         "description": "a turbulence database: point queries (values, gradients, Hessians, Laplacians), cutouts "
                        "and particle tracking evaluated where the data lives",
         "version": __version__,
-        "datasets": names,
+        "datasets": names or [],
+        **({"token_needed": "this server needs a token to list or read its datasets"} if names is None else {}),
         "links": {key: path for key, (path, _) in LINKS.items()},
         "clients": "Python: turbdb.connect(url, token=…); JHTDB scripts: see /docs and docs/service.md",
     }
@@ -43,12 +46,13 @@ def router(backend: Backend) -> APIRouter:
 
     @api.get("/", summary="what this server is, with links to its documentation")
     async def home(request: Request) -> Response:
-        about = summary(backend)
+        about = summary(backend, request)
         if preferred(request, ["application/json", "text/html"]) != "text/html":
             return JSONResponse(about)
         items = "\n".join(f'<li><a href="{path}">{html.escape(path)}</a>: {html.escape(text)}</li>'
                           for path, text in LINKS.values())
-        datasets = ", ".join(html.escape(n) for n in about["datasets"]) or "none yet"
+        datasets = ", ".join(html.escape(n) for n in about["datasets"]) or (
+            "shown with a token" if "token_needed" in about else "none yet")
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>turbdb {__version__}</title></head><body>"
                 f"<h1>turbdb {__version__}</h1><p>{html.escape(about['description'])}.</p>"
                 f"<p>Datasets: {datasets}.</p><ul>{items}</ul>"

@@ -271,6 +271,6 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
         return json.dumps(np.asarray(positions[-1], dtype=np.float32).tolist()).encode()
 
     async with backend.limiter.admit(len(points) * (steps + 1)):
-        answer = await backend.run(evaluate)
+        answer = await backend.run_track(evaluate)
     backend.metrics.points.labels("jhtdb").inc(len(points) * steps)
     return Response(answer, media_type="application/json")

@@ -1,13 +1,18 @@
 """``GET /turbulence-svc/metadata``: the document JHTDB's givernylocal downloads (from GitHub,
 normally) before any request, describing this server's datasets (:mod:`turbdb.jhtdb.metadata`).
 Its ``max_data_points`` is the largest point limit of any token here, so that the client
-never refuses what the server would accept; the server still enforces each token's own."""
+never refuses what the server would accept; the server still enforces each token's own.
+
+It lists the datasets the caller's token (``authToken`` or the Bearer header) may read, or
+anonymous use may. givernylocal downloads it without a token, before it knows one: on a
+server where anonymous use is off, a caller without a token gets every dataset's
+description (names, grids, times; never data), so that the client works there at all."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from ..exceptions import TurbdbError
 from ..jhtdb.metadata import document
@@ -19,9 +24,10 @@ def router(backend: Backend) -> APIRouter:
 
     @api.get("/turbulence-svc/metadata", summary="givernylocal's metadata document (jhtdb_config.json) of the "
              "datasets here")
-    async def metadata() -> dict[str, Any]:
+    async def metadata(request: Request, authToken: str | None = None) -> dict[str, Any]:  # noqa: N803
+        visible = backend.visible_names(request, authToken)
         infos = []
-        for name in backend.names():
+        for name in backend.names() if visible is None else visible:
             try:
                 infos.append(backend.dataset(name).metadata)
             except TurbdbError:  # a damaged dataset is left out, not the whole document

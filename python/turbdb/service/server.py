@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
-from typing import Any
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -17,7 +20,7 @@ from ..exceptions import ServiceError
 from . import redaction
 from .app import create_app
 from .connections import GuardedHttpProtocol
-from .tokens import Tokens
+from .tokens import Tokens, rate_text
 
 # How long shutdown waits for requests in progress before closing their connections.
 GRACEFUL_SHUTDOWN_SECONDS = 30
@@ -58,7 +61,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False, http=GuardedHttpProtocol)
     redaction.install()  # after uvicorn configured its loggers: no token in any log line
-    server = _GracefulServer(config)
+    server = _GracefulServer(config, on_exit=backend.stopping.set)
     try:
         server.run(sockets=[sock])
     finally:
@@ -91,14 +94,15 @@ def access_summary(tokens: Tokens, path: str | None, datasets: list[str] | None 
     lines = []
     if tokens.anonymous_allowed:
         lines.append(f"turbdb: anonymous use: {anonymous.max_points:,} points per request, "
-                     f"{anonymous.requests_per_minute:g} requests per minute per address "
+                     f"{rate_text(anonymous.requests_per_minute)} requests per minute per address "
                      "(turbdb.connect splits larger work into batches by itself)")
     else:
         lines.append("turbdb: anonymous use is off: every request needs a token")
     if path:
         for name, limits in tokens.named():
             lines.append(f"turbdb: token {name!r} ({path}): {limits.max_points:,} points per request, "
-                         f"{limits.requests_per_minute:g} requests per minute, datasets {', '.join(limits.datasets)}")
+                         f"{rate_text(limits.requests_per_minute)} requests per minute, datasets "
+                         f"{', '.join(limits.datasets)}")
             unknown = [d for d in limits.datasets if d != "*" and datasets is not None and d not in datasets]
             if unknown:
                 lines.append(f"turbdb: note: token {name!r} names dataset(s) {', '.join(unknown)}, which this server "
@@ -112,10 +116,27 @@ def access_summary(tokens: Tokens, path: str | None, datasets: list[str] | None 
 
 class _GracefulServer(uvicorn.Server):
     """uvicorn re-raises SIGINT/SIGTERM once it has shut down, so the process dies by the
-    signal (a KeyboardInterrupt traceback on Ctrl-C). The shutdown was graceful: exit 0."""
+    signal (a KeyboardInterrupt traceback on Ctrl-C). The shutdown was graceful: exit 0.
+    SIGHUP shuts down as they do (it killed the server at once, rc 129): the tokens file is
+    read at start, so an operator who changed it restarts the server. ``on_exit`` is called
+    when the shutdown begins (long work under way stops)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]):
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        with super().capture_signals():
-            yield
-            self._captured_signals.clear()
+        hangup = signal.signal(signal.SIGHUP, self.handle_exit) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+        finally:
+            if hangup is not None:
+                signal.signal(signal.SIGHUP, hangup)

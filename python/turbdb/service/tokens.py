@@ -55,10 +55,11 @@ class Limits:
 
     def check_dataset(self, dataset: str) -> None:
         if not self.allows(dataset):
-            who = "anonymous use" if self.name == "anonymous" else f"token {self.name!r}"
+            anonymous = self.name == "anonymous"
+            who = "anonymous use" if anonymous else f"token {self.name!r}"
+            remedy = "send a token that may read it" if anonymous else "ask the server's operator to add it to your token"
             raise AccessDeniedError(
-                f"{who} may not read dataset {dataset!r} (allowed: {', '.join(self.datasets) or 'none'}); "
-                "ask the server's operator to add it to your token",
+                f"{who} may not read dataset {dataset!r} (allowed: {', '.join(self.datasets) or 'none'}); {remedy}",
                 status=403,
             )
 
@@ -137,7 +138,10 @@ class Tokens:
                 raise FormatError(f"{origin}: the sha256 of token entry {i + 1} is not 64 hexadecimal digits, so no "
                                   "token could match it; make it with turbdb token NAME --hashed")
             name = str(entry.get("name", f"token{i + 1}"))
-            if name in names or name == "anonymous":  # a name is a rate-limit bucket: two would share one
+            if name == "anonymous":
+                raise FormatError(f"{origin}: token entry {i + 1} is named 'anonymous', the name of use without a "
+                                  "token (set its limits under [anonymous]); give the token another name")
+            if name in names:  # a name is a rate-limit bucket: two would share one
                 raise FormatError(f"{origin}: token entry {i + 1} is named {name!r}, as another is; give each its own "
                                   "name (its requests are counted by name)")
             names.add(name)
@@ -184,7 +188,7 @@ class Tokens:
         wait = bucket.take(now)
         if wait > 0:
             raise LimitExceededError(
-                f"{limits.name_phrase} may send {limits.requests_per_minute:g} requests per minute; "
+                f"{limits.name_phrase} may send {rate_text(limits.requests_per_minute)} requests per minute; "
                 f"wait {wait:.1f} s, or send fewer, larger batches",
                 retry_after=wait,
             )
@@ -207,6 +211,12 @@ class _Bucket:
             self.level -= 1.0
             return 0.0
         return (1.0 - self.level) / self.rate if self.rate > 0 else math.inf
+
+
+def rate_text(per_minute: float) -> str:
+    """A rate as written in a tokens file and said in messages: every digit of a whole
+    number (``:g`` turned 1234567 into 1.23457e+06, which the file then granted)."""
+    return str(int(per_minute)) if float(per_minute).is_integer() else repr(float(per_minute))
 
 
 def unsendable(token: str) -> str | None:
