@@ -126,7 +126,9 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     was refused. The same for queries, tracks, and a remote client's points."""
     xyz = as_points(points)
     dtype = getattr(points, "dtype", None)
-    if dtype is None and hasattr(points, "__array__"):  # a DataFrame has dtypes, not a dtype
+    if dtype is None and hasattr(points, "dtypes"):  # a DataFrame: a column of float32 will do
+        dtype = np.float32 if any(d == np.float32 for d in points.dtypes) else None
+    if dtype is None and hasattr(points, "__array__"):
         dtype = np.asarray(points).dtype
     if dtype != np.float32:
         return xyz

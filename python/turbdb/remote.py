@@ -219,11 +219,13 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                                            f"after {self.retries + 1} attempts; is `turbdb serve` running?") from None
                 _time.sleep(self.backoff * 2**failures * (0.5 + random.random()))
                 failures += 1
-                reached = isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError))  # it may have counted
+                # A connection refused or timed out took nothing; one that broke may have counted.
+                reached = isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
                 continue
             except httpx.TimeoutException as e:
                 raise exc.ServiceError(f"the turbdb server at {self.url} did not answer in time ({e}); "
                                        "send smaller batches or pass a larger timeout to turbdb.connect") from None
+            reached = True
             if response.status_code in (429, 503) and busy < _BUSY_RETRIES:
                 wait = _retry_after(response)
                 if wait is not None and wait <= _MAX_RETRY_AFTER:

@@ -92,6 +92,15 @@ def test_listings_show_only_the_datasets_the_caller_may_read(server, service_db,
         assert shut.get("/", headers={**other_only, "Accept": "application/json"}).json()["datasets"] == ["other"]
         assert described(shut.get("/turbulence-svc/metadata")) == ["other", "trig"]
         assert described(shut.get("/turbulence-svc/metadata", headers=other_only)) == ["other"]
+        # An unknown token is no reason for a 401 on the home page.
+        assert shut.get("/", headers={"Authorization": "Basic xyz", "Accept": "application/json"}).status_code == 200
+    # Anonymous use limited to one dataset: givernylocal, which downloads the metadata
+    # without a token, must still see the datasets its token may read.
+    limited = tmp_path / "limited.toml"
+    limited.write_text(f'[anonymous]\ndatasets = ["other"]\n\n[[token]]\ntoken = "{FULL}"\nname = "f"\n')
+    with running_server(service_db, tmp_path / "limited.log", "--tokens", str(limited)) as some:
+        assert described(some.get("/turbulence-svc/metadata")) == ["other", "trig"]
+        assert some.get("/", headers={"Accept": "application/json"}).json()["datasets"] == ["other"]
 
 
 def test_a_cutout_chooses_netcdf_only_when_it_is_preferred(server):

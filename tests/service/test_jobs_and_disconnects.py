@@ -277,7 +277,8 @@ def test_jhtdb_getdata_through_the_engine_answers_every_time_and_field_and_refus
     assert engine_server.alive()
 
 
-def test_a_replay_whose_server_goes_away_reports_what_it_did(service_db, local, tmp_path):
+@pytest.mark.parametrize("driver", ["threads", "futures"])
+def test_a_replay_whose_server_goes_away_reports_what_it_did(service_db, local, tmp_path, driver):
     # Once the server cannot be reached the jobs left are not sent; the report still comes
     # (no thread tracebacks from closing jobs, no lost report).
     trace = generate(local["trig"].info, dataset="trig", jobs=30, duration=1.0, seed=5)
@@ -289,7 +290,7 @@ def test_a_replay_whose_server_goes_away_reports_what_it_did(service_db, local, 
                 server.process.terminate()
                 server.process.wait(30)
 
-        report = replay(remote, trace, clients=2, progress=stop_after_the_first)
+        report = replay(remote, trace, clients=2, progress=stop_after_the_first, driver=driver)
         remote.close()
     assert report.failed >= 1 and report.not_sent > 0
     assert len(report.log) + report.not_sent == len(trace)

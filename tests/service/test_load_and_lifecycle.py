@@ -174,3 +174,25 @@ def test_shutdown_stops_a_long_track_with_a_503_and_sighup_shuts_down_too(servic
         response = answer["response"]
         assert response.status_code == 503 and "shutting down" in response.json()["description"]
         assert "turbdb: stopped" in s.log.read_text()
+
+
+def test_a_server_started_with_sighup_ignored_outlives_a_hangup(service_db, tmp_path):
+    # As under nohup: the server must not take SIGHUP back to stop on it.
+    import subprocess
+    import sys
+
+    log = tmp_path / "nohup.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(service_db), "--port", "0"],
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 30
+        while "serving" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert process.poll() is None, log.read_text()
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0

@@ -46,9 +46,11 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
         from ..database import open as open_db
 
         database = open_db(db_or_url)
-    points = as_points(read_points(points_file))
+    given = read_points(points_file)
+    points = as_points(given)
     dataset = database[name]
-    values = dataset.query(field, points, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
+    # The points as read: float32 ones on a wall are put on it (turbdb.query.query_points).
+    values = dataset.query(field, given, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".csv":
         from ..service.jhtdb import columns

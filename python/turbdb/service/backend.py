@@ -100,10 +100,13 @@ class Backend:
         """The datasets a listing shows its caller (not counted against the rate): those its
         token (``token``, else the Bearer header) may read, or anonymous use may; None
         without a token where anonymous use is off."""
-        given = token if token is not None else self.bearer(request)
-        if (not given or given == JHTDB_TESTING_TOKEN) and not self.tokens.anonymous_allowed:
-            return None
-        limits = self.tokens.identify(given)
+        given = token or self.bearer(request)
+        if not given or given == JHTDB_TESTING_TOKEN or given not in self.tokens:
+            if not self.tokens.anonymous_allowed:  # an unknown token is refused where it reads data
+                return None
+            limits = self.tokens.anonymous
+        else:
+            limits = self.tokens.identify(given)
         return [name for name in self.names() if limits.allows(name)]
 
     def dataset(self, name: str, limits: Limits | None = None) -> Dataset:

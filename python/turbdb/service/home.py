@@ -52,7 +52,7 @@ def router(backend: Backend) -> APIRouter:
         items = "\n".join(f'<li><a href="{path}">{html.escape(path)}</a>: {html.escape(text)}</li>'
                           for path, text in LINKS.values())
         datasets = ", ".join(html.escape(n) for n in about["datasets"]) or (
-            "shown with a token" if "token_needed" in about else "none yet")
+            "shown with a token" if "token_needed" in about or backend.names() else "none yet")
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>turbdb {__version__}</title></head><body>"
                 f"<h1>turbdb {__version__}</h1><p>{html.escape(about['description'])}.</p>"
                 f"<p>Datasets: {datasets}.</p><ul>{items}</ul>"

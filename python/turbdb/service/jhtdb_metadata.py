@@ -3,10 +3,10 @@ normally) before any request, describing this server's datasets (:mod:`turbdb.jh
 Its ``max_data_points`` is the largest point limit of any token here, so that the client
 never refuses what the server would accept; the server still enforces each token's own.
 
-It lists the datasets the caller's token (``authToken`` or the Bearer header) may read, or
-anonymous use may. givernylocal downloads it without a token, before it knows one: on a
-server where anonymous use is off, a caller without a token gets every dataset's
-description (names, grids, times; never data), so that the client works there at all."""
+It lists the datasets the caller's token (``authToken`` or the Bearer header) may read.
+givernylocal downloads it without a token, before it knows one, and then refuses any
+dataset the document does not list: so a caller without a token gets every dataset's
+description (names, grids, times; never data), whatever anonymous use may read."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from ..exceptions import TurbdbError
 from ..jhtdb.metadata import document
 from .backend import Backend
+from .tokens import JHTDB_TESTING_TOKEN
 
 
 def router(backend: Backend) -> APIRouter:
@@ -25,9 +26,10 @@ def router(backend: Backend) -> APIRouter:
     @api.get("/turbulence-svc/metadata", summary="givernylocal's metadata document (jhtdb_config.json) of the "
              "datasets here")
     async def metadata(request: Request, authToken: str | None = None) -> dict[str, Any]:  # noqa: N803
-        visible = backend.visible_names(request, authToken)
+        token = authToken or backend.bearer(request)
+        known = bool(token) and token != JHTDB_TESTING_TOKEN and token in backend.tokens
         infos = []
-        for name in backend.names() if visible is None else visible:
+        for name in backend.visible_names(request, token) if known else backend.names():
             try:
                 infos.append(backend.dataset(name).metadata)
             except TurbdbError:  # a damaged dataset is left out, not the whole document

@@ -118,7 +118,8 @@ class _GracefulServer(uvicorn.Server):
     """uvicorn re-raises SIGINT/SIGTERM once it has shut down, so the process dies by the
     signal (a KeyboardInterrupt traceback on Ctrl-C). The shutdown was graceful: exit 0.
     SIGHUP shuts down as they do (it killed the server at once, rc 129): the tokens file is
-    read at start, so an operator who changed it restarts the server. ``on_exit`` is called
+    read at start, so an operator who changed it restarts the server; under ``nohup``
+    (SIGHUP ignored) it stays ignored. ``on_exit`` is called
     when the shutdown begins (long work under way stops)."""
 
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]):
@@ -131,12 +132,14 @@ class _GracefulServer(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        hangup = signal.signal(signal.SIGHUP, self.handle_exit) \
-            if threading.current_thread() is threading.main_thread() else None
+        # Not where SIGHUP is ignored: a server started under nohup must outlive its terminal.
+        takes_hangup = (threading.current_thread() is threading.main_thread()
+                        and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN)
+        hangup = signal.signal(signal.SIGHUP, self.handle_exit) if takes_hangup else None
         try:
             with super().capture_signals():
                 yield
                 self._captured_signals.clear()
         finally:
-            if hangup is not None:
-                signal.signal(signal.SIGHUP, hangup)
+            if takes_hangup:  # a handler not set from Python reads as None: the default then
+                signal.signal(signal.SIGHUP, hangup if hangup is not None else signal.SIG_DFL)

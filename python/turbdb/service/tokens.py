@@ -157,6 +157,10 @@ class Tokens:
         """The largest point limit of any token (or anonymous use)."""
         return max([self.anonymous.max_points, *(limits.max_points for limits in self._by_digest.values())])
 
+    def __contains__(self, token: str) -> bool:
+        """Whether ``token`` is one of the file's tokens."""
+        return _digest(token) in self._by_digest
+
     def identify(self, token: str | None) -> Limits:
         """The limits of ``token`` (``None`` or empty: anonymous), or AccessDeniedError."""
         if not token or token == JHTDB_TESTING_TOKEN:

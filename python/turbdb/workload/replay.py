@@ -242,7 +242,7 @@ def replay(
                     points = drawn[(q.job, q.index)]
                     sent = time.perf_counter()
                     values, error = _ask(datasets[q.dataset], q, points, declared)
-                    if error is not None and error.startswith(f"{ServiceError.__name__}: cannot reach"):
+                    if _unreachable(error):
                         unreachable.set()
                     if not record(q, points, sent, values, error).ok:
                         break
@@ -323,12 +323,21 @@ def _drive_futures(database: Any, jobs: list[list[Query]], datasets: dict[str, A
             values = future.result()
         except TurbdbError as e:
             error = f"{type(e).__name__}: {e}"
+        if _unreachable(error):
+            upcoming.clear()  # the jobs not started are not sent, as the threads' clients do
         if record(q, drawn[(q.job, q.index)], sent, values, error).ok and i + 1 < len(job):
             ask(job, i + 1, declared)
         else:
             if declared is not None:
-                declared.close()
+                with contextlib.suppress(TurbdbError):  # closing is a hint, as declaring is
+                    declared.close()
             under_way -= 1
+
+
+def _unreachable(error: str | None) -> bool:
+    """Whether a query failed because the server could not be reached at all (after the
+    client's retries)."""
+    return error is not None and error.startswith(f"{ServiceError.__name__}: cannot reach")
 
 
 def _declare(database: Any, job: list[Query]) -> Any:
