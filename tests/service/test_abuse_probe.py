@@ -126,9 +126,10 @@ def test_redact_hides_every_kind_of_token():
     assert "dataset=trig" in redacted and "&t=0" in redacted
 
 
-def test_the_access_log_never_shows_a_token(service_db, tokens_file, tmp_path):
+@pytest.mark.parametrize("level", ["info", "warning"])  # asked for, the access log shows at any level
+def test_the_access_log_never_shows_a_token(service_db, tokens_file, tmp_path, level):
     log = tmp_path / "access.log"
-    with running_server(service_db, log, "--tokens", str(tokens_file), "--access-log", "--log-level", "info") as s:
+    with running_server(service_db, log, "--tokens", str(tokens_file), "--access-log", "--log-level", level) as s:
         response = s.post("/turbulence-svc/values", params={"authToken": FULL, "dataset": "trig",
                                                             "function": "GetVariable", "var": "velocity", "t": 0.5},
                           content="0.1\t0.2\t0.3\n")

@@ -40,3 +40,11 @@ def test_the_startup_banner_states_the_limits_and_how_to_get_more(tokens_file):
     assert ("token 'ann' names dataset(s) isotropic46, which this server does not hold (isotropic64)"
             in access_summary(typo, "tokens.toml", ["isotropic64"]))
     assert "does not hold" not in access_summary(typo, "tokens.toml", ["isotropic46"])
+
+
+def test_the_openapi_description_says_how_a_token_is_sent(server):
+    # The /docs forms send the token given to their Authorize button (they could not).
+    described = server.get("/openapi.json").json()
+    assert described["components"]["securitySchemes"]["bearer"] == {
+        "type": "http", "scheme": "bearer", "description": "a turbdb token (`turbdb token NAME`)"}
+    assert described["security"] == [{"bearer": []}, {}]

@@ -36,7 +36,7 @@ from .inputs import ByteSize
               help="direct: the engine reads past the OS page cache, so its cache is the only one.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="Server log level.")
-@click.option("--access-log", is_flag=True, help="Log one line per request.")
+@click.option("--access-log", is_flag=True, help="Log one line per request (whatever --log-level says).")
 @click.option("--cluster", "cluster_address", default=None,
               help="Run the queries on the Dask cluster at tcp://HOST:PORT serving DB (turbdb cluster up); "
                    "GET /v1/cluster reports its health.")

@@ -54,6 +54,23 @@ _ARRAY_ANSWER = {200: {"description": "JSON {shape, dtype, values}, or .npy with
                        "content": {"application/json": {}, NPY: {}}}}
 
 
+def _describe_bearer_tokens(app: FastAPI) -> None:
+    """The OpenAPI description says how a token is sent (a Bearer token, or none), so that
+    the Authorize button of ``/docs`` sends it: without it every form got 401 on a server
+    that needs a token."""
+    make = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = make()
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "a turbdb token (`turbdb token NAME`)"}}
+            schema["security"] = [{"bearer": []}, {}]  # a token, or none: anonymous use
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
                workers: int | None = None, max_points_in_flight: int = DEFAULT_MAX_POINTS_IN_FLIGHT,
                cutout_chunk_bytes: int = DEFAULT_CUTOUT_CHUNK_BYTES, queue_timeout: float = 60.0,
@@ -87,6 +104,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             "a 4xx/5xx with `{\"description\": …, \"error\": <turbdb exception class>}`."),
     )
     app.state.backend = backend
+    _describe_bearer_tokens(app)
     errors.install(app)
     app.add_middleware(_Instrument, metrics=metrics)
     app.add_middleware(HeadAsGet)

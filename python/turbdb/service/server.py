@@ -4,6 +4,7 @@ serve on uvicorn, and on SIGINT/SIGTERM stop accepting and let requests in progr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -60,6 +61,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False, http=GuardedHttpProtocol)
+    if access_log:  # asked for: logged whatever --log-level says (warning hid every line)
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     redaction.install()  # after uvicorn configured its loggers: no token in any log line
     server = _GracefulServer(config, on_exit=backend.stopping.set)
     try:
