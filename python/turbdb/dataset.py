@@ -102,27 +102,31 @@ class Dataset:
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
             info = DatasetInfo.from_attrs(attrs)
-            rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look, as the rest
+            counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
             # The stores catch up before the new key is published: a copy (another request)
             # that sees it must not read through a store still holding replaced shards.
             self._drop_replaced_stores(attrs)
-            self._catch_up_rewrites(attrs)
+            for field in list(self._stores):
+                self._catch_up(field, counts.get(field, {}))
             cached = self._cache[0] = (key, attrs, info)
         return cached[1]
 
-    def _catch_up_rewrites(self, attrs: dict[str, Any]) -> None:
-        """Makes the opened stores, and the engine, drop what they cached of steps rewritten
-        since they last looked (:mod:`turbdb.rewrites`)."""
-        counts = rewrite_counts(attrs, self._metadata_file)
-        for field, (store, _, identity) in list(self._stores.items()):
-            now = counts.get(field, {})
-            if changed(self._rewrites_seen.get(field), now):
-                forget = getattr(store, "forget_cached", None)  # a cluster's fields cache nothing here
-                if forget is not None:
-                    forget()
-            self._rewrites_seen[field] = now
-            if self.engine is not None:
-                engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
+    def _catch_up(self, field: str, now: dict[int, int]) -> None:
+        """Makes the opened store of ``field``, and the engine, drop what they cached of its
+        steps rewritten since they last looked (``now``: the rewrite counts; see
+        :mod:`turbdb.rewrites`). A store opened just now has cached nothing."""
+        entry = self._stores.get(field)
+        if entry is None:
+            return
+        store, _, identity = entry
+        seen = self._rewrites_seen.get(field)
+        if seen is not None and changed(seen, now):
+            forget = getattr(store, "forget_cached", None)  # a cluster's fields cache nothing here
+            if forget is not None:
+                forget()
+        self._rewrites_seen[field] = now
+        if self.engine is not None:
+            engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
 
     def _drop_replaced_stores(self, attrs: dict[str, Any]) -> None:
         """Forgets the opened stores of fields whose array directory is no longer the one
@@ -231,13 +235,9 @@ class Dataset:
                 headers_required=layout["headers_required"],
                 field_id=layout["field_id"],
             )
-            identity = directory_identity(self.path / field)
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
-            # A new store has cached nothing; the engine may have, before a rewrite.
-            now = rewrite_counts(attrs, self._metadata_file).get(field, {})
-            self._rewrites_seen[field] = now
-            if self.engine is not None:
-                engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"], directory_identity(self.path / field))
+            self._rewrites_seen.pop(field, None)  # a new store: the engine may have cached, it has not
+            self._catch_up(field, rewrite_counts(attrs, self._metadata_file).get(field, {}))
         return self._stores[field][0]
 
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:

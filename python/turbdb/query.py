@@ -128,9 +128,7 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     dtype = getattr(points, "dtype", None)
     if dtype is None and hasattr(points, "dtypes"):  # a DataFrame: a column of float32 will do
         dtype = np.float32 if any(d == np.float32 for d in points.dtypes) else None
-    if dtype is None and hasattr(points, "__array__"):
-        dtype = np.asarray(points).dtype
-    if dtype != np.float32:
+    if dtype != np.float32:  # lists and float64 arrays keep the engine's own tolerance
         return xyz
     for axis, (n, origin, spacing, periodic) in enumerate(zip(info.grid, info.origin, info.spacing, info.periodic)):
         if periodic:

@@ -180,11 +180,11 @@ def write_coordinate(group: Path, name: str, values: np.ndarray, *, chunk: int |
     size = chunk or max(len(values), 1)
     count = max(-(-len(values) // size), 1)
     for i in range(count):
-        part = np.full(size, np.nan, dtype="<f8")
         piece = values[i * size:(i + 1) * size]
-        part[:len(piece)] = piece
+        if chunk:  # every chunk whole: the last padded
+            piece = np.pad(piece, (0, size - len(piece)), constant_values=np.nan)
         with replacing(directory / "c" / str(i), "wb") as f:
-            f.write(part.tobytes() if chunk else piece.tobytes())
+            f.write(piece.tobytes())
     write_json_atomic(directory / ZARR_JSON, coordinate_document(name, len(values), size))
     for stale in (directory / "c").glob("*"):
         if stale.name.isdigit() and int(stale.name) >= count:

@@ -96,17 +96,23 @@ class Backend:
     def names(self) -> list[str]:
         return self.database.datasets
 
-    def visible_names(self, request: Request, token: str | None = None) -> list[str] | None:
-        """The datasets a listing shows its caller (not counted against the rate): those its
-        token (``token``, else the Bearer header) may read, or anonymous use may; None
-        without a token where anonymous use is off."""
-        given = token or self.bearer(request)
+    def known_token(self, given: str | None) -> Limits | None:
+        """The limits of ``given`` when it is one of the file's tokens; None for no token,
+        JHTDB's testing token or an unknown one (refused where it reads data). Not counted
+        against the rate."""
         if not given or given == JHTDB_TESTING_TOKEN or given not in self.tokens:
-            if not self.tokens.anonymous_allowed:  # an unknown token is refused where it reads data
+            return None
+        return self.tokens.identify(given)
+
+    def visible_names(self, request: Request, token: str | None = None) -> list[str] | None:
+        """The datasets a listing shows its caller: those its token (``token``, else the
+        Bearer header) may read, or anonymous use may; None without a token where anonymous
+        use is off."""
+        limits = self.known_token(token or self.bearer(request))
+        if limits is None:
+            if not self.tokens.anonymous_allowed:
                 return None
             limits = self.tokens.anonymous
-        else:
-            limits = self.tokens.identify(given)
         return [name for name in self.names() if limits.allows(name)]
 
     def dataset(self, name: str, limits: Limits | None = None) -> Dataset:

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
-from ..jhtdb.metadata import check_position_arguments
+from ..jhtdb.metadata import PLACEHOLDER, check_position_arguments
 from ..query import point_call
 from ..track import step_count
 from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
@@ -58,8 +58,6 @@ JHTDB_NAMES: dict[str, dict[str, str]] = {
 SYMBOLS = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a", "force": "f", "pressure": "p",
            "temperature": "t", "energy": "e", "density": "rho"}
 HESSIAN_PAIRS = ("xx", "xy", "xz", "yy", "yz", "zz")
-# givernylocal sends -999.9 for timepoint_end and delta_t when the request is not a series.
-PLACEHOLDER = -999.9
 TESTING_TOKEN_LIMIT = 4096
 
 

@@ -17,7 +17,6 @@ from fastapi import APIRouter, Request
 from ..exceptions import TurbdbError
 from ..jhtdb.metadata import document
 from .backend import Backend
-from .tokens import JHTDB_TESTING_TOKEN
 
 
 def router(backend: Backend) -> APIRouter:
@@ -26,10 +25,9 @@ def router(backend: Backend) -> APIRouter:
     @api.get("/turbulence-svc/metadata", summary="givernylocal's metadata document (jhtdb_config.json) of the "
              "datasets here")
     async def metadata(request: Request, authToken: str | None = None) -> dict[str, Any]:  # noqa: N803
-        token = authToken or backend.bearer(request)
-        known = bool(token) and token != JHTDB_TESTING_TOKEN and token in backend.tokens
+        limits = backend.known_token(authToken or backend.bearer(request))
         infos = []
-        for name in backend.visible_names(request, token) if known else backend.names():
+        for name in (n for n in backend.names() if limits is None or limits.allows(n)):
             try:
                 infos.append(backend.dataset(name).metadata)
             except TurbdbError:  # a damaged dataset is left out, not the whole document
