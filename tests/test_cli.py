@@ -165,6 +165,19 @@ def test_verify_names_metadata_that_misleads_other_zarr_readers(db):
     assert "x/: the x coordinate cannot be read" in run("verify", db, check=False).stdout
 
 
+def test_verify_names_a_lost_or_damaged_database_zarr_json_and_how_to_restore_it(db):
+    # turbdb reads its datasets without it, Zarr readers (zarr.open_group(DB)) do not.
+    for damage in (lambda p: p.unlink(), lambda p: p.write_text("[1]"), lambda p: p.write_text('{"zarr_format": 2}')):
+        damage(db / "zarr.json")
+        result = run("verify", db, check=False)
+        assert result.returncode == 1 and "Zarr readers cannot open the database" in result.stdout, result.stdout
+        restore = result.stdout.split("restore it with: ")[1].splitlines()[0]
+        subprocess.run(restore, shell=True, check=True)
+        assert run("verify", db).returncode == 0
+        zarr = pytest.importorskip("zarr")
+        assert zarr.open_group(str(db), mode="r").attrs["turbdb_database"]["format_version"] == 1
+
+
 def test_verify_finds_a_simulated_field_that_lost_its_last_step(tmp_path):
     made = {"generator": "turbdb simulate --kind synthetic"}
     ds = turbdb.create_dataset(tmp_path / "db", "sim", grid=(8, 8, 8), times=[0, 1, 2], provenance=made)

@@ -376,6 +376,10 @@ def test_float32_points_on_a_wall_are_on_it(tmp_path):
     pandas = pytest.importorskip("pandas")
     frame = pandas.DataFrame(walls, columns=["x", "y", "z"])
     np.testing.assert_allclose(ds.query("p", frame, time=0.0, method="lag4"), 1.0)
+    # The R–Q PDF takes the same points (it refused them before).
+    ds.write("velocity", 0, np.random.default_rng(0).normal(size=(16, 16, 16, 3)))
+    from turbdb.stats import rq_pdf
+    assert rq_pdf(ds, time=0.0, points=walls, method="lag4").r.shape == (2,)
 
 
 def test_float32_points_are_exact_at_a_wall_at_zero(tmp_path):

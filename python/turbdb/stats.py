@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import diagnostics
-from .arguments import as_points
+from .query import query_points
 from .exceptions import InvalidRequestError
 from .size_limit import check_result_bytes
 from .times import format_time
@@ -98,7 +98,8 @@ def rq_pdf(
     usual choice) at the stored time nearest ``time``.
     """
     info = dataset.metadata
-    xyz = random_points(info, points, seed) if _is_count(points) else as_points(points)
+    # float32 points on a bounded wall are put on it, as for a query (query_points)
+    xyz = random_points(info, points, seed) if _is_count(points) else query_points(points, info)
     if len(xyz) < 2:
         raise InvalidRequestError("the R–Q PDF needs at least 2 points")
     if field in info.fields and info.fields[field].ncomp != 3:

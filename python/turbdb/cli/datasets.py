@@ -55,6 +55,27 @@ def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
                   and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
 
 
+def _database_metadata_problem(path: Path) -> str | None:
+    """What is wrong with the database's own ``zarr.json``, which turbdb does not need but
+    Zarr readers do (``zarr.open_group(DB)``), with the line that restores it; None if fine."""
+    from ..database import FORMAT_VERSION
+    from ..zarr_meta import group_document, read_json
+
+    restore = json.dumps(group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+    try:
+        document = read_json(path / "zarr.json")
+    except TurbdbError as e:
+        problem = str(e)
+    else:
+        attrs = document.get("attributes")
+        if document.get("zarr_format") == 3 and document.get("node_type") == "group" and isinstance(attrs, dict) \
+                and isinstance(attrs.get("turbdb_database"), dict):
+            return None
+        problem = f"{path / 'zarr.json'} is not a turbdb database's Zarr v3 group document"
+    return (f"{problem}: turbdb still reads the datasets, Zarr readers cannot open the database as a group; "
+            f"restore it with: echo '{restore}' > {path / 'zarr.json'}")
+
+
 @main.command()
 @click.argument("db", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -140,6 +161,9 @@ def verify(db: Path, name: str | None) -> None:
     names = [name] if name else database.datasets
     bad = 0
     if not name:
+        if names and (problem := _database_metadata_problem(database.path)):
+            bad += 1
+            click.echo(f"{db}: {click.style('damaged', fg='red')}: {problem}")
         for orphan in _datasets_without_metadata(database.path, names):
             bad += 1
             click.echo(f"{orphan}: {click.style('damaged', fg='red')}: it holds field arrays but no zarr.json, so "
@@ -174,5 +198,6 @@ def verify(db: Path, name: str | None) -> None:
                 click.echo(f"  note: time step(s) {index_ranges(report['unwritten_between'])} hold no data, between "
                            "written ones: lost, if they were written")
     if bad:
-        click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps", fg="red", err=True)
+        click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps (the other lines say what to do)",
+                    fg="red", err=True)
         sys.exit(1)
