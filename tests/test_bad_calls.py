@@ -46,6 +46,20 @@ def test_the_result_size_limit_is_configurable(small):
         turbdb.set_max_result_bytes(True)
 
 
+def test_the_result_size_limit_from_the_environment_takes_units_and_names_a_bad_value():
+    # "1MiB" and "1e6" were ignored for the default (half the memory) without a word.
+    import subprocess
+    import sys
+
+    def limit(value):
+        return subprocess.run([sys.executable, "-c", "import turbdb; print(turbdb.max_result_bytes())"],
+                              env={**os.environ, "TURBDB_MAX_RESULT_BYTES": value}, capture_output=True, text=True)
+
+    assert [limit(v).stdout.strip() for v in ("1000000", "1MiB", "1e6")] == ["1000000", "1048576", "1000000"]
+    bad = limit("garbage")
+    assert "TURBDB_MAX_RESULT_BYTES must be a number of bytes" in bad.stderr and bad.returncode == 0
+
+
 @pytest.mark.parametrize("kwargs", [
     {"x": (float("inf"), 3)},
     {"time": None},

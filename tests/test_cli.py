@@ -267,13 +267,54 @@ def test_simulate_synthetic_writes_a_dataset_and_skips_it_if_present(tmp_path):
     # --if-missing does not take a dataset of other sizes for the one asked for.
     other = run("simulate", tmp_path, "--name", "syn", "--grid", 32, "--steps", 3, "--kind", "synthetic", "--if-missing",
                 check=False)
-    assert other.returncode == 2 and "exists with grid 16³ and 3 steps, not the 32³ and 3 asked for" in other.stderr
+    assert other.returncode == 2 and "is a grid of 16 x 16 x 16 with 3 steps, not the run asked for" in other.stderr
+    # ... nor one of another seed or kind (its data is not what was asked for).
+    seeded = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 3, "--kind", "synthetic", "--seed", 5,
+                 "--if-missing", check=False)
+    assert seeded.returncode == 2 and "other settings (seed)" in seeded.stderr, seeded.stderr
     # A run refused (odd grid, too large for memory) creates nothing, so the corrected one runs.
     for grid in (9, 4096):
         failed = run("simulate", tmp_path, "--name", "bad", "--grid", grid, "--steps", 2, "--kind", "synthetic",
                      check=False)
         assert failed.returncode == 2 and "Traceback" not in failed.stderr and not (tmp_path / "bad").exists()
     run("simulate", tmp_path, "--name", "bad", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
+
+
+def test_simulate_if_missing_replaces_only_an_interrupted_run_of_its_own(tmp_path):
+    # It deleted a folder of the user's files, or a dataset made otherwise, taken for "incomplete".
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    mine = run("simulate", tmp_path, "--name", "mine", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--if-missing",
+               check=False)
+    assert mine.returncode == 2 and "is not a dataset" in mine.stderr and (tmp_path / "mine" / "notes.txt").exists()
+    other = turbdb.create_dataset(tmp_path, "other", grid=(16, 16, 16), times=[0.0, 0.01], provenance={"source": "lab"})
+    other.write("pressure", 0, np.ones((16, 16, 16)))
+    other.write("velocity", 0, np.ones((16, 16, 16, 3)))
+    refused = run("simulate", tmp_path, "--name", "other", "--grid", 16, "--steps", 2, "--kind", "synthetic",
+                  "--if-missing", check=False)
+    assert refused.returncode == 2 and "made by something else than turbdb simulate" in refused.stderr, refused.stderr
+    assert turbdb.open(tmp_path)["other"].info.steps_present() == [0]
+    # An interrupted run of its own is run again.
+    run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
+    for step in (tmp_path / "syn" / "pressure" / "c").iterdir():
+        if step.name == "1":
+            import shutil
+            shutil.rmtree(step)
+    again = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--if-missing")
+    assert "simulating it again" in again.stderr + again.stdout
+    assert turbdb.open(tmp_path)["syn"].info.steps_present() == [0, 1]
+
+
+def test_simulate_refuses_to_replace_a_dataset_another_process_is_writing(tmp_path):
+    # make demo started twice: the second run deleted the steps the first was storing.
+    run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
+    dataset = turbdb.open(tmp_path)["syn"]
+    with dataset.writer_lock():
+        for flags in (["--if-missing"], ["--overwrite"]):
+            busy = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", *flags,
+                       check=False)
+            assert busy.returncode != 0 and "another process is writing dataset 'syn'" in busy.stderr, busy.stderr
+    assert turbdb.open(tmp_path)["syn"].info.steps_present() == [0, 1]
 
 
 def test_verify_and_info_report_every_dataset_when_one_has_damaged_metadata(db):
@@ -316,8 +357,9 @@ def test_token_prints_an_entry_the_server_accepts(tmp_path):
     secret = next(line.split('"')[1] for line in plain.splitlines() if line.startswith("token ="))
     alice = loaded.identify(secret)
     assert alice.name == "alice" and alice.max_points == 5000 and alice.datasets == ("flow", "other")
-    assert loaded.identify(hashed.stderr.strip().rsplit(" ", 1)[1]).name == "bob"
-    assert "sha256 =" in hashed.stdout and hashed.stderr.strip().rsplit(" ", 1)[1] not in hashed.stdout
+    # stderr to a file (2> bob-secret.txt, as docs/service.md shows) holds the secret alone.
+    assert loaded.identify(hashed.stderr.strip()).name == "bob"
+    assert "sha256 =" in hashed.stdout and hashed.stderr.strip() not in hashed.stdout
 
 
 def test_points_files_may_have_a_header_and_comments_and_say_what_is_wrong(tmp_path):

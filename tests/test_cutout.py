@@ -182,6 +182,8 @@ def test_turbdb_export_writes_each_format_and_reads_back(fields, tmp_path, suffi
         h5, xmf = written
         assert (h5.suffix, xmf.suffix) == (".h5", ".xmf")
         names = list(check_xdmf(xmf, cut))
+        # JHTDB counts stored steps from 1, as turbdb.jhtdb's getCutout names them.
+        assert names == [f"/velocity_{i + 1:04d}" for i in cut.time_index.values], names
         with h5py.File(h5) as f:
             for k, name in enumerate(names):
                 np.testing.assert_array_equal(f[name][...], cut.values[k])

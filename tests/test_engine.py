@@ -189,12 +189,17 @@ def test_a_warm_cache_answers_a_repeated_query_without_reading(database):
 def test_a_large_query_on_an_idle_engine_runs_alone_with_the_lone_answer(database):
     points = np.random.default_rng(5).uniform(0.0, 2 * np.pi, (20_000, 3))
     db = turbdb.open(database, scheduler="jaws")
-    got = db["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip", dtype=np.float64)
+    ds = db["box"]
+    got = ds.query("velocity", points, time=0.15, method="lag8", temporal="pchip", dtype=np.float64)
     alone = turbdb.open(database)["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip",
                                                dtype=np.float64)
     np.testing.assert_array_equal(got, alone)
     stats = db.engine_stats()
     assert stats["served_alone"] == 1 and stats["completed"] == 1 and stats["batches"] == 0
+    # What it read is the engine's (it was left out of the engine's figures).
+    read = ds.last_query_stats["atoms_read"]
+    assert stats["atoms_read"] == read > 0 and stats["read_requests"] > 0
+    assert stats["bytes_read"] == read * (8**3 * 3 * 4 + 4)  # atoms of 8³, velocity, a crc32c each
     # Reading past the page cache, the engine's cache must be the only one: no query runs alone.
     direct = turbdb.open(database, scheduler="jaws", io="direct")
     np.testing.assert_allclose(direct["box"].query("velocity", points, time=0.15, method="lag8", temporal="pchip",

@@ -158,6 +158,11 @@ def test_job_plans_are_checked(database):
         db.job([("box", "velocity", 0.0)] * (MAX_JOB_QUERIES + 1))
     with pytest.raises(InvalidRequestError, match="job must be"):
         db["box"].query("velocity", points(0), time=0.0, job="seven")
+    with pytest.raises(InvalidRequestError, match="job must be"):  # an OverflowError from the engine before
+        db["box"].query("velocity", points(0), time=0.0, job=10**30)
+    for size in (2**70, 1 << 62):  # past any machine; past this machine's memory
+        with pytest.raises(InvalidRequestError, match="more bytes than any machine has|more than this machine's memory"):
+            turbdb.open(database, scheduler="jaws", cache_bytes=size)
     # Without an engine a job is inert: queries with it answer as without.
     plain = turbdb.open(database)
     with plain.job([("box", "velocity", 0.1, "pchip")]) as job:

@@ -45,7 +45,8 @@ def choice(kind: str, value: Any, valid: tuple[str, ...], aliases: dict[str, str
             return key
         if aliases and key in aliases:
             return aliases[key]
-    raise UnknownOptionError(f"unknown {kind} {value!r}; valid {kind}s: {', '.join(valid)}")
+    kinds = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+    raise UnknownOptionError(f"unknown {kind} {value!r}; valid {kinds}: {', '.join(valid)}")
 
 
 def axes_of(info: Any) -> tuple[tuple[int, float, float, bool], ...]:

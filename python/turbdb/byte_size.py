@@ -27,6 +27,8 @@ def parse_byte_size(value: Any, what: str = "a size") -> int:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value < 0:
             raise InvalidRequestError(f"{what} must not be negative, not {value!r}")
+        if value >= 2**63:
+            raise InvalidRequestError(f"{what} {value!r} is more bytes than any machine has")
         return int(value)
     if not isinstance(value, str):
         raise InvalidRequestError(f"{what} must be a number of bytes ({EXAMPLES}), not {value!r}")

@@ -24,6 +24,7 @@ from .exceptions import (
     UnknownNameError,
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
+from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -257,7 +258,24 @@ def _shared_engine(path: Path, **settings: Any) -> Any:
 
 
 def _cache_bytes(value: int | str | None) -> int | None:
-    return None if value is None else parse_byte_size(value, "cache_bytes")
+    """The engine's cache size; more than the machine's memory is refused (the cache holds
+    decoded atoms in memory: it would swap, then be killed)."""
+    if value is None:
+        return None
+    size = parse_byte_size(value, "cache_bytes")
+    memory = _physical_memory()
+    if memory and size > memory:
+        raise InvalidRequestError(f"cache_bytes {value!r} is more than this machine's memory ({human_bytes(memory)}): "
+                                  "the engine's cache holds decoded atoms in memory; give at most a part of it (the "
+                                  "default is a quarter, at most 4 GiB)")
+    return size
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this platform
+        return None
 
 
 def create_dataset(

@@ -179,8 +179,8 @@ class Dataset:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise DatasetBusyError(
-                    f"another process is writing dataset {self.name!r} (turbdb ingest); wait for it to finish, "
-                    "then run this again: steps already stored are skipped"
+                    f"another process is writing dataset {self.name!r} (turbdb ingest or simulate); wait for it to "
+                    "finish, then run this again: steps already stored are skipped"
                 ) from None
             try:
                 yield

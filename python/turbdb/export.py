@@ -96,12 +96,14 @@ def _steps(cut: xarray.DataArray) -> list[tuple[int, float, np.ndarray]]:
 
 
 def _dataset_name(field: str, t_index: int) -> str:
-    return f"{field}_{t_index:04d}"  # JHTDB's naming: velocity_0001, …
+    """JHTDB's naming, which counts stored steps from 1: the first step is velocity_0001
+    (as turbdb.jhtdb's getCutout and the JHTDB endpoint name it)."""
+    return f"{field}_{t_index + 1:04d}"
 
 
 def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     """Writes the cutout as plain HDF5: ``xcoor``, ``ycoor``, ``zcoor`` (physical node
-    coordinates), ``time`` and one dataset per time step, ``<field>_<time index:04d>``,
+    coordinates), ``time`` and one dataset per time step, ``<field>_<time index + 1:04d>``,
     shaped ``(nz, ny, nx, ncomp)`` (``(nz, ny, nx)`` for a scalar), as JHTDB's cutouts."""
     import h5py
 

@@ -92,7 +92,7 @@ def job_number(job: Any) -> int | None:
     """The engine's number of ``job`` (a :class:`Job`, a number, or None)."""
     if job is None or isinstance(job, Job):
         return None if job is None else job.id
-    if isinstance(job, int) and not isinstance(job, bool) and job >= 0:
+    if isinstance(job, int) and not isinstance(job, bool) and 0 <= job < 2**64:
         return job
     raise InvalidRequestError(f"job must be a turbdb.Job (from db.job(...)) or its number, not {job!r}")
 

@@ -3,10 +3,13 @@ writing step i on a background thread while the generator computes step i+1."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -39,22 +42,6 @@ def run_simulation(
     say = (lambda line: None) if quiet else (lambda line: tqdm.write(line))
     if if_missing and overwrite:
         raise InvalidRequestError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
-    if (db / name).exists():
-        existing = _existing(db, name)
-        info = existing.info if existing is not None else None  # scans every shard: once
-        if if_missing and info is not None and len(info.steps_present()) == info.nt:
-            if info.grid != (grid,) * 3 or info.nt != steps:
-                raise DatasetExistsError(f"dataset {name!r} exists with grid {info.grid[0]}³ and {info.nt} steps, "
-                                         f"not the {grid}³ and {steps} asked for; pass --overwrite to replace it, "
-                                         "or another --name")
-            say(f"{db / name} exists with all {info.nt} steps; nothing to do")
-            return existing
-        if if_missing:
-            say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
-            overwrite = True
-        elif not overwrite:
-            raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass --overwrite to replace it")
-
     if kind == "dns":
         config = DNSConfig(n=grid, seed=seed)
         every = save_every or config.default_save_every
@@ -67,13 +54,46 @@ def run_simulation(
         every, stored_dt = 1, SYNTHETIC_DT
         provenance = {"generator": "turbdb simulate --kind synthetic", "seed": seed}
         snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)  # checks grid, before creating
-    size = _check_room(db, grid, steps, kind)
-    dataset = create_dataset(
-        db, name, grid=(grid, grid, grid), times=time_grid(0.0, stored_dt, steps),
-        fields={"velocity": {"ncomp": 3, "units": "box units"}, "pressure": {"ncomp": 1, "units": "box units"}},
-        units={"length": "box units (domain 2π)", "time": "box units"},
-        provenance=provenance, overwrite=overwrite,
-    )
+    with contextlib.ExitStack() as held:
+        if (db / name).exists():
+            existing = _existing(db, name)
+            if existing is not None and (if_missing or overwrite):
+                # Nobody may be writing what is to be replaced (make demo started twice deleted
+                # the steps the first run was storing); held until the new dataset is locked.
+                held.enter_context(existing.writer_lock())
+            if if_missing:
+                if existing is None or (different := _differs(existing, grid, steps, provenance)):
+                    what = "is not a dataset" if existing is None else f"is {different}"
+                    raise DatasetExistsError(f"{db / name} exists and {what}, not the run asked for; --if-missing "
+                                             "only completes or keeps what this same command made: pass --overwrite "
+                                             "to replace it, or another --name")
+                info = existing.info  # scans every shard: once
+                if len(info.steps_present()) == info.nt:
+                    say(f"{db / name} exists with all {info.nt} steps; nothing to do")
+                    return existing
+                say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
+                overwrite = True
+            elif not overwrite:
+                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass --overwrite to replace it")
+
+        size = _check_room(db, grid, steps, kind)
+        dataset = create_dataset(
+            db, name, grid=(grid, grid, grid), times=time_grid(0.0, stored_dt, steps),
+            fields={"velocity": {"ncomp": 3, "units": "box units"}, "pressure": {"ncomp": 1, "units": "box units"}},
+            units={"length": "box units (domain 2π)", "time": "box units"},
+            provenance=provenance, overwrite=overwrite,
+        )
+        lock = contextlib.ExitStack()
+        lock.enter_context(dataset.writer_lock())  # the new dataset's, taken before the old one is let go
+    with lock:
+        return _fill(dataset, kind, grid, steps, size, every, config if kind == "dns" else None,
+                     None if kind == "dns" else snapshots, say, quiet)
+
+
+def _fill(dataset: Dataset, kind: str, grid: int, steps: int, size: int, every: int, config: DNSConfig | None,
+          snapshots: Any, say: Callable[[str], None], quiet: bool) -> Dataset:
+    """Runs the generator and stores its steps into the new ``dataset`` (whose writer lock
+    the caller holds)."""
     say(f"writing {steps} steps of {grid}³ ({kind}, {size / 1e9:.2g} GB) into {dataset.path}")
 
     if kind == "dns":
@@ -90,7 +110,7 @@ def run_simulation(
         bar.set_description("spin-up" if phase == "spinup" else "simulate", refresh=False)
         bar.update(done - bar.n)  # update, not refresh: tqdm throttles the redraws
 
-    if kind == "dns":
+    if config is not None:
         snapshots = run_dns(config, n_saved=steps, save_every=every, progress=progress, log=say)
 
     try:
@@ -123,10 +143,12 @@ def _check_room(db: Path, grid: int, steps: int, kind: str) -> int:
     """Refuses a run whose steps would not fit on the disk, or whose generator would not
     fit in memory, before anything is created (a 4096³ request was accepted and reported
     2.2 TB to write on a disk with 65 GB free); returns the bytes the steps take."""
-    # The generator's working arrays: about four float32 copies of a step (synthetic), or
-    # four float64 vector fields (the DNS's spectral solver).
-    check_work_bytes(grid**3 * 3 * (4 if kind == "synthetic" else 8) * 4, f"a {kind} run on a {grid}³ grid",
-                     "choose a smaller --grid")
+    # The generator's peak memory a grid point, measured (tracemalloc and RSS, 32³–128³): the
+    # DNS's solver state, scratch and transform outputs 190 bytes, the synthetic generator's
+    # 65; and one stored step (16 bytes) in flight on the writer thread.
+    per_point = (190 if kind == "dns" else 65) + 16
+    check_work_bytes(grid**3 * per_point, f"a {kind} run on a {grid}³ grid",
+                     "choose a smaller --grid (or raise the limit: TURBDB_MAX_RESULT_BYTES=<bytes>)")
     size = steps * grid**3 * 4 * 4  # float32 velocity (3) and pressure (1)
     where = next(p for p in (db, *db.resolve().parents) if p.exists())
     free = shutil.disk_usage(where).free
@@ -154,6 +176,20 @@ def _record_window(dataset: Dataset, window: list[dict[str, float]]) -> None:
 def _store(dataset: Dataset, step: int, velocity: np.ndarray, pressure: np.ndarray) -> None:
     dataset.write("velocity", step, velocity)
     dataset.write("pressure", step, pressure)
+
+
+def _differs(existing: Dataset, grid: int, steps: int, provenance: dict[str, Any]) -> str | None:
+    """How the existing dataset differs from the run asked for (None: the same run), by
+    its sizes and the generator settings its provenance records."""
+    info = existing.metadata
+    if info.grid != (grid,) * 3 or info.nt != steps:
+        return f"a grid of {' x '.join(map(str, info.grid))} with {info.nt} steps"
+    made = info.provenance
+    if made.get("generator") != provenance["generator"]:
+        return f"made by {made.get('generator') or 'something else than turbdb simulate'}"
+    # The settings a user chooses (the solver's own constants may change between versions).
+    changed = [key for key in ("save_every", "dns_seed", "seed") if made.get(key) != provenance.get(key)]
+    return f"a run with other settings ({', '.join(changed)})" if changed else None
 
 
 def _existing(db: Path, name: str) -> Dataset | None:

@@ -6,12 +6,30 @@ same limit for what it allocates (``turbdb._core``)."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 import numpy as np
 
 from . import _core
+from .byte_size import parse_byte_size
 from .exceptions import InvalidRequestError, LimitExceededError
+
+ENVIRONMENT = "TURBDB_MAX_RESULT_BYTES"
+
+
+def _read_environment() -> None:
+    """``TURBDB_MAX_RESULT_BYTES`` as people write sizes (``8GiB``, ``1e9``): the engine reads
+    a plain number of bytes, so it is handed one; a value that is no size is named, not
+    silently ignored for the default."""
+    value = os.environ.get(ENVIRONMENT)
+    if value is None or value.strip().isdigit():
+        return
+    try:
+        os.environ[ENVIRONMENT] = str(parse_byte_size(value, ENVIRONMENT))
+    except InvalidRequestError as e:
+        warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=2)
 
 
 def max_result_bytes() -> int:
@@ -55,3 +73,6 @@ def human_bytes(nbytes: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{float(nbytes):.3g} B"
+
+
+_read_environment()

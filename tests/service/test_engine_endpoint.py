@@ -52,6 +52,11 @@ def test_eight_clients_through_the_engine_get_the_local_answers_and_replay_a_tra
             np.testing.assert_allclose(answers[i], ds.query(field, dtype=np.float64, **ask), rtol=1e-6, atol=1e-6)
         state = httpx.get(server.url + "/v1/engine", timeout=10).json()
         assert state["enabled"] and state["scheduler"] == scheduler
+        # Only JAWS gates jobs: the others accept one and say so.
+        declared = httpx.post(server.url + "/v1/jobs", json={"queries": [{"dataset": name, "field": field, "time": float(
+            ds.info.times[0])}]}, headers={"Authorization": f"Bearer {FULL}"}, timeout=10).json()
+        assert declared["scheduled"] is (scheduler == "jaws"), declared
+        assert ("does not gate jobs" in declared.get("note", "")) is (scheduler != "jaws")
         with turbdb.connect(server.url, FULL) as remote:  # the same figures as a local engine_stats()
             assert remote.engine_stats().keys() == turbdb.open(service_db, scheduler="jaws").engine_stats().keys()
         assert state["completed"] >= len(asks) and state["pending"] == 0 and state["atoms_read"] > 0

@@ -48,3 +48,20 @@ def test_the_openapi_description_says_how_a_token_is_sent(server):
     assert described["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "description": "a turbdb token (`turbdb token NAME`)"}
     assert described["security"] == [{"bearer": []}, {}]
+
+
+def test_the_openapi_description_gives_the_errors_the_server_sends(server):
+    # Bad parameters answer 400 {description, error, status}, never FastAPI's 422; a cutout
+    # answers .npy or NetCDF, /metrics Prometheus text, not JSON.
+    described = server.get("/openapi.json").json()
+    assert "HTTPValidationError" not in described["components"]["schemas"]
+    for path, operations in described["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], (method, path)
+            assert operation["responses"]["4XX"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/Error"}
+    assert "application/json" not in described["paths"]["/v1/datasets/{name}/cutout"]["post"]["responses"]["200"]["content"]
+    from turbdb.service.metrics import CONTENT_TYPE_LATEST
+    assert list(described["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == [CONTENT_TYPE_LATEST]
+    answer = server.post("/v1/datasets/isotropic64/query?field=velocity&time=abc", json={"points": [[0, 0, 0]]})
+    assert answer.status_code == 400 and set(answer.json()) == set(described["components"]["schemas"]["Error"]["required"])

@@ -16,7 +16,7 @@ import turbdb
 from click.testing import CliRunner
 from servicekit import FULL, SMALL, TIMES, running_server
 from turbdb.cli import main
-from turbdb.exceptions import EngineBusyError, LimitExceededError
+from turbdb.exceptions import EngineBusyError, LimitExceededError, UnknownNameError
 from turbdb.jobs import Job
 from turbdb.service.jobs import MAX_PLANNED_PER_OWNER, JobRegistry
 from turbdb.service.transport import encode_npy
@@ -163,6 +163,24 @@ def test_the_servers_open_jobs_and_their_planned_queries_are_bounded():
     registry.remove(numbers[0], "a")
     assert registry.planned("a") == 0 and registry.planned("b") == 2
     registry.reserve("d", 1)
+
+
+def test_an_idle_job_is_forgotten_even_if_nobody_declares_another():
+    # It was expired only by a new declaration: a query revived it, and its plan kept counting.
+    registry = JobRegistry(idle_seconds=0.05)
+    registry.reserve("a", 2)
+    number = registry.add("a", Job(None, None, 2))
+    assert registry.engine_job(number, "a") is None and registry.planned("a") == 2  # no engine: no engine job
+    time.sleep(0.1)
+    with pytest.raises(UnknownNameError, match=f"no job {number} .* unused for 0 s"):
+        registry.engine_job(number, "a")
+    assert registry.planned("a") == 0
+    registry.reserve("a", 1)
+    other = registry.add("a", Job(None, None, 1))
+    time.sleep(0.1)
+    assert registry.planned("a") == 0 and len(registry) == 0  # counted as forgotten when asked, too
+    with pytest.raises(UnknownNameError):
+        registry.engine_job(other, "a")
 
 
 def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled(server, local):

@@ -36,13 +36,16 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 
     Every stored step is written as soon as it is computed (while the next one is being
     computed), so the dataset can be read while it grows. The dns kind spins up from a random
-    field to a statistically stationary state first (on 64³, then refined spectrally to the
-    grid) and logs Re_λ, dissipation against injection, and the skewness and flatness of
+    field to a statistically stationary state first (on 64³, or the grid if smaller, then
+    refined spectrally to the grid) and logs Re_λ, dissipation against injection, and the skewness and flatness of
     ∂u/∂x. --grid 64 gives Re_λ ≈ 41 in a few minutes; --grid 256 --steps 41 gives Re_λ ≈ 117
     with a short inertial range (11 GB, about half an hour on 2 cores): docs/simulate.md.
     """
     from ..simulation_run import run_simulation
 
+    if grid % 2 or (kind == "dns" and grid < 16):
+        raise click.BadParameter(f"{grid} is not an even number{' of at least 16 (dns)' if kind == 'dns' else ''}",
+                                 param_hint="--grid")
     run_simulation(db, name, grid=grid, steps=steps, save_every=save_every, seed=seed, kind=kind,
                    if_missing=if_missing, overwrite=overwrite, quiet=quiet)
 

@@ -26,14 +26,16 @@ from .inputs import ByteSize
               help="Size of the slabs cutouts are streamed in (default 16 MiB).")
 @click.option("--scheduler", type=click.Choice(["noshare", "liferaft", "jaws"]), default=None,
               help="Run point queries through one node engine scheduled this way (jaws: shared batches; "
-                   "noshare: each alone). Without any engine option each request runs alone.")
+                   "noshare: each alone; liferaft: one atom at a time by workload). Default jaws when any other "
+                   "engine option is given; without any engine option each request runs alone.")
 @click.option("--cache-bytes", type=ByteSize(), default=None, metavar="SIZE",
               help="Bytes of decoded atoms the node engine keeps, e.g. 2GiB or 500MB (default a quarter of RAM, "
                    "at most 4 GiB).")
 @click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
               help="The atom cache's replacement policy (default urc: ranked by pending work).")
 @click.option("--io", type=click.Choice(["buffered", "direct"]), default=None,
-              help="direct: the engine reads past the OS page cache, so its cache is the only one.")
+              help="direct: the engine reads past the OS page cache, so its cache is the only one (default "
+                   "buffered, through the page cache).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="Server log level.")
 @click.option("--access-log", is_flag=True, help="Log one line per request (whatever --log-level says).")
@@ -70,7 +72,9 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
 def demo(db: Path, name: str, out: Path | None) -> None:
     """Show what the dataset holds: its metadata, physical checks computed from the stored
     data, particles tracked forward and back, and plots of a vorticity slice, the energy
-    spectrum, the trajectories and the R–Q joint PDF."""
+    spectrum, the trajectories and the R–Q joint PDF.
+
+    DB defaults to data, where make demo simulates the default dataset."""
     from ..demo import run_demo
 
     run_demo(db, name, out)

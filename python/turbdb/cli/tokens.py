@@ -32,6 +32,7 @@ def token(name: str, max_points: int, requests_per_minute: float, datasets: str,
     import hashlib
     import json
     import secrets
+    import sys
 
     from ..service.tokens import rate_text
 
@@ -47,4 +48,7 @@ def token(name: str, max_points: int, requests_per_minute: float, datasets: str,
     click.echo(f"\n[[token]]\n{line}\nname = {json.dumps(name)}\nmax_points = {max_points}\n"
                f"requests_per_minute = {rate_text(requests_per_minute)}\ndatasets = {json.dumps(names)}")
     if hashed:
-        click.echo(f"the secret of token {name!r} (give it to them; the entry keeps only its hash): {secret}", err=True)
+        if sys.stderr.isatty():
+            click.echo(f"the secret of token {name!r} (give it to them; the entry keeps only its hash): {secret}", err=True)
+        else:  # 2> secret.txt: the file holds the secret alone, ready for TURBDB_TOKEN=$(cat secret.txt)
+            click.echo(secret, err=True)

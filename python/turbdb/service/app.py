@@ -66,9 +66,40 @@ def _describe_bearer_tokens(app: FastAPI) -> None:
             schema.setdefault("components", {})["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "a turbdb token (`turbdb token NAME`)"}}
             schema["security"] = [{"bearer": []}, {}]  # a token, or none: anonymous use
+            _describe_errors(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+_ERROR_SCHEMA = {"type": "object", "required": ["description", "error", "status"], "properties": {
+    "description": {"type": "string", "description": "what went wrong and what to do"},
+    "error": {"type": "string", "description": "the turbdb exception's name, e.g. InvalidRequestError"},
+    "status": {"type": "integer"}}}
+#: Answers whose body is not JSON (FastAPI lists application/json for every 200).
+_NOT_JSON = {("/v1/datasets/{name}/cutout", "post"): None, ("/metrics", "get"): {CONTENT_TYPE_LATEST: {}}}
+
+
+def _describe_errors(schema: dict[str, Any]) -> None:
+    """Every error is ``{description, error, status}`` with a 4xx or 5xx status (400 for bad
+    parameters: the validation handler answers 400, never FastAPI's 422); the OpenAPI
+    description says so instead of listing FastAPI's 422 ``HTTPValidationError``."""
+    schema["components"].setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(name, None)
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            responses["4XX"] = {"description": "a bad request (400), no or a wrong token (401, 403), an unknown "
+                                "name (404), past a limit (413, 429): the description says what to do", **error}
+            responses["5XX"] = {"description": "busy (503, with Retry-After), damaged data or a server fault "
+                                "(500)", **error}
+            if (path, method) in _NOT_JSON and "200" in responses:
+                content = responses["200"].setdefault("content", {})
+                content.pop("application/json", None)
+                content.update(_NOT_JSON[path, method] or {})
 
 
 def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
@@ -238,7 +269,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         dt: float = Query(..., description="time step"),
         method: str = Query("lag6", description="spatial interpolation of the velocity"),
         field: str = Query("velocity", description="the velocity field to advect with"),
-        integrator: str = Query("rk2", description="time integrator"),
+        integrator: str = Query("rk2", description="time integrator: rk2 (Heun's predictor–corrector, second "
+                                "order) or euler (first order)"),
         return_velocity: bool = Query(False, description="also return the velocity at each position"),
     ) -> Response:
         limits = backend.authorize(request)

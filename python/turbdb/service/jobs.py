@@ -7,7 +7,7 @@ with those of other jobs that read the same time steps, so one read serves them 
 A job is a scheduling hint: answers never depend on it. A server without a node engine
 (``turbdb serve`` without ``--scheduler``) still accepts jobs, so that a client need not
 know how the server runs, and answers ``"scheduled": false``: its queries run alone, as
-they would without the job. A job belongs to the token that declared it (to the address,
+they would without the job; so does one whose scheduler is not JAWS (only JAWS gates). A job belongs to the token that declared it (to the address,
 for anonymous use): another token's ``job=`` gets 404, as an unknown id does. A job
 unused for :data:`JOB_IDLE_SECONDS` is forgotten. The open jobs of one token may plan
 :data:`MAX_PLANNED_PER_OWNER` queries at once (429 past it), those of the server
@@ -86,8 +86,15 @@ class JobRegistry:
         """Admits a job of ``owner`` planning ``queries`` queries, to be declared and then
         :meth:`add`-ed (or :meth:`cancel`-led): 429 past the owner's planned queries, 503
         past the server's jobs or planned queries."""
+        gone: list[DeclaredJob] = []
+        try:
+            self._admit(owner, queries, gone)
+        finally:
+            _close(gone)
+
+    def _admit(self, owner: str, queries: int, gone: list[DeclaredJob]) -> None:
         with self._lock:
-            self._expire()
+            gone += self._expire()
             close = "close jobs that are done (DELETE /v1/jobs/{id})"
             if self._planned[owner] + queries > self.max_planned_per_owner:
                 raise LimitExceededError(
@@ -123,10 +130,19 @@ class JobRegistry:
         404 if there is no such job of theirs."""
         if number is None:
             return None
-        with self._lock:
-            found = self._find(number, owner)
-            found.last_used = time.monotonic()
-            return found.job.id
+        gone: list[DeclaredJob] = []
+        try:
+            with self._lock:
+                found = self._find(number, owner)
+                now = time.monotonic()
+                if now - found.last_used > self.idle_seconds:  # gone, even if nobody declared a job since
+                    gone.append(self._jobs.pop(number))
+                    self._release(owner, found.job.queries)
+                    self._find(number, owner)  # its 404
+                found.last_used = now
+                return found.job.id
+        finally:
+            _close(gone)
 
     def remove(self, number: int, owner: str) -> None:
         with self._lock:
@@ -138,7 +154,10 @@ class JobRegistry:
     def planned(self, owner: str) -> int:
         """Queries planned by ``owner``'s open (and admitted) jobs."""
         with self._lock:
-            return self._planned[owner]
+            gone = self._expire()
+            planned = self._planned[owner]
+        _close(gone)
+        return planned
 
     def _release(self, owner: str, queries: int) -> None:
         self._planned[owner] -= queries
@@ -153,12 +172,19 @@ class JobRegistry:
                 f"{self.idle_seconds:.0f} s; declare it with POST /v1/jobs"), 404)
         return found
 
-    def _expire(self) -> None:
+    def _expire(self) -> list[DeclaredJob]:
+        """Forgets the jobs unused for ``idle_seconds``; returns them, to be closed with the
+        engine outside the lock."""
         now = time.monotonic()
-        for number in [n for n, j in self._jobs.items() if now - j.last_used > self.idle_seconds]:
-            gone = self._jobs.pop(number)
-            self._release(gone.owner, gone.job.queries)
-            gone.job.close()
+        gone = [self._jobs.pop(n) for n, j in list(self._jobs.items()) if now - j.last_used > self.idle_seconds]
+        for job in gone:
+            self._release(job.owner, job.job.queries)
+        return gone
+
+
+def _close(jobs: list[DeclaredJob]) -> None:
+    for declared in jobs:
+        declared.job.close()
 
 
 def owner_of(request: Request, limits: Limits, backend: Backend) -> str:
@@ -199,11 +225,15 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
             registry.cancel(owner, len(plan))
             raise
         number = registry.add(owner, job)
-        answer: dict[str, Any] = {"job": number, "queries": len(plan), "scheduled": engine is not None,
+        scheduler = None if engine is None else engine.stats()["scheduler"]
+        answer: dict[str, Any] = {"job": number, "queries": len(plan), "scheduled": scheduler == "jaws",
                                   "idle_timeout_seconds": registry.idle_seconds}
         if engine is None:
             answer["note"] = ("this server runs without a node engine: the job's queries run alone, as they would "
                               "without it")
+        elif scheduler != "jaws":  # only JAWS aligns and gates jobs
+            answer["note"] = (f"this server's scheduler, {scheduler}, does not gate jobs: the job's queries run as "
+                              "they would without it")
         return answer
 
     @routes.delete("/v1/jobs/{job}", summary="end a job: its queries still to come run ungated")

@@ -23,9 +23,10 @@ class Metrics:
                                  ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
         self.points = Counter("turbdb_points", "Points evaluated (query, JHTDB values, track) or nodes cut out",
                               ["endpoint"], registry=r)
-        self.bytes_read = Counter("turbdb_bytes_read", "Bytes of stored atoms the engine read (decompressed)",
+        self.bytes_read = Counter("turbdb_bytes_read", "Decoded bytes of the atoms counted in turbdb_atoms_read",
                                   registry=r)
-        self.atoms_read = Counter("turbdb_atoms_read", "Atoms the engine read", registry=r)
+        self.atoms_read = Counter("turbdb_atoms_read", "Atoms the queries needed that were read from storage, summed "
+                                  "over the queries (one read shared by several counts for each)", registry=r)
         self.bytes_sent = Counter("turbdb_response_bytes", "Bytes of response bodies sent, by endpoint",
                                   ["endpoint"], registry=r)
         self.cutout_chunks = Counter("turbdb_cutout_chunks", "Slabs streamed by cutouts", registry=r)

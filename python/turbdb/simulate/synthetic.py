@@ -63,12 +63,14 @@ def synthetic_snapshots(
     """
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 8 or n % 2:
         raise InvalidRequestError(f"n must be an even integer >= 8, got {n!r}")
-    if not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
+    if not isinstance(n_steps, (int, np.integer)) or isinstance(n_steps, bool) or n_steps < 0:
         raise InvalidRequestError(f"n_steps must be a non-negative integer, got {n_steps!r}")
-    if not (dt > 0 and math.isfinite(dt)):
-        raise InvalidRequestError(f"dt must be positive and finite, got {dt!r}")
-    if not (box > 0 and math.isfinite(box)):
-        raise InvalidRequestError(f"box must be positive and finite, got {box!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise InvalidRequestError(f"seed must be a non-negative integer, got {seed!r}")
+    for name, value in (("dt", dt), ("box", box)):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+                and value > 0 and math.isfinite(value)):
+            raise InvalidRequestError(f"{name} must be positive and finite, got {value!r}")
     n = int(n)
     return _generate(n, int(n_steps), float(dt), seed, float(box))
 

@@ -246,6 +246,10 @@ struct ServedTally {
     /// Queries that panicked while being served (they fail alone).
     failed: u64,
     contributions: u64,
+    /// What the queries served alone read (the streaming executor reads for itself).
+    atoms_read: u64,
+    read_requests: u64,
+    bytes_read: u64,
     busy_seconds: f64,
     response: [Histogram; 3],
 }
@@ -257,6 +261,9 @@ impl ServedTally {
             alone: 0,
             failed: 0,
             contributions: 0,
+            atoms_read: 0,
+            read_requests: 0,
+            bytes_read: 0,
             busy_seconds: 0.0,
             response: std::array::from_fn(|_| Histogram::new(&RESPONSE_BOUNDS)),
         }
@@ -269,6 +276,9 @@ impl ServedTally {
         stats.served_from_cache += self.queries;
         stats.served_alone += self.alone;
         stats.contributions += self.contributions;
+        stats.atoms_read += self.atoms_read;
+        stats.read_requests += self.read_requests;
+        stats.bytes_read += self.bytes_read;
         stats.busy_seconds += self.busy_seconds;
         for (total, mine) in stats.response.iter_mut().zip(&self.response) {
             for (t, m) in total.counts.iter_mut().zip(&mine.counts) {
@@ -485,10 +495,14 @@ impl NodeEngine {
             }
         };
         let response = submitted.elapsed().as_secs_f64();
-        let (atoms, _, contributions) = stream.snapshot();
+        let (atoms, read_calls, contributions) = stream.snapshot();
         tally.alone += 1;
         tally.busy_seconds += response;
         tally.contributions += contributions;
+        tally.atoms_read += atoms;
+        tally.read_requests += read_calls;
+        // The executor maps the shards: each atom read is its stored bytes.
+        tally.bytes_read += atoms * reader.geometry().stored_atom_bytes() as u64;
         tally.response[size_class(n)].observe(&RESPONSE_BOUNDS, response);
         drop(tally);
         self.count_in_run(response);
@@ -1459,12 +1473,13 @@ impl Core {
         self.stats
             .batch_sizes
             .observe(&BATCH_BOUNDS, batch.codes.len() as f64);
-        let atoms_read = batch.hit.iter().filter(|&&h| !h).count() as u64;
         for (mut live, (n, hits)) in lives.into_iter().zip(served) {
             live.left -= n;
             live.stats.atoms += n as u64;
             live.stats.batches += 1;
-            live.stats.atoms_read += atoms_read;
+            // Its own atoms that the batch read (not from the cache); an atom read once for
+            // several queries counts for each of them.
+            live.stats.atoms_read += n as u64 - hits;
             live.stats.cache_hits += hits;
             if live.left == 0 {
                 self.complete(live);
@@ -1741,6 +1756,29 @@ mod tests {
         for (a, b) in idle.iter().zip(&busy) {
             assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()), "{a} against {b}");
         }
+    }
+
+    #[test]
+    fn each_query_counts_the_reads_of_its_own_atoms_and_the_engine_each_read_once() {
+        let (_dir, reader, axes) = field();
+        let engine = NodeEngine::new(EngineConfig {
+            cache_bytes: 0,
+            ..EngineConfig::default()
+        });
+        // Queries handed in together share batches; each was credited the whole batch's reads.
+        let tickets: Vec<Ticket> = (0..6).map(|_| at(&engine, &reader, axes, 1.0)).collect();
+        let mut summed = 0;
+        for ticket in tickets {
+            match ticket.outcome() {
+                Outcome::Done(_, stats) => {
+                    assert_eq!(stats.atoms_read, stats.atoms - stats.cache_hits, "{stats:?}");
+                    summed += stats.atoms_read;
+                }
+                outcome => panic!("ended as {outcome:?}"),
+            }
+        }
+        let read = engine.stats().atoms_read;
+        assert!(read > 0 && read <= summed, "{read} {summed}");
     }
 
     #[test]

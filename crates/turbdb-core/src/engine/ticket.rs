@@ -15,7 +15,8 @@ pub struct QueryStats {
     pub atoms: u64,
     /// Of those, atoms found in the cache.
     pub cache_hits: u64,
-    /// Atoms read from the store for the batches this query took part in.
+    /// Of its sub-queries, those whose atom was read from the store, not found in the cache
+    /// (an atom read once for several queries of a batch counts for each of them).
     pub atoms_read: u64,
     /// Batches it took part in.
     pub batches: u64,
