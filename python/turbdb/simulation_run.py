@@ -57,10 +57,6 @@ def run_simulation(
     with contextlib.ExitStack() as held:
         if (db / name).exists():
             existing = _existing(db, name)
-            if existing is not None and (if_missing or overwrite):
-                # Nobody may be writing what is to be replaced (make demo started twice deleted
-                # the steps the first run was storing); held until the new dataset is locked.
-                held.enter_context(existing.writer_lock())
             if if_missing:
                 if existing is None or (different := _differs(existing, grid, steps, provenance)):
                     what = "is not a dataset" if existing is None else f"is {different}"
@@ -68,13 +64,18 @@ def run_simulation(
                                              "only completes or keeps what this same command made: pass --overwrite "
                                              "to replace it, or another --name")
                 info = existing.info  # scans every shard: once
-                if len(info.steps_present()) == info.nt:
+                if len(info.steps_present()) == info.nt:  # (a read-only database is fine here)
                     say(f"{db / name} exists with all {info.nt} steps; nothing to do")
                     return existing
-                say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
                 overwrite = True
             elif not overwrite:
                 raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass --overwrite to replace it")
+            if existing is not None:
+                # Nobody may be writing what is to be replaced (make demo started twice deleted
+                # the steps the first run was storing); held until the new dataset is locked.
+                held.enter_context(existing.writer_lock())
+            if if_missing:
+                say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
 
         size = _check_room(db, grid, steps, kind)
         dataset = create_dataset(
