@@ -56,8 +56,8 @@ def test_the_result_size_limit_from_the_environment_takes_units_and_names_a_bad_
                               env={**os.environ, "TURBDB_MAX_RESULT_BYTES": value}, capture_output=True, text=True)
 
     assert [limit(v).stdout.strip() for v in ("1000000", "1MiB", "1e6")] == ["1000000", "1048576", "1000000"]
-    bad = limit("garbage")
-    assert "TURBDB_MAX_RESULT_BYTES must be a number of bytes" in bad.stderr and bad.returncode == 0
+    for bad in map(limit, ("garbage", "0", "20000000000000000000")):
+        assert "TURBDB_MAX_RESULT_BYTES" in bad.stderr and "the default limit" in bad.stderr and bad.returncode == 0
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -317,6 +317,23 @@ def test_simulate_refuses_to_replace_a_dataset_another_process_is_writing(tmp_pa
                        check=False)
             assert busy.returncode != 0 and "another process is writing dataset 'syn'" in busy.stderr, busy.stderr
     assert turbdb.open(tmp_path)["syn"].info.steps_present() == [0]
+    # Created again over, a dataset keeps its writer lock file: a lock held on it still holds.
+    with dataset.writer_lock():
+        turbdb.create_dataset(tmp_path, "syn", grid=(16, 16, 16), times=[0.0], overwrite=True)
+        with pytest.raises(turbdb.DatasetBusyError), turbdb.open(tmp_path)["syn"].writer_lock():
+            pass
+
+
+def test_simulate_if_missing_replaces_a_creation_stopped_before_its_metadata(tmp_path):
+    run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
+    (tmp_path / "syn" / "zarr.json").unlink()  # create_dataset writes it last
+    for step in ("0", "1"):
+        for field in ("velocity", "pressure"):
+            import shutil
+            shutil.rmtree(tmp_path / "syn" / field / "c" / step)
+    again = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--if-missing")
+    assert "simulating it again" in again.stderr + again.stdout
+    assert turbdb.open(tmp_path)["syn"].info.steps_present() == [0, 1]
 
 
 def test_verify_and_info_report_every_dataset_when_one_has_damaged_metadata(db):

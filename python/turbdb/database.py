@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .byte_size import parse_byte_size
-from .dataset import Dataset
+from .dataset import WRITER_LOCK_FILE, Dataset
 from .exceptions import (
     DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
     UnknownNameError,
@@ -339,7 +339,7 @@ def create_dataset(
         if path.exists():
             if not overwrite:
                 raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
-            shutil.rmtree(path)
+            _empty_keeping_writer_lock(path)
     except OSError as e:
         if isinstance(e, TurbdbError):
             raise
@@ -375,6 +375,23 @@ def create_dataset(
     write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
     write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
+
+
+def _empty_keeping_writer_lock(path: Path) -> None:
+    """Removes ``path`` (a dataset to be created again), all but its writer lock file: a
+    writer that holds the lock (``turbdb simulate`` replacing an interrupted run) keeps
+    holding it for the new dataset, which another writer could otherwise lock between the
+    creation and the first write."""
+    if not path.is_dir() or path.is_symlink():
+        path.unlink()
+        return
+    for entry in os.scandir(path):
+        if entry.name == WRITER_LOCK_FILE and entry.is_file(follow_symlinks=False):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def _field_specs(fields: Mapping[str, int | Mapping[str, Any]]) -> dict[str, tuple[int, str]]:

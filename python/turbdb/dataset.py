@@ -165,27 +165,11 @@ class Dataset:
                 present.append(int(entry.name))
         return tuple(sorted(present))
 
-    @contextlib.contextmanager
-    def writer_lock(self) -> Iterator[None]:
+    def writer_lock(self) -> contextlib.AbstractContextManager[None]:
         """One writer per dataset: an advisory lock held for a whole ingest. Two ingests into
         one dataset would otherwise interleave their steps and journals; the second is
         refused with :class:`DatasetBusyError` at once instead of waiting."""
-        try:
-            lock = open(self.path / WRITER_LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
-        except OSError as e:
-            raise storage_error(e, self.path / WRITER_LOCK_FILE) from None
-        with lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise DatasetBusyError(
-                    f"another process is writing dataset {self.name!r} (turbdb ingest or simulate); wait for it to "
-                    "finish, then run this again: steps already stored are skipped"
-                ) from None
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        return writer_lock(self.path)
 
     @contextlib.contextmanager
     def _metadata_lock(self) -> Iterator[None]:
@@ -579,3 +563,25 @@ def _count_shards(step_dir: str, shards: tuple[int, int, int]) -> int:
             for x in (e for e in os.scandir(y.path) if inside(e, nx)):
                 count += os.path.isfile(os.path.join(x.path, "0"))
     return count
+
+
+@contextlib.contextmanager
+def writer_lock(path: Path) -> Iterator[None]:
+    """The writer lock of the dataset at ``path`` (:meth:`Dataset.writer_lock`), also for a
+    directory whose metadata is not written yet (a creation that was interrupted)."""
+    try:
+        lock = open(path / WRITER_LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+    except OSError as e:
+        raise storage_error(e, path / WRITER_LOCK_FILE) from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetBusyError(
+                f"another process is writing dataset {path.name!r} (turbdb ingest or simulate); wait for it to "
+                "finish, then run this again: steps already stored are skipped"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,11 +17,12 @@ from tqdm import tqdm
 
 from .database import create_dataset
 from .database import open as open_db
-from .dataset import Dataset
+from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock
 from .exceptions import DatasetExistsError, InvalidRequestError, StorageError
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
 from .size_limit import check_work_bytes, human_bytes
 from .times import time_grid
+from .zarr_meta import TEMP_PREFIX, ZARR_JSON
 
 SYNTHETIC_DT = 0.01
 
@@ -54,10 +56,12 @@ def run_simulation(
         every, stored_dt = 1, SYNTHETIC_DT
         provenance = {"generator": "turbdb simulate --kind synthetic", "seed": seed}
         snapshots = synthetic_snapshots(grid, n_steps=steps, dt=stored_dt, seed=seed)  # checks grid, before creating
-    with contextlib.ExitStack() as held:
+    with contextlib.ExitStack() as lock:
+        locked = False
         if (db / name).exists():
             existing = _existing(db, name)
-            if if_missing:
+            interrupted = existing is None and _interrupted_creation(db / name)
+            if if_missing and not interrupted:
                 if existing is None or (different := _differs(existing, grid, steps, provenance)):
                     what = "is not a dataset" if existing is None else f"is {different}"
                     raise DatasetExistsError(f"{db / name} exists and {what}, not the run asked for; --if-missing "
@@ -67,15 +71,17 @@ def run_simulation(
                 if len(info.steps_present()) == info.nt:  # (a read-only database is fine here)
                     say(f"{db / name} exists with all {info.nt} steps; nothing to do")
                     return existing
-                overwrite = True
-            elif not overwrite:
+            elif not if_missing and not overwrite:
                 raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass --overwrite to replace it")
-            if existing is not None:
+            if existing is not None or interrupted:
                 # Nobody may be writing what is to be replaced (make demo started twice deleted
-                # the steps the first run was storing); held until the new dataset is locked.
-                held.enter_context(existing.writer_lock())
+                # the steps the first run was storing). create_dataset keeps the lock file, so
+                # the lock is held on, for the new dataset, until its steps are stored.
+                lock.enter_context(writer_lock(db / name))
+                locked = True
             if if_missing:
                 say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
+            overwrite = True
 
         size = _check_room(db, grid, steps, kind)
         dataset = create_dataset(
@@ -84,9 +90,8 @@ def run_simulation(
             units={"length": "box units (domain 2π)", "time": "box units"},
             provenance=provenance, overwrite=overwrite,
         )
-        lock = contextlib.ExitStack()
-        lock.enter_context(dataset.writer_lock())  # the new dataset's, taken before the old one is let go
-    with lock:
+        if not locked:
+            lock.enter_context(dataset.writer_lock())
         return _fill(dataset, kind, grid, steps, size, every, config if kind == "dns" else None,
                      None if kind == "dns" else snapshots, say, quiet)
 
@@ -191,6 +196,17 @@ def _differs(existing: Dataset, grid: int, steps: int, provenance: dict[str, Any
     # The settings a user chooses (the solver's own constants may change between versions).
     changed = [key for key in ("save_every", "dns_seed", "seed") if made.get(key) != provenance.get(key)]
     return f"a run with other settings ({', '.join(changed)})" if changed else None
+
+
+#: What create_dataset writes before the dataset's own zarr.json (written last).
+_CREATED_FIRST = {"x", "y", "z", "time", "velocity", "pressure", LOCK_FILE, WRITER_LOCK_FILE}
+
+
+def _interrupted_creation(path: Path) -> bool:
+    """A directory left by a ``create_dataset`` that was stopped before it wrote the group's
+    zarr.json (written last): only what it writes first, so a rerun may replace it."""
+    return (path.is_dir() and not (path / ZARR_JSON).exists()
+            and all(e.name in _CREATED_FIRST or e.name.startswith(TEMP_PREFIX) for e in os.scandir(path)))
 
 
 def _existing(db: Path, name: str) -> Dataset | None:

@@ -21,19 +21,25 @@ ENVIRONMENT = "TURBDB_MAX_RESULT_BYTES"
 
 def _read_environment() -> None:
     """``TURBDB_MAX_RESULT_BYTES`` as people write sizes (``8GiB``, ``1e9``): the engine reads
-    a plain number of bytes, so it is handed one; a value that is no size is named, not
-    silently ignored for the default."""
+    a plain positive number of bytes, so it is handed one; a value that is no such size is
+    named, not silently ignored for the default."""
     value = os.environ.get(ENVIRONMENT)
-    if value is None or value.strip().isdigit():
+    if value is None:
         return
     try:
-        os.environ[ENVIRONMENT] = str(parse_byte_size(value, ENVIRONMENT))
+        nbytes = parse_byte_size(value, ENVIRONMENT)
+        if nbytes == 0:
+            raise InvalidRequestError(f"{ENVIRONMENT} must be a positive number of bytes, not {value!r}")
     except InvalidRequestError as e:
-        warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=2)
+        warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=1)
+        return
+    if value != str(nbytes):
+        os.environ[ENVIRONMENT] = str(nbytes)
 
 
 def max_result_bytes() -> int:
     """The most bytes one call may return."""
+    _read_environment()  # the engine reads the variable at each call: it may have been set since import
     return int(_core.get_max_result_bytes())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def _database_metadata_problem(path: Path) -> str | None:
             return None
         problem = f"{path / 'zarr.json'} is not a turbdb database's Zarr v3 group document"
     return (f"{problem}: turbdb still reads the datasets, Zarr readers cannot open the database as a group; "
-            f"restore it with: echo '{restore}' > {path / 'zarr.json'}")
+            f"restore it with: echo {shlex.quote(restore)} > {shlex.quote(str(path / 'zarr.json'))}")
 
 
 @main.command()
