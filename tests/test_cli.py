@@ -458,3 +458,12 @@ def test_an_output_name_numpy_would_change_is_refused_before_any_work(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "p.csv"]
     run("track", db, "flow", "--points", "4", "--start", "0", "--end", "1", "--dt", "0.5", "--out", tmp_path / "t.npy")
     assert np.load(tmp_path / "t.npy").shape == (3, 4, 3)
+
+
+def test_cutout_time_ranges_are_matched_relative_to_the_stored_times():
+    # An absolute 1e-9 took every step of times 1e-10 apart for --ts 1e-10 --te 1e-10.
+    from turbdb.cli.cutout import stored_times
+
+    assert stored_times([0.0, 1e-10, 2e-10, 3e-10], None, 1e-10, 1e-10, 1) == [1e-10]
+    assert stored_times([0.0, 0.1, 0.2, 0.30000000000000004], None, 0.1, 0.3, 1) == [0.1, 0.2, 0.30000000000000004]
+    assert stored_times([10.0, 10.5, 11.0], None, 10.0, 11.0, 2) == [10.0, 11.0]

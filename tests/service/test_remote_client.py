@@ -261,6 +261,20 @@ def test_a_filter_one_request_cannot_hold_is_refused_before_sending(server):
             small["trig"].cutout("velocity", time=0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=5)
 
 
+def test_a_wide_filter_on_a_bounded_grid_is_counted_as_the_server_counts_it(server, local):
+    # The box is cut at the walls: 101 wide reads 16 × 12 × 8 nodes a node of "other" (all
+    # bounded), not 101³; the client refused it (against its own batch size, not the token's).
+    from servicekit import FULL
+
+    with turbdb.connect(server.url, token=FULL) as full:
+        there = full["other"].cutout("pressure", time=0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=101)
+        # A filter wider than a periodic axis: the local call's error, not a limit.
+        with pytest.raises(turbdb.InvalidRequestError, match="wider than the grid's"):
+            full["trig"].cutout("velocity", time=0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=10**6)
+    here = local["other"].cutout("pressure", time=0, x=(0, 2), y=(0, 2), z=(0, 2), filter_width=101)
+    np.testing.assert_allclose(there.values, here.values, rtol=1e-6)
+
+
 def test_remote_calls_take_cancel_and_a_progress_callback_as_local_ones(remote, local):
     cancel = threading.Event()
     cancel.set()

@@ -42,10 +42,13 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
         raise click.UsageError("give --time T (one time), or --ts T0 --te T1 [--stridet K] (a range of stored times)")
     if te < ts:
         raise click.BadParameter(f"--te ({te:g}) comes before --ts ({ts:g})", param_hint="--te")
-    tolerance = 1e-9 * max(1.0, abs(ts), abs(te))
-    chosen = [float(t) for t in np.asarray(times) if ts - tolerance <= t <= te + tolerance][::stridet]
+    stored = np.asarray(times, dtype=np.float64)
+    # Relative to the stored times, as the engine's (interp/time.rs): an absolute 1e-9 took
+    # every step of times 1e-10 apart.
+    extent = [abs(float(stored[-1] - stored[0])), abs(float(stored[0])), abs(float(stored[-1]))] if len(stored) else []
+    tolerance = 1e-9 * max(abs(ts), abs(te), *extent)
+    chosen = [float(t) for t in stored if ts - tolerance <= t <= te + tolerance][::stridet]
     if not chosen:
-        stored = np.asarray(times)
         span = f"{stored[0]:g} … {stored[-1]:g}" if len(stored) else "none"
         raise click.BadParameter(f"no stored time lies in [{ts:g}, {te:g}]; the stored times are {span}",
                                  param_hint="--ts/--te")
