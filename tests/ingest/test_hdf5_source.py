@@ -117,3 +117,16 @@ def test_not_an_hdf5_file_is_a_format_error(tmp_path):
     (tmp_path / "a.h5").write_bytes(b"not hdf5 at all")
     with pytest.raises(FormatError, match="not a readable HDF5 file"):
         open_source(tmp_path / "a.h5")
+
+
+def test_an_hdf5_cutout_of_several_steps_is_named_as_time_steps_not_components(tmp_path):
+    # The advice was to stack velocity_0002,velocity_0004 as components: the steps became components.
+    with h5py.File(tmp_path / "cut.h5", "w") as f:
+        for step in (2, 4):
+            f[f"pressure_{step:04d}"] = np.zeros((4, 4, 4, 1), np.float32)
+        f["xcoor"] = np.arange(4.0)
+    with pytest.raises(FormatError) as refused:
+        open_source(tmp_path / "cut.h5")
+    message = str(refused.value)
+    assert "holds 2 time steps of 'pressure' (pressure_0002, pressure_0004)" in message, message
+    assert "--dataset-path (Python: dataset_path=) 'pressure_0002'" in message and "variables" not in message

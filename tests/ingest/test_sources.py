@@ -273,3 +273,32 @@ def test_os_errors_become_storage_errors_naming_the_input(tmp_path, monkeypatch)
     monkeypatch.setattr(npy.NpySource, "_read_blocks", unreadable)
     with pytest.raises(StorageError, match=r"could not read step 0 of .*a\.npy"):
         src.read(src.refs()[0])
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_cutouts_coordinates_are_named_with_the_options_that_keep_them(tmp_path, suffix):
+    # They were dropped without a word: spacing 2π/n, origin 0, times 0, 1, … for a sub-box.
+    import turbdb
+    from turbdb import export
+
+    ds = turbdb.create_dataset(tmp_path / "db", "a", grid=(16, 12, 8), spacing=(0.1, 0.2, 0.3), origin=(1.0, 0.0, 0.0),
+                               periodic=(False,) * 3, times=[0.25, 0.3, 0.35], fields={"p": 1})
+    for t in range(3):
+        ds.write("p", t, np.full((8, 12, 16), float(t)))
+    cut = ds.cutout("p", time=[0.25, 0.3], x=(2, 8))
+    (written,) = export.write(cut, tmp_path / f"c{suffix}")
+    (note,) = open_source(written).notes
+    options = note.split("to keep them pass ")[1].split(", and")[0]
+    assert options == "--spacing 0.1,0.2,0.3 --origin 1.2,0,0 --t0 0.25 --dt 0.05", note
+    # Taken, they rebuild the cutout's coordinates.
+    from click.testing import CliRunner
+
+    from turbdb.cli import main
+
+    ran = CliRunner().invoke(main, ["ingest", str(tmp_path / "db2"), str(written), "--name", "b", "--field", "p",
+                                    "--periodic", "none", "--quiet", *options.split()])
+    assert ran.exit_code == 0, ran.output
+    again = turbdb.open(tmp_path / "db2")["b"].cutout("p", time=[0.25, 0.3])
+    np.testing.assert_allclose(again.x.values, cut.x.values)
+    np.testing.assert_allclose(again.time.values, cut.time.values)
+    np.testing.assert_array_equal(again.values, cut.values)

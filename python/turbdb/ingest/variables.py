@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -66,15 +67,37 @@ def choose_arrays(
     if not floats:
         raise FormatError(
             f"{where} holds no floating-point {kind} with 3 or more dimensions "
-            f"(found: {listing(fields or candidates)}); name one with {option}= if it is there"
+            f"(found: {listing(fields or candidates)}); name one with {_flag(option)}if it is there"
+        )
+    steps = _cutout_steps(floats)
+    if steps:  # velocity_0001, velocity_0003, …: time steps, not components
+        raise FormatError(
+            f"{where} holds {len(steps)} time steps of {steps[0][0]!r} ({', '.join(n for _, n in steps[:3])}"
+            f"{', …' if len(steps) > 3 else ''}), as turbdb cutout and JHTDB write them: ingest one step at a time "
+            f"with {_flag(option)}{steps[0][1]!r} (and --t0, --dt), or write the cutout as .nc or .zarr, which "
+            "ingest reads whole"
         )
     alike = [n for n in floats if candidates[n][0] == candidates[floats[0]][0]]
-    stack = f", or stack per-component {kind}s with variables='{','.join(alike[:3])}'"
+    stack = f", or stack per-component {kind}s (u, v, w) with {_flag('variables')}'{','.join(alike[:3])}'"
     raise FormatError(
         f"{where} holds several floating-point {kind}s with 3 or more dimensions: "
-        f"{listing(floats)}. Choose one with {option}={floats[0]!r}"
+        f"{listing(floats)}. Choose one with {_flag(option)}{floats[0]!r}"
         f"{stack if len(alike) > 1 else ''}"
     )
+
+
+def _flag(option: str) -> str:
+    """How ``option`` is given on the command line, and in Python."""
+    return f"--{option.replace('_', '-')} (Python: {option}=) "
+
+
+def _cutout_steps(names: list[str]) -> list[tuple[str, str]]:
+    """``(field, name)`` of names that are all one field's time steps, ``<field>_<NNNN>``
+    (turbdb's and JHTDB's HDF5 cutouts); empty if they are not."""
+    matches = [re.fullmatch(r"/?(.+)_(\d{4,})", n) for n in names]
+    if len(names) < 2 or not all(matches) or len({m[1] for m in matches}) != 1:
+        return []
+    return sorted(((m[1], n) for m, n in zip(matches, names)), key=lambda step: step[1])
 
 
 VARIABLES = Option(

@@ -11,6 +11,7 @@ import numpy as np
 
 from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.coordinates import AXES, coordinate_note
 from turbdb.ingest.format_spec import Format
 from turbdb.ingest.source import ArraySource, float_dtype
 from turbdb.ingest.variables import VARIABLES, choose_arrays
@@ -104,6 +105,10 @@ class ZarrSource(ArraySource):
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
         self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
                            if a.nchunks_initialized < a.nchunks)
+        if group is not None:
+            coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
+            note = coordinate_note(str(path), {n: a[...] for n, a in coordinates.items() if a.ndim == 1})
+            self.notes += (note,) if note else ()
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
         import zarr
