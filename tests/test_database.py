@@ -246,3 +246,11 @@ def test_a_misshapen_rewrites_attribute_is_named_and_a_rewrite_refused_before_wr
         turbdb.open(tmp_path)["flow"].query("p", np.zeros((1, 3)), time=0.0)
     ds.update_attrs(lambda attrs: attrs.pop("rewrites"))
     assert ds.cutout("p", time=0.0, x=(0, 1), y=(0, 1), z=(0, 1)).values.item() == 1.0
+
+
+def test_dataset_infos_compare_by_what_they_describe(tmp_path):
+    # The generated comparison raised "the truth value of an array is ambiguous" (times).
+    ds = turbdb.create_dataset(tmp_path, "a", grid=(8, 8, 8), times=[0.0, 1.0], fields={"p": 1})
+    assert ds.info == turbdb.open(tmp_path)["a"].info and ds.info != "a"
+    ds.write("p", 0, np.zeros((8, 8, 8)))
+    assert ds.info != turbdb.create_dataset(tmp_path, "b", grid=(8, 8, 8), times=[0.0, 1.0], fields={"p": 1}).info

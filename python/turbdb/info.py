@@ -67,10 +67,11 @@ class FieldInfo:
         return [f"{prefix}{s}" if s else self.name for s in suffixes]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class DatasetInfo:
     """Everything known about a dataset; ``fields[name].steps_present`` says which time
-    steps have been written completely."""
+    steps have been written completely. Two are equal when they describe the same metadata
+    and steps (the generated comparison raised: ``times`` is an array)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -84,6 +85,13 @@ class DatasetInfo:
     units: dict[str, str]
     provenance: dict[str, Any]
     attrs: dict[str, Any]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DatasetInfo):
+            return NotImplemented
+        return self.to_attrs() == other.to_attrs() and self.fields == other.fields
+
+    __hash__ = None  # type: ignore[assignment]  # mutable dicts inside, as before
 
     @property
     def nt(self) -> int:
