@@ -143,6 +143,10 @@ def test_a_particle_leaving_a_wall_bounded_axis_is_named_with_the_time(rotation)
     x0[6] = [1.8, 1.8, 0.0]  # radius 2.55: rotates out of the [−2, 2]² box
     with pytest.raises(turbdb.OutOfDomainError, match=r"left the domain at time 0\.\d+ \(point 6: y = 2\.0"):
         rotation.track(x0, start=0.0, end=1.0, dt=0.05)
+    # One that was never inside is not said to have left.
+    x0[6] = [2.5, 0.0, 0.0]
+    with pytest.raises(turbdb.OutOfDomainError, match=r"a particle starts outside the domain, at time 0 \(point 6"):
+        rotation.track(x0, start=0.0, end=1.0, dt=0.05)
 
 
 def test_progress_reports_every_step(rotation):

@@ -32,6 +32,8 @@ INTEGRATORS = ("rk2", "euler")
 #: Steps within this fraction of ``dt`` of ``end`` land on ``end`` instead of adding a
 #: sliver of a step (``(end - start) / dt`` is rarely an exact integer in floating point).
 LANDING_TOLERANCE = 1e-9
+#: What an evaluation at the start positions is called in an out-of-domain error.
+START = "a particle's start"
 #: Most steps one trajectory may take: each is an engine call, and every step's positions
 #: are kept.
 MAX_STEPS = 2**31
@@ -84,7 +86,7 @@ def track(
         for k in range(n_steps):
             t, t_next = times[k], times[k + 1]
             h = t_next - t
-            u0 = evaluate(x, t)
+            u0 = evaluate(x, t, moved=START if k == 0 else "a particle")
             if velocities is not None:
                 velocities[k] = u0
             if integrator == "rk2":
@@ -219,6 +221,8 @@ class _Evaluator:
                     temporal="pchip", strategy="streaming",
                 )
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
+            if moved == START:
+                raise OutOfDomainError(f"a particle starts outside the domain, at time {format_time(t)} ({e})") from None
             hint = "" if moved == "a particle" else "; the particle itself may stay inside: a smaller dt keeps it in"
             raise OutOfDomainError(f"{moved} left the domain at time {format_time(t)} ({e}){hint}") from None
         stats = self.stats
