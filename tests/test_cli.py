@@ -326,14 +326,19 @@ def test_simulate_refuses_to_replace_a_dataset_another_process_is_writing(tmp_pa
 
 def test_simulate_if_missing_replaces_a_creation_stopped_before_its_metadata(tmp_path):
     run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--quiet")
-    (tmp_path / "syn" / "zarr.json").unlink()  # create_dataset writes it last
-    for step in ("0", "1"):
-        for field in ("velocity", "pressure"):
-            import shutil
-            shutil.rmtree(tmp_path / "syn" / field / "c" / step)
+    (tmp_path / "syn" / "zarr.json").unlink()  # create_dataset writes it last, before any step
+    import shutil
+    for field in ("velocity", "pressure"):
+        shutil.rmtree(tmp_path / "syn" / field / "c")
     again = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--if-missing")
     assert "simulating it again" in again.stderr + again.stdout
     assert turbdb.open(tmp_path)["syn"].info.steps_present() == [0, 1]
+    # One whose steps were stored is no interrupted creation: its zarr.json was lost after.
+    (tmp_path / "syn" / "zarr.json").unlink()
+    refused = run("simulate", tmp_path, "--name", "syn", "--grid", 16, "--steps", 2, "--kind", "synthetic", "--seed", 3,
+                  "--if-missing", check=False)
+    assert refused.returncode == 2 and "is not a dataset" in refused.stderr
+    assert (tmp_path / "syn" / "velocity" / "c" / "1").exists()
 
 
 def test_verify_and_info_report_every_dataset_when_one_has_damaged_metadata(db):

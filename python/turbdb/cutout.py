@@ -76,6 +76,16 @@ def check_ranges(info: DatasetInfo, ranges: Ranges) -> None:
             raise OutOfDomainError(f"{name} range [{start}, {stop}) is outside the non-periodic axis [0, {n})")
 
 
+def check_filter_width(info: DatasetInfo, width: int) -> None:
+    """Refuses a box filter wider than a periodic axis: its box would take nodes twice (on a
+    bounded axis the box is cut at the walls instead)."""
+    for name, n, periodic in zip("xyz", info.grid, info.periodic):
+        if periodic and width > n:
+            widest = min(m for m, p in zip(info.grid, info.periodic) if p)
+            raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along the periodic "
+                                      f"{name} axis (its box would take nodes twice); at most {widest}")
+
+
 def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> None:
     """Refuses a box filter wider than a periodic axis (its box would take nodes twice),
     and one whose reads for a single output plane — every node within ``width`` of the
@@ -83,11 +93,7 @@ def check_filter(info: DatasetInfo, ranges: Ranges, width: int, ncomp: int) -> N
     2 × 2 × 2 cutout filtered 1 000 wide read a billion nodes and exhausted memory."""
     if width == 1:
         return
-    for name, n, periodic in zip("xyz", info.grid, info.periodic):
-        if periodic and width > n:  # on a bounded axis the box is cut at the walls instead
-            widest = min(m for m, p in zip(info.grid, info.periodic) if p)
-            raise InvalidRequestError(f"filter_width {width} is wider than the grid's {n} nodes along the periodic "
-                                      f"{name} axis (its box would take nodes twice); at most {widest}")
+    check_filter_width(info, width)
     # The nodes read for one output plane; along a bounded axis at most the axis (the box
     # is cut at the walls).
     (x0, x1), (y0, y1), _ = ranges

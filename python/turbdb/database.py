@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import os
 import shutil
@@ -330,21 +331,6 @@ def create_dataset(
         except OverflowError:
             raise InvalidRequestError(f"grid {grid_t} with {ncomp} components is too large to store") from None
 
-    db = Path(db_path)
-    path = db / name
-    try:
-        db.mkdir(parents=True, exist_ok=True)
-        if not (db / ZARR_JSON).exists():
-            write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
-        if path.exists():
-            if not overwrite:
-                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
-            _empty_keeping_writer_lock(path)
-    except OSError as e:
-        if isinstance(e, TurbdbError):
-            raise
-        raise storage_error(e, path) from None
-
     metadata = {
         "format_version": FORMAT_VERSION,
         "name": name,
@@ -364,6 +350,29 @@ def create_dataset(
         },
         "attrs": dict(attrs or {}),
     }
+    try:  # checked before anything is replaced: a bad value must not cost the old dataset
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidRequestError(f"the dataset's attributes must be JSON (numbers, strings, lists, dicts): {e}") from None
+
+    db = Path(db_path)
+    path = db / name
+    try:
+        db.mkdir(parents=True, exist_ok=True)
+        if not (db / ZARR_JSON).exists():
+            write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+        if path.exists():
+            if not overwrite:
+                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
+            if path.is_symlink() or not path.is_dir():
+                raise StorageError(f"{path} is not a dataset's directory (a file or a link), so it is not replaced; "
+                                   "move it away or choose another name")
+            _empty_keeping_writer_lock(path)
+    except OSError as e:
+        if isinstance(e, TurbdbError):
+            raise
+        raise storage_error(e, path) from None
+
     # Arrays first, the group document last: a dataset is only listed once it is whole.
     for field, (ncomp, _) in field_specs.items():
         document = field_document(
@@ -382,9 +391,7 @@ def _empty_keeping_writer_lock(path: Path) -> None:
     writer that holds the lock (``turbdb simulate`` replacing an interrupted run) keeps
     holding it for the new dataset, which another writer could otherwise lock between the
     creation and the first write."""
-    if not path.is_dir() or path.is_symlink():
-        path.unlink()
-        return
+    (path / ZARR_JSON).unlink(missing_ok=True)  # first: a dataset half emptied is no longer listed
     for entry in os.scandir(path):
         if entry.name == WRITER_LOCK_FILE and entry.is_file(follow_symlinks=False):
             continue

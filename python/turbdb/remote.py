@@ -29,7 +29,9 @@ from . import exceptions as exc
 from . import remote_batches as batches
 from . import submission
 from .arguments import finite_number, result_dtype, time_list
-from .cutout import as_filter_width, as_strides, box_ranges, check_filter, check_ranges, cutout_array, output_shape
+from .cutout import (
+    as_filter_width, as_strides, box_ranges, check_filter_width, check_ranges, cutout_array, output_shape,
+)
 from .info import DatasetInfo, is_plain_name
 from .http_clients import ClientStripes
 from .jobs import job_number, planned_query
@@ -376,18 +378,21 @@ class RemoteDataset:
             check_result_bytes(len(times) * math.prod(shape) * info.fields[field].ncomp * 4,
                                f"a cutout of {' x '.join(map(str, shape[::-1]))} nodes",
                                "ask for a smaller box, a larger stride, or split the box into several cutouts")
-        if field in info.fields:  # the local call's checks: a filter wider than a periodic axis, its memory
-            check_filter(info, ranges, width, info.fields[field].ncomp)
+        check_filter_width(info, width)  # as the local call (the server checks the memory of each piece)
         # One output node reads width³ nodes, fewer along a bounded axis (the box is cut at
         # its walls), and the server counts them against the token's limit: no split can help.
         per_node = math.prod(width if periodic else min(width, n) for n, periodic in zip(info.grid, info.periodic))
-        if per_node > self.database.limits.max_points:
-            most = self.database.limits.max_points
+        most = self.database.limits.max_points
+        if per_node > most:
             raise exc.LimitExceededError(
                 f"a box filter {width} nodes wide reads {per_node:,} nodes for each node of the cutout, more than "
                 f"the {most:,} this token may read in one request; ask for a narrower filter (at most "
                 f"{_cube_root_below(most)} wide) or use a token with a larger limit")
-        pieces = list(batches.boxes(shape, self.database.limits.batch_points, strides[::-1], width))
+        # A filtered piece is sized by the nodes it reads, as the server counts them; a plain
+        # one by the nodes it returns, in batches of at most batch_points.
+        extents = tuple(None if periodic else n for n, periodic in zip(info.grid, info.periodic))[::-1]
+        pieces = list(batches.boxes(shape, most if width > 1 else self.database.limits.batch_points,
+                                    strides[::-1], width, extents))
 
         def ask(t: float, box: Any) -> Any:
             params = {"field": field, "time": repr(t), "stride": ",".join(map(str, strides)), "format": "npy"}

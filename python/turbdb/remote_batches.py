@@ -91,35 +91,41 @@ def spans(total: int, size: int) -> list[tuple[int, int]]:
 
 
 def boxes(shape: tuple[int, int, int], limit: int, strides: tuple[int, int, int] = (1, 1, 1),
-          width: int = 1) -> Iterator[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
+          width: int = 1, extents: tuple[int | None, int | None, int | None] = (None, None, None),
+          ) -> Iterator[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
     """Sub-boxes of an output box ``(nz, ny, nx)``, as ``(z, y, x)`` output-index spans each
     reading at most ``limit`` nodes on the server: whole planes when a plane fits, else whole
     rows, else pieces of rows. ``strides`` are ``(z, y, x)``; with a box filter ``width``
     nodes wide a span of n outputs reads (n − 1)·stride + width nodes, which the server
-    counts against the limit."""
+    counts against the limit — at most the axis's nodes along a bounded axis (``extents``,
+    ``(z, y, x)``, None for a periodic one), where the box is cut at the walls."""
 
-    def read(n: int, stride: int) -> int:
-        return n if width == 1 else (n - 1) * stride + width
+    def read(n: int, stride: int, extent: int | None) -> int:
+        nodes = n if width == 1 else (n - 1) * stride + width
+        return nodes if extent is None else min(nodes, extent)
 
-    def most(budget: int, stride: int) -> int:  # outputs whose reads fit in budget nodes
+    def most(budget: int, stride: int, extent: int | None) -> int:  # outputs whose reads fit in budget nodes
+        if width > 1 and extent is not None and extent <= budget:
+            return 1 << 62  # however many: they read the whole axis at most
         return max(1, budget if width == 1 else (budget - width) // stride + 1)
 
     nz, ny, nx = shape
     sz, sy, sx = strides
-    row, one_z, one_y = read(nx, sx), read(1, sz), read(1, sy)
+    ez, ey, ex = extents
+    row, one_z, one_y = read(nx, sx, ex), read(1, sz, ez), read(1, sy, ey)
     if nz * ny * nx == 0:  # an empty box: one request, for the server to say what is wrong
         yield (0, nz), (0, ny), (0, nx)
-    elif row * read(ny, sy) * one_z <= limit:
-        for z in spans(nz, most(limit // (row * read(ny, sy)), sz)):
+    elif row * read(ny, sy, ey) * one_z <= limit:
+        for z in spans(nz, most(limit // (row * read(ny, sy, ey)), sz, ez)):
             yield z, (0, ny), (0, nx)
     elif row * one_y * one_z <= limit:
         for z in range(nz):
-            for y in spans(ny, most(limit // (row * one_z), sy)):
+            for y in spans(ny, most(limit // (row * one_z), sy, ey)):
                 yield (z, z + 1), y, (0, nx)
     else:  # pieces of rows (a single node whose filter reads more than the limit: the server says so)
         for z in range(nz):
             for y in range(ny):
-                for x in spans(nx, most(limit // (one_y * one_z), sx)):
+                for x in spans(nx, most(limit // (one_y * one_z), sx, ex)):
                     yield (z, z + 1), (y, y + 1), x
 
 

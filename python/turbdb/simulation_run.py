@@ -206,7 +206,8 @@ def _interrupted_creation(path: Path) -> bool:
     """A directory left by a ``create_dataset`` that was stopped before it wrote the group's
     zarr.json (written last): only what it writes first, so a rerun may replace it."""
     return (path.is_dir() and not (path / ZARR_JSON).exists()
-            and all(e.name in _CREATED_FIRST or e.name.startswith(TEMP_PREFIX) for e in os.scandir(path)))
+            and all(e.name in _CREATED_FIRST or e.name.startswith(TEMP_PREFIX) for e in os.scandir(path))
+            and not any((path / field / "c").exists() for field in ("velocity", "pressure")))  # no step stored
 
 
 def _existing(db: Path, name: str) -> Dataset | None:

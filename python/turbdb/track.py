@@ -100,7 +100,7 @@ def track(
             x = positions[k + 1]
             report(k + 1)
         if velocities is not None:
-            velocities[-1] = evaluate(x, times[-1])
+            velocities[-1] = evaluate(x, times[-1], moved=START if n_steps == 0 else "a particle")
     finally:
         report(None)
         evaluate.job.close()

@@ -302,3 +302,13 @@ def test_a_cutouts_coordinates_are_named_with_the_options_that_keep_them(tmp_pat
     np.testing.assert_allclose(again.x.values, cut.x.values)
     np.testing.assert_allclose(again.time.values, cut.time.values)
     np.testing.assert_array_equal(again.values, cut.values)
+
+
+def test_text_or_descending_coordinates_never_fail_an_ingest(tmp_path):
+    values = np.zeros((2, 4, 4, 4), np.float32)
+    xr.Dataset({"p": (("time", "z", "y", "x"), values)},
+               coords={"x": ["a", "b", "c", "d"], "y": np.arange(4.0)[::-1], "z": np.arange(4.0),
+                       "time": np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[ns]")}).to_netcdf(tmp_path / "t.nc")
+    source = open_source(tmp_path / "t.nc")
+    assert source.n_steps == 2
+    assert all("to keep them pass" not in note for note in source.notes), source.notes  # nothing it could say

@@ -220,3 +220,23 @@ def test_filtered_boxes_each_read_at_most_the_limit_and_cover_the_work_once(shap
         assert read <= limit or (z1 - z0, y1 - y0, x1 - x0) == (1, 1, 1) and width**3 > limit
         covered[z0:z1, y0:y1, x0:x1] += 1
     assert (covered == 1).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.tuples(*[st.integers(1, 12)] * 3), st.tuples(*[st.integers(1, 4)] * 3), st.integers(1, 40),
+       st.integers(1, 3000), st.tuples(*[st.one_of(st.none(), st.integers(1, 30))] * 3))
+def test_filtered_boxes_on_bounded_axes_count_the_reads_cut_at_the_walls(shape, strides, width, limit, extents):
+    covered = np.zeros(shape, dtype=int)
+    for box in boxes(shape, limit, strides, width, extents):
+        (z0, z1), (y0, y1), (x0, x1) = box
+        read = math.prod(k1 - k0 if width == 1 else min((k1 - k0 - 1) * s + width, e or 1 << 62)
+                         for (k0, k1), s, e in zip(box, strides, extents))
+        one = math.prod(min(width, e or 1 << 62) for e in extents)
+        assert read <= limit or (z1 - z0, y1 - y0, x1 - x0) == (1, 1, 1) and one > limit
+        covered[z0:z1, y0:y1, x0:x1] += 1
+    assert (covered == 1).all()
+
+
+def test_a_wide_filter_on_a_bounded_grid_goes_in_one_piece_when_its_reads_fit():
+    # It went as one request per output node: 1 536 for a 16 × 12 × 8 box filtered 101 wide.
+    assert list(boxes((8, 12, 16), 2_000_000, (1, 1, 1), 101, (8, 12, 16))) == [((0, 8), (0, 12), (0, 16))]

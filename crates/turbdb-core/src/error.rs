@@ -75,6 +75,12 @@ pub(crate) fn number(x: f64) -> String {
     }
 }
 
+/// A computed bound (origin + n·spacing) as an error message shows it: to 12 significant
+/// digits, so that 0.050000000000000044 reads 0.05.
+pub(crate) fn bound(x: f64) -> String {
+    number(format!("{x:.11e}").parse().unwrap_or(x))
+}
+
 impl Error {
     /// Wraps an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
@@ -123,7 +129,7 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
-    use super::number;
+    use super::{bound, number};
 
     #[test]
     fn numbers_in_messages_are_short() {
@@ -134,5 +140,14 @@ mod tests {
         assert_eq!(number(-2.5e-7), "-2.5e-7");
         assert_eq!(number(123456.75), "123456.75");
         assert_eq!(number(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn computed_bounds_are_shown_without_rounding_noise() {
+        assert_eq!(bound(-0.5 + 11.0 * 0.05), "0.05"); // 0.050000000000000044
+        assert_eq!(bound(0.1 + 0.2), "0.3");
+        assert_eq!(bound(6.283185307179586), "6.28318530718");
+        assert_eq!(bound(1e308), "1e308");
+        assert_eq!(bound(f64::INFINITY), "inf");
     }
 }

@@ -47,6 +47,8 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
     # every step of times 1e-10 apart.
     extent = [abs(float(stored[-1] - stored[0])), abs(float(stored[0])), abs(float(stored[-1]))] if len(stored) else []
     tolerance = 1e-9 * max(abs(ts), abs(te), *extent)
+    if len(stored) > 1:  # and well below the closest two steps (1e-4 apart at t = 1e6)
+        tolerance = min(tolerance, 1e-3 * float(np.min(np.diff(stored))))
     chosen = [float(t) for t in stored if ts - tolerance <= t <= te + tolerance][::stridet]
     if not chosen:
         span = f"{stored[0]:g} … {stored[-1]:g}" if len(stored) else "none"

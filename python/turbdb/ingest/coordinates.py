@@ -11,7 +11,7 @@ import numpy as np
 
 from turbdb.times import format_time
 
-__all__ = ["coordinate_note"]
+__all__ = ["calendar_time", "coordinate_note"]
 
 AXES = ("x", "y", "z")
 
@@ -20,15 +20,16 @@ def coordinate_note(where: str, coordinates: Mapping[str, np.ndarray]) -> str | 
     """The note for the 1-D ``coordinates`` found in ``where`` (by name), or None when it
     holds no spatial or time coordinate."""
     found = {name: np.asarray(values, dtype=np.float64) for name, values in coordinates.items()
-             if name in (*AXES, "time") and np.ndim(values) == 1 and len(values) > 0}
+             if name in (*AXES, "time") and np.ndim(values) == 1 and len(values) > 0
+             and np.asarray(values).dtype.kind in "iuf"}  # not text, not dates
     if not found:
         return None
     options = []
     if all(a in found for a in AXES):
         steps = [_uniform_step(found[a]) for a in AXES]
-        if all(s is not None for s in steps):
+        if all(s is not None for s in steps):  # evenly spaced and increasing (descending ones are mirrored)
             options.append("--spacing " + ",".join(_number(s) for s in steps))  # type: ignore[arg-type]
-        options.append("--origin " + ",".join(_number(found[a][0]) for a in AXES))
+            options.append("--origin " + ",".join(_number(found[a][0]) for a in AXES))
     if "time" in found:
         options.append(f"--t0 {format_time(float(found['time'][0]))}")
         step = _uniform_step(found["time"]) if len(found["time"]) > 1 else None
@@ -38,6 +39,12 @@ def coordinate_note(where: str, coordinates: Mapping[str, np.ndarray]) -> str | 
     return (f"{where} holds coordinates ({', '.join(found)}) that ingest does not read: a new dataset takes "
             f"the defaults of --spacing, --origin, --t0, --dt and --periodic{kept}, and --periodic with the axes "
             "that are periodic (none for a box cut out of a larger grid)")
+
+
+def calendar_time(attrs: Mapping[str, object]) -> bool:
+    """Whether a variable holds CF calendar times (``units = "days since 2020-01-01"``),
+    whose numbers are no turbdb times."""
+    return " since " in str(attrs.get("units", ""))
 
 
 def _uniform_step(values: np.ndarray) -> float | None:

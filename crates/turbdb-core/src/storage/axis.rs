@@ -1,7 +1,7 @@
 //! One axis of the grid: its nodes, where they sit, and whether it wraps around. Physical
 //! positions become grid units here, for stencils and for cutouts alike.
 
-use crate::error::{number, Error, Result};
+use crate::error::{bound, number, Error, Result};
 
 /// Grid spacings from an axis's first node beyond which a periodic position is refused: a
 /// float64 that large keeps its place in a cell only to 2⁻²¹ of a spacing (5 × 10⁻⁷), and
@@ -49,8 +49,8 @@ impl Axis {
                      it: more than 2^{} grid spacings away, where a float64 no longer says \
                      where in its cell a point is (has a coordinate run away?)",
                     number(x),
-                    number(self.origin),
-                    number(self.origin + n * self.spacing),
+                    bound(self.origin),
+                    bound(self.origin + n * self.spacing),
                     MAX_WRAP.log2()
                 )));
             }
@@ -67,8 +67,8 @@ impl Axis {
             return Err(Error::OutOfDomain(format!(
                 "{name} = {} is outside the domain [{}, {}] of the non-periodic {name} axis",
                 number(x),
-                number(self.origin),
-                number(self.origin + last * self.spacing)
+                bound(self.origin),
+                bound(self.origin + last * self.spacing)
             )));
         }
         Ok(s.clamp(0.0, last))

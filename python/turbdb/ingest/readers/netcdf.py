@@ -10,7 +10,7 @@ import numpy as np
 
 from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
-from turbdb.ingest.coordinates import AXES, coordinate_note
+from turbdb.ingest.coordinates import AXES, calendar_time, coordinate_note
 from turbdb.ingest.format_spec import Format
 from turbdb.ingest.readers.hdf5 import HDF5_SIGNATURE
 from turbdb.ingest.netcdf_classic import check_complete
@@ -69,8 +69,12 @@ class NetcdfSource(ArraySource):
                 first.shape,
                 n_stacked=len(names),
             )
-            note = coordinate_note(str(path), {str(n): ds.variables[n].values for n in ds.variables
-                                               if str(n) in (*AXES, "time") and ds.variables[n].ndim == 1})
+            try:  # a note only: never the reason an ingest fails
+                note = coordinate_note(str(path), {str(n): ds.variables[n].values for n in ds.variables
+                                                   if str(n) in (*AXES, "time") and ds.variables[n].ndim == 1
+                                                   and not calendar_time(ds.variables[n].attrs)})
+            except (ValueError, TypeError, OSError, KeyError):
+                note = None
         self.names = names
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
         self.notes = (note,) if note else ()

@@ -11,7 +11,7 @@ import numpy as np
 
 from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
-from turbdb.ingest.coordinates import AXES, coordinate_note
+from turbdb.ingest.coordinates import AXES, calendar_time, coordinate_note
 from turbdb.ingest.format_spec import Format
 from turbdb.ingest.source import ArraySource, float_dtype
 from turbdb.ingest.variables import VARIABLES, choose_arrays
@@ -106,8 +106,12 @@ class ZarrSource(ArraySource):
         self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
                            if a.nchunks_initialized < a.nchunks)
         if group is not None:
-            coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
-            note = coordinate_note(str(path), {n: a[...] for n, a in coordinates.items() if a.ndim == 1})
+            try:  # a note only: never the reason an ingest fails
+                coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
+                note = coordinate_note(str(path), {n: a[...] for n, a in coordinates.items()
+                                                   if a.ndim == 1 and not calendar_time(a.attrs)})
+            except (ValueError, TypeError, OSError, KeyError):
+                note = None
             self.notes += (note,) if note else ()
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
