@@ -472,3 +472,4 @@ def test_cutout_time_ranges_are_matched_relative_to_the_stored_times():
     assert stored_times([0.0, 1e-10, 2e-10, 3e-10], None, 1e-10, 1e-10, 1) == [1e-10]
     assert stored_times([0.0, 0.1, 0.2, 0.30000000000000004], None, 0.1, 0.3, 1) == [0.1, 0.2, 0.30000000000000004]
     assert stored_times([10.0, 10.5, 11.0], None, 10.0, 11.0, 2) == [10.0, 11.0]
+    assert stored_times([1e6, 1e6 + 1e-4, 1e6 + 2e-4], None, 1e6 + 1e-4, 1e6 + 1e-4, 1) == [1e6 + 1e-4]
