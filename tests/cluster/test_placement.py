@@ -2,6 +2,7 @@
 workers, workers balanced to within one virtual partition, a lost worker's load spread over
 all the others; partitions map to virtual partitions in spatially contiguous blocks."""
 
+import time
 from collections import Counter
 
 import numpy as np
@@ -102,6 +103,8 @@ def test_the_cli_says_when_the_workers_hold_fewer_copies_than_asked_and_refuses_
     assert "not the 5 asked for: the cluster survives 1 lost worker, not 4" in asked.stderr
     default = runner.invoke(main, ["cluster", "place", str(db), "--workers", "1"])
     assert default.exit_code == 0 and "asked for" not in default.stderr  # the default of 2 fits what there is
-    for address in ("garbage", "tcp://host-without-port"):
+    for address in ("garbage", "tcp://host-without-port", "tcp://127.0.0.1:99999"):
+        began = time.monotonic()
         refused = runner.invoke(main, ["cluster", "status", str(db), "--scheduler", address])
         assert refused.exit_code != 0 and "is not a Dask scheduler address" in refused.output, refused.output
+        assert time.monotonic() - began < 5  # at once, not after the connect timeout

@@ -185,8 +185,8 @@ def place(db: Path, workers: int | None, scheduler: str | None, replicas: int, d
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the same as GET /v1/cluster).")
 def status(db: Path, scheduler: str | None, address_file: Path | None, as_json: bool) -> None:
     """Report the cluster's health: every worker, and the partitions left with fewer copies
-    than asked for once workers are lost. Exits 0 when healthy, 1 when degraded or when
-    partitions have no copy at all."""
+    than asked for once workers are lost. Exits 0 when healthy, 1 when degraded, when
+    partitions have no copy at all, or when node-local copies are older than the database."""
     import turbdb
 
     with turbdb.open(db, cluster=scheduler_address(scheduler, address_file)) as cdb:
@@ -195,7 +195,7 @@ def status(db: Path, scheduler: str | None, address_file: Path | None, as_json: 
         click.echo(json.dumps(report, indent=2))
     else:
         _print_status(db, report)
-    sys.exit(0 if report["state"] == "healthy" else 1)
+    sys.exit(0 if report["state"] == "healthy" and not report.get("stale") else 1)
 
 
 def _print_status(db: Path, report: dict[str, Any]) -> None:
@@ -203,6 +203,11 @@ def _print_status(db: Path, report: dict[str, Any]) -> None:
     click.echo(f"cluster {report['scheduler']}: " + click.style(report["state"].upper(), fg=colour, bold=True))
     if report.get("dashboard"):
         click.echo(f"  dashboard {report['dashboard']}")
+    if report.get("error"):
+        click.secho(f"  {report['error']}", fg="red")
+    for change in report.get("stale", []):
+        click.secho(f"  stale node-local copies: {change} (those datasets are refused until `turbdb cluster place "
+                    f"{db} … --data-root …` or `turbdb cluster up` lays them out again)", fg="yellow")
     for w in report["workers"]:
         state = (click.style("alive", fg="green") if w["alive"]
                  else click.style("SILENT", fg="red") if w.get("silent_seconds") is not None
@@ -240,7 +245,7 @@ def repair(db: Path, scheduler: str | None, address_file: Path | None) -> None:
     from ..cluster.repair import repair as repair_cluster
 
     client = connect_client(scheduler_address(scheduler, address_file))
-    try:
+    try:  # each copy made is recorded as it completes: a failed repair keeps them (its error says how many)
         result = repair_cluster(client, Catalogue.load(db), progress=click.echo)
     finally:
         client.close()

@@ -1,7 +1,8 @@
 """The catalogue of a cluster: a small JSON file next to the datasets of a database
 (``DB/turbdb-cluster.json``) that any reader can open. It names the worker slots and the
 data root each reads from, the number of copies, and the holders of every virtual
-partition (primary first). Partitions map to virtual partitions by a fixed rule
+partition (primary first), and — for node-local copies — what each dataset held when it was
+placed (:mod:`~turbdb.cluster.contents`). Partitions map to virtual partitions by a fixed rule
 (:class:`~turbdb.cluster.placement.PartitionMap`), so the file stays small however many
 time steps a dataset has; repairs rewrite the holders."""
 
@@ -13,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import FormatError, StorageError
+from ..exceptions import FormatError, InvalidRequestError, StorageError
 from ..info import DatasetInfo
 from ..zarr_meta import read_json, write_json_atomic
 from .placement import DEFAULT_SPAN, PartitionMap, chained_declustering, virtual_count
@@ -38,6 +39,7 @@ class Catalogue:
     layout: str
     slots: dict[str, str]
     holders: list[list[str]]
+    contents: dict[str, dict[str, Any]] | None = None
     _maps: dict[tuple, PartitionMap] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -53,7 +55,12 @@ class Catalogue:
         if data_root is None:
             roots = {s: str(database) for s in slots}
         else:
-            roots = {s: str(Path(data_root).resolve() / s) for s in slots}
+            root = Path(data_root).resolve()
+            if root == database or database in root.parents:
+                # The copies would sit among the datasets: `turbdb verify` takes them for damaged ones.
+                raise InvalidRequestError(f"the data root {data_root} is inside the database {database}; give a "
+                                          "directory outside it (each worker's node-local disk)")
+            roots = {s: str(root / s) for s in slots}
         return cls(database, uuid.uuid4().hex[:12], replicas, virtual, span, "shared" if data_root is None else "local",
                    roots, chained_declustering(slots, replicas, virtual))
 
@@ -75,17 +82,37 @@ class Catalogue:
         if document.get("format") != FORMAT:
             raise FormatError(f"{path} is not a turbdb cluster catalogue (format {document.get('format')!r})")
         try:
-            return cls(Path(database).resolve(), document["id"], int(document["replicas"]),
-                       int(document["virtual_partitions"]), int(document["span"]), document["layout"],
-                       {str(k): str(v) for k, v in document["slots"].items()},
-                       [[str(s) for s in h] for h in document["holders"]])
-        except (KeyError, TypeError, ValueError) as e:
+            catalogue = cls(Path(database).resolve(), document["id"], int(document["replicas"]),
+                            int(document["virtual_partitions"]), int(document["span"]), document["layout"],
+                            {str(k): str(v) for k, v in document["slots"].items()},
+                            [[str(s) for s in h] for h in document["holders"]], document.get("contents"))
+            catalogue._check()
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise FormatError(f"{path} is damaged ({type(e).__name__}: {e}); place the cluster again") from None
+        return catalogue
+
+    def _check(self) -> None:
+        """Refuses holders that do not fit the rest: queries would index past them or read
+        from a root no slot names (ValueError: the file is damaged)."""
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {self.layout!r}")
+        if self.replicas < 1 or self.span < 1 or self.virtual < 1 or not self.slots:
+            raise ValueError("replicas, span, virtual_partitions and slots must be positive")
+        if len(self.holders) != self.virtual:
+            raise ValueError(f"{len(self.holders)} holder lists for {self.virtual} virtual partitions")
+        for v, holders in enumerate(self.holders):
+            strangers = [s for s in holders if s not in self.slots]
+            if not holders or strangers or len(set(holders)) != len(holders):
+                raise ValueError(f"virtual partition {v} has holders {holders}, not distinct slots of "
+                                 f"{sorted(self.slots)}")
+        if self.contents is not None and not isinstance(self.contents, dict):
+            raise ValueError("contents must map datasets to what they held")
 
     def save(self) -> None:
         write_json_atomic(self.path_of(self.database), {
             "format": FORMAT, "id": self.id, "replicas": self.replicas, "virtual_partitions": self.virtual,
-            "span": self.span, "layout": self.layout, "slots": self.slots, "holders": self.holders})
+            "span": self.span, "layout": self.layout, "slots": self.slots, "holders": self.holders,
+            **({} if self.contents is None else {"contents": self.contents})})
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "replicas": self.replicas, "virtual_partitions": self.virtual, "span": self.span,

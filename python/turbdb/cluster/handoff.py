@@ -15,19 +15,22 @@ is removed, never reused. Files are allocated in full when made, so that writing
 a mapping cannot fault on a full file system.
 
 Whether a worker sees this machine's ``/dev/shm`` is asked once per worker address (it
-reads back a token the mediator wrote); remote workers, and a full ``/dev/shm``, take the
-network path. A worker only ever opens files the mediator made, never creates one, so a
+reads back a token the mediator wrote; one that does not answer in ``PROBE_SECONDS``, a
+stopped worker, takes the network path for now and is asked again later); remote
+workers, and a full ``/dev/shm``, take the network path. A worker only ever opens files the mediator made, never creates one, so a
 unit that outlives its query leaves nothing behind. The pool is emptied when the
 database is closed or the process exits; the files of a mediator killed outright are
 removed by the next one that starts on this machine."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import mmap
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
@@ -43,6 +46,11 @@ MIN_BYTES = 1 << 18
 #: Bytes of files the pool keeps for reuse at most.
 KEEP_BYTES = 256 << 20
 PREFIX = "turbdb-handoff-"
+#: How long a worker may take to say whether it sees ``/dev/shm`` (it answers in
+#: milliseconds unless stopped or hung), and how long one that did not is left on the
+#: network path before it is asked again.
+PROBE_SECONDS = 3.0
+RETRY_SECONDS = 10.0
 #: Map every page at once (one call) instead of faulting them in one by one (Linux).
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
@@ -220,21 +228,39 @@ class Pool:
 
 class SharedMemory:
     """The hand-off of one mediator: which workers share this machine's memory (asked
-    once per address) and its pool of files."""
+    once per address) and its pool of files. A worker that does not answer the question
+    within ``PROBE_SECONDS`` (stopped, hung) takes the network path and is asked again
+    ``RETRY_SECONDS`` later; each address is asked under its own lock, so a silent worker
+    holds up only the units sent to it."""
 
     def __init__(self, client: Any):
         self.client = client
         self.pool = Pool()
         self._shared: dict[str, bool] = {}
+        self._unanswered: dict[str, float] = {}  # address → when it last failed to answer
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         if SHARED_DIR.is_dir():
             _remove_orphans()
 
     def reaches(self, address: str) -> bool:
         with self._lock:
-            if address not in self._shared:
-                self._shared[address] = self._probe(address)
-            return self._shared[address]
+            if address in self._shared:
+                return self._shared[address]
+            lock = self._locks.setdefault(address, threading.Lock())
+        with lock:
+            with self._lock:
+                if address in self._shared:
+                    return self._shared[address]
+                if time.monotonic() - self._unanswered.get(address, -RETRY_SECONDS) < RETRY_SECONDS:
+                    return False
+            seen = self._probe(address)
+            with self._lock:
+                if seen is None:
+                    self._unanswered[address] = time.monotonic()
+                    return False
+                self._shared[address] = seen
+                return seen
 
     def exchange(self) -> Exchange:
         return Exchange(self.pool)
@@ -242,15 +268,21 @@ class SharedMemory:
     def close(self) -> None:
         self.pool.close()
 
-    def _probe(self, address: str) -> bool:
+    def _probe(self, address: str) -> bool | None:
+        """Whether the worker at ``address`` reads this machine's ``/dev/shm``; None if it
+        did not answer in time (``client.run`` alone would wait for a stopped worker for
+        as long as it stays stopped)."""
         if not SHARED_DIR.is_dir():
             return False
         token = uuid.uuid4().hex
         path = SHARED_DIR / f"{PREFIX}{_owner()}-probe-{token}"
         try:
             path.write_text(token)
-            seen = self.client.run(read_token, str(path), workers=[address], on_error="return")
+            seen = self.client.run(read_token, str(path), workers=[address], on_error="return",
+                                   callback_timeout=PROBE_SECONDS)
             return seen.get(address) == token
+        except (TimeoutError, asyncio.TimeoutError):
+            return None
         except Exception:  # a worker that cannot answer is not known to share memory
             return False
         finally:

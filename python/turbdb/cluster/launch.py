@@ -1,7 +1,8 @@
 """Bringing a cluster up (``turbdb cluster up``): start a Dask ``LocalCluster`` of worker
 processes on this machine, or attach to a running Dask cluster (SLURM through
 dask-jobqueue, Kubernetes, ``dask scheduler``/``dask worker`` by hand); place the database
-on its workers if the catalogue does not fit them; give every worker its node."""
+on its workers if the catalogue does not fit them (other workers or options, or node-local
+copies of a database that changed since); give every worker its node."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..database import Database
 from ..exceptions import ServiceError
 from . import plugin
 from .catalogue import Catalogue
+from .contents import differences
 from .layout import place
 from .membership import Membership
 from .mediator import connect_client
@@ -105,7 +107,9 @@ def _serve(database: str | os.PathLike[str], client: Client, *, replicas: int,
     fits = (catalogue is not None and sorted(catalogue.slots, key=_natural) == slots
             and catalogue.layout == wanted_layout and catalogue.replicas == min(replicas, len(slots))
             and (data_root is None or all(Path(r).parent == Path(data_root).resolve()
-                                          for r in catalogue.slots.values())))
+                                          for r in catalogue.slots.values()))
+            # Node-local copies of a database that grew or was written since are stale.
+            and (data_root is None or not differences(catalogue.contents, Database(database))))
     placed = False
     if not fits:
         catalogue = Catalogue.create(database, slots, replicas=replicas, data_root=data_root)

@@ -14,6 +14,7 @@ from ..database import Database
 from ..exceptions import ServiceError
 from . import plugin
 from .catalogue import Catalogue
+from .contents import record
 from .membership import Membership
 from .node import Node
 from .transfer import batches, holdings, metadata_files, partition_files
@@ -25,6 +26,8 @@ def place(catalogue: Catalogue, *, client: Client | None = None,
     catalogue. Returns the number of files placed per slot. ``progress(done, total)``
     is called as files land."""
     db = Database(catalogue.database)
+    # Recorded before copying: a step written meanwhile then shows as a change, never as placed.
+    catalogue.contents = record(db) if catalogue.layout == "local" else None
     plan: dict[str, list[str]] = {}
     if catalogue.layout == "local":
         for slot in catalogue.slots:

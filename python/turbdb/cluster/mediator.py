@@ -25,6 +25,7 @@ from ..info import is_plain_name
 from . import plugin
 from .balance import Balancer
 from .catalogue import Catalogue
+from .contents import check_current, differences
 from .dispatch import Dispatcher, Report
 from .handoff import SharedArray, SharedMemory
 from .health import cluster_status
@@ -61,7 +62,9 @@ def _check_address(address: str) -> None:
     try:
         scheme, location = parse_address(address)
         if scheme != "inproc":
-            parse_host_port(location)
+            _, port = parse_host_port(location)
+            if port is not None and not 0 < int(port) < 65536:  # else refused only after the connect timeout
+                raise ValueError(f"port {port} is not between 1 and 65535")
     except ValueError as e:
         raise InvalidRequestError(f"{address!r} is not a Dask scheduler address ({e}); give tcp://HOST:PORT, e.g. "
                                   "tcp://127.0.0.1:8786, as `turbdb cluster up` prints it") from None
@@ -85,7 +88,8 @@ class ClusterDatabase(Database):
         self.address = self.client.scheduler.address
         self.membership = Membership(self.client)
         self.dispatcher = Dispatcher(self.membership)
-        self.servers = Servers(self.client)  # units go to each worker's actor, not through the scheduler
+        # Units go to each worker's actor, not through the scheduler.
+        self.servers = Servers(self.client, self.membership)
         self.shared_memory = SharedMemory(self.client)
         self.declustering = declustering
         self.balancer = Balancer() if balance else None
@@ -114,10 +118,20 @@ class ClusterDatabase(Database):
         return ClusterDataset(self.path / name, self)
 
     def status(self) -> dict[str, Any]:
-        """Health: each slot's worker, and the partitions with fewer copies than asked for."""
-        live = self.membership.live(refresh=True)
-        return cluster_status(self, self.catalogue, live, scheduler=self.address,
-                              dashboard=self.client.dashboard_link, silent=self.membership.silent())
+        """Health: each slot's worker, and the partitions with fewer copies than asked for;
+        ``stale``: how the database changed since its node-local copies were placed (those
+        datasets are refused until it is placed again). A scheduler that cannot be reached
+        serves nothing: every partition is reported unavailable, with ``error`` saying why."""
+        catalogue = self.catalogue
+        stale = differences(catalogue.contents, self) if catalogue.layout == "local" else []
+        try:
+            live = self.membership.live(refresh=True)
+        except ServiceError as e:
+            report = cluster_status(self, catalogue, {}, scheduler=self.address)
+            return {**report, "stale": stale, "scheduler_reachable": False, "error": str(e)}
+        return {**cluster_status(self, catalogue, live, scheduler=self.address,
+                                 dashboard=self.client.dashboard_link, silent=self.membership.silent()),
+                "stale": stale, "scheduler_reachable": True}
 
     def lend_copies(self, dataset: Dataset, pmap: Any, lent: dict[tuple[int, int], tuple[str, ...]],
                     live: dict[str, str]) -> None:
@@ -190,6 +204,14 @@ class DistributedField:
     def _db(self) -> ClusterDatabase:
         return self.dataset.database
 
+    def _current_catalogue(self) -> Catalogue:
+        """The catalogue, after checking that node-local copies still hold what the
+        database holds (a database grown or written since would be answered stale)."""
+        catalogue = self._db.catalogue
+        if catalogue.layout == "local":
+            check_current(catalogue.contents, self.dataset, str(self._db.path))
+        return catalogue
+
     #: :func:`turbdb.query.query` tells :meth:`query` the answer's dtype.
     takes_dtype = True
 
@@ -204,7 +226,7 @@ class DistributedField:
                                       "only on a local database (turbdb.open(path))")
         began = _clock()
         db, info = self._db, self.dataset.metadata
-        catalogue = db.catalogue
+        catalogue = self._current_catalogue()
         levels = self.time_levels(np.ascontiguousarray(times, dtype=np.float64), float(time), temporal)
         pmap = catalogue.partition_map(info)
         n, width = len(points), info.fields[self.field].ncomp * SLOTS[operator]
@@ -292,7 +314,7 @@ class DistributedField:
 
     def _cutout(self, t_index: int, ranges: Any, stride: int, out: np.ndarray | None) -> np.ndarray:
         db, info = self._db, self.dataset.metadata
-        catalogue = db.catalogue
+        catalogue = self._current_catalogue()
         pmap = catalogue.partition_map(info)
         boxes = split_cutout(info, pmap, ranges, stride)
         shape = tuple(max(b.out[a][1] for b in boxes) for a in (2, 1, 0)) + (info.fields[self.field].ncomp,)

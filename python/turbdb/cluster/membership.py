@@ -5,10 +5,13 @@ fails or waits, instead of trusting an address it saw before."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 from distributed import Client
+
+from ..exceptions import ServiceError
 
 #: How long a view of the living workers is trusted when nothing went wrong.
 FRESH_SECONDS = 1.0
@@ -20,11 +23,38 @@ SILENT_SECONDS = 10.0
 CLOCK_SECONDS = 60.0
 
 
+def scheduler_workers(client: Client, address: str | None = None) -> dict[str, dict]:
+    """The scheduler's view of its workers by address; a 503 :class:`ServiceError` naming
+    the scheduler (at ``address``, as the client knew it: a client that lost its scheduler
+    forgets it) when it cannot be asked (such a client answers an empty
+    ``scheduler_info`` instead of raising)."""
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers")
+    except (OSError, TimeoutError, asyncio.TimeoutError):
+        workers = None
+    if workers is None or client.status != "running":
+        error = ServiceError(f"the Dask scheduler at {address or scheduler_address(client)} cannot be reached "
+                             "(it stopped, or the network to it is down): the cluster answers nothing without it. "
+                             "Start it again (`turbdb cluster up`, or your `dask scheduler`) and reconnect: restart "
+                             "`turbdb serve --cluster` or open the database again")
+        error.status = 503  # type: ignore[attr-defined]  # unavailable until the scheduler is back
+        raise error
+    return workers
+
+
+def scheduler_address(client: Client) -> str:
+    try:
+        return client.scheduler.address
+    except Exception:  # no scheduler object left at all
+        return "(unknown)"
+
+
 class Membership:
     """The living workers of a Dask cluster by slot (worker name)."""
 
     def __init__(self, client: Client, *, silent_seconds: float = SILENT_SECONDS):
         self.client = client
+        self.address = scheduler_address(client)
         self.silent_seconds = silent_seconds
         self._lock = threading.Lock()
         self._slots: dict[str, str] = {}
@@ -38,7 +68,7 @@ class Membership:
         scheduler within ``silent_seconds``."""
         with self._lock:
             if refresh or time.monotonic() - self._seen > FRESH_SECONDS:
-                workers = self.client.scheduler_info(n_workers=-1)["workers"]
+                workers = scheduler_workers(self.client, self.address)
                 now = self._scheduler_time()
                 running = {str(w["name"]): (address, now - w.get("last_seen", now)) for address, w in workers.items()
                            if w.get("status", "running") == "running"}

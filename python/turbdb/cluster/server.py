@@ -25,6 +25,7 @@ from distributed import TimeoutError as DaskTimeoutError
 
 from ..exceptions import ServiceError
 from . import dashboard, plugin
+from .membership import Membership, scheduler_workers
 
 #: How long making a worker's actor (a task through the scheduler, once per worker) may take.
 CREATE_SECONDS = 30.0
@@ -49,10 +50,13 @@ class NodeServer:
 
 
 class Servers:
-    """The mediator's side: each worker's actor, made on first use."""
+    """The mediator's side: each worker's actor, made on first use. With ``membership``,
+    waiting for an actor ends as soon as its worker falls silent (a stopped worker stays in
+    the scheduler's list for minutes)."""
 
-    def __init__(self, client: Client):
+    def __init__(self, client: Client, membership: Membership | None = None):
         self.client = client
+        self.membership = membership
         self._lock = threading.Lock()
         self._actors: dict[str, tuple[Any, Any]] = {}  # address → (the actor's future, the actor)
 
@@ -81,13 +85,18 @@ class Servers:
                 break
             except DaskTimeoutError:
                 # Bound to its worker, the actor would wait for it forever if it died.
-                if address not in self.client.scheduler_info(n_workers=-1)["workers"] or time.monotonic() > deadline:
+                if not self._there(address) or time.monotonic() > deadline:
                     future.cancel()
                     raise ServiceError(f"could not reach worker {address} (it left the cluster, or took over "
                                        f"{CREATE_SECONDS:.0f} s to answer)") from None
         with self._lock:
             self._actors[address] = (future, actor)
         return actor
+
+    def _there(self, address: str) -> bool:
+        if self.membership is not None:
+            return address in self.membership.live(refresh=True).values()
+        return address in scheduler_workers(self.client)
 
     def close(self) -> None:
         with self._lock:

@@ -8,18 +8,24 @@ import os
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from distributed import Client
+from distributed import TimeoutError as DaskTimeoutError
 
+from ..exceptions import ServiceError
 from ..info import DatasetInfo
 from ..zarr_meta import ZARR_JSON
 from . import plugin
 from .catalogue import Catalogue
+from .membership import Membership
 from .placement import PartitionMap
 
 #: Bytes of shard files one copy task moves at most.
 BATCH_BYTES = 64 << 20
+#: How often a copy in flight checks that both its workers are still there.
+POLL_SECONDS = 1.0
 
 
 def metadata_files(database: Path, name: str, fields: Iterable[str]) -> list[str]:
@@ -78,14 +84,32 @@ def batches(files: list[str], sizes: Callable[[str], int]) -> list[list[str]]:
 def copy_between(client: Client, catalogue: Catalogue, source: str, target: str, files: list[str],
                  file_bytes: int, progress: Callable[[int], None] | None = None) -> int:
     """Copies ``files`` from the worker at address ``source`` to the one at ``target``;
-    returns the bytes written. ``file_bytes`` is the usual size of one file (for batching)."""
+    returns the bytes written. ``file_bytes`` is the usual size of one file (for batching).
+    A :class:`ServiceError` if either worker leaves during the copy."""
     written = 0
     for batch in batches(files, lambda _: file_bytes):
         read = client.submit(plugin.read_files, catalogue.plugin_name, batch, workers=[source],
                              allow_other_workers=False, pure=False, key=f"turbdb-read-{uuid.uuid4().hex}")
         write = client.submit(plugin.write_files, catalogue.plugin_name, batch, read, workers=[target],
                               allow_other_workers=False, pure=False, key=f"turbdb-write-{uuid.uuid4().hex}")
-        written += write.result()
+        written += _wait(client, write, (read, write), (source, target))
         if progress:
             progress(len(batch))
     return written
+
+
+def _wait(client: Client, future: Any, futures: tuple[Any, ...], addresses: tuple[str, ...]) -> Any:
+    """The result of a copy task, or a :class:`ServiceError` once either worker leaves or
+    falls silent: tasks bound to one worker (``allow_other_workers=False``) would wait for
+    a dead one for ever."""
+    while True:
+        try:
+            return future.result(timeout=POLL_SECONDS)
+        except DaskTimeoutError:
+            live = set(Membership(client).live(refresh=True).values())
+            gone = [a for a in addresses if a not in live]
+            if gone:
+                for f in futures:
+                    f.cancel()
+                raise ServiceError(f"worker {', '.join(gone)} left the cluster (or stopped answering) during "
+                                   "the copy") from None

@@ -1,0 +1,87 @@
+"""The catalogue read back: a damaged one is refused at load (not left to fail queries
+with IndexError or read from a root no slot names), a data root inside the database is
+refused, and what a placement recorded tells a database changed since from one that did
+not."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import turbdb
+from turbdb.cli import main
+from turbdb.cluster.catalogue import Catalogue
+from turbdb.cluster.contents import differences, record
+
+TWO_PI = 2 * math.pi
+
+
+@pytest.fixture()
+def database(tmp_path):
+    db = tmp_path / "db"
+    axis = np.arange(16) * TWO_PI / 16
+    z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
+    ds = turbdb.create_dataset(db, "trig", grid=(16, 16, 16), times=[0.0, 1.0], atom=4, partition=8,
+                               fields={"velocity": 3})
+    for t in range(2):
+        ds.write("velocity", t, np.stack([np.sin(x) * (1 + t), np.cos(y), np.cos(x + z)], -1))
+    return db
+
+
+def _damage(database, change) -> None:
+    catalogue = Catalogue.create(database, ["0", "1", "2"])
+    catalogue.save()
+    path = Catalogue.path_of(database)
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(holders=d["holders"][:-3]),                       # fewer holder lists
+    lambda d: d.update(virtual_partitions=d["virtual_partitions"] + 5),  # virtual partitions changed
+    lambda d: d["holders"][4].__setitem__(0, "7"),                       # a holder that is no slot
+    lambda d: d["holders"].__setitem__(2, []),                           # a partition held by nobody
+    lambda d: d["holders"].__setitem__(2, ["1", "1"]),                   # one worker twice
+    lambda d: d.update(layout="cloud"),
+], ids=["short", "virtual", "stranger", "empty", "twice", "layout"])
+def test_a_damaged_catalogue_is_refused_when_loaded(database, change):
+    _damage(database, change)
+    with pytest.raises(turbdb.FormatError, match="damaged.*place the cluster again"):
+        Catalogue.load(database)
+
+
+def test_an_intact_catalogue_loads_as_saved(database):
+    catalogue = Catalogue.create(database, ["0", "1", "2"], data_root=database.parent / "nodes")
+    catalogue.contents = record(turbdb.open(database))
+    catalogue.save()
+    again = Catalogue.load(database)
+    assert again.holders == catalogue.holders and again.contents == catalogue.contents
+
+
+def test_a_data_root_inside_the_database_is_refused(database):
+    for inside in (database, database / "nodes"):
+        with pytest.raises(turbdb.InvalidRequestError, match="inside the database"):
+            Catalogue.create(database, ["0", "1"], data_root=inside)
+    placed = CliRunner().invoke(main, ["cluster", "place", str(database), "--workers", "2", "--data-root",
+                                       str(database)])
+    assert placed.exit_code != 0 and "inside the database" in placed.output, placed.output
+    assert not Catalogue.exists(database) and sorted(p.name for p in database.iterdir() if p.is_dir()) == ["trig"]
+
+
+def test_what_was_placed_tells_a_changed_database_from_an_unchanged_one(database):
+    db = turbdb.open(database)
+    placed = json.loads(json.dumps(record(db)))  # as the catalogue stores it
+    assert differences(placed, db) == []
+    ds = db["trig"]
+    ds.write("velocity", 1, np.zeros((16, 16, 16, 3), np.float32))  # a step written again
+    assert differences(placed, turbdb.open(database)) == ["dataset 'trig': steps were written again"]
+    placed = json.loads(json.dumps(record(turbdb.open(database))))
+    ds.append_times([2.0])
+    assert "3 now (0 to 2)" in differences(placed, turbdb.open(database))[0]
+    placed = json.loads(json.dumps(record(turbdb.open(database))))
+    ds.write("velocity", 2, np.zeros((16, 16, 16, 3), np.float32))  # a step that had no shards
+    assert differences(placed, turbdb.open(database)) == ["dataset 'trig': steps were written"]
+    assert differences(None, db)  # a catalogue from before contents were recorded
