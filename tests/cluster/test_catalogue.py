@@ -13,7 +13,8 @@ from click.testing import CliRunner
 import turbdb
 from turbdb.cli import main
 from turbdb.cluster.catalogue import Catalogue
-from turbdb.cluster.contents import differences, record
+from turbdb.cluster.contents import check_current, differences, record
+from turbdb.exceptions import ServiceError
 
 TWO_PI = 2 * math.pi
 
@@ -85,3 +86,21 @@ def test_what_was_placed_tells_a_changed_database_from_an_unchanged_one(database
     ds.write("velocity", 2, np.zeros((16, 16, 16, 3), np.float32))  # a step that had no shards
     assert differences(placed, turbdb.open(database)) == ["dataset 'trig': steps were written"]
     assert differences(None, db)  # a catalogue from before contents were recorded
+
+
+def test_a_dataset_created_again_with_the_same_sizes_is_told_from_the_one_placed(database):
+    # Same grid, times and fields, no rewrite counted: its copies were served as current.
+    db = turbdb.open(database)
+    placed = json.loads(json.dumps(record(db)))
+    info = db["trig"].info
+    again = turbdb.create_dataset(database, "trig", grid=info.grid, times=list(info.times), atom=info.atom,
+                                  partition=info.partition,
+                                  fields={name: f.ncomp for name, f in info.fields.items()}, overwrite=True)
+    for name, f in info.fields.items():
+        for t in f.steps_present:
+            again.write(name, t, np.full((16, 16, 16, f.ncomp), 5.0, np.float32))
+    assert differences(placed, turbdb.open(database)) == ["dataset 'trig': it was created again"]
+    with pytest.raises(ServiceError, match="it was created again"):
+        check_current(placed, turbdb.open(database)["trig"], str(database))
+    # The catalogue holds a summary of the times, not every one of them.
+    assert set(placed["trig"]["times"]) == {"count", "first", "last", "sha256"}

@@ -24,7 +24,6 @@ removed by the next one that starts on this machine."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import mmap
 import os
@@ -270,23 +269,25 @@ class SharedMemory:
 
     def _probe(self, address: str) -> bool | None:
         """Whether the worker at ``address`` reads this machine's ``/dev/shm``; None if it
-        did not answer in time (``client.run`` alone would wait for a stopped worker for
-        as long as it stays stopped)."""
+        gave no clean answer — it did not answer in time (``client.run`` alone would wait
+        for a stopped worker for as long as it stays stopped), or the probe failed — so
+        that it is asked again later instead of taking the network path for good."""
         if not SHARED_DIR.is_dir():
             return False
         token = uuid.uuid4().hex
         path = SHARED_DIR / f"{PREFIX}{_owner()}-probe-{token}"
         try:
             path.write_text(token)
-            seen = self.client.run(read_token, str(path), workers=[address], on_error="return",
-                                   callback_timeout=PROBE_SECONDS)
-            return seen.get(address) == token
-        except (TimeoutError, asyncio.TimeoutError):
+            answers = self.client.run(read_token, str(path), workers=[address], on_error="return",
+                                      callback_timeout=PROBE_SECONDS)
+        except Exception:  # timed out, or the probe itself failed (a full /dev/shm, the scheduler gone)
             return None
-        except Exception:  # a worker that cannot answer is not known to share memory
-            return False
         finally:
             path.unlink(missing_ok=True)
+        seen = answers.get(address, ValueError("no answer"))
+        if seen is None or isinstance(seen, str):  # it answered: it reads the file, or cannot see it
+            return seen == token
+        return None  # it failed to run the probe (an exception answered), or was gone
 
 
 class Exchange:

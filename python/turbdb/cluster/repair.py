@@ -54,8 +54,12 @@ def repair(client: Client, catalogue: Catalogue, *,
         files = 0
         if catalogue.layout == "local":
             try:
-                files = _copy_virtual(client, catalogue, database, v, live[source], live[target])
-            except ServiceError as e:
+                current = membership.live(refresh=True)  # a worker restarted since has a new address
+                if source not in current or target not in current:
+                    raise ServiceError(f"worker {source if source not in current else target} left the cluster")
+                files = _copy_virtual(client, catalogue, database, v, current[source], current[target])
+            except Exception as e:  # noqa: BLE001 - any failure of one copy (a dead worker, a full disk) fails it alone
+                e = e if isinstance(e, ServiceError) else ServiceError(f"{type(e).__name__}: {e}")
                 failed.append(f"virtual partition {v} from worker {source} to worker {target}: {e}")
                 say(f"virtual partition {v}: copy from worker {source} to worker {target} FAILED ({e})")
                 live = membership.live(refresh=True)

@@ -106,6 +106,8 @@ def _wait(client: Client, future: Any, futures: tuple[Any, ...], addresses: tupl
         try:
             return future.result(timeout=POLL_SECONDS)
         except DaskTimeoutError:
+            if future.done():  # it finished while the wait timed out
+                continue
             live = set(Membership(client).live(refresh=True).values())
             gone = [a for a in addresses if a not in live]
             if gone:

@@ -119,6 +119,6 @@ mod tests {
             .grid_position(1e308, 'y')
             .unwrap_err()
             .to_string()
-            .starts_with("y = 1e308 is too far from the periodic y axis [0, 6.283185307179586)"));
+            .starts_with("y = 1e308 is too far from the periodic y axis [0, 6.28318530718)"));
     }
 }
