@@ -88,7 +88,15 @@ def test_a_stopped_worker_is_dropped_after_silent_seconds_and_its_units_go_to_th
 
 
 def test_a_dead_scheduler_is_a_503_naming_it_and_the_status_says_so(database):
+    import dask
+
     run = start_local(database, 1, threads=1, dashboard_address=":0")
+    # The client's attempts to reach the scheduler again give up sooner (the test's time).
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        _dead_scheduler(database, run)
+
+
+def _dead_scheduler(database, run):
     try:
         with turbdb.open(database, cluster=run.address) as cdb:
             points = np.random.default_rng(5).uniform(0, TWO_PI, (100, 3))
