@@ -24,15 +24,8 @@ TWO_PI = 2 * math.pi
 
 
 @pytest.fixture()
-def database(tmp_path):
-    db = tmp_path / "db"
-    axis = np.arange(16) * TWO_PI / 16
-    z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
-    ds = turbdb.create_dataset(db, "trig", grid=(16, 16, 16), times=[0.0, 1.0], atom=4, partition=8,
-                               fields={"velocity": 3})
-    for t in range(2):
-        ds.write("velocity", t, np.stack([np.sin(x) * (1 + t), np.cos(y), np.cos(x + z)], -1))
-    return db
+def database(tmp_path, make_trig):
+    return make_trig(tmp_path / "db")
 
 
 def _wait_for_workers(run, count: int) -> None:

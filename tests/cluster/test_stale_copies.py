@@ -15,14 +15,8 @@ pytestmark = pytest.mark.slow
 TWO_PI = 2 * math.pi
 
 
-def test_a_grown_database_is_refused_on_stale_copies_and_placed_again_by_up(tmp_path):
-    database = tmp_path / "db"
-    axis = np.arange(16) * TWO_PI / 16
-    z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
-    ds = turbdb.create_dataset(database, "trig", grid=(16, 16, 16), times=[0.0, 1.0], atom=4, partition=8,
-                               fields={"velocity": 3})
-    for t in range(2):
-        ds.write("velocity", t, np.stack([np.sin(x) * (1 + t), np.cos(y), np.cos(x + z)], -1))
+def test_a_grown_database_is_refused_on_stale_copies_and_placed_again_by_up(tmp_path, make_trig):
+    database = make_trig(tmp_path / "db")
     nodes = tmp_path / "nodes"
     run = start_local(database, 2, threads=1, data_root=nodes, dashboard_address=":0")
     try:
@@ -30,6 +24,9 @@ def test_a_grown_database_is_refused_on_stale_copies_and_placed_again_by_up(tmp_
         assert not attach(database, run.client, data_root=nodes).placed  # unchanged: the copies fit
         points = np.random.default_rng(1).uniform(0, TWO_PI, (300, 3))
         with turbdb.open(database, cluster=run.client) as cdb:
+            ds = turbdb.open(database)["trig"]
+            axis = np.arange(16) * TWO_PI / 16
+            z, y, x = np.meshgrid(axis, axis, axis, indexing="ij")
             (new,) = ds.append_times([2.0])
             ds.write("velocity", new, np.stack([np.cos(x) * 3, np.sin(y) * 2, np.sin(x + z)], -1))
             with pytest.raises(turbdb.ServiceError, match="changed since.*cluster place") as error:
