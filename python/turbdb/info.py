@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .exceptions import DamagedMetadataError, FormatError, InvalidRequestError, TurbdbError
+from .exceptions import DamagedMetadataError, InvalidRequestError, TurbdbError
 from .times import format_time
 
 FORMAT_VERSION = 1

@@ -17,7 +17,7 @@ import numpy as np
 from distributed import Client
 
 from .. import _core
-from ..arguments import SLOTS, axes_of
+from ..arguments import SLOTS
 from ..database import Database
 from ..dataset import Dataset, directory_identity
 from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError

@@ -16,7 +16,6 @@ from distributed import TimeoutError as DaskTimeoutError
 
 from ..exceptions import ServiceError
 from ..info import DatasetInfo
-from ..zarr_meta import ZARR_JSON
 from . import plugin
 from .catalogue import Catalogue
 from .membership import Membership

@@ -22,7 +22,6 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..arguments import MAX_INDEX
 from ..exceptions import TurbdbError
 from ..query import evaluate_call, point_call
 from ..track import step_count
