@@ -44,6 +44,7 @@ def run_simulation(
     say = (lambda line: None) if quiet else (lambda line: tqdm.write(line))
     if if_missing and overwrite:
         raise InvalidRequestError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
+    config, snapshots = None, None  # the DNS's settings, or the synthetic generator's steps
     if kind == "dns":
         config = DNSConfig(n=grid, seed=seed)
         every = save_every or config.default_save_every
@@ -92,8 +93,7 @@ def run_simulation(
         )
         if not locked:
             lock.enter_context(dataset.writer_lock())
-        return _fill(dataset, kind, grid, steps, size, every, config if kind == "dns" else None,
-                     None if kind == "dns" else snapshots, say, quiet)
+        return _fill(dataset, kind, grid, steps, size, every, config, snapshots, say, quiet)
 
 
 def _fill(dataset: Dataset, kind: str, grid: int, steps: int, size: int, every: int, config: DNSConfig | None,

@@ -17,15 +17,18 @@ from .byte_size import parse_byte_size
 from .exceptions import InvalidRequestError, LimitExceededError
 
 ENVIRONMENT = "TURBDB_MAX_RESULT_BYTES"
+_seen: list[str | None] = [None]  # the value last read (rewritten as plain bytes)
 
 
 def _read_environment() -> None:
     """``TURBDB_MAX_RESULT_BYTES`` as people write sizes (``8GiB``, ``1e9``): the engine reads
     a plain positive number of bytes, so it is handed one; a value that is no such size is
-    named, not silently ignored for the default."""
+    named, not silently ignored for the default. Parsed only when the value changed: it is
+    asked on every query's path."""
     value = os.environ.get(ENVIRONMENT)
-    if value is None:
+    if not value or value == _seen[0]:  # unset, or set empty: the default
         return
+    _seen[0] = value
     try:
         nbytes = parse_byte_size(value, ENVIRONMENT)
         if nbytes == 0:
@@ -34,7 +37,7 @@ def _read_environment() -> None:
         warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=1)
         return
     if value != str(nbytes):
-        os.environ[ENVIRONMENT] = str(nbytes)
+        os.environ[ENVIRONMENT] = _seen[0] = str(nbytes)
 
 
 def max_result_bytes() -> int:

@@ -8,14 +8,13 @@ mediator refuses a dataset whose copies no longer match (:func:`check_current`).
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..database import Database
-from ..dataset import Dataset
+from ..dataset import Dataset, _stat_key
 from ..exceptions import ServiceError, TurbdbError
 from ..rewrites import rewrite_counts
 from ..zarr_meta import FIELD_ID_ATTRIBUTE, ZARR_JSON, read_json
@@ -104,10 +103,9 @@ def check_current(recorded: dict[str, dict[str, Any]] | None, dataset: Dataset, 
 
 def _stat(path: Path) -> tuple[int, ...]:
     try:
-        st = os.stat(path)
+        return _stat_key(str(path))
     except OSError:
         return ()
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _change(placed: dict[str, Any], now: dict[str, Any]) -> str | None:

@@ -88,28 +88,26 @@ class JobRegistry:
         past the server's jobs or planned queries."""
         gone: list[DeclaredJob] = []
         try:
-            self._admit(owner, queries, gone)
+            with self._lock:
+                gone = self._expire()
+                close = "close jobs that are done (DELETE /v1/jobs/{id})"
+                if self._planned[owner] + queries > self.max_planned_per_owner:
+                    raise LimitExceededError(
+                        f"your open jobs plan {self._planned[owner]:,} queries and this one {queries:,}; a token's "
+                        f"open jobs may plan {self.max_planned_per_owner:,} at once: {close}, or declare this one "
+                        "when they end", retry_after=5.0)
+                if len(self._jobs) + self._reserved_jobs >= self.max_jobs:
+                    raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: {close}, or "
+                                          "retry shortly", retry_after=5.0)
+                planned = sum(self._planned.values())
+                if planned + queries > self.max_planned:
+                    raise EngineBusyError(f"the open jobs on this server plan {planned:,} queries, and it gates at "
+                                          f"most {self.max_planned:,} at once: {close}, or retry shortly",
+                                          retry_after=5.0)
+                self._planned[owner] += queries
+                self._reserved_jobs += 1
         finally:
-            _close(gone)
-
-    def _admit(self, owner: str, queries: int, gone: list[DeclaredJob]) -> None:
-        with self._lock:
-            gone += self._expire()
-            close = "close jobs that are done (DELETE /v1/jobs/{id})"
-            if self._planned[owner] + queries > self.max_planned_per_owner:
-                raise LimitExceededError(
-                    f"your open jobs plan {self._planned[owner]:,} queries and this one {queries:,}; a token's open "
-                    f"jobs may plan {self.max_planned_per_owner:,} at once: {close}, or declare this one when they "
-                    "end", retry_after=5.0)
-            if len(self._jobs) + self._reserved_jobs >= self.max_jobs:
-                raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: {close}, or retry "
-                                      "shortly", retry_after=5.0)
-            planned = sum(self._planned.values())
-            if planned + queries > self.max_planned:
-                raise EngineBusyError(f"the open jobs on this server plan {planned:,} queries, and it gates at most "
-                                      f"{self.max_planned:,} at once: {close}, or retry shortly", retry_after=5.0)
-            self._planned[owner] += queries
-            self._reserved_jobs += 1
+            _close(gone)  # outside the lock, also when refused
 
     def cancel(self, owner: str, queries: int) -> None:
         """Gives back what :meth:`reserve` admitted, for a job that was not declared."""
