@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import math
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -334,6 +335,21 @@ class Dataset:
             attrs["fields"][field] = {"ncomp": ncomp, "units": units}
 
         self.update_attrs(change)
+
+    def remove_empty_field(self, field: str) -> None:
+        """Removes ``field`` if none of its steps is stored: what a failed first ingest of a
+        new field leaves (its units and components would refuse the corrected command)."""
+        def change(attrs: dict[str, Any]) -> None:
+            shards = tuple(-(-n // attrs["partition"]) for n in attrs["grid"])
+            if self._steps_written(field, len(attrs["times"]), shards):
+                raise InvalidRequestError(f"field {field!r} of dataset {self.name!r} has stored steps; not removed")
+            attrs["fields"].pop(field, None)
+            attrs.get(JOURNAL_KEY, {}).pop(field, None)
+            # Before the consolidated metadata is listed again from the folders.
+            shutil.rmtree(self.path / field, ignore_errors=True)
+
+        self.update_attrs(change)
+        self._stores.pop(field, None)
 
     # -- querying -----------------------------------------------------------------------
 

@@ -130,3 +130,29 @@ def test_an_hdf5_cutout_of_several_steps_is_named_as_time_steps_not_components(t
     message = str(refused.value)
     assert "holds 2 time steps of 'pressure' (pressure_0002, pressure_0004)" in message, message
     assert "--dataset-path (Python: dataset_path=) 'pressure_0002'" in message and "variables" not in message
+
+
+def test_a_chunk_never_written_is_refused_not_read_as_the_fill_value(tmp_path):
+    # A writer stopped halfway: HDF5 reads the missing chunks as zeros.
+    f = field(nt=3, dtype="float32")
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        u = h.create_dataset("u", shape=f.shape, dtype="f4", chunks=(1, 3, 4, 5, 3))
+        u[0], u[1] = f[0], f[1]
+        h.create_dataset("never", shape=f.shape[1:], dtype="f4")  # contiguous, not written
+    src = open_source(tmp_path / "a.h5", dataset_path="u")
+    np.testing.assert_array_equal(src.read(src.refs()[1]), f[1])
+    with pytest.raises(FormatError, match=r"1 of the chunks this step needs were never written.*incomplete"):
+        src.read(src.refs()[2])
+    with pytest.raises(FormatError, match="never written"):
+        open_source(tmp_path / "a.h5", dataset_path="never")
+
+
+def test_components_labelled_with_other_dimensions_are_refused(tmp_path):
+    f = field(nz=8, ny=8, nx=8, nc=1, dtype="float32")[0, ..., 0]
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        for name, labels in (("u", "zyx"), ("v", "xyz"), ("w", "zyx")):
+            h[name] = f if labels == "zyx" else f.T
+            for axis, label in enumerate(labels):
+                h[name].dims[axis].label = label
+    with pytest.raises(FormatError, match=r"differ in dimensions.*/v \('x', 'y', 'z'\)"):
+        open_source(tmp_path / "a.h5", variables="u,v,w")

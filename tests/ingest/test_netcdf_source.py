@@ -146,3 +146,29 @@ def test_a_truncated_classic_file_is_refused_and_a_whole_one_is_not(tmp_path, fm
         path.write_bytes(whole[:-cut])
         with pytest.raises(FormatError, match=rf"c\.nc is truncated: .* the file has {len(whole) - cut:,} bytes"):
             open_source(path, variables="u")
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF3_CLASSIC", "NETCDF4"])
+def test_a_record_never_written_is_refused_not_stored_as_the_fill_value(tmp_path, fmt):
+    import netCDF4
+
+    path = tmp_path / "p.nc"
+    with netCDF4.Dataset(path, "w", format=fmt) as nc:
+        for name, n in (("t", None), ("z", 3), ("y", 4), ("x", 5)):
+            nc.createDimension(name, n)
+        p = nc.createVariable("p", "f4", ("t", "z", "y", "x"))
+        p[0], p[1] = np.ones((3, 4, 5)), 2 * np.ones((3, 4, 5))
+        nc["p"][2, 0, 0, 0] = 3.0  # the writer stopped after one value of the third record
+    src = open_source(path)
+    np.testing.assert_array_equal(src.read(src.refs()[1])[..., 0], 2.0)
+    with pytest.raises(FormatError, match="default fill value .* at 59 of this step's values: they were never written"):
+        src.read(src.refs()[2])
+
+
+def test_a_fill_value_in_the_data_is_named_not_called_a_nan(tmp_path):
+    data = np.ones((3, 4, 5), dtype="f4")
+    data[0] = 0.0  # a wall of exact zeros, with _FillValue = 0
+    xr.Dataset({"p": (("z", "y", "x"), data)}).to_netcdf(tmp_path / "p.nc", encoding={"p": {"_FillValue": 0.0}})
+    src = open_source(tmp_path / "p.nc")
+    with pytest.raises(FormatError, match=r"holds its _FillValue \(0.0\) at 20 of this step's values.*ncatted"):
+        src.read(src.refs()[0])

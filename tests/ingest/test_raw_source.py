@@ -101,6 +101,17 @@ def test_subrecords_of_a_long_record_are_joined(tmp_path):
     np.testing.assert_array_equal(src.read(src.refs()[0]), field()[0])
 
 
+def test_big_endian_markers_read_with_a_little_endian_dtype_are_refused(tmp_path):
+    # Smooth data read in the wrong byte order is finite garbage, stored without a word.
+    big = fortran(field()).astype(">f4").tobytes()
+    n = len(big).to_bytes(4, "big")
+    (tmp_path / "u.dat").write_bytes(n + big + n)
+    with pytest.raises(FormatError, match=r"markers are big-endian.*give --dtype '>f4'"):
+        open_source(tmp_path / "u.dat", dtype="f4", shape=(5, 4, 3, 3), order="F")
+    src = open_source(tmp_path / "u.dat", dtype=">f4", shape=(5, 4, 3, 3), order="F")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), field()[0])
+
+
 def test_records_need_time_slowest(tmp_path):
     f = field(nt=2)
     data = f.transpose(1, 0, 2, 3, 4).astype("<f4").tobytes()  # z t y x c

@@ -93,17 +93,23 @@ def _database_metadata_problem(path: Path) -> str | None:
 @click.option("--origin", default="0,0,0", show_default=True, help="New dataset: position of the first node x,y,z.")
 @click.option("--periodic", default="xyz", show_default=True, help="New dataset: periodic axes, e.g. xyz, xz or none.")
 @click.option("--units", default="", help="New field: units of the field, e.g. m/s.")
+@click.option("--replace", is_flag=True,
+              help="Store again, in place, steps ingested before from the same files that now read as other values "
+                   "(after correcting --dtype, --axes, …, or a file rewritten); refused without it.")
+@click.option("--sort", type=click.Choice(["given", "numbers"]), default=None,
+              help="Inputs numbered out of order as the shell sorts them (u_1, u_10, u_2): keep the order given, or "
+                   "sort them by their numbers; refused without it.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str | None, axes: str | None,
-           dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str, quiet: bool,
-           **input_options: Any) -> None:
+           dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str,
+           replace: bool, sort: str | None, quiet: bool, **input_options: Any) -> None:
     """Append the time steps in INPUTS (in the order given) to field FIELD of dataset NAME.
 
     Inputs are files of the formats --format lists (detected from the name, else the first
     bytes; a directory is a Zarr/xarray store), each holding one time step or several along a
     t axis; an option whose help starts with format names applies to those formats only. An
     interrupted ingest is resumed by running the same command again: steps already stored are
-    skipped, the step in progress is rewritten.
+    skipped, the step in progress is rewritten; a file that grew has its new steps appended.
     """
     from ..ingest.pipeline import ingest_inputs
 
@@ -114,7 +120,7 @@ def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str |
         db, name, field, list(inputs),
         source_options={"format": fmt, "axes": axes, **input_options},
         dt=dt, t0=t0, spacing=xyz_floats(spacing, "--spacing"), origin=xyz_floats(origin, "--origin"),
-        periodic=periodic_axes(periodic), units=units, quiet=quiet, given=given,
+        periodic=periodic_axes(periodic), units=units, quiet=quiet, given=given, replace=replace, sort=sort,
     )
 
 

@@ -4,9 +4,13 @@ time index, and is updated only after the step's shards are all in place."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import shutil
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,10 +44,19 @@ def ingest_inputs(
     units: str = "",
     quiet: bool = False,
     given: set[str] | frozenset[str] = frozenset(),
+    replace: bool = False,
+    sort: str | None = None,
 ) -> Dataset:
     """Appends every time step of ``inputs`` (in order) to ``field`` of dataset ``name``,
     creating the dataset or the field when missing. Steps already ingested from the same
-    unchanged input are skipped, so rerunning an interrupted ingest completes it.
+    input are skipped, so rerunning an interrupted ingest completes it, and a file that grew
+    has only its new steps appended. A step stored before whose values now read
+    differently (the file changed, or another ``--dtype``/``--axes``/… reads it) is refused,
+    or with ``replace`` stored again in its place.
+
+    ``sort``: inputs whose names differ only in numbers given out of the numbers' order
+    (``u_1, u_10, u_2``: how the shell sorts ``u_*.npy``) are refused unless ``sort`` is
+    ``"given"`` (keep that order) or ``"numbers"`` (sort them by their numbers).
 
     ``given``: which of ``t0``, ``spacing``, ``origin``, ``periodic`` and ``units`` the
     caller set on purpose (the CLI: those on the command line). They describe a new dataset
@@ -56,27 +69,34 @@ def ingest_inputs(
     if not np.isfinite(t0):
         raise InvalidRequestError(f"--t0 must be a finite number, not {t0}")
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
-    sources = open_sources([Path(p) for p in inputs], **options)
+    inputs = in_time_order([Path(p) for p in inputs], sort)
+    sources = open_sources(inputs, **options)
     for note in (note for source in sources for note in source.notes):
         tqdm.write(f"note: {note}", file=sys.stderr)
-    dataset, created = _target(db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic,
-                               units=units)
+    dataset, created, added = _target(db, name, field, sources[0], spacing=spacing, origin=origin,
+                                      periodic=periodic, units=units)
     if not created:
         _check_given(dataset, field, given, t0=t0, spacing=spacing, origin=origin, periodic=periodic, units=units)
+    how = json.dumps(options, sort_keys=True, default=str)
     try:
         with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
-            return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet)
+            return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet, how=how, replace=replace)
     except BaseException:
-        # A dataset this call created and could not store a step in is removed again, so that
-        # the corrected command starts afresh instead of meeting a dataset of the wrong grid.
+        # A dataset (or field) this call created and could not store a step in is removed
+        # again, so that the corrected command starts afresh instead of meeting a dataset of
+        # the wrong grid or a field of the wrong units or components.
         if created and not any(f.steps_present for f in dataset.info.fields.values()):
             shutil.rmtree(dataset.path, ignore_errors=True)
+        elif added and not dataset.info.fields[field].steps_present:
+            dataset.remove_empty_field(field)
         raise
 
 
 def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, dt: float | None, t0: float,
-            quiet: bool) -> Dataset:
-    """Appends the steps of ``sources`` not yet in the journal (the caller holds the writer lock)."""
+            quiet: bool, how: str, replace: bool) -> Dataset:
+    """Appends the steps of ``sources`` not yet in the journal (the caller holds the writer
+    lock); steps stored before that now read differently are refused or, with ``replace``,
+    stored again at their time index."""
     _remove_stale_temporaries(dataset.path / field)
     journal = _journal(dataset, field)
     if dt is not None:
@@ -86,25 +106,32 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
         journal["dt"] = dt  # kept, so that a later ingest without --dt steps on by it
     if dt is None and dataset.metadata.dt is None:  # a single time (or none) has no dt of its own
         dt = _given_dt(dataset, journal)
-    todo = [(s, r) for s in sources for r in s.refs() if r.ident() not in journal["done"]]
-    total = sum(s.n_steps for s in sources)
     say = (lambda line: None) if quiet else tqdm.write
+    total = sum(s.n_steps for s in sources)
+    before = json.dumps(journal, sort_keys=True)
+    todo, unchanged = _steps_to_store(dataset, field, sources, journal, how=how, replace=replace, say=say)
     if not todo:
         say(f"all {total} input steps are already in {name}/{field}; nothing to do")
+        if json.dumps(journal, sort_keys=True) != before:  # unchanged steps under their new identities
+            _save_journal(dataset, field, journal)
         return dataset
     if len(todo) < total:
         say(f"resuming: {total - len(todo)} of {total} input steps are already stored")
 
     step_bytes = int(np.prod(sources[0].grid)) * sources[0].ncomp * 4
     bar = tqdm(total=len(todo) * step_bytes, unit="B", unit_scale=True, disable=quiet, desc=f"ingest {field}")
+    digests = {entry["digest"]: int(entry["t"]) for entry in journal["steps"].values()}
     # Read the next input while the current one is written: the two overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
-        upcoming = reader.submit(_read, *todo[0])
-        for i, (source, ref) in enumerate(todo):
-            data = upcoming.result()
+        upcoming = reader.submit(_read_with_digest, *todo[0][:2])
+        for i, (source, ref, again) in enumerate(todo):
+            data, digest = upcoming.result()
             if i + 1 < len(todo):
-                upcoming = reader.submit(_read, *todo[i + 1])
-            t = journal["next"]
+                upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
+            if again is None and digest in digests:
+                tqdm.write(f"note: {_describe(ref)} holds exactly the values stored at time index "
+                           f"{digests[digest]} of {name}/{field}: the same data stored twice?", file=sys.stderr)
+            t = journal["next"] if again is None else again
             stored_times = dataset.metadata.nt
             _ensure_time(dataset, t, dt, t0)
             try:
@@ -114,17 +141,89 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
                 # interrupted write keeps it, and the rerun rewrites the step there.
                 dataset.drop_unwritten_times(stored_times)
                 raise type(e)(f"{_describe(ref)}: {e}") from None
-            journal["next"] = t + 1
-            journal["done"][ref.ident()] = t
-            dataset.update_attrs(lambda attrs: attrs.setdefault(JOURNAL_KEY, {}).__setitem__(field, journal))
+            if again is None:
+                journal["next"] = t + 1
+            _record(journal, ref, t, digest, how)
+            digests[digest] = t
+            _save_journal(dataset, field, journal)
             bar.update(step_bytes)
     bar.close()
-    say(f"{name}/{field}: stored {len(todo)} step(s); {len(dataset.info.steps_present(field))} of {dataset.info.nt} present")
+    replaced = sum(again is not None for _, _, again in todo)
+    stored = f"stored {len(todo) - replaced} step(s)" + (f", replaced {replaced}" if replaced else "")
+    say(f"{name}/{field}: {stored}; {len(dataset.info.steps_present(field))} of {dataset.info.nt} present")
     return dataset
 
 
-def _read(source: Source, ref: StepRef) -> np.ndarray:
-    return source.read(ref)
+def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal: dict[str, Any], *, how: str,
+                    replace: bool, say: Callable[[str], None]) -> tuple[list[tuple[Source, StepRef, int | None]], int]:
+    """The input steps to store, each with the time index it goes to again (``None``: a new
+    step, appended), and how many were found unchanged. A step stored before from the same
+    file, key and index is read again when the file or the options reading it changed: the
+    same values are skipped (a touched file, a file that grew), other values are refused
+    before anything is written, or with ``replace`` stored again in place."""
+    todo: list[tuple[Source, StepRef, int | None]] = []
+    changed: list[str] = []
+    unchanged = 0
+    for source in sources:
+        for ref in source.refs():
+            entry = journal["steps"].get(_step_key(ref))
+            if entry is None:
+                if ref.ident() in journal["done"]:  # stored by an ingest before step digests
+                    unchanged += 1
+                else:
+                    todo.append((source, ref, None))
+                continue
+            if ref.ident() in journal["done"] and entry.get("how") == how:
+                unchanged += 1
+                continue
+            _, digest = _read_with_digest(source, ref)
+            if digest == entry["digest"]:
+                _record(journal, ref, int(entry["t"]), digest, how)
+                unchanged += 1
+            elif replace:
+                todo.append((source, ref, int(entry["t"])))
+            else:
+                changed.append(f"{_describe(ref)} (time index {entry['t']}, read with {_options_text(entry.get('how'))})")
+    if changed:
+        listed = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise InvalidRequestError(
+            f"{len(changed)} input step(s) already stored in {dataset.name}/{field} now read as other values: "
+            f"{listed}. The file changed since, or other options (--dtype, --axes, --shape, --order, "
+            f"--variables, …) read it now; nothing was stored. Give --replace to store this reading in their "
+            f"place, or ingest into a new dataset")
+    if replace and not any(again is not None for _, _, again in todo) and unchanged:
+        say("note: --replace: every step stored before from these inputs reads the same; none replaced")
+    return todo, unchanged
+
+
+def _step_key(ref: StepRef) -> str:
+    """Which step of which input, whatever its version (size, modification time)."""
+    return json.dumps([ref.source, ref.key, ref.index], separators=(",", ":"), ensure_ascii=False)
+
+
+def _record(journal: dict[str, Any], ref: StepRef, t: int, digest: str, how: str) -> None:
+    journal["done"] = {k: v for k, v in journal["done"].items() if v != t or k == ref.ident()}
+    journal["done"][ref.ident()] = t
+    journal["steps"][_step_key(ref)] = {"t": t, "digest": digest, "how": how}
+
+
+def _save_journal(dataset: Dataset, field: str, journal: dict[str, Any]) -> None:
+    dataset.update_attrs(lambda attrs: attrs.setdefault(JOURNAL_KEY, {}).__setitem__(field, journal))
+
+
+def _options_text(how: str | None) -> str:
+    if not how:
+        return "unrecorded options"
+    options = {k: v for k, v in json.loads(how).items() if v is not None}
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(options.items())) or "no options"
+
+
+def _read_with_digest(source: Source, ref: StepRef) -> tuple[np.ndarray, str]:
+    """A step's values and the digest of them as stored (float32), which tells a step read
+    again apart from what was stored of it."""
+    data = source.read(ref)
+    stored = np.ascontiguousarray(data, dtype=np.float32)
+    return data, hashlib.blake2b(stored.data, digest_size=16).hexdigest()
 
 
 def _describe(ref: StepRef) -> str:
@@ -133,9 +232,9 @@ def _describe(ref: StepRef) -> str:
 
 
 def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, origin: Any,
-            periodic: Any, units: str) -> tuple[Dataset, bool]:
-    """The dataset to append to, existing (checked against the input) or new, and whether
-    it is new."""
+            periodic: Any, units: str) -> tuple[Dataset, bool, bool]:
+    """The dataset to append to, existing (checked against the input) or new, whether it is
+    new and whether the field is."""
     try:
         dataset = open_db(db)[name]
     except (UnknownNameError, OSError):
@@ -143,7 +242,7 @@ def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, or
             db, name, grid=source.grid, spacing=spacing, origin=origin or (0.0, 0.0, 0.0), periodic=periodic,
             times=[], fields={field: {"ncomp": source.ncomp, "units": units}},
             provenance={"generator": "turbdb ingest"},
-        ), True
+        ), True, True
     info = dataset.info
     if info.grid != source.grid:
         raise FormatError(
@@ -151,12 +250,13 @@ def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, or
         )
     if field not in info.fields:
         dataset.add_field(field, source.ncomp, units=units)
-    elif info.fields[field].ncomp != source.ncomp:
+        return dataset, False, True
+    if info.fields[field].ncomp != source.ncomp:
         raise FormatError(
             f"{source.path} holds {source.ncomp} component(s) but field {field!r} of {name!r} has "
             f"{info.fields[field].ncomp}; check --field or --axes"
         )
-    return dataset, False
+    return dataset, False, False
 
 
 def _check_given(dataset: Dataset, field: str, given: set[str] | frozenset[str], **values: Any) -> None:
@@ -193,10 +293,10 @@ def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
     was filled by other means continues after its last written step."""
     entry = dataset._attrs().get(JOURNAL_KEY, {}).get(field)
     if entry is not None:
-        return {"next": int(entry["next"]), "done": dict(entry["done"]),
+        return {"next": int(entry["next"]), "done": dict(entry["done"]), "steps": dict(entry.get("steps", {})),
                 **({"dt": float(entry["dt"])} if entry.get("dt") is not None else {})}
     present = dataset.info.steps_present(field)
-    return {"next": present[-1] + 1 if present else 0, "done": {}}
+    return {"next": present[-1] + 1 if present else 0, "done": {}, "steps": {}}
 
 
 def _given_dt(dataset: Dataset, journal: dict[str, Any]) -> float | None:
@@ -226,3 +326,33 @@ def _remove_stale_temporaries(field_dir: Path) -> None:
         for f in files:
             if f.startswith(".turbdb-tmp-"):
                 os.unlink(os.path.join(root, f))
+
+
+def in_time_order(inputs: list[Path], sort: str | None) -> list[Path]:
+    """``inputs`` in the order to store them. Names that differ only in their numbers and are
+    not in the numbers' order (the shell sorts ``u_*.npy`` as text: u_1, u_10, u_11, u_2)
+    would store the steps out of time order: refused unless ``sort`` says which to keep."""
+    if sort not in (None, "given", "numbers"):
+        raise InvalidRequestError(f"sort must be 'given' or 'numbers', not {sort!r}")
+    if sort == "given" or len(inputs) < 2:
+        return inputs
+    shapes = {re.sub(r"\d+", "#", p.name) for p in inputs}
+    numbered = len(shapes) == 1 and "#" in next(iter(shapes)) and len({p.parent for p in inputs}) == 1
+
+    def numbers(p: Path) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", p.name))
+
+    in_order = sorted(inputs, key=numbers) if numbered else inputs
+    if sort == "numbers":
+        if not numbered:
+            raise InvalidRequestError("--sort numbers sorts inputs whose names differ only in their numbers "
+                                      "(u_1.npy … u_12.npy) in one folder; these do not")
+        return in_order
+    if in_order != inputs:
+        shown = ", ".join(p.name for p in inputs[:4]) + (", …" if len(inputs) > 4 else "")
+        raise InvalidRequestError(
+            f"the inputs ({shown}) are not in the order of the numbers in their names (the shell sorts names "
+            f"as text, so u_10 comes before u_2): their steps would be stored out of time order. Give "
+            f"--sort numbers to store them in the numbers' order, or --sort given to keep this order "
+            f"(zero-padded names, u_01 … u_12, sort right either way)")
+    return inputs

@@ -3,6 +3,8 @@ only the hyperslab of each step is read."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,7 +79,16 @@ class Hdf5Source(ArraySource):
                     + ", ".join(f"{n} {s}" for n, s in shapes.items())
                     + "; components stacked along c must have one shape"
                 )
+            labelled = {ds.name: _dimension_names(ds)[0] for ds in datasets}
+            if len({tuple(d) for d in labelled.values() if all(d)}) > 1:
+                raise FormatError(
+                    f"the component datasets of {path} differ in dimensions: "
+                    + ", ".join(f"{n} {tuple(d)}" for n, d in labelled.items())
+                    + "; components stacked along c must have the same dimensions (transpose the "
+                    "odd one in the file, or ingest the components one at a time)"
+                )
             dtypes = [float_dtype(ds.dtype, what=f"dataset {ds.name} of {path}") for ds in datasets]
+            self._written = {ds.name: _written_chunks(ds, path) for ds in datasets}
             dims, cf_axes = _dimension_names(first)
             what = f"dataset {first.name} of {path}"
             stacked = len(datasets) > 1
@@ -96,6 +107,8 @@ class Hdf5Source(ArraySource):
 
         # Opened per step: an ingest of many files must not hold them all open.
         with h5py.File(self.path, "r") as f:
+            for n in self.names:
+                _check_written(f[n], key, self._written[n], self.path)
             return [np.asarray(f[n][key]) for n in self.names]
 
     @staticmethod
@@ -126,6 +139,44 @@ class Hdf5Source(ArraySource):
         requested = [v.lstrip("/") for v in variables] if variables is not None else None
         chosen = choose_arrays(candidates, requested, where=where, kind="dataset", option=option)
         return [group[n].name for n in chosen]
+
+
+def _written_chunks(ds: h5py.Dataset, path: Path) -> set[tuple[int, ...]] | None:
+    """The offsets of the chunks of ``ds`` that hold data, or None when all of them do. HDF5
+    reads a chunk never written (a writer stopped halfway) as the fill value, which would be
+    stored as data without a word."""
+    import h5py
+
+    if ds.size == 0:
+        return None
+    if ds.chunks is None:
+        contiguous = ds.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        if contiguous and ds.id.get_offset() is None:
+            raise FormatError(f"dataset {ds.name} of {path} was never written (HDF5 reads it as its fill value); "
+                              "is the file complete?")
+        return None
+    expected = math.prod(-(-n // c) for n, c in zip(ds.shape, ds.chunks))
+    count = ds.id.get_num_chunks()
+    if count >= expected:
+        return None
+    return {tuple(ds.id.get_chunk_info(i).chunk_offset) for i in range(count)}
+
+
+def _check_written(ds: h5py.Dataset, key: tuple[int | slice, ...], written: set[tuple[int, ...]] | None,
+                   path: Path) -> None:
+    """Refuses a step that needs a chunk never written (see :func:`_written_chunks`)."""
+    if written is None:
+        return
+    spans = []
+    for k, n, c in zip(key + (slice(None),) * (ds.ndim - len(key)), ds.shape, ds.chunks):
+        start, stop = (k, k + 1) if isinstance(k, (int, np.integer)) else k.indices(n)[:2]
+        spans.append(range(start // c * c, stop, c))
+    missing = sum(offset not in written for offset in itertools.product(*spans))
+    if missing:
+        raise FormatError(
+            f"dataset {ds.name} of {path}: {missing} of the chunks this step needs were never written "
+            f"(HDF5 would read them as the fill value {ds.fillvalue}); the file is incomplete — was its "
+            "writer stopped?")
 
 
 def _datasets(group: h5py.Group) -> list[tuple[str, h5py.Dataset]]:

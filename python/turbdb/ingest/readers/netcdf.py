@@ -99,7 +99,39 @@ class NetcdfSource(ArraySource):
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
         # Opened per step: an ingest of many files must not hold them all open.
         with self._open(self.path) as ds:
-            return [np.asarray(ds.variables[n][key]) for n in self.names]
+            blocks = []
+            for n in self.names:
+                variable = ds.variables[n]
+                block = np.asarray(variable[key])
+                _check_filled(block, n, variable.encoding.get("_FillValue"), self.path)
+                blocks.append(block)
+            return blocks
+
+
+# netCDF's default fill value of float and double variables (NC_FILL_FLOAT, NC_FILL_DOUBLE):
+# what a record or chunk never written reads as when the variable declares no _FillValue.
+_DEFAULT_FILL = 9.9692099683868690e36
+
+
+def _check_filled(block: np.ndarray, name: str, declared: object, path: Path) -> None:
+    """Refuses values netCDF marks as never written, which would be stored as data: the
+    default fill value (an incomplete file), or NaN where xarray masked a declared
+    ``_FillValue`` (named, since the file itself holds no NaN)."""
+    if block.dtype.kind != "f":
+        return
+    if declared is None:
+        filled = int(np.count_nonzero(block == block.dtype.type(_DEFAULT_FILL)))
+        if filled:
+            raise FormatError(
+                f"variable {name!r} of {path} holds netCDF's default fill value (9.97e+36) at {filled} of this "
+                "step's values: they were never written; the file is incomplete — was its writer stopped?")
+        return
+    missing = int(np.count_nonzero(np.isnan(block)))
+    if missing:
+        raise FormatError(
+            f"variable {name!r} of {path} holds its _FillValue ({declared}) at {missing} of this step's values, "
+            "which netCDF marks as missing (never written, or data equal to the _FillValue by chance); if they "
+            f"are data, remove the attribute (ncatted -a _FillValue,{name},d,, {path.name}) and ingest again")
 
 
 FORMAT = Format(

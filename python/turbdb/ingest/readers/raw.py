@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,13 +30,19 @@ def fortran_records(path: Path, size: int, byteorder: str) -> list[tuple[int, in
     ifort) or 8-byte ones (old gfortran). A record over 2 GiB is split into subrecords whose
     markers are negative; their data simply follow one another.
     """
+    found = fortran_markers(path, size, byteorder)
+    return found[0] if found else None
+
+
+def fortran_markers(path: Path, size: int, byteorder: str) -> tuple[list[tuple[int, int]], str] | None:
+    """:func:`fortran_records` and the byte order of the markers that frame them."""
     orders = ("big", "little") if byteorder == "big" else ("little", "big")
     with path.open("rb") as f:
         for marker in (4, 8):
             for order in orders:
                 records = _walk(f, size, marker, order)
                 if records is not None:
-                    return records
+                    return records, order
     return None
 
 
@@ -83,8 +90,18 @@ class RawSource(MemmapSource):
         self._offset = 0
         self._records: list[tuple[int, int]] | None = None
         if size != expected:
-            byteorder = "big" if dtype.byteorder == ">" else "little"
-            records = fortran_records(path, size, byteorder)
+            byteorder = {">": "big", "<": "little"}.get(dtype.byteorder, sys.byteorder)
+            found = fortran_markers(path, size, byteorder)
+            records = found[0] if found else None
+            if found and found[1] != byteorder and dtype.itemsize > 1:
+                # A compiler writes the markers and the values in one byte order: values read
+                # in the other are finite garbage for smooth data, stored without a word.
+                wanted = dtype.newbyteorder(">" if found[1] == "big" else "<").str
+                raise FormatError(
+                    f"{what} is a Fortran sequential file whose record markers are {found[1]}-endian, but "
+                    f"--dtype {dtype.str!r} reads its values as {byteorder}-endian: give --dtype {wanted!r} "
+                    "(compilers write both in one byte order, e.g. gfortran -fconvert=big-endian)"
+                )
             payload = sum(n for _, n in records) if records else size
             if payload != expected:
                 raise FormatError(
