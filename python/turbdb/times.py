@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import numpy as np
 
-__all__ = ["time_grid", "format_time"]
+__all__ = ["time_grid", "format_time", "range_tolerance"]
 
 
 def time_grid(t0: float, dt: float, count: int, first: int = 0) -> np.ndarray:
@@ -21,3 +21,16 @@ def format_time(t: float) -> str:
     """A time as people write it: ``10.8``, ``0``, ``1.5e-05`` (15 significant digits at
     most, so float noise of an old dataset's ``10.799999999999999`` does not show)."""
     return f"{float(t):.15g}"
+
+
+def range_tolerance(times) -> float:
+    """How far past the first or last stored time a query time is taken as that time: the
+    engine's rule (``range_tolerance`` in interp/time.rs), 1e-9 of the times' size, or one
+    float32 step of the end (a stored time read back as float32) but at most a thousandth
+    of the step at that end."""
+    times = np.asarray(times, dtype=np.float64)
+    first, last = float(times[0]), float(times[-1])
+    scale = max(abs(last - first), abs(first), abs(last))
+    end_step = min(times[1] - first, last - times[-2]) if len(times) > 1 else np.inf
+    float32 = float(np.finfo(np.float32).eps) * max(abs(first), abs(last))
+    return max(1e-9 * scale, min(float32, 1e-3 * float(end_step)))

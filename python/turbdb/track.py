@@ -22,7 +22,7 @@ from .exceptions import (
 from .jobs import MAX_JOB_QUERIES, declare
 from .query import query_points, unless_cancelled
 from .size_limit import check_result_bytes
-from .times import format_time
+from .times import format_time, range_tolerance
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -241,7 +241,7 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     if len(stored) == 0:
         raise InvalidRequestError(f"dataset {dataset.name!r} has no stored times")
     first, last = float(stored[0]), float(stored[-1])
-    tolerance = 1e-9 * max(abs(last - first), abs(first), abs(last))  # as the engine's (interp/time.rs)
+    tolerance = range_tolerance(stored)
     for name, t in (("start", times[0]), ("end", times[-1])):
         if not first - tolerance <= t <= last + tolerance:
             raise InvalidRequestError(

@@ -67,7 +67,9 @@ pub struct Kernel {
     method: Method,
     max_order: usize,
     basis: Option<LagrangeBasis>,
-    fd4: [[f64; 5]; 3],
+    /// The fd4 weights (value, first, second derivative) over five nodes, at each of
+    /// them: the centre for the interior, the others off-centre at a wall.
+    fd4: [[[f64; 5]; 3]; 5],
     spline: Option<SplineKernel>,
 }
 
@@ -81,14 +83,17 @@ impl Kernel {
             Method::Fd4Lag4 => Some(LagrangeBasis::new(4)),
             Method::Nearest => None,
         };
-        // Fourth-order central differences: the 5-node Lagrange basis at its centre.
-        let mut fd4 = [[0.0; 5]; 3];
+        // Fourth-order differences: the 5-node Lagrange basis at each of its nodes (the
+        // centre is the central difference).
+        let mut fd4 = [[[0.0; 5]; 3]; 5];
         let five = LagrangeBasis::new(5);
-        let (mut v, mut d1, mut d2) = ([0.0; 10], [0.0; 10], [0.0; 10]);
-        five.eval(2.0, &mut v, Some(&mut d1), Some(&mut d2));
-        fd4[0].copy_from_slice(&v[..5]);
-        fd4[1].copy_from_slice(&d1[..5]);
-        fd4[2].copy_from_slice(&d2[..5]);
+        for (at, fd) in fd4.iter_mut().enumerate() {
+            let (mut v, mut d1, mut d2) = ([0.0; 10], [0.0; 10], [0.0; 10]);
+            five.eval(at as f64, &mut v, Some(&mut d1), Some(&mut d2));
+            fd[0].copy_from_slice(&v[..5]);
+            fd[1].copy_from_slice(&d1[..5]);
+            fd[2].copy_from_slice(&d2[..5]);
+        }
         let spline = match method {
             Method::Spline { m, q } => Some(SplineKernel::new(m, q)?),
             _ => None,
@@ -190,20 +195,33 @@ impl Kernel {
             Method::Lagrange(_) => self.lagrange(s - base as f64, w),
             Method::FdNoInt(_) => self.lagrange((anchor - base) as f64, w),
             Method::Fd4Lag4 => {
-                // lag4 through nodes base+2 … base+5, each carrying its fd4 derivative, which
-                // reaches two nodes either side: together nodes base … base+7.
+                // lag4 through the four nodes around s, each carrying its fd4 derivative
+                // over five nodes: nodes base … base+7 in the interior. At a wall the lag4
+                // nodes shift inward and the fd4 stencils near it go off-centre, all within
+                // the same eight nodes; lag4 through the interior's nodes would extrapolate
+                // up to two spacings (gradient weights 55/h at the wall against 11/h).
+                let n = axis.n as i64;
+                let first = if shifted {
+                    (floor(s) - 1).clamp(0, n - 4)
+                } else {
+                    base + 2
+                };
                 let mut lag = [[0.0; MAX_WIDTH]; 3];
                 self.basis.as_ref().expect("lag4 basis").eval(
-                    s - (base + 2) as f64,
+                    s - first as f64,
                     &mut lag[0],
                     None,
                     None,
                 );
-                for j in 0..4 {
-                    w[0][j + 2] = lag[0][j];
+                for (j, &l) in lag[0][..4].iter().enumerate() {
+                    let node = first + j as i64;
+                    let from = if shifted { (node - 2).clamp(0, n - 5) } else { node - 2 };
+                    let fd = &self.fd4[(node - from) as usize];
+                    let (at, from) = ((node - base) as usize, (from - base) as usize);
+                    w[0][at] = l;
                     for i in 0..5 {
-                        w[1][j + i] += lag[0][j] * self.fd4[1][i];
-                        w[2][j + i] += lag[0][j] * self.fd4[2][i];
+                        w[1][from + i] += l * fd[1][i];
+                        w[2][from + i] += l * fd[2][i];
                     }
                 }
             }
@@ -315,6 +333,43 @@ mod tests {
                     "node {i} of {n}"
                 );
             }
+        }
+    }
+
+    /// The fd4lag4 first and second derivatives of `f` at `s` on a bounded axis of `n` unit
+    /// nodes, and the largest first-derivative weight.
+    fn fd4lag4_at(n: usize, s: f64, f: impl Fn(f64) -> f64) -> (f64, f64, f64) {
+        let kernel = Kernel::new(Method::Fd4Lag4, 2).unwrap();
+        let axis = Axis::unit(n, false);
+        let mut out = AxisWeights::default();
+        kernel.weights(s, &axis, &mut out);
+        let node = |i: usize| f((out.base + i as i64) as f64);
+        let d1 = (0..8).map(|i| out.w[1][i] * node(i)).sum();
+        let d2 = (0..8).map(|i| out.w[2][i] * node(i)).sum();
+        let largest = out.w[1][..8].iter().fold(0.0f64, |m, w| m.max(w.abs()));
+        (d1, d2, largest)
+    }
+
+    #[test]
+    fn fd4lag4_at_a_wall_interpolates_between_its_nodes_and_stays_exact_for_quartics() {
+        let n = 12;
+        let quartic = |x: f64| 0.3 + x * (1.1 + x * (-0.7 + x * (0.05 + x * 0.002)));
+        let slope = |x: f64| 1.1 + x * (-1.4 + x * (0.15 + x * 0.008));
+        for k in 0..=110 {
+            let s = k as f64 * 0.1;
+            let (d1, _, largest) = fd4lag4_at(n, s, quartic);
+            assert!((d1 - slope(s)).abs() < 1e-9 * (1.0 + slope(s).abs()), "s {s}: {d1} against {}", slope(s));
+            // lag4 through the nodes around s, not through nodes two spacings away: the
+            // weights stay those of a one-sided difference (the extrapolated ones reached 55).
+            assert!(largest < 12.0, "s {s}: weight {largest}");
+        }
+        // Smooth data near the wall: as accurate as in the interior, to a few times.
+        let f = |x: f64| (0.3 * x + 0.3).sin();
+        let df = |x: f64| 0.3 * (0.3 * x + 0.3).cos();
+        let interior = (fd4lag4_at(n, 5.3, f).0 - df(5.3)).abs();
+        for s in [0.0, 0.3, 1.5, 10.7, 11.0] {
+            let wall = (fd4lag4_at(n, s, f).0 - df(s)).abs();
+            assert!(wall < 20.0 * interior.max(1e-12), "s {s}: error {wall} against {interior} inside");
         }
     }
 }

@@ -33,9 +33,7 @@ pub fn time_weights(times: &[f64], t: f64, temporal: Temporal) -> Result<Vec<(us
         return Err(Error::Missing("the dataset has no stored times".into()));
     }
     let (first, last) = (times[0], times[nt - 1]);
-    // Relative to the times' own size: 1e-9 of at least 1 let time 1.3e-9 through on times
-    // 0 … 3e-10 (seconds), clamped onto the last step.
-    let tolerance = 1e-9 * (last - first).abs().max(first.abs()).max(last.abs());
+    let tolerance = range_tolerance(times);
     if !t.is_finite() || t < first - tolerance || t > last + tolerance {
         return Err(Error::InvalidArgument(format!(
             "time {} is outside the stored range [{}, {}]",
@@ -49,7 +47,9 @@ pub fn time_weights(times: &[f64], t: f64, temporal: Temporal) -> Result<Vec<(us
     let n = times.partition_point(|&s| s <= t).saturating_sub(1);
     let levels = match temporal {
         Temporal::None => {
-            let nearest = if n + 1 < nt && (times[n + 1] - t) < (t - times[n]) {
+            // Ties to the later step, as giverny's `floor(t/Δt + 0.5)` and the spatial
+            // `none` (halves up).
+            let nearest = if n + 1 < nt && (times[n + 1] - t) <= (t - times[n]) {
                 n + 1
             } else {
                 n
@@ -59,6 +59,22 @@ pub fn time_weights(times: &[f64], t: f64, temporal: Temporal) -> Result<Vec<(us
         Temporal::Pchip => pchip(times, n, t),
     };
     Ok(levels.into_iter().filter(|&(_, w)| w != 0.0).collect())
+}
+
+/// How far past the first or last stored time a query time is taken as that time.
+/// Relative to the times' own size: 1e-9 of at least 1 let time 1.3e-9 through on times
+/// 0 … 3e-10 (seconds). And up to one float32 step of the end itself, so that a stored time
+/// read back as float32 (HDF5 files, JHTDB's time arrays) is that time (0.72f32 is
+/// 0.7200000286), but never more than a thousandth of the step at that end.
+pub fn range_tolerance(times: &[f64]) -> f64 {
+    let (first, last) = (times[0], times[times.len() - 1]);
+    let scale = (last - first).abs().max(first.abs()).max(last.abs());
+    let end_step = match times.len() {
+        1 => f64::INFINITY,
+        n => (times[1] - first).min(times[n - 1] - times[n - 2]),
+    };
+    let float32 = f32::EPSILON as f64 * first.abs().max(last.abs());
+    (1e-9 * scale).max(float32.min(1e-3 * end_step))
 }
 
 fn pchip(times: &[f64], n: usize, t: f64) -> Vec<(usize, f64)> {
@@ -92,15 +108,34 @@ fn pchip(times: &[f64], n: usize, t: f64) -> Vec<(usize, f64)> {
 /// difference over `t(m−1), t(m), t(m+1)`, exact for quadratics also where the steps are
 /// uneven (on even steps the centred difference `(f(m+1) − f(m−1))/(t(m+1) − t(m−1))`; on
 /// uneven ones that is only first order: 14 % off for 3t² at t = 0.85 on steps 0.35 and 0.7
-/// apart); one-sided over the interval `n` where `m` is the first or last stored step.
+/// apart). At the first or last stored step, the one-sided three-point difference over it
+/// and the two steps next to it (exact for quadratics too: the secant of the end interval
+/// put 1 + 2t − 3t² 0.39 off there); the secant where only two steps are stored.
 fn slope(times: &[f64], m: usize, n: usize) -> [(usize, f64); 3] {
-    if m > 0 && m + 1 < times.len() {
+    let nt = times.len();
+    if m > 0 && m + 1 < nt {
         let (before, after) = (times[m] - times[m - 1], times[m + 1] - times[m]);
         let span = before + after;
         [
             (m - 1, -after / (before * span)),
             (m, (after - before) / (before * after)),
             (m + 1, before / (after * span)),
+        ]
+    } else if nt >= 3 && m == 0 {
+        let (h1, h2) = (times[1] - times[0], times[2] - times[1]);
+        let span = h1 + h2;
+        [
+            (0, -(h1 + span) / (h1 * span)),
+            (1, span / (h1 * h2)),
+            (2, -h1 / (h2 * span)),
+        ]
+    } else if nt >= 3 {
+        let (h1, h2) = (times[m - 1] - times[m - 2], times[m] - times[m - 1]);
+        let span = h1 + h2;
+        [
+            (m - 2, h2 / (h1 * span)),
+            (m - 1, -span / (h1 * h2)),
+            (m, (h2 + span) / (h2 * span)),
         ]
     } else {
         let h = times[n + 1] - times[n];
@@ -160,6 +195,28 @@ mod tests {
     }
 
     #[test]
+    fn pchip_reproduces_quadratics_in_the_end_intervals_too() {
+        // The probe's field 1 + 2t − 3t²: the end intervals' secant slopes put it 0.39 off.
+        let f = |t: f64| 1.0 + 2.0 * t - 3.0 * t * t;
+        for times in [&[0.0, 0.3, 1.0][..], &[0.0, 0.1, 0.35, 0.5], &[1.0, 1.5, 2.0, 2.5, 3.0]] {
+            let (first, last) = (times[0], times[times.len() - 1]);
+            for k in 0..=40 {
+                let t = first + (last - first) * k as f64 / 40.0;
+                assert!(
+                    (eval(times, t, f) - f(t)).abs() < 1e-12,
+                    "times {times:?}, t = {t}: {} against {}",
+                    eval(times, t, f),
+                    f(t)
+                );
+            }
+        }
+        // Two stored steps: the line through them.
+        let two = [0.0, 1.0];
+        let line = |t: f64| 2.0 - 3.0 * t;
+        assert!((eval(&two, 0.3, line) - line(0.3)).abs() < 1e-12);
+    }
+
+    #[test]
     fn even_steps_keep_the_centred_difference_weights() {
         // τ = 0.3 on unit steps: the m1q4 weights of docs/methods.md §5.
         let times = [0.0, 1.0, 2.0, 3.0];
@@ -202,5 +259,28 @@ mod tests {
         );
         assert!(time_weights(&times, 2.5, Temporal::None).is_err());
         assert!(time_weights(&times, f64::NAN, Temporal::None).is_err());
+    }
+
+    #[test]
+    fn an_exact_tie_takes_the_later_step_as_giverny_does() {
+        // giverny: floor(t/Δt + 0.5); binary-exact midpoints are common (0.25 of 0.5 steps).
+        let times = [2.0, 2.5, 3.0, 3.5, 4.0];
+        assert_eq!(time_weights(&times, 2.25, Temporal::None).unwrap(), vec![(1, 1.0)]);
+        assert_eq!(time_weights(&times, 3.75, Temporal::None).unwrap(), vec![(4, 1.0)]);
+        assert_eq!(time_weights(&times, 3.7499, Temporal::None).unwrap(), vec![(3, 1.0)]);
+    }
+
+    #[test]
+    fn a_stored_time_rounded_to_float32_is_that_time() {
+        let times = [0.0, 0.24, 0.48, 0.72];
+        let last = 0.72f32 as f64; // 0.7200000286…
+        assert_eq!(time_weights(&times, last, Temporal::None).unwrap(), vec![(3, 1.0)]);
+        assert_eq!(time_weights(&times, last, Temporal::Pchip).unwrap(), vec![(3, 1.0)]);
+        assert!(time_weights(&times, 0.7201, Temporal::None).is_err());
+        // Never more than a thousandth of the end step: steps 1e-4 apart at t = 1e6 are
+        // finer than float32 there, and 0.01 past the end is 100 steps past it.
+        let late: Vec<f64> = (0..4).map(|i| 1e6 + 1e-4 * i as f64).collect();
+        assert!(time_weights(&late, late[3] + 1e-2, Temporal::None).is_err());
+        assert!(time_weights(&late, late[3] + 1e-8, Temporal::None).is_ok());
     }
 }
