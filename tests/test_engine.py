@@ -295,6 +295,31 @@ def test_a_forked_process_gets_an_engine_and_a_submission_pool_of_its_own(databa
     np.testing.assert_array_equal(answer, parent["box"].query("velocity", **ask))
 
 
+_OPENED_IN_PARENT = {}
+
+
+def _query_parents_objects_in_child(ask, answers):
+    database, dataset = _OPENED_IN_PARENT["database"], _OPENED_IN_PARENT["dataset"]
+    answers.put((dataset.query("velocity", **ask), database["box"].submit("velocity", **ask).result(timeout=30)))
+
+
+def test_a_dataset_opened_before_a_fork_queries_in_the_child_on_an_engine_of_its_own(database):
+    # The everyday pattern: a database opened at module level, queried once, then a fork
+    # (a multiprocessing Pool on Linux): the parent's engine has no scheduler thread in the
+    # child, and every query not answered from its cache waited forever.
+    parent = turbdb.open(database, scheduler="jaws", cache_bytes="8MiB", cache_policy="lru")
+    first, ask = asks(2, seed=9)
+    parent["box"].query("velocity", **first)
+    _OPENED_IN_PARENT.update(database=parent, dataset=parent["box"])
+    try:
+        by_dataset, by_database = _answer_of_forked_child(_query_parents_objects_in_child, ask, timeout=30)
+    finally:
+        _OPENED_IN_PARENT.clear()
+    expected = parent["box"].query("velocity", **ask)
+    np.testing.assert_array_equal(by_dataset, expected)
+    np.testing.assert_array_equal(by_database, expected)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="thread names are read from /proc")
 def test_the_kernel_threads_carry_their_own_name_not_the_engines(database):
     # A fresh process: in this one another test may have started the kernel's pool already.

@@ -8,8 +8,6 @@ import json
 import math
 import os
 import shutil
-import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +23,7 @@ from .exceptions import (
     UnknownNameError,
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
+from .process_engines import in_this_process, shared_engine
 from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
@@ -74,17 +73,24 @@ class Database(Mapping[str, Dataset]):
             raise StorageError(f"{path} is the array of field {self.path.name!r} of dataset {self.path.parent.name!r}; "
                                f"open the database {self.path.parent.parent} (or the dataset directory "
                                f"{self.path.parent}) instead")
-        self.engine: Any = None
+        self._engine: Any = None
         # Datasets opened to plan jobs (see _planned_dataset); they follow their metadata.
         self._planning: dict[str, Dataset] = {}
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
-            self.engine = _shared_engine(
+            self._engine = shared_engine(
                 self.path,
                 scheduler=choice("scheduler", scheduler or "jaws", SCHEDULERS),
                 cache_bytes=_cache_bytes(cache_bytes),
                 cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
                 io=choice("io mode", io or "buffered", IO_MODES),
             )
+
+    @property
+    def engine(self) -> Any:
+        """The node engine (``turbdb._core.Engine``) queries share, or None; in a process
+        forked after this database was opened, that process's own."""
+        self._engine = in_this_process(self._engine)
+        return self._engine
 
     def engine_stats(self) -> dict[str, Any]:
         """What the node engine has done and holds (atoms and bytes read, cache hit ratio,
@@ -116,7 +122,7 @@ class Database(Mapping[str, Dataset]):
         """Lets go of the node engine (its cache and I/O threads go once the datasets
         opened from it, and every other open sharing it, are gone too); a database read
         without an engine holds nothing."""
-        self.engine = None
+        self._engine = None
 
     def __enter__(self) -> Database:
         # `with turbdb.open(...) as db:` reads the same whether db is local, remote or a cluster.
@@ -236,26 +242,6 @@ def open(  # noqa: A001 - the public name is turbdb.open
     if cluster_options:
         raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
     return Database(path, **engine)
-
-
-#: The node engines of this process, by database directory and settings, while in use.
-_ENGINES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
-_ENGINES_LOCK = threading.Lock()
-# A forked child has none of its parent's engine threads: it must make engines of its own.
-os.register_at_fork(after_in_child=_ENGINES.clear)
-
-
-def _shared_engine(path: Path, **settings: Any) -> Any:
-    """The process's node engine for the database at ``path`` with these settings, made on
-    first use: every ``turbdb.open`` of one database with the same engine options shares
-    one engine (one cache, one scheduler), from any thread. Other settings get an engine of
-    their own, so that configurations can be compared side by side."""
-    key = (os.path.realpath(path), *sorted(settings.items()))
-    with _ENGINES_LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None:
-            engine = _ENGINES[key] = _core.Engine(**settings)
-        return engine
 
 
 def _cache_bytes(value: int | str | None) -> int | None:

@@ -21,6 +21,7 @@ from .exceptions import (
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
+from .process_engines import in_this_process
 from .query import point_call
 from .metadata_check import metadata_problems
 from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
@@ -51,8 +52,7 @@ class Dataset:
 
     def __init__(self, path: str | os.PathLike[str], *, engine: Any = None):
         self.path = Path(path)
-        #: The database's node engine (``turbdb._core.Engine``), or None: queries alone.
-        self.engine = engine
+        self._engine = engine
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
         try:
@@ -82,6 +82,13 @@ class Dataset:
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
         #: (``kernel``): proof of what the engine did.
         self.last_query_stats: dict[str, Any] = {}
+
+    @property
+    def engine(self) -> Any:
+        """The database's node engine (``turbdb._core.Engine``), or None: queries alone. In
+        a process forked after this dataset was opened, that process's own."""
+        self._engine = in_this_process(self._engine)
+        return self._engine
 
     def __repr__(self) -> str:
         info = self.info

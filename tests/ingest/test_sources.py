@@ -312,3 +312,16 @@ def test_text_or_descending_coordinates_never_fail_an_ingest(tmp_path):
     source = open_source(tmp_path / "t.nc")
     assert source.n_steps == 2
     assert all("to keep them pass" not in note for note in source.notes), source.notes  # nothing it could say
+
+
+def test_coordinates_that_cannot_be_kept_are_named_with_why():
+    from turbdb.ingest.coordinates import coordinate_note
+
+    even = np.arange(4.0)
+    note = coordinate_note("f.nc", {"x": even[::-1], "y": np.array([0, 1, 3, 7.0]), "z": even,
+                                    "time": np.array([0.2, 0.1, 0.3])})
+    assert "x decreases (the data would be stored mirrored" in note
+    assert "y is not evenly spaced (stretched nodes)" in note
+    assert "time is not in increasing order" in note
+    assert "to keep them pass" not in note
+    assert "cannot be kept" not in coordinate_note("f.nc", {"x": even, "y": even, "z": even})

@@ -35,6 +35,9 @@ def open_source(
     """
     p = Path(os.fspath(path)).expanduser().resolve()
     if not p.exists():
+        if any(c in p.name for c in "*?["):
+            raise StorageError(f"input {p} does not exist: turbdb does not expand patterns; leave {p.name} "
+                               "unquoted so that the shell lists the files it matches")
         raise StorageError(f"input {p} does not exist; check the path")
     try:
         return _open(p, format=format, axes=axes, options=options)
