@@ -8,12 +8,15 @@ samples in the pool's lock), 12 CPU-seconds for 1 528 queries. Here each thread 
 of ``STRIPES`` clients, picked by its thread id: a pool is shared by a few threads only,
 and an idle connection is still reused by the next thread of its stripe (a client per
 thread would keep one open for every thread, past the server's cap on connections from
-one address)."""
+one address). :func:`send_within` sends one request and reads its whole answer within a
+deadline."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -58,3 +61,31 @@ class ClientStripes:
         for client in clients:
             if client is not None:
                 client.close()
+
+
+class AnswerDeadlineExceeded(httpx.TimeoutException):
+    """The whole answer did not arrive within the request's deadline."""
+
+
+def send_within(client: httpx.Client, method: str, url: str, seconds: float, **kwargs: Any) -> httpx.Response:
+    """Sends a request and reads its whole answer within about ``seconds`` (at most one
+    more read past them). httpx's timeout bounds each read, not the answer: a server or
+    proxy trickling a byte a second held a client forever. Raises
+    :class:`AnswerDeadlineExceeded` (an ``httpx.TimeoutException``) past the deadline."""
+    deadline = time.monotonic() + seconds
+    request = client.build_request(method, url, **kwargs)
+    response = client.send(request, stream=True)
+    chunks = []
+    try:
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise AnswerDeadlineExceeded(f"the whole answer took longer than {seconds:g} s", request=request)
+    finally:
+        response.close()
+    # The decoded bytes, under the answer's headers less those that described the encoded ones.
+    headers = response.headers.copy()
+    for name in ("content-encoding", "content-length", "transfer-encoding"):
+        headers.pop(name, None)
+    return httpx.Response(response.status_code, headers=headers, content=b"".join(chunks), request=request,
+                          extensions=response.extensions)

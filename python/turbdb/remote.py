@@ -11,12 +11,15 @@ import contextlib
 import dataclasses
 import io
 import math
+import numbers
 import os
 import random
 import re
+import ssl
 import threading
 import time as _time
 import urllib.parse
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -33,7 +36,7 @@ from .cutout import (
     as_filter_width, as_strides, box_ranges, check_filter_width, check_ranges, cutout_array, output_shape,
 )
 from .info import DatasetInfo, is_plain_name
-from .http_clients import ClientStripes
+from .http_clients import ClientStripes, send_within
 from .jobs import job_number, planned_query
 from .query import query_points
 from .service.tokens import unsendable
@@ -41,31 +44,48 @@ from .service.transport import NPY, encode_npy, load_npy_bytes
 from .size_limit import check_result_bytes
 from .track import step_count
 
-# Transport failures after which the same request is sent again: the server was not
-# reached, or dropped the connection (a restart, a stale keep-alive). Every request the
-# client makes is a read, so repeating one is safe. Read timeouts are not retried: the
-# server is working, just slowly.
-_RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-            httpx.WriteError, httpx.PoolTimeout)
+# Transport failures after which the request certainly did not reach the server (refused,
+# no route, no connection free in time): sending it again is safe for any request.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Failures after the request may have reached the server: the connection broke (a restart,
+# a stale keep-alive) before the whole answer came. Sent again only when that is harmless
+# (_repeatable): a job's declaration sent twice is two jobs. Read timeouts are not retried:
+# the server is working, just slowly.
+_BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# Answers of a gateway in front of the server (nginx while turbdb restarts): retried for
+# requests that are safe to repeat, like a broken connection.
+_GATEWAY = (502, 503, 504)
 # Waiting for a busy (503) or rate-limited (429) server: at most this long per retry, and
 # at most this many retries of one request.
 _MAX_RETRY_AFTER = 60.0
 _BUSY_RETRIES = 8
+# By default failures are retried 6 times, waiting about 0.25, 0.5, … 8 s: 16 s in all, past
+# a server's restart (1–6.5 s measured; 3.75 s of retries gave up before it was back).
+DEFAULT_RETRIES, DEFAULT_BACKOFF = 6, 0.25
 # The client paces its requests this fraction below the server's rate and burst: it copies
 # the server's token bucket but not its clock.
 PACING_MARGIN = 0.02
+# What turbdb answers with; anything else comes from something in its place.
+_TURBDB_TYPES = ("application/json", NPY, "application/x-npz", "application/x-netcdf")
+# Paths of the server's own pages: a base address ending in one is not the server's.
+_SERVER_PAGE = re.compile(r"/(v1|docs|redoc|openapi\.json|healthz|metrics|turbulence-svc)(/.*)?$")
 
 
-def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-            backoff: float = 0.25, transport: httpx.BaseTransport | None = None,
+def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
+            backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
             concurrency: int = batches.CONCURRENCY, progress: bool | None = None) -> RemoteDatabase:
-    """The database served at ``url`` (``turbdb serve``). ``token`` defaults to the
-    environment variable ``TURBDB_TOKEN``; without one the server's anonymous limits apply.
+    """The database served at ``url`` (``turbdb serve``; ``http://host:port``, or with the
+    path a proxy serves it under). ``token`` defaults to the environment variable
+    ``TURBDB_TOKEN``; without one the server's anonymous limits apply.
     Queries, cutouts and tracks larger than the token's limits are split into batches sent
     ``concurrency`` at a time under the token's rate limit, with a progress bar
     (``progress``: None shows one on a terminal when there are several batches).
-    Connection failures are retried ``retries`` times, waiting ``backoff``·2ᵏ seconds; a
-    429 or 503 is retried after the ``Retry-After`` the server asks for."""
+    ``timeout``: seconds each request may take, its whole answer included (a server that
+    sends slowly counts too). Connection failures are retried ``retries`` times, waiting
+    about ``backoff``·2ᵏ seconds (by default about 16 s in all, the time a server takes to
+    restart); a request that may already have reached the server is sent again only if
+    repeating it is harmless (not a job's declaration). A 429 or 503 is retried after the
+    ``Retry-After`` the server asks for."""
     return RemoteDatabase(url, token, timeout=timeout, retries=retries, backoff=backoff, transport=transport,
                           concurrency=concurrency, progress=progress)
 
@@ -73,17 +93,19 @@ def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retri
 class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     """The datasets of a turbdb server, by name (the same interface as :class:`turbdb.Database`)."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-                 backoff: float = 0.25, transport: httpx.BaseTransport | None = None,
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
+                 backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
                  concurrency: int = batches.CONCURRENCY, progress: bool | None = None):
-        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            raise exc.InvalidRequestError(f"{url!r} is not an http:// or https:// address of a turbdb server")
-        if "?" in url or "#" in url:
-            raise exc.InvalidRequestError(f"{url!r} carries a query or a fragment; give the server's address only, "
-                                          "e.g. http://127.0.0.1:8000")
+        self.url = _server_address(url)
         if token is not None and not isinstance(token, str):
             raise exc.InvalidRequestError(f"a token is a string, not {type(token).__name__}")
-        self.url = url.rstrip("/")
+        # Checked here: retries=None or 2.5 retried forever, a negative timeout failed later as a bare ValueError.
+        self.timeout = _seconds("timeout", timeout, zero_allowed=False)
+        self.retries = _whole_number("retries", retries, least=0)
+        self.backoff = _seconds("backoff", backoff, zero_allowed=True)
+        self.concurrency = _whole_number("concurrency", concurrency, least=1)
+        if progress is not None and not isinstance(progress, bool):
+            raise exc.InvalidRequestError(f"progress is True, False or None, not {progress!r}")
         from_environment = token is None
         token = token if token is not None else os.environ.get("TURBDB_TOKEN")
         headers = {"User-Agent": f"turbdb/{__version__}"}
@@ -104,15 +126,12 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
 
         def make_client() -> httpx.Client:
             return httpx.Client(base_url=self.url, headers=headers, transport=transport, limits=pool,
-                                verify=tls, timeout=httpx.Timeout(timeout, connect=10.0))
+                                verify=tls, timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
 
         # Clients striped over the threads (turbdb.http_clients); a transport given (a test's, an
         # app's) is one object, so its threads share one client.
         shared = make_client() if transport is not None else None
         self._clients = ClientStripes(make_client if shared is None else lambda: shared)
-        self.retries = retries
-        self.backoff = backoff
-        self.concurrency = concurrency
         self.progress = progress
         self._limits: batches.ServerLimits | None = None
         self._pacer: batches.Pacer | None = None
@@ -134,13 +153,13 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     @property
     def datasets(self) -> list[str]:
         """Names of the datasets this token may read, sorted."""
-        return sorted(d["name"] for d in self.request("GET", "/v1/datasets").json()["datasets"])
+        return sorted(d["name"] for d in self.document("GET", "/v1/datasets")["datasets"])
 
     def __getitem__(self, name: str) -> RemoteDataset:
         if not is_plain_name(name):
             raise exc.UnknownNameError(f"no dataset {name!r} at {self.url}: dataset names are a letter followed by "
                                        "letters, digits, '_', '-' or '.'")
-        return RemoteDataset(self, name, self.request("GET", f"/v1/datasets/{_quote(name)}").json())
+        return RemoteDataset(self, name, self.document("GET", f"/v1/datasets/{_quote(name)}"))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
@@ -153,11 +172,15 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         """The token's limits as the server states them (``GET /v1/limits``, asked once)."""
         if self._limits is None:
             try:
-                self._limits = batches.ServerLimits.from_document(self.request("GET", "/v1/limits").json())
+                document = self.document("GET", "/v1/limits")
             except exc.InvalidRequestError as e:  # a server older than /v1/limits answers 404
-                if "no such endpoint" not in str(e):
+                if not str(e).startswith("no such endpoint '/v1/limits'"):
                     raise
                 self._limits = batches.ServerLimits.unknown()
+            else:
+                if document.get("allowed") is False:  # no token, where the server needs one
+                    raise exc.AccessDeniedError(document.get("description") or "this server needs a token", status=401)
+                self._limits = batches.ServerLimits.from_document(document)
             self._pacer = batches.Pacer(self._limits.requests_per_minute, self._limits.burst, margin=PACING_MARGIN)
         return self._limits
 
@@ -170,14 +193,21 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         for entry in plan:
             name, field, t, temporal = planned_query(entry)
             queries.append({"dataset": name, "field": field, "time": t, "temporal": temporal})
-        answer = self.request("POST", "/v1/jobs", json={"queries": queries}).json()
+        answer = self.document("POST", "/v1/jobs", json={"queries": queries})
         return RemoteJob(self, answer["job"], answer["queries"], answer["scheduled"])
+
+    def open_jobs(self) -> list[RemoteJob]:
+        """This token's jobs still open on the server (``GET /v1/jobs``), to close those
+        left behind (a declaration whose answer was lost, a program that stopped): their
+        planned queries count against the token's until they are closed or unused for 600 s."""
+        answer = self.document("GET", "/v1/jobs")
+        return [RemoteJob(self, j["job"], j["queries"], j["scheduled"]) for j in answer["jobs"]]
 
     def engine_stats(self) -> dict[str, Any]:
         """What the server's node engine has done and holds (``GET /v1/engine``): the same
         figures :meth:`turbdb.Database.engine_stats` gives locally. Raises
         :class:`InvalidRequestError` if the server runs without a node engine."""
-        state = self.request("GET", "/v1/engine").json()
+        state = self.document("GET", "/v1/engine")
         if not state.pop("enabled", False):
             raise exc.InvalidRequestError(f"the server at {self.url} runs without a node engine (start it with "
                                           "turbdb serve --scheduler jaws, or any other engine option)")
@@ -202,9 +232,22 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
             for name, value in amounts.items():
                 setattr(self._waits, name, getattr(self._waits, name) + value)
 
+    def document(self, method: str, path: str, **kwargs: Any) -> Any:
+        """:meth:`request`'s answer read as JSON."""
+        response = self.request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError as e:  # cut short or changed on the way: not the caller's doing
+            raise exc.ServiceError(f"the answer of {_address(response)} is not the JSON it says it is ({e}); it was "
+                                   "cut short or changed on the way: send the request again") from None
+
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Sends a request, retrying transport failures and busy answers (429, 503: after
-        the ``Retry-After`` they ask for); raises the server's error as its turbdb exception."""
+        """Sends a request and reads its whole answer within the timeout. Retries a request
+        that never reached the server; one whose connection broke after it was sent, or that
+        a gateway answered 502/503/504, only if repeating it is harmless (:func:`_repeatable`);
+        429 and 503 after the ``Retry-After`` they ask for. Raises the server's error as its
+        turbdb exception, and :class:`ServiceError` for an answer that is not turbdb's."""
+        repeatable = _repeatable(method, path)
         failures = busy = 0
         reached = True  # a request that never reached the server took nothing of its rate
         while True:
@@ -214,33 +257,87 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 if paced > 0:
                     self._waited(paced=1, paced_seconds=paced)
             try:
-                response = self._clients.get().request(method, path, **kwargs)
-            except _RETRIED as e:
-                if failures == self.retries:
-                    raise exc.ServiceError(f"cannot reach the turbdb server at {self.url} ({type(e).__name__}: {e}) "
-                                           f"after {self.retries + 1} attempts; is `turbdb serve` running?") from None
-                _time.sleep(self.backoff * 2**failures * (0.5 + random.random()))
-                failures += 1
-                # A connection refused or timed out took nothing; one that broke may have counted.
-                reached = isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
-                continue
+                response = send_within(self._clients.get(), method, path, self.timeout, **kwargs)
+            except _NOT_SENT as e:
+                tls = _tls_failure(e, self.url)
+                if tls is not None:  # a wrong scheme or certificate: the same again each time
+                    raise exc.ServiceError(tls) from None
+                failure, reached = e, False
+            except _BROKEN as e:
+                if not repeatable:
+                    raise exc.ServiceError(self._broken_after_sending(method, path, e)) from None
+                failure, reached = e, True
             except httpx.TimeoutException as e:
-                raise exc.ServiceError(f"the turbdb server at {self.url} did not answer in time ({e}); "
-                                       "send smaller batches or pass a larger timeout to turbdb.connect") from None
-            reached = True
-            if response.status_code in (429, 503) and busy < _BUSY_RETRIES:
-                wait = _retry_after(response)
-                if wait is not None and wait <= _MAX_RETRY_AFTER:
-                    _time.sleep(wait)
-                    busy += 1
-                    if response.status_code == 429:
-                        self._waited(rate_limited=1, rate_limited_seconds=wait)
-                    else:
-                        self._waited(busy=1, busy_seconds=wait)
+                raise exc.ServiceError(f"the turbdb server at {self.url} did not answer within {self.timeout:g} s "
+                                       f"({type(e).__name__}: {e}); send smaller batches or pass a larger timeout to "
+                                       "turbdb.connect") from None
+            else:
+                reached = True
+                status, wait = response.status_code, _retry_after(response)
+                if status in (429, 503) and wait is not None:  # the server's own refusal: nothing was done
+                    if busy < _BUSY_RETRIES and wait <= _MAX_RETRY_AFTER:
+                        _time.sleep(wait)
+                        busy += 1
+                        if status == 429:
+                            self._waited(rate_limited=1, rate_limited_seconds=wait)
+                        else:
+                            self._waited(busy=1, busy_seconds=wait)
+                        continue
+                elif status in _GATEWAY and repeatable and failures < self.retries:
+                    _time.sleep(wait if wait is not None and wait <= _MAX_RETRY_AFTER else self._backoff(failures))
+                    failures += 1
                     continue
-            if response.status_code >= 400:
-                raise _error(response)
-            return response
+                return self._checked(response)
+            if failures == self.retries:
+                raise exc.ServiceError(self._unreachable(failure)) from None
+            _time.sleep(self._backoff(failures))
+            failures += 1
+
+    def _backoff(self, failures: int) -> float:
+        """The wait before retry ``failures + 1``: exponential, with jitter so that threads
+        that failed together do not come back together."""
+        return self.backoff * 2**failures * (0.5 + random.random())
+
+    def _unreachable(self, failure: Exception) -> str:
+        attempts = f"after {self.retries + 1} attempts"
+        if isinstance(failure, _NOT_SENT):  # "cannot reach" starts it: turbdb.workload.replay stops on it
+            return (f"cannot reach the turbdb server at {self.url}: could not connect ({type(failure).__name__}: "
+                    f"{failure}) {attempts}; is `turbdb serve` running there?")
+        return (f"cannot get an answer from the turbdb server at {self.url}: the connection broke after the request "
+                f"was sent ({type(failure).__name__}: {failure}) {attempts}; the server, or a proxy in front of it, is "
+                "restarting or failing: its log says more")
+
+    def _broken_after_sending(self, method: str, path: str, failure: Exception) -> str:
+        """What to say of a request that is not repeated because it may have been carried out."""
+        what = (f"{method} {path} was sent to the turbdb server at {self.url}, and the connection broke before its "
+                f"answer came ({type(failure).__name__}: {failure}); it was not sent again, since ")
+        if method == "POST" and path == "/v1/jobs":
+            return what + ("the job may have been declared. Its planned queries count against your open jobs until "
+                           "it is closed or unused for 600 s: db.open_jobs() lists them (GET /v1/jobs) and .close() "
+                           "closes one (DELETE /v1/jobs/{id})")
+        if method == "DELETE" and path.startswith("/v1/jobs/"):
+            return what + "the job may have been closed: db.open_jobs() lists those still open"
+        return what + "the server may have carried it out"
+
+    def _checked(self, response: httpx.Response) -> httpx.Response:
+        """The answer if it is a turbdb answer of success; else the error it stands for."""
+        status = response.status_code
+        if status >= 400:
+            raise _error(response)
+        if 300 <= status < 400:
+            location = response.headers.get("location", "")
+            moved = _moved_server(location, response.request.url.path)
+            raise exc.ServiceError(
+                f"{_address(response)} answered {status} {response.reason_phrase}, a redirect to "
+                f"{location or 'nowhere'}: turbdb does not redirect, so something in front of it does; "
+                + (f"connect to {moved} instead" if moved else "check the address"))
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in _TURBDB_TYPES:
+            raise exc.ServiceError(
+                f"the answer from {_address(response)} is not from a turbdb server (HTTP {status}, Content-Type "
+                f"{kind or 'none'}: {response.text[:80]!r}); a proxy or a network's login page (captive portal) may be "
+                "answering in its place: check the address, or log in to the network first")
+        return response
 
 
 @dataclasses.dataclass
@@ -306,7 +403,7 @@ class RemoteDataset:
     @property
     def info(self) -> DatasetInfo:
         """All metadata, including the steps written, asked of the server afresh."""
-        self._metadata = _info(self.database.request("GET", self._path).json())
+        self._metadata = _info(self.database.document("GET", self._path))
         return self._metadata
 
     @property
@@ -350,9 +447,9 @@ class RemoteDataset:
             def send() -> np.ndarray:
                 _check_cancel(cancel, "query")
                 with _numbered_from(start):
-                    return load_npy_bytes(self.database.request(
+                    return _array(self.database.request(
                         "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
-                        headers={"Content-Type": NPY, "Accept": NPY}).content)
+                        headers={"Content-Type": NPY, "Accept": NPY}))
             return send
 
         tasks = [ask(t, a, b) for t in times for a, b in pieces]
@@ -403,7 +500,7 @@ class RemoteDataset:
 
             def send() -> tuple[np.ndarray, int]:
                 response = self.database.request("POST", f"{self._path}/cutout", params=params, headers={"Accept": NPY})
-                return load_npy_bytes(response.content), int(response.headers["x-turbdb-time-index"])
+                return _array(response), int(response.headers["x-turbdb-time-index"])
             return send
 
         tasks = [ask(t, box) for t in times for box in pieces]
@@ -460,9 +557,12 @@ class RemoteDataset:
                         done[0] += b - a
                         progress(steps * done[0] // max(1, len(xyz)), steps)
                 if not return_velocity:
-                    return load_npy_bytes(response.content)
-                with np.load(io.BytesIO(response.content), allow_pickle=False) as arrays:
-                    return arrays["positions"], arrays["velocities"]
+                    return _array(response)
+                try:
+                    with np.load(io.BytesIO(response.content), allow_pickle=False) as arrays:
+                        return arrays["positions"], arrays["velocities"]
+                except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+                    raise _damaged(response, e) from None
             return send
 
         pieces = batches.spans(len(xyz), per_request)
@@ -521,6 +621,89 @@ def _time_param(name: str, value: Any) -> str:
     return repr(finite_number(name, value))
 
 
+def _server_address(url: Any) -> str:
+    """The server's base address, checked: ``http(s)://host:port``, or with the path a
+    proxy serves it under, never with one of its own pages' paths (``…/v1``, ``…/docs``)."""
+    if not isinstance(url, str):
+        raise exc.InvalidRequestError(f"{url!r} is not an http:// or https:// address of a turbdb server")
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme = parts.scheme.lower()  # HTTP://… is http://… (RFC 3986 §3.1)
+    if scheme not in ("http", "https") or not parts.netloc:
+        hint = f": add the scheme, http://{url.strip()}" if "://" not in url else ""
+        raise exc.InvalidRequestError(f"{url!r} is not an http:// or https:// address of a turbdb server{hint}")
+    if "?" in url or "#" in url:
+        raise exc.InvalidRequestError(f"{url!r} carries a query or a fragment; give the server's address only, "
+                                      "e.g. http://127.0.0.1:8000")
+    path = parts.path.rstrip("/")
+    page = _SERVER_PAGE.search(path)
+    if page:
+        server = f"{scheme}://{parts.netloc}{path[:page.start()]}"
+        raise exc.InvalidRequestError(f"{url!r} is the address of the server's page {path[page.start():]!r}, not of "
+                                      f"the server: connect to {server}")
+    return f"{scheme}://{parts.netloc}{path}"
+
+
+def _whole_number(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise exc.InvalidRequestError(f"{name} must be a whole number of at least {least}, not {value!r}")
+    return int(value)
+
+
+def _seconds(name: str, value: Any, zero_allowed: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not zero_allowed):
+        least = "zero or more" if zero_allowed else "more than zero"
+        raise exc.InvalidRequestError(f"{name} must be a finite number of seconds, {least}, not {value!r}")
+    return float(value)
+
+
+def _repeatable(method: str, path: str) -> bool:
+    """Whether sending a request twice does what sending it once does: every GET, and the
+    POSTs that compute an answer (query, cutout, track); not declaring or closing a job."""
+    return method in ("GET", "HEAD") or (method == "POST" and path.startswith("/v1/datasets/"))
+
+
+def _tls_failure(error: Exception, url: str) -> str | None:
+    """What went wrong, when a connection failed in its TLS handshake; None otherwise."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (f"the TLS certificate of {url} is not trusted ({cause.verify_message or cause}); check the address, or "
+                "have the server's operator install a certificate from a known authority")
+    return (f"the server at {url} does not speak TLS ({cause.reason or cause}): `turbdb serve` serves plain HTTP, so "
+            f"connect to http://{url.split('://', 1)[1]} (or put a TLS proxy in front of it)")
+
+
+def _moved_server(location: str, path: str) -> str | None:
+    """The server's address a redirect points to: its Location without the path asked for."""
+    target = urllib.parse.urlsplit(location)
+    if target.scheme not in ("http", "https") or not target.path.endswith(path):
+        return None
+    prefix = target.path[:len(target.path) - len(path)].rstrip("/")
+    return f"{target.scheme}://{target.netloc}{prefix}"
+
+
+def _array(response: httpx.Response) -> np.ndarray:
+    """An ``.npy`` answer as an array; a damaged one is the transport's fault, not the caller's."""
+    try:
+        return load_npy_bytes(response.content)
+    except exc.FormatError as e:
+        raise _damaged(response, e) from None
+
+
+def _address(response: httpx.Response) -> str:
+    """The address a request was sent to, without its query (which can be long)."""
+    return str(response.request.url.copy_with(query=None))
+
+
+def _damaged(response: httpx.Response, error: Exception) -> exc.ServiceError:
+    return exc.ServiceError(f"the answer of {_address(response)} is damaged ({error}): it was cut short or changed "
+                            "on the way; send the request again")
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     try:
         return float(response.headers["retry-after"])
@@ -539,7 +722,8 @@ def _error(response: httpx.Response) -> exc.TurbdbError:
         if isinstance(description, list):
             description = "\n".join(map(str, description))
     except (ValueError, KeyError, TypeError):
-        return exc.ServiceError(f"HTTP {response.status_code} from {response.request.url}: {response.text[:300]}")
+        return exc.ServiceError(f"HTTP {response.status_code} {response.reason_phrase} from {_address(response)}, not "
+                                f"an answer of turbdb's (a proxy in front of it?): {response.text[:300]!r}")
     cls = _CLASSES.get(name)
     if cls is exc.AccessDeniedError:
         return exc.AccessDeniedError(description, status=response.status_code)

@@ -7,6 +7,7 @@ users the same way."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import math
@@ -132,30 +133,48 @@ def boxes(shape: tuple[int, int, int], limit: int, strides: tuple[int, int, int]
 def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | None, sizes: Sequence[int],
         unit: str, description: str) -> list[T]:
     """Runs ``tasks`` (each one paced request) at most ``concurrency`` at a time; results in
-    order. The first error cancels what has not started and is raised. ``progress``: True,
-    False, or None (a bar on a terminal, for more than one task)."""
+    order. The first error cancels what has not started and is raised as soon as it happens,
+    without waiting for the requests still in flight (the first in order, if several have
+    failed by then); so does Ctrl-C. ``progress``: True, False, or None (a bar on a terminal,
+    for more than one task).
+
+    The threads are daemons: requests left in flight end in the background at their
+    timeout and never hold up the program's exit. A ThreadPoolExecutor's workers are joined
+    at exit, so a Ctrl-C during a request to a server that did not answer ended the program
+    only at that request's timeout (300 s by default)."""
     if len(tasks) == 1:
         return [tasks[0]()]
     from tqdm.auto import tqdm
 
-    stop = threading.Event()
+    futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in tasks]
+    waiting = collections.deque(zip(tasks, sizes, futures))
     with tqdm(total=sum(sizes), unit=unit, unit_scale=True, desc=description, leave=False,
               disable=None if progress is None else not progress) as bar:
 
-        def paced(task: Callable[[], T], size: int) -> T:
-            if stop.is_set():  # another batch failed before this one's turn
-                raise concurrent.futures.CancelledError()
-            result = task()
-            bar.update(size)
-            return result
+        def work() -> None:
+            while True:
+                try:
+                    task, size, future = waiting.popleft()
+                except IndexError:
+                    return
+                if not future.set_running_or_notify_cancel():  # dropped after an error
+                    continue
+                try:
+                    result = task()
+                except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                    future.set_exception(e)
+                else:
+                    bar.update(size)
+                    future.set_result(result)
 
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turbdb")
-        futures = [pool.submit(paced, task, size) for task, size in zip(tasks, sizes)]
+        for k in range(min(max(1, concurrency), len(tasks))):
+            threading.Thread(target=work, name=f"turbdb-batch-{k}", daemon=True).start()
         try:
-            results = [future.result() for future in futures]
-        except BaseException:
-            stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
-        return results
+            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            failed = next((f for f in futures if f in done and f.exception() is not None), None)
+            if failed is not None:
+                raise failed.exception()  # type: ignore[misc]
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:  # those not started are dropped; running ones cannot be
+                future.cancel()

@@ -126,7 +126,7 @@ NPY = {"Content-Type": "application/x-npy"}
 
 # (name, method, path, params, body kwargs, headers, status, error class, words in the description)
 BAD_REQUESTS = [
-    ("malformed JSON", "post", QUERY, V, {"content": b'{"points": [[1, 2, 3]'}, {}, 400, "FormatError", "not valid JSON"),
+    ("malformed JSON", "post", QUERY, V, {"content": b'{"points": [[1, 2, 3]'}, {"Content-Type": "application/json"}, 400, "FormatError", "not valid JSON"),
     ("JSON without points", "post", QUERY, V, {"json": [[1, 2, 3]]}, {}, 400, "FormatError", '"points"'),
     ("points not numbers", "post", QUERY, V, {"json": {"points": [["a", "b", "c"]]}}, {}, 400, "InvalidRequestError", "numbers"),
     ("malformed npy", "post", QUERY, V, {"content": b"\x93NUMPY\x01\x00garbage"}, NPY, 400, "FormatError", ".npy"),
@@ -136,7 +136,7 @@ BAD_REQUESTS = [
     ("wrong shape JSON", "post", QUERY, V, {"json": {"points": [[1, 2]]}}, {}, 400, "InvalidRequestError", "(N, 3)"),
     ("wrong shape npy", "post", QUERY, V, {"content": npy(np.zeros((2, 3, 1)))}, NPY, 400, "InvalidRequestError", "(N, 3)"),
     ("one point flat", "post", QUERY, V, {"json": {"points": [1, 2, 3]}}, {}, 400, "InvalidRequestError", "[[x, y, z]]"),
-    ("NaN in JSON", "post", QUERY, V, {"content": b'{"points": [[1, 2, 3], [1, NaN, 2]]}'}, {}, 400, "InvalidRequestError", "point 1 is not finite"),
+    ("NaN in JSON", "post", QUERY, V, {"content": b'{"points": [[1, 2, 3], [1, NaN, 2]]}'}, {"Content-Type": "application/json"}, 400, "InvalidRequestError", "point 1 is not finite"),
     ("inf in npy", "post", QUERY, V, {"content": npy([[1.0, 2, np.inf]])}, NPY, 400, "InvalidRequestError", "not finite"),
     ("NaN time", "post", QUERY, {"field": "velocity", "time": "nan"}, {"json": {"points": [[1, 2, 3]]}}, {}, 400, "InvalidRequestError", "finite"),
     ("time not a number", "post", QUERY, {"field": "velocity", "time": "soon"}, {"json": {"points": []}}, {}, 400, "InvalidRequestError", "time"),
@@ -165,7 +165,7 @@ BAD_REQUESTS = [
     ("wrong verb", "get", QUERY, V, {}, {}, 405, "InvalidRequestError", "POST"),
     ("too many points anonymously", "post", QUERY, V, {"content": npy(np.zeros((5000, 3)))}, NPY, 413, "LimitExceededError", "personal token"),
     ("too many points for the token", "post", QUERY, V, {"json": {"points": np.zeros((101, 3)).tolist()}}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "batches of at most 100"),
-    ("oversized body", "post", QUERY, V, {"content": b"[" + b" " * 2_000_000 + b"]"}, {}, 413, "LimitExceededError", "bytes"),
+    ("oversized body", "post", QUERY, V, {"content": b"[" + b" " * 2_000_000 + b"]"}, {"Content-Type": "application/json"}, 413, "LimitExceededError", "bytes"),
     ("cutout above the limit", "post", "/v1/datasets/trig/cutout", V, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "nodes"),
     ("filter reads above the limit", "post", "/v1/datasets/trig/cutout", {**V, "x": "0,4", "y": "0,4", "z": "0,4", "filter_width": 3}, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "asks for 216 nodes read by the box filter"),
     ("wrong token", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": "Bearer guess"}, 401, "AccessDeniedError", "not recognised"),

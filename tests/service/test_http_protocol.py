@@ -193,3 +193,78 @@ def test_a_client_gone_before_its_whole_body_counts_as_499_not_a_bad_request(ser
         time.sleep(0.1)
     assert server.metric("turbdb_requests_total", **labels) == before + 1
     assert server.alive()
+
+
+def test_a_trailing_slash_gets_a_404_naming_the_endpoint_never_an_empty_redirect(server):
+    # A 307 with an empty body: `curl -f -X POST …/cutout/?…` saved 0 bytes as box.npy and exited 0.
+    answer = server.post("/v1/datasets/trig/cutout/", params={**V, "x": "0,4", "y": "0,4", "z": "0,4"})
+    assert answer.status_code == 404 and answer.content
+    assert "the endpoint is '/v1/datasets/trig/cutout', without the trailing slash" in answer.json()["description"]
+    unknown = server.get("/v2/nothing/")
+    assert unknown.status_code == 404 and "without the trailing slash" not in unknown.json()["description"]
+
+
+@pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_json_body_must_say_it_is_json(server, kind):
+    # text/plain, forms and no type are what a web page may send across origins without the
+    # browser asking the server first: read as JSON, any page could spend its visitors' quota.
+    headers = {"Content-Type": kind} if kind else {}
+    for path, params, body in ((QUERY, V, {"points": [[1, 2, 3]]}),
+                               ("/v1/jobs", {}, {"queries": [{"dataset": "trig", "field": "velocity", "time": 0}]})):
+        answer = server.post(path, params=params, content=json.dumps(body), headers=headers)
+        assert answer.status_code == 415, answer.text
+        assert "Content-Type: application/json" in answer.json()["description"]
+        assert server.post(path, params=params, json=body).status_code == 200
+
+
+def test_browsers_may_call_the_api_only_from_the_origins_the_server_allows(server, service_db, tmp_path):
+    preflight = {"Origin": "https://lab.example.org", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    refused = server.request("OPTIONS", QUERY, headers=preflight)
+    assert "access-control-allow-origin" not in refused.headers
+    with running_server(service_db, tmp_path / "cors.log", "--allow-origin", "https://lab.example.org") as s:
+        allowed = s.request("OPTIONS", QUERY, headers=preflight)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == "https://lab.example.org"
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        cutout = s.post("/v1/datasets/trig/cutout", params={**V, "x": "0,2", "y": "0,2", "z": "0,2"},
+                        headers={"Origin": "https://lab.example.org"})
+        assert cutout.headers["access-control-allow-origin"] == "https://lab.example.org"
+        assert "x-turbdb-time-index" in cutout.headers["access-control-expose-headers"].lower()
+        other = s.request("OPTIONS", QUERY, headers={**preflight, "Origin": "https://elsewhere.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_an_allowed_origin_must_be_a_web_origin(service_db):
+    from turbdb.exceptions import InvalidRequestError
+    from turbdb.service.app import create_app
+
+    with pytest.raises(InvalidRequestError, match="without a path or trailing slash"):
+        create_app(service_db, allow_origins=["https://lab.example.org/"])
+
+
+def test_the_limits_need_no_token_where_anonymous_use_is_off(service_db):
+    # docs/service.md says /v1/limits never needs a token (the home page links it); it answered 401.
+    import anyio
+    import httpx
+
+    from turbdb.service.app import create_app
+    from turbdb.service.tokens import Tokens
+
+    tokens = Tokens.from_document({"anonymous": {"allowed": False}, "token": [{"token": FULL, "name": "full"}]})
+    app = create_app(service_db, tokens)
+
+    async def ask():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://turbdb") as client:
+            return [await client.get(path, headers=headers) for path, headers in (
+                ("/v1/limits", {}), ("/v1/datasets", {}), ("/v1/limits", BEARER),
+                ("/v1/limits", {"Authorization": "Bearer unknown"}))]
+
+    closed, listing, mine, unknown = anyio.run(ask)
+    assert closed.status_code == 200, closed.text
+    document = closed.json()
+    assert document["allowed"] is False and document["max_points"] == 0 and document["datasets"] == []
+    assert "this server needs a token" in document["description"]
+    assert listing.status_code == 401
+    assert mine.json()["allowed"] is True and mine.json()["token"] == "full"
+    assert unknown.status_code == 401

@@ -170,7 +170,9 @@ def test_the_older_function_names_carry_the_variable_and_operator(server, local,
 def test_pyjhtdbs_numeric_interpolation_codes_are_understood(server, local):
     pts = random_points(10, seed=12)
     body = "\n".join("\t".join("%.8f" % c for c in p) for p in pts)
-    for sint, tint, method, temporal in (("208", "1", "m2q8", "pchip"), ("40", "0", "fd4noint", "none")):
+    for sint, tint, method, temporal in (("208", "1", "m2q8", "pchip"), ("40", "0", "fd4noint", "none"),
+                                         ("Lag4", "PCHIPInterpolation", "lag4", "pchip"),
+                                         ("M1Q4", "NoTemporalInterpolation", "m1q4", "none")):
         sop = "field" if method == "m2q8" else "gradient"
         response = server.post("/turbulence-svc/values", params={"dataset": "trig", "function": "GetVariable",
                                                                  "var": "velocity", "t": 0.7, "sint": sint, "sop": sop,
@@ -195,6 +197,18 @@ def test_getposition_is_var_position(server, local):
     ({"function": "GetVariable"}, "needs var="),
     ({"function": "GetVelocityGradient", "sop": "hessian"}, "computes the gradient, but sop='hessian'"),
     ({"function": "GetVorticity"}, "'vorticity' is not a variable of dataset 'trig'"),
+    # JHTDB functions turbdb does not offer: said so, with what to use instead (they were
+    # taken for variables: "'boxfilter' is not a variable of dataset …").
+    ({"function": "GetBoxFilter", "var": "velocity"}, "does not offer JHTDB's function 'GetBoxFilter'; box-filtered "
+                                                     "values are offered on cutouts: filter_width="),
+    ({"function": "GetBoxFilterGradient"}, "differentiate a box-filtered cutout"),
+    ({"function": "GetBoxFilterSGSsymtensor"}, "does not offer"),
+    ({"function": "GetThreshold"}, "select the nodes above the threshold"),
+    ({"function": "GetInvariant"}, "from the velocity gradient"),
+    ({"function": "GetRawVelocity"}, "the stored values of a box are a cutout"),
+    # JHTDB's splines beyond the two turbdb has: the family named, no list of internal codes.
+    ({"var": "velocity", "sint": "M2Q14"}, "of JHTDB's spline methods (M1Q4 … M4Q14) turbdb implements M1Q4 and M2Q8"),
+    ({"var": "velocity", "sint": "406"}, "turbdb implements M1Q4 and M2Q8"),
 ])
 def test_function_names_that_do_not_fit_are_refused_with_a_reason(server, params, words):
     response = server.post("/turbulence-svc/values", params={"dataset": "trig", "t": 0, **params}, content="1\t2\t3")

@@ -112,7 +112,8 @@ def test_bad_job_requests_get_4xx_with_a_message(engine_server):
         answer = httpx.post(url + "/v1/jobs", json=body, headers=AUTH, timeout=30)
         assert answer.status_code == status, (body if len(str(body)) < 200 else "long plan", answer.text[:300])
         assert message in answer.json()["description"]
-    not_json = httpx.post(url + "/v1/jobs", content=b"{", headers=AUTH, timeout=10)
+    not_json = httpx.post(url + "/v1/jobs", content=b"{", headers={**AUTH, "Content-Type": "application/json"},
+                          timeout=10)
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["description"]
     assert httpx.delete(url + f"/v1/jobs/{declared['job']}", headers=AUTH, timeout=10).json()["closed"]
     assert engine_server.alive()

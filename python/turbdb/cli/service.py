@@ -39,12 +39,16 @@ from .inputs import ByteSize
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="Server log level.")
 @click.option("--access-log", is_flag=True, help="Log one line per request (whatever --log-level says).")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="ORIGIN",
+              help="Let scripts of the web page at ORIGIN (https://host[:port]; * for any) call the API from a "
+                   "browser (CORS). Repeatable. Default: none.")
 @click.option("--cluster", "cluster_address", default=None,
               help="Run the queries on the Dask cluster at tcp://HOST:PORT serving DB (turbdb cluster up); "
                    "GET /v1/cluster reports its health.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
           cutout_chunk_bytes: int | None, scheduler: str | None, cache_bytes: int | None, cache_policy: str | None,
-          io: str | None, log_level: str, access_log: bool, cluster_address: str | None) -> None:
+          io: str | None, log_level: str, access_log: bool, allow_origins: tuple[str, ...],
+          cluster_address: str | None) -> None:
     """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
     requests in progress finish).
 
@@ -61,7 +65,7 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
 
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
-               access_log=access_log, cluster=cluster_address,
+               access_log=access_log, cluster=cluster_address, allow_origins=allow_origins,
                engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io})
 
 

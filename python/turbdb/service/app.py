@@ -8,27 +8,29 @@ it; ``turbdb serve`` runs it on uvicorn. Endpoints: ``/`` (what this is), ``/v1/
 from __future__ import annotations
 
 import io
-import json
+import itertools
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import anyio.to_thread
 import numpy as np
 from fastapi import FastAPI, Query, Request
 from fastapi_offline import FastAPIOffline
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..exceptions import TurbdbError
+from ..exceptions import InvalidRequestError, TurbdbError
 from ..query import evaluate_call, point_call
 from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
-from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, limits as limits_api
+from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api
 from .backend import Backend, check_track_size, parse_range
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
@@ -39,6 +41,8 @@ from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
 
 NPZ = "application/x-npz"
+#: turbdb's own answer headers a page's script may read (CORS hides all others but a few).
+EXPOSED_HEADERS = ["X-Turbdb-Time", "X-Turbdb-Time-Index", "X-Turbdb-Shape", "Retry-After", "Content-Disposition"]
 DEFAULT_MAX_POINTS_IN_FLIGHT = 4_000_000
 DEFAULT_CUTOUT_CHUNK_BYTES = 16 * 2**20
 
@@ -104,7 +108,8 @@ def _describe_errors(schema: dict[str, Any]) -> None:
 def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLike[str] | None = None, *,
                workers: int | None = None, max_points_in_flight: int = DEFAULT_MAX_POINTS_IN_FLIGHT,
                cutout_chunk_bytes: int = DEFAULT_CUTOUT_CHUNK_BYTES, queue_timeout: float = 60.0,
-               engine: dict[str, Any] | None = None, cluster: Any = None) -> FastAPI:
+               engine: dict[str, Any] | None = None, cluster: Any = None,
+               allow_origins: Sequence[str] = ()) -> FastAPI:
     """The app serving the database at ``db_path``. ``tokens``: a :class:`Tokens`, the path
     of a tokens file, or ``None`` (anonymous use only, with JHTDB's small limits).
     ``workers``: engine calls run at once (threads; default: the number of cores).
@@ -114,7 +119,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     query then goes through (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see
     :func:`turbdb.open`); without them each query runs alone.
     ``cluster``: a Dask scheduler address (or client) whose workers serve the database
-    (``turbdb cluster up``)."""
+    (``turbdb cluster up``). ``allow_origins``: the web pages (``https://host[:port]``, or
+    ``*`` for any) whose scripts may call the API from a browser (CORS); none by default."""
+    origins = _origins(allow_origins)
     if not isinstance(tokens, Tokens):
         tokens = Tokens.load(tokens)
     metrics = Metrics()
@@ -132,12 +139,19 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             "requests get small anonymous limits. Points travel as JSON or `.npy` (`Content-Type: "
             "application/x-npy`); answers are JSON, or `.npy` with `Accept: application/x-npy`. Every error is "
             "a 4xx/5xx with `{\"description\": …, \"error\": <turbdb exception class>}`."),
+        # A trailing slash answered 307 with an empty body, which `curl -f -X POST` saved as
+        # the answer; the 404 names the path without it instead (errors.py).
+        redirect_slashes=False,
     )
     app.state.backend = backend
     _describe_bearer_tokens(app)
     errors.install(app)
     app.add_middleware(_Instrument, metrics=metrics)
     app.add_middleware(HeadAsGet)
+    if origins:  # added last, so outermost: a preflight OPTIONS is answered before routing
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "Accept"], expose_headers=EXPOSED_HEADERS,
+                           max_age=600)
     app.include_router(home.router(backend))
     app.include_router(limits_api.router(backend))
     app.include_router(jhtdb.router(backend))
@@ -292,9 +306,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                 buffer = io.BytesIO()
                 np.savez(buffer, positions=positions, velocities=velocities)
                 return Response(buffer.getvalue(), media_type=NPZ)
-            return Response(json.dumps({"positions": _json_array(positions),
-                                        "velocities": _json_array(velocities)}).encode(),
-                            media_type="application/json")
+            pieces = itertools.chain([b'{"positions": '], json_answers.array_chunks(positions), [b', "velocities": '],
+                                     json_answers.array_chunks(velocities), [b"}"])
+            return json_answers.answer(pieces, positions.size + velocities.size)
 
         async with backend.limiter.admit(len(points) * (steps + 1)):
             response = await backend.run_track(evaluate)
@@ -302,6 +316,19 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         return response
 
     return app
+
+
+def _origins(origins: Sequence[str]) -> list[str]:
+    """The CORS origins, checked: a browser compares the page's origin, scheme://host[:port]
+    with no path or slash, to these exactly, so anything else would match nothing."""
+    if isinstance(origins, str):
+        origins = [origins]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s?#]+", origin):
+            raise InvalidRequestError(f"{origin!r} is not a web origin: give scheme://host[:port], such as "
+                                      "https://example.org or http://localhost:8080, without a path or trailing slash "
+                                      "(or * for any page)")
+    return list(origins)
 
 
 def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
@@ -312,15 +339,11 @@ def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
         return {"name": name, "error": type(e).__name__, "description": str(e)}
 
 
-def _json_array(values: np.ndarray) -> dict[str, Any]:
-    return {"shape": list(values.shape), "dtype": str(values.dtype), "values": values.tolist()}
-
-
 def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
     """How to answer with an array: ``.npy`` if the client accepts it, else JSON."""
     if preferred(request, ["application/json", NPY]) == NPY:
         return lambda values: Response(encode_npy(values), media_type=NPY)
-    return lambda values: Response(json.dumps(_json_array(values)).encode(), media_type="application/json")
+    return json_answers.array_answer
 
 
 class _Instrument:

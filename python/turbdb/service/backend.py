@@ -185,17 +185,12 @@ class Backend:
     async def points(self, request: Request, limits: Limits) -> np.ndarray:
         """The points of a request, as ``.npy`` (``Content-Type: application/x-npy``) or JSON
         ``{"points": [[x, y, z], …]}``, within the token's point limit."""
-        kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if kind == NPY:
+        if media_type(request) == NPY:
             body = await self.body(request, limits, NPY_BYTES_PER_POINT, ".npy")
             points = as_points(decode_npy(body))
             limits.check_points(len(points))
             return points
-        # Lenient on purpose: `curl -d` labels JSON as a form.
-        if kind not in ("application/json", "text/json", "text/plain", "application/x-www-form-urlencoded", ""):
-            raise with_status(InvalidRequestError(
-                f"cannot read a body of type {kind!r}: send JSON {{\"points\": [[x, y, z], …]}} "
-                f"or an .npy file with Content-Type: {NPY}"), 415)
+        require_json(request, f"JSON {{\"points\": [[x, y, z], …]}}, or an .npy file with Content-Type: {NPY}")
         body = await self.body(request, limits, JSON_BYTES_PER_POINT, "JSON")
         # Counted before parsing: a compact body ("[0,0,0],") holds ~12x the point limit within
         # the byte limit, and parsing it whole would take ~18 bytes of memory per body byte.
@@ -279,6 +274,23 @@ class Disconnection:
             self._asked = time.monotonic()
             self.gone = anyio.from_thread.run(self.request.is_disconnected)
         return self.gone
+
+
+def media_type(request: Request) -> str:
+    """The request body's media type, lower case, without parameters ("" when none)."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def require_json(request: Request, what: str) -> None:
+    """Refuses (415) a JSON body sent as any other type. A browser sends a cross-origin POST
+    of text/plain, a form or no type without asking the server first (a CORS "simple"
+    request): read as JSON, any web page could have made its visitors' browsers run queries
+    or declare jobs against their addresses' anonymous quota."""
+    kind = media_type(request)
+    if kind != "application/json":
+        raise with_status(InvalidRequestError(
+            f"a body of type {kind or 'none'!r} is not read: send {what}; JSON needs Content-Type: application/json "
+            "(curl: -H 'Content-Type: application/json')"), 415)
 
 
 def parse_json_points(body: bytes) -> np.ndarray:

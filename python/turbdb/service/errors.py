@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 from starlette.responses import Response
 
 from .. import exceptions as exc
@@ -81,6 +82,17 @@ def hide_path(message: str, root: str) -> str:
     return re.sub(start + re.escape(root) + end, "the database", message)
 
 
+def _endpoint_without_slash(request: Request) -> str | None:
+    """The path asked for without its trailing slash, when that is an endpoint."""
+    path = request.url.path
+    stripped = path.rstrip("/")
+    if not stripped or stripped == path:
+        return None
+    scope = {**request.scope, "path": stripped}
+    found = any(route.matches(scope)[0] != Match.NONE for route in request.app.router.routes)
+    return stripped if found else None
+
+
 def install(app: FastAPI) -> None:
     """Registers the handlers that give every error the same JSON shape."""
 
@@ -99,6 +111,10 @@ def install(app: FastAPI) -> None:
         headers = dict(error.headers or {})
         if error.status_code == 404:
             description = f"no such endpoint {request.url.path!r}; see /docs for the API"
+            without = _endpoint_without_slash(request)
+            if without is not None:
+                description = f"no such endpoint {request.url.path!r}: the endpoint is {without!r}, without the " \
+                              "trailing slash (see /docs)"
         elif error.status_code == 405:
             allowed = headers["Allow"] = allowed_methods(headers.get("Allow", ""))
             description = (f"{request_method(request.scope)} is not allowed on {request.url.path}; "

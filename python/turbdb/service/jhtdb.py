@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import math
+import re
 
 import anyio.to_thread
 import numpy as np
@@ -25,6 +25,7 @@ from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameErr
 from ..jhtdb.metadata import PLACEHOLDER, check_position_arguments
 from ..query import point_call
 from ..track import step_count
+from . import json_answers
 from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .jhtdb_functions import resolve as resolve_function
@@ -52,8 +53,13 @@ JHTDB_NAMES: dict[str, dict[str, str]] = {
     },
     "sop": {"field": "field", "function": "field", "gradient": "gradient", "hessian": "hessian",
             "laplacian": "laplacian"},
-    "tint": {"none": "none", "notint": "none", "pchip": "pchip", "pchipint": "pchip", "0": "none", "1": "pchip"},
+    "tint": {"none": "none", "notint": "none", "pchip": "pchip", "pchipint": "pchip", "0": "none", "1": "pchip",
+             # pyJHTDB's long names, as the spatial ones above
+             "notemporalinterpolation": "none", "pchipinterpolation": "pchip"},
 }
+# JHTDB's spline family, MmQq (smoothness m 1…4, q 4…14 points), by name and pyJHTDB's code
+# (100·m + q); turbdb implements M1Q4 and M2Q8 of it.
+_SPLINES = re.compile(r"m[1-4]q(4|6|8|10|12|14)|[1-4](04|06|08|10|12|14)")
 # JHTDB's symbol of each variable in column names (duxdx, dpdx, d2bxdxdy, …).
 SYMBOLS = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a", "force": "f", "pressure": "p",
            "temperature": "t", "energy": "e", "density": "rho"}
@@ -83,7 +89,13 @@ def jhtdb_name(kind: str, value: str) -> str:
     table = JHTDB_NAMES[kind]
     key = value.strip().lower()
     if key not in table:
-        raise UnknownNameError(f"{value!r} is not a valid {kind}; use one of {', '.join(sorted(set(table)))}")
+        if kind == "sint" and _SPLINES.fullmatch(key):
+            raise UnknownNameError(f"{value!r} is not a valid sint here: of JHTDB's spline methods (M1Q4 … M4Q14) "
+                                   "turbdb implements M1Q4 and M2Q8: use sint=m1q4 or m2q8, or a Lagrange method "
+                                   "(lag4, lag6, lag8)")
+        names = sorted({name for name in table if not name.isdigit()})
+        codes = " and pyJHTDB's numeric codes" if any(name.isdigit() for name in table) else ""
+        raise UnknownNameError(f"{value!r} is not a valid {kind}; use one of {', '.join(names)}{codes}")
     return table[key]
 
 
@@ -207,7 +219,7 @@ def router(backend: Backend) -> APIRouter:
         if backend.waits is not None:
             return await _through_engine(backend, request, ds, points, fields, times, method, operator, temporal)
 
-        def evaluate() -> bytes:
+        def evaluate() -> np.ndarray:
             rows = []
             for ti in times:
                 # Several fields (GetVelocityAndPressure) side by side, in the order named.
@@ -216,12 +228,12 @@ def router(backend: Backend) -> APIRouter:
                                        for field in fields]))
                 for field in fields:
                     backend.record_reads(ds, field)
-            return json.dumps(np.concatenate(rows).tolist()).encode()
+            return np.concatenate(rows)
 
         async with backend.limiter.admit(len(points) * len(times)):
             answer = await backend.run(evaluate, points=len(points) * len(times))
         backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
-        return Response(answer, media_type="application/json")
+        return json_answers.answer(json_answers.list_chunks(answer), answer.size)
 
     return api
 
@@ -246,13 +258,10 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     # Several fields (GetVelocityAndPressure) side by side, in the order named; time-major.
     columns = [t.result().reshape(len(points), -1) for t in tasks]
     rows = np.concatenate([np.hstack(columns[k:k + len(fields)]) for k in range(0, len(columns), len(fields))])
-
-    def encode() -> bytes:
-        return json.dumps(rows.tolist()).encode()
-
-    answer = encode() if len(rows) <= ENCODE_INLINE_POINTS else await anyio.to_thread.run_sync(encode)
     backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
-    return Response(answer, media_type="application/json")
+    if len(rows) <= ENCODE_INLINE_POINTS:
+        return json_answers.answer(json_answers.list_chunks(rows), rows.size)
+    return await anyio.to_thread.run_sync(json_answers.answer, json_answers.list_chunks(rows), rows.size)
 
 
 async def _position(backend: Backend, request: Request, ds, points: np.ndarray, limits, t: float, end: float,
@@ -264,11 +273,10 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
     check_track_size(len(points), steps)
     gone = backend.track_disconnection(request)
 
-    def evaluate() -> bytes:
-        positions = ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)
-        return json.dumps(np.asarray(positions[-1], dtype=np.float32).tolist()).encode()
+    def evaluate() -> np.ndarray:
+        return np.asarray(ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)[-1], dtype=np.float32)
 
     async with backend.limiter.admit(len(points) * (steps + 1)):
         answer = await backend.run_track(evaluate)
     backend.metrics.points.labels("jhtdb").inc(len(points) * steps)
-    return Response(answer, media_type="application/json")
+    return json_answers.answer(json_answers.list_chunks(answer), answer.size)

@@ -1,8 +1,9 @@
 """Jobs over HTTP (Wang et al. §IV-B; :mod:`turbdb.jobs`): ``POST /v1/jobs`` declares the
 ordered queries a client is going to send, each a (dataset, field, time[, temporal]), and
 answers the job's id; each of those queries then carries ``job=<id>``, in order; ``DELETE
-/v1/jobs/{id}`` ends it. With a node engine the JAWS scheduler gates the job's queries
-with those of other jobs that read the same time steps, so one read serves them all.
+/v1/jobs/{id}`` ends it; ``GET /v1/jobs`` lists the caller's open jobs. With a node engine
+the JAWS scheduler gates the job's queries with those of other jobs that read the same
+time steps, so one read serves them all.
 
 A job is a scheduling hint: answers never depend on it. A server without a node engine
 (``turbdb serve`` without ``--scheduler``) still accepts jobs, so that a client need not
@@ -29,7 +30,7 @@ from ..exceptions import (
     EngineBusyError, FormatError, InvalidRequestError, LimitExceededError, UnknownNameError,
 )
 from ..jobs import MAX_JOB_QUERIES, Job, declare, planned_query, steps_read
-from .backend import Backend, with_status
+from .backend import Backend, require_json, with_status
 from .tokens import Limits
 
 #: A job unused (no query, no declaration) for this long is forgotten (the engine's own
@@ -149,6 +150,15 @@ class JobRegistry:
             self._release(owner, found.job.queries)
         found.job.close()
 
+    def owned(self, owner: str) -> list[tuple[int, int, float]]:
+        """``owner``'s open jobs: (number, queries planned, seconds unused), oldest first."""
+        with self._lock:
+            gone = self._expire()
+            now = time.monotonic()
+            jobs = [(n, j.job.queries, now - j.last_used) for n, j in self._jobs.items() if j.owner == owner]
+        _close(gone)
+        return jobs
+
     def planned(self, owner: str) -> int:
         """Queries planned by ``owner``'s open (and admitted) jobs."""
         with self._lock:
@@ -234,6 +244,18 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
                               "they would without it")
         return answer
 
+    @routes.get("/v1/jobs", summary="the caller's open jobs, to close those left behind")
+    async def open_jobs(request: Request) -> dict[str, Any]:
+        # A declaration whose answer was lost still holds its planned queries: this finds it.
+        limits = backend.authorize(request)
+        owner = owner_of(request, limits, backend)
+        engine = getattr(backend.database, "engine", None)
+        scheduled = engine is not None and engine.stats()["scheduler"] == "jaws"
+        return {"jobs": [{"job": n, "queries": q, "scheduled": scheduled, "unused_seconds": round(idle, 1)}
+                         for n, q, idle in registry.owned(owner)],
+                "planned": registry.planned(owner), "max_planned": registry.max_planned_per_owner,
+                "idle_timeout_seconds": registry.idle_seconds}
+
     @routes.delete("/v1/jobs/{job}", summary="end a job: its queries still to come run ungated")
     async def close_job(job: int, request: Request) -> dict[str, Any]:
         limits = backend.authorize(request)
@@ -246,6 +268,7 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
 async def _plan(request: Request) -> list[tuple[str, str, float, str]]:
     """The planned queries of a ``POST /v1/jobs`` body, refused (413) once it is known to
     plan more than :data:`MAX_JOB_QUERIES`."""
+    require_json(request, "JSON {\"queries\": [{\"dataset\": …, \"field\": …, \"time\": …}, …]}")
     limit = MAX_JOB_QUERIES * BYTES_PER_PLANNED_QUERY + BODY_SLACK
     chunks, size = [], 0
     async for chunk in request.stream():

@@ -1,6 +1,7 @@
 """``GET /v1/limits``: what the caller's token may do, so that a client splits its work into
 requests the server accepts and paces them under the rate limit (``turbdb.connect`` reads
-it once per connection). Asking is free: it is not counted against the rate."""
+it once per connection). Asking is free: it is not counted against the rate, and needs no
+token: a caller without one where anonymous use is off learns that it may do nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from .backend import MAX_TRACK_ROWS, MAX_TRACK_STEPS, Backend
-from .tokens import Limits
+from .tokens import JHTDB_TESTING_TOKEN, TOKEN_NEEDED, Limits
 
 
 def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
@@ -18,6 +19,7 @@ def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
     return {
         "token": None if anonymous else limits.name,
         "anonymous": anonymous,
+        "allowed": True,
         "max_points": limits.max_points,
         "counts": "query points (× times for a JHTDB time series), cutout nodes (× times), tracked particles",
         "requests_per_minute": limits.requests_per_minute,
@@ -30,11 +32,21 @@ def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
     }
 
 
+def closed() -> dict[str, Any]:
+    """The limits document of a caller without a token where anonymous use is off: nothing."""
+    return {"token": None, "anonymous": True, "allowed": False, "description": TOKEN_NEEDED, "max_points": 0,
+            "requests_per_minute": 0, "burst": 0, "rate_per": "address", "max_track_rows": 0, "max_track_steps": 0,
+            "datasets": []}
+
+
 def router(backend: Backend) -> APIRouter:
     api = APIRouter(tags=["datasets"])
 
     @api.get("/v1/limits", summary="the limits of the caller's token (points per request, requests per minute)")
     async def limits(request: Request) -> dict[str, Any]:
-        return describe(backend.tokens.identify(backend.bearer(request)), backend)
+        token = backend.bearer(request)
+        if (not token or token == JHTDB_TESTING_TOKEN) and not backend.tokens.anonymous_allowed:
+            return closed()
+        return describe(backend.tokens.identify(token), backend)
 
     return api

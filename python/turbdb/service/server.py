@@ -32,13 +32,14 @@ MAX_CONNECTIONS = 512
 def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
           workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
           log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None,
-          cluster: str | None = None) -> None:
+          cluster: str | None = None, allow_origins: tuple[str, ...] = ()) -> None:
     """Serves the database at ``db`` until interrupted. ``engine``: the node engine's options
     (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`).
-    ``cluster``: a Dask scheduler address; the queries then run on that cluster."""
+    ``cluster``: a Dask scheduler address; the queries then run on that cluster.
+    ``allow_origins``: web pages whose scripts may call the API from a browser (CORS)."""
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
                                  ("cutout_chunk_bytes", cutout_chunk_bytes), ("cluster", cluster)) if v is not None}
-    app = create_app(db, tokens, workers=workers, engine=engine, **options)
+    app = create_app(db, tokens, workers=workers, engine=engine, allow_origins=allow_origins, **options)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -57,7 +58,9 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
           f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
           + node_engine_summary(backend.database, url)
-          + access_summary(backend.tokens, tokens, backend.names()), flush=True)
+          + access_summary(backend.tokens, tokens, backend.names())
+          + (f"\nturbdb: web pages that may call the API from a browser: {', '.join(allow_origins)}"
+             if allow_origins else ""), flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
                             server_header=False, http=GuardedHttpProtocol)

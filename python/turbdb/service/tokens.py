@@ -39,6 +39,9 @@ ANONYMOUS_REQUESTS_PER_MINUTE = 60
 MAX_BUCKETS = 100_000
 # The token every JHTDB client script ships with: treated as no token at all.
 JHTDB_TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
+# What a caller without a token is told where anonymous use is off.
+TOKEN_NEEDED = ("this server needs a token: pass turbdb.connect(url, token=…), send the header Authorization: Bearer "
+                "<token>, or authToken=<token> on the JHTDB endpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,11 +168,7 @@ class Tokens:
         """The limits of ``token`` (``None`` or empty: anonymous), or AccessDeniedError."""
         if not token or token == JHTDB_TESTING_TOKEN:
             if not self.anonymous_allowed:
-                raise AccessDeniedError(
-                    "this server needs a token: pass turbdb.connect(url, token=…), "
-                    "send the header Authorization: Bearer <token>, or authToken=<token> on the JHTDB endpoint",
-                    status=401,
-                )
+                raise AccessDeniedError(TOKEN_NEEDED, status=401)
             return self.anonymous
         limits = self._by_digest.get(_digest(token))
         if limits is None:

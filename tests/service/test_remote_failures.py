@@ -1,0 +1,228 @@
+"""turbdb.connect when the network, or what answers in the server's place, misbehaves: what
+is sent again and what is not, how long a request may take, and what the user is told."""
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+import turbdb
+from turbdb import remote, remote_batches
+
+from servicekit import FULL
+
+LIMITS = {"max_points": 1000, "requests_per_minute": 1e6, "burst": 1e6, "max_track_rows": 10**7,
+          "max_track_steps": 10**5}
+
+
+def answering(answer, **options):
+    """A client whose server knows its limits and answers every other request with ``answer(request)``."""
+    seen = []
+
+    def handle(request):
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/v1/limits":
+            return httpx.Response(200, json=LIMITS)
+        return answer(request)
+
+    options = {"backoff": 0.001, **options}
+    return turbdb.connect("http://turbdb.test", transport=httpx.MockTransport(handle), **options), seen
+
+
+def test_a_job_declaration_whose_answer_was_lost_is_not_sent_again():
+    # A proxy that closed the connection after the server declared the job: sent again, it
+    # was declared over and over, locking the token's planned queries for 600 s.
+    def lost(request):
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    db, seen = answering(lost)
+    with pytest.raises(turbdb.ServiceError) as failed:
+        db.job([("trig", "velocity", 0.0)] * 3)
+    assert seen.count("POST /v1/jobs") == 1
+    message = str(failed.value)
+    assert "may have been declared" in message and "db.open_jobs()" in message and "is `turbdb serve` running" \
+        not in message
+    with pytest.raises(turbdb.ServiceError, match="may have been closed"):
+        remote.RemoteJob(db, 7, 3, False).close()
+    assert seen.count("DELETE /v1/jobs/7") == 1
+    # A read is sent again: repeating it is harmless.
+    db, seen = answering(lost)
+    with pytest.raises(turbdb.ServiceError, match="cannot get an answer .* broke after the request was sent"):
+        db.datasets  # noqa: B018
+    assert seen.count("GET /v1/datasets") == db.retries + 1
+
+
+def test_open_jobs_lists_the_tokens_jobs_so_that_a_lost_one_can_be_closed(server):
+    with turbdb.connect(server.url, token=FULL) as db:
+        declared = [db.job([("trig", "velocity", t)] * 2) for t in (0.0, 0.5)]
+        assert [(j.id, j.queries) for j in db.open_jobs()] == [(j.id, 2) for j in declared]
+        for job in db.open_jobs():
+            job.close()
+        assert db.open_jobs() == []
+    assert server.get("/v1/jobs").json()["jobs"] == []  # anonymous callers have jobs of their own
+
+
+class Trickle(httpx.SyncByteStream):
+    """An answer that never ends, a byte at a time."""
+
+    def __iter__(self):
+        while True:
+            time.sleep(0.1)
+            yield b" "
+
+
+def test_an_answer_that_trickles_in_fails_at_the_timeout_instead_of_never():
+    db, _ = answering(lambda request: httpx.Response(200, headers={"Content-Type": "application/json"},
+                                                      stream=Trickle()), timeout=1)
+    started = time.monotonic()
+    with pytest.raises(turbdb.ServiceError, match="did not answer within 1 s"):
+        db.datasets  # noqa: B018
+    assert time.monotonic() - started < 5
+
+
+def test_a_failed_batch_is_raised_without_waiting_for_earlier_batches_in_flight():
+    hung = threading.Event()
+
+    def first():
+        hung.wait(60)
+
+    def second():
+        raise turbdb.InvalidRequestError("the second batch is wrong")
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(turbdb.InvalidRequestError, match="second batch"):
+            remote_batches.run([first, second, first], concurrency=2, progress=False, sizes=[1, 1, 1], unit="x",
+                               description="x")
+        assert time.monotonic() - started < 20
+    finally:
+        hung.set()
+
+
+def test_ctrl_c_during_batches_ends_the_program_without_waiting_for_requests_in_flight():
+    # The requests hang as before a server that never answers: ThreadPoolExecutor's workers
+    # were joined at exit, so the program ended only at their timeout.
+    script = textwrap.dedent("""
+        import os, signal, threading
+        from turbdb import remote_batches
+        hung = threading.Event()
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            remote_batches.run([lambda: hung.wait(120)] * 4, concurrency=2, progress=False, sizes=[1] * 4,
+                               unit="x", description="x")
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    started = time.monotonic()
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "interrupted" in ended.stdout, ended.stderr
+    assert time.monotonic() - started < 30
+
+
+def npy(values):
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda r: httpx.Response(301, headers={"Location": f"https://turbdb.test:8443{r.url.path}"}, text="<html>"),
+     "connect to https://turbdb.test:8443 instead"),
+    (lambda r: httpx.Response(200, html="<html><body>Please log in to the campus network</body></html>"),
+     "not from a turbdb server .*text/html.*captive portal"),
+    (lambda r: httpx.Response(502, html="<center>nginx</center>"), "HTTP 502 Bad Gateway .* not an answer of turbdb's"),
+    (lambda r: httpx.Response(200, content=json.dumps({"datasets": []}).encode()[:10],
+                              headers={"Content-Type": "application/json"}), "cut short"),
+])
+def test_answers_that_are_not_turbdbs_are_service_errors_that_say_so(answer, words):
+    db, _ = answering(answer)
+    db.retries = 0
+    with pytest.raises(turbdb.ServiceError, match=words):
+        db.datasets  # noqa: B018
+
+
+def test_an_npy_answer_cut_short_is_the_transports_fault_not_the_callers(local):
+    def handle(request):
+        if request.url.path == "/v1/datasets/trig":
+            return httpx.Response(200, json=local["trig"].metadata.to_attrs())
+        return httpx.Response(200, content=npy(np.zeros((5, 1), np.float32))[:100],
+                              headers={"Content-Type": "application/x-npy"})
+
+    db, _ = answering(handle)
+    with pytest.raises(turbdb.ServiceError, match="damaged .* cut short or changed on the way"):
+        db["trig"].query("pressure", np.ones((5, 3)), time=0.0)
+
+
+def test_gateway_errors_are_retried_for_reads_and_never_for_a_job_declaration():
+    gateway = iter([502, 504, 503])
+
+    def handle(request):
+        if request.method == "POST":
+            return httpx.Response(502, html="bad gateway")
+        status = next(gateway, 200)
+        return httpx.Response(status, html="restarting") if status != 200 else httpx.Response(200, json={"datasets": []})
+
+    db, seen = answering(handle)
+    assert db.datasets == []
+    assert seen.count("GET /v1/datasets") == 4
+    with pytest.raises(turbdb.ServiceError, match="HTTP 502"):
+        db.job([("trig", "velocity", 0.0)])
+    assert seen.count("POST /v1/jobs") == 1
+
+
+def test_the_default_retries_outlast_a_server_restart():
+    # A restart took 1–6.5 s; the retries used to give up after about 3.75 s.
+    waits = sum(remote.DEFAULT_BACKOFF * 2**k for k in range(remote.DEFAULT_RETRIES))
+    assert waits >= 15
+    assert turbdb.connect("http://127.0.0.1:9").retries == remote.DEFAULT_RETRIES
+
+
+def test_an_https_address_of_a_plain_http_server_fails_at_once_saying_so(server):
+    address = server.url.replace("http://", "https://")
+    started = time.monotonic()
+    with pytest.raises(turbdb.ServiceError, match=f"does not speak TLS.*connect to {server.url}"):
+        turbdb.connect(address).datasets  # noqa: B018
+    assert time.monotonic() - started < 3  # not retried
+
+
+@pytest.mark.parametrize("arguments, words", [
+    ({"retries": None}, "retries must be a whole number"),
+    ({"retries": -1}, "retries must be a whole number"),
+    ({"retries": 2.5}, "retries must be a whole number"),
+    ({"backoff": -1}, "backoff must be a finite number of seconds, zero or more"),
+    ({"timeout": -1}, "timeout must be a finite number of seconds, more than zero"),
+    ({"timeout": 0}, "timeout must be"),
+    ({"timeout": float("nan")}, "timeout must be"),
+    ({"concurrency": 0}, "concurrency must be a whole number of at least 1"),
+    ({"progress": "yes"}, "progress is True, False or None"),
+])
+def test_connect_refuses_arguments_that_would_retry_forever_or_fail_later(arguments, words):
+    with pytest.raises(turbdb.InvalidRequestError, match=words):
+        turbdb.connect("http://127.0.0.1:9", **arguments)
+
+
+def test_connect_takes_any_case_of_scheme_and_refuses_the_address_of_a_page(server):
+    with turbdb.connect(server.url.replace("http://", "HTTP://") + " ", token=FULL) as db:
+        assert db.url == server.url and db.datasets == ["other", "trig"]
+    for page in ("/v1", "/docs/", "/v1/datasets", "/turbulence-svc"):
+        with pytest.raises(turbdb.InvalidRequestError, match=f"page .* connect to {server.url}$"):
+            turbdb.connect(server.url + page)
+    # A path a proxy serves the server under is kept.
+    assert turbdb.connect("https://example.org/turbdb/").url == "https://example.org/turbdb"
+    with pytest.raises(turbdb.InvalidRequestError, match="add the scheme, http://127.0.0.1:8000"):
+        turbdb.connect("127.0.0.1:8000")
+
+
+def test_a_server_that_needs_a_token_says_so_when_the_client_asks_its_limits():
+    closed = {**LIMITS, "allowed": False, "description": "this server needs a token: pass …", "max_points": 0}
+    db = turbdb.connect("http://turbdb.test", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=closed)))
+    with pytest.raises(turbdb.AccessDeniedError, match="this server needs a token") as refused:
+        db.datasets  # noqa: B018
+    assert refused.value.status == 401
