@@ -23,7 +23,7 @@ from .exceptions import (
     UnknownNameError,
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
-from .process_engines import in_this_process, shared_engine
+from .process_engines import in_this_process, settings_of, shared_engine
 from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
@@ -91,6 +91,12 @@ class Database(Mapping[str, Dataset]):
         forked after this database was opened, that process's own."""
         self._engine = in_this_process(self._engine)
         return self._engine
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,
+        # with an engine of the same settings there; engines and mappings do not travel.
+        path = self.path / self.only if self.only else self.path
+        return _reopened, (str(path), settings_of(self._engine) or {})
 
     def engine_stats(self) -> dict[str, Any]:
         """What the node engine has done and holds (atoms and bytes read, cache hit ratio,
@@ -242,6 +248,11 @@ def open(  # noqa: A001 - the public name is turbdb.open
     if cluster_options:
         raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
     return Database(path, **engine)
+
+
+def _reopened(path: str, settings: dict[str, Any]) -> Database:
+    """A pickled :class:`Database`, opened again (with an engine of ``settings``, if any)."""
+    return Database(path, **settings)
 
 
 def _cache_bytes(value: int | str | None) -> int | None:

@@ -21,7 +21,7 @@ from .exceptions import (
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
-from .process_engines import in_this_process
+from .process_engines import in_this_process, settings_of, shared_engine
 from .query import point_call
 from .metadata_check import metadata_problems
 from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
@@ -89,6 +89,11 @@ class Dataset:
         a process forked after this dataset was opened, that process's own."""
         self._engine = in_this_process(self._engine)
         return self._engine
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,
+        # with an engine of the same settings there; stores and engines do not travel.
+        return _reopened, (str(self.path), settings_of(self._engine))
 
     def __repr__(self) -> str:
         info = self.info
@@ -608,3 +613,9 @@ def writer_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _reopened(path: str, settings: dict[str, Any] | None) -> Dataset:
+    """A pickled :class:`Dataset` opened again (its database's engine made here if it had one)."""
+    engine = None if settings is None else shared_engine(Path(path).parent, **settings)
+    return Dataset(path, engine=engine)

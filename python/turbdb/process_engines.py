@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["shared_engine", "in_this_process"]
+__all__ = ["shared_engine", "in_this_process", "settings_of"]
 
 #: The engines in use, by database directory and settings.
 _ENGINES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
@@ -54,6 +54,15 @@ def in_this_process(engine: Any) -> Any:
     if generation == _generation or key is None:
         return engine
     return _engine_for(key)
+
+
+def settings_of(engine: Any) -> dict[str, Any] | None:
+    """The settings ``engine`` was made with (those of :func:`shared_engine`), or None for no
+    engine: what a pickled database or dataset carries to open the same kind elsewhere."""
+    if engine is None:
+        return None
+    key, _ = _ORIGIN[engine]
+    return dict(key[1:])
 
 
 def _engine_for(key: tuple[Any, ...]) -> Any:

@@ -108,6 +108,8 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
             raise exc.InvalidRequestError(f"progress is True, False or None, not {progress!r}")
         from_environment = token is None
         token = token if token is not None else os.environ.get("TURBDB_TOKEN")
+        # What a pickled copy connects again with (a spawn-based multiprocessing Pool).
+        self._token, self._transport = token, transport
         headers = {"User-Agent": f"turbdb/{__version__}"}
         if token:
             problem = unsendable(token)
@@ -140,6 +142,16 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
 
     def __repr__(self) -> str:
         return f"<turbdb.RemoteDatabase {self.url!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Connected again where it is unpickled (its token travels in the pickle); its
+        # connections and limits do not.
+        if self._transport is not None:
+            raise TypeError("a turbdb.connect(...) given transport= cannot be pickled: the transport is the "
+                            "caller's object; connect in each process instead")
+        return _remote_database, (self.url, self._token, {
+            "timeout": self.timeout, "retries": self.retries, "backoff": self.backoff,
+            "concurrency": self.concurrency, "progress": self.progress})
 
     def close(self) -> None:
         self._clients.close()
@@ -394,6 +406,9 @@ class RemoteDataset:
         self.name = name
         self._path = f"/v1/datasets/{_quote(name)}"
         self._metadata = _info(document)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _remote_dataset, (self.database, self.name)
 
     def __repr__(self) -> str:
         nx, ny, nz = self._metadata.grid
@@ -733,3 +748,13 @@ def _error(response: httpx.Response) -> exc.TurbdbError:
         return exc.ServiceError(f"HTTP {response.status_code}: {description}")
     return cls(description)
 
+
+
+def _remote_database(url: str, token: str | None, options: dict[str, Any]) -> RemoteDatabase:
+    """A pickled :class:`RemoteDatabase`, connected again."""
+    return RemoteDatabase(url, token, **options)
+
+
+def _remote_dataset(database: RemoteDatabase, name: str) -> RemoteDataset:
+    """A pickled :class:`RemoteDataset`, asked of its server again."""
+    return database[name]

@@ -63,6 +63,18 @@ def test_scalar_fields_float32_and_empty_batches_match_too(remote, local):
                                rtol=1e-12)
 
 
+def test_a_remote_dataset_pickles_and_answers_the_same(remote):
+    # A spawn-based multiprocessing Pool sends it so; it failed on a local closure.
+    import pickle
+
+    pts = random_points(20, seed=3)
+    expected = remote["trig"].query("pressure", pts, time=1.0)
+    copy = pickle.loads(pickle.dumps(remote["trig"]))
+    np.testing.assert_array_equal(copy.query("pressure", pts, time=1.0), expected)
+    assert copy.database.url == remote.url
+    copy.database.close()
+
+
 def test_submitted_remote_queries_return_futures_of_the_local_answers(remote, local):
     times = (0.5, 0.6, 0.7)
     pts = random_points(200, seed=3)

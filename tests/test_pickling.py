@@ -1,0 +1,43 @@
+"""Databases and datasets, local and remote, travel by pickle (a spawn-based
+multiprocessing Pool sends them so): they are opened again where they are unpickled, with
+an engine of the same settings, and answer the same. Before, a dataset pickled only until
+its first query (its stores and engine are Rust objects)."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import turbdb
+from turbdb.database import create_dataset
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    root = tmp_path_factory.mktemp("db")
+    dataset = create_dataset(root, "box", grid=(16, 16, 16), times=[0.0, 0.1],
+                             fields={"velocity": {"ncomp": 3}})
+    rng = np.random.default_rng(0)
+    for t in range(2):
+        dataset.write("velocity", t, rng.standard_normal((16, 16, 16, 3)).astype(np.float32))
+    return root
+
+
+POINTS = np.random.default_rng(1).uniform(0.0, 6.0, (50, 3))
+
+
+@pytest.mark.parametrize("engine", [{}, {"scheduler": "jaws", "cache_bytes": "8MiB", "cache_policy": "lru"}])
+def test_a_queried_database_and_dataset_pickle_and_answer_the_same(database, engine):
+    db = turbdb.open(database, **engine)
+    expected = db["box"].query("velocity", POINTS, time=0.05, temporal="pchip")
+    for copy in (pickle.loads(pickle.dumps(db))["box"], pickle.loads(pickle.dumps(db["box"]))):
+        np.testing.assert_array_equal(copy.query("velocity", POINTS, time=0.05, temporal="pchip"), expected)
+        assert (copy.engine is None) == (not engine)
+        if engine:
+            assert copy.engine is db.engine, "same settings in one process: the one shared engine"
+
+
+def test_a_remote_database_and_dataset_pickle_with_their_settings():
+    remote = turbdb.connect("http://127.0.0.1:9", "secret-token", timeout=7.0, retries=1)
+    copy = pickle.loads(pickle.dumps(remote))
+    assert (copy.url, copy._token, copy.timeout, copy.retries) == (remote.url, "secret-token", 7.0, 1)
