@@ -4,7 +4,11 @@ open JHTDB's cutouts) and ``.npy``. :func:`write` picks the format from the file
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
@@ -12,6 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from .exceptions import InvalidRequestError
+from .output_files import replacing
 
 if TYPE_CHECKING:
     import xarray
@@ -66,25 +71,55 @@ def check_target(path: str | os.PathLike[str]) -> str:
 
 def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     """Writes ``cut`` to ``path`` in the format its ending names (:data:`FORMATS`); returns
-    the files written (two for HDF5 + XDMF). An existing file is replaced; a directory that
-    is not a Zarr store written before is refused (:func:`check_target`)."""
+    the files written (two for HDF5 + XDMF). An existing file is replaced once the new one
+    is complete (:func:`turbdb.output_files.replacing`: an interrupted write leaves it as
+    it was); a directory that is not a Zarr store written before is refused
+    (:func:`check_target`)."""
     suffix = check_target(path)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix in (".nc", ".netcdf"):
-        cut.to_netcdf(path, engine="h5netcdf")
-        return [path]
-    if suffix == ".zarr":
-        # Format 2 with consolidated metadata: every Zarr and xarray version opens it without
-        # a warning (format 3 has no specified string type yet for the component names).
-        cut.to_dataset(name=cut.name or "values").to_zarr(path, mode="w", zarr_format=2, consolidated=True)
-        return [path]
     if suffix in (".h5", ".hdf5"):
         return xdmf(cut, path.with_suffix(".xmf"), h5=path)
     if suffix in (".xmf", ".xdmf"):
         return xdmf(cut, path)
-    np.save(path, cut.values)
+    with replacing(path) as (temporary,):
+        if suffix in (".nc", ".netcdf"):
+            cut.to_netcdf(temporary, engine="h5netcdf")
+        elif suffix == ".zarr":
+            # Format 2 with consolidated metadata: every Zarr and xarray version opens it without
+            # a warning (format 3 has no specified string type yet for the component names).
+            with _zarr_work_cancelled_if_interrupted():
+                cut.to_dataset(name=cut.name or "values").to_zarr(temporary, mode="w-", zarr_format=2,
+                                                                  consolidated=True)
+        else:
+            np.save(temporary, cut.values)
     return [path]
+
+
+@contextlib.contextmanager
+def _zarr_work_cancelled_if_interrupted() -> Iterator[None]:
+    """Zarr writes from tasks on its own event-loop thread, which an interrupt of the
+    waiting thread does not stop: they went on failing at exit, printing a traceback each
+    (68–294 lines after Ctrl-C). On an interrupt they are cancelled, and awaited, before it
+    goes on (every task of that loop: an interrupt ends the work under way)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from zarr.core import sync
+
+        # Coroutines made for chunks not yet started are dropped unawaited: no warning each.
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        loop = sync.loop[0]
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), loop).result(timeout=10)
+        raise
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _steps(cut: xarray.DataArray) -> list[tuple[int, float, np.ndarray]]:
@@ -104,10 +139,16 @@ def _dataset_name(field: str, t_index: int) -> str:
 def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     """Writes the cutout as plain HDF5: ``xcoor``, ``ycoor``, ``zcoor`` (physical node
     coordinates), ``time`` and one dataset per time step, ``<field>_<time index + 1:04d>``,
-    shaped ``(nz, ny, nx, ncomp)`` (``(nz, ny, nx)`` for a scalar), as JHTDB's cutouts."""
+    shaped ``(nz, ny, nx, ncomp)`` (``(nz, ny, nx)`` for a scalar), as JHTDB's cutouts.
+    An existing file is replaced once the new one is complete."""
+    with replacing(path) as (temporary,):
+        _write_hdf5(cut, temporary)
+    return [Path(path)]
+
+
+def _write_hdf5(cut: xarray.DataArray, path: Path) -> None:
     import h5py
 
-    path = Path(path)
     field = str(cut.name or "values")
     steps = _steps(cut)
     repeated = sorted({i for i, _, _ in steps if sum(j == i for j, _, _ in steps) > 1})
@@ -123,24 +164,26 @@ def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
             f.create_dataset(_dataset_name(field, t_index), data=np.ascontiguousarray(data, dtype=np.float32))
         for key, value in cut.attrs.items():
             f.attrs[key] = value
-    return [path]
 
 
 def xdmf(cut: xarray.DataArray, path: str | os.PathLike[str], h5: str | os.PathLike[str] | None = None) -> list[Path]:
     """Writes the cutout for ParaView and VisIt: the HDF5 file ``h5`` (:func:`hdf5`;
     default ``path`` with ``.h5``) and its XDMF description ``path`` (open this one): a
     temporal collection of 3DRectMesh grids, node coordinates from
-    ``xcoor``/``ycoor``/``zcoor``, the field as a node-centred attribute. Returns both paths."""
+    ``xcoor``/``ycoor``/``zcoor``, the field as a node-centred attribute. Returns both paths.
+    Both are written under temporary names and renamed into place once complete, the
+    ``.h5`` first."""
     path = Path(path)
     h5 = Path(h5) if h5 is not None else path.with_suffix(".h5")
-    written = hdf5(cut, h5)
     h5_name = h5.name if h5.parent.resolve() == path.parent.resolve() else str(h5.resolve())
     field = str(cut.name or "values")
     steps = [(_dataset_name(field, t_index), time) for t_index, time, _ in _steps(cut)]
     shape = tuple(cut.sizes[a] for a in "zyx")
     ncomp = cut.sizes["component"]
-    path.write_text(xdmf_text(field, shape + ((ncomp,) if ncomp > 1 else ()), steps, h5_name))
-    return written + [path]
+    with replacing(h5, path) as (h5_temporary, xmf_temporary):
+        _write_hdf5(cut, h5_temporary)
+        xmf_temporary.write_text(xdmf_text(field, shape + ((ncomp,) if ncomp > 1 else ()), steps, h5_name))
+    return [h5, path]
 
 
 def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, float]], h5_name: str,

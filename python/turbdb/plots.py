@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import diagnostics
+from .output_files import replacing
 from .times import format_time
 
 if TYPE_CHECKING:
@@ -35,9 +36,13 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str | Path) -> Path:
+    """Writes ``fig`` to ``path`` once it is drawn whole (an interrupt left a 0-byte PNG)."""
     path = Path(path)
-    fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
+    try:
+        with replacing(path) as (temporary,):
+            fig.savefig(temporary, dpi=DPI)
+    finally:
+        _pyplot().close(fig)
     return path
 
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from .database import create_dataset
 from .database import open as open_db
 from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock
-from .exceptions import DatasetExistsError, InvalidRequestError, StorageError
+from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, TurbdbError
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
 from .size_limit import check_work_bytes, human_bytes
 from .times import time_grid
@@ -73,7 +73,8 @@ def run_simulation(
                     say(f"{db / name} exists with all {info.nt} steps; nothing to do")
                     return existing
             elif not if_missing and not overwrite:
-                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass --overwrite to replace it")
+                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; "
+                                         f"{_how_to_go_on(existing, grid, steps, provenance)}")
             if existing is not None or interrupted:
                 # Nobody may be writing what is to be replaced (make demo started twice deleted
                 # the steps the first run was storing). create_dataset keeps the lock file, so
@@ -182,6 +183,20 @@ def _record_window(dataset: Dataset, window: list[dict[str, float]]) -> None:
 def _store(dataset: Dataset, step: int, velocity: np.ndarray, pressure: np.ndarray) -> None:
     dataset.write("velocity", step, velocity)
     dataset.write("pressure", step, pressure)
+
+
+def _how_to_go_on(existing: Dataset | None, grid: int, steps: int, provenance: dict[str, Any]) -> str:
+    """What a rerun refused over an existing dataset can pass: --if-missing too where the
+    dataset is an interrupted run of this same command (some steps stored), which it completes."""
+    if existing is not None and _differs(existing, grid, steps, provenance) is None:
+        try:
+            stored = len(existing.info.steps_present())
+        except (TurbdbError, OSError):  # damaged: not for --if-missing to judge
+            return "pass --overwrite to replace it"
+        if stored < existing.metadata.nt:
+            return (f"it holds {stored} of its {existing.metadata.nt} steps (an interrupted run?): pass --if-missing "
+                    "to complete it, or --overwrite to replace it")
+    return "pass --overwrite to replace it"
 
 
 def _differs(existing: Dataset, grid: int, steps: int, provenance: dict[str, Any]) -> str | None:

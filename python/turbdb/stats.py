@@ -14,6 +14,7 @@ import numpy as np
 from . import diagnostics
 from .query import query_points
 from .exceptions import InvalidRequestError
+from .output_files import replacing
 from .size_limit import check_result_bytes
 from .times import format_time
 
@@ -68,16 +69,18 @@ class RQPdf:
 
     def save(self, stem: str | Path) -> list[Path]:
         """Writes ``stem.png`` (the plot), ``stem.npz`` (PDF, edges, raw R and Q) and
-        ``stem.json`` (summary); returns the paths."""
-        stem = Path(stem)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        npz, summary, png = (stem.with_name(stem.name + ext) for ext in (".npz", ".json", ".png"))
-        np.savez_compressed(npz, pdf=self.pdf, r_edges=self.r_edges, q_edges=self.q_edges, r=self.r, q=self.q,
-                            qw_mean=self.qw_mean)
-        summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
+        ``stem.json`` (summary); returns the paths. Each replaces an earlier one only once
+        all three are complete."""
         from .plots import plot_rq
 
-        return [plot_rq(self, png), npz, summary]
+        stem = Path(stem)
+        written = [stem.with_name(stem.name + ext) for ext in (".png", ".npz", ".json")]
+        with replacing(*written) as (png, npz, summary):
+            np.savez_compressed(npz, pdf=self.pdf, r_edges=self.r_edges, q_edges=self.q_edges, r=self.r, q=self.q,
+                                qw_mean=self.qw_mean)
+            summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
+            plot_rq(self, png)
+        return written
 
 
 def rq_pdf(
@@ -210,15 +213,17 @@ class Spectrum:
                 "k": self.k.tolist(), "E": self.e.tolist()}
 
     def save(self, stem: str | Path) -> list[Path]:
-        """Writes ``stem.png``, ``stem.npz`` (k, E) and ``stem.json``; returns the paths."""
+        """Writes ``stem.png``, ``stem.npz`` (k, E) and ``stem.json``; returns the paths.
+        Each replaces an earlier one only once all three are complete."""
         from .plots import plot_spectrum
 
         stem = Path(stem)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        npz, summary, png = (stem.with_name(stem.name + ext) for ext in (".npz", ".json", ".png"))
-        np.savez_compressed(npz, k=self.k, E=self.e)
-        summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
-        return [plot_spectrum(self, png), npz, summary]
+        written = [stem.with_name(stem.name + ext) for ext in (".png", ".npz", ".json")]
+        with replacing(*written) as (png, npz, summary):
+            np.savez_compressed(npz, k=self.k, E=self.e)
+            summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
+            plot_spectrum(self, png)
+        return written
 
 
 def spectrum_of(u: np.ndarray, *, dataset: str, field: str, time: float, box_length: float,

@@ -9,6 +9,7 @@ import click
 
 from .group import main
 from .inputs import database, int_list
+from .interrupts import work_done
 
 
 def _range(text: str | None, option: str) -> tuple[int, int] | None:
@@ -94,7 +95,8 @@ def cutout(db_or_url: str, name: str, field: str, time_: float | None, ts: float
     dataset = database(db_or_url, token=token, progress=False if quiet else None)[name]
     times = stored_times(dataset.metadata.times, time_, ts, te, stridet)
     cut = dataset.cutout(field, time=times, stride=_stride(stride), filter_width=filter_width, **ranges)
-    written = export.write(cut, out)
+    written = export.write(cut, out)  # whole, or the earlier file left as it was
+    work_done()
     sizes = " × ".join(f"{cut.sizes[a]}" for a in "xyz")
     when = (f"t = {cut.attrs['time']:g}" if "time" not in cut.dims else
             f"{cut.sizes['time']} times, t = {float(cut.time[0]):g} … {float(cut.time[-1]):g}")

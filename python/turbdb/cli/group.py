@@ -1,5 +1,6 @@
 """The ``turbdb`` command group, on which every command module registers. Errors print one
-line saying what to do, never a traceback."""
+line saying what to do, never a traceback; SIGTERM stops a command as Ctrl-C does
+(``interrupts.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import click
 
 from ..exceptions import TurbdbError
+from .interrupts import TERMINATED_STATUS, Terminated, handle_as_program, work_done
 
 
 #: What to do about the operating-system errors a user can fix.
@@ -34,17 +36,30 @@ def os_error_message(e: OSError) -> str:
 
 
 class _Group(click.Group):
-    """Turns turbdb errors, and the operating system's, into a one-line message and exit code 2."""
+    """Turns turbdb errors, and the operating system's, into a one-line message and exit
+    code 2, and SIGTERM into one line and exit code 143."""
+
+    def main(self, args=None, *rest, **options):  # type: ignore[override]
+        # No arguments: the program, with those of its command line, whose signals the group
+        # handles; arguments given: called from Python (CliRunner, a script).
+        if args is None:
+            handle_as_program()
+        return super().main(args, *rest, **options)
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except TurbdbError as e:
             click.secho(f"error: {e}", fg="red", err=True)
             sys.exit(2)
         except OSError as e:
             click.secho(f"error: {os_error_message(e)}", fg="red", err=True)
             sys.exit(2)
+        except Terminated:
+            click.echo("Terminated (SIGTERM).", err=True)
+            sys.exit(TERMINATED_STATUS)
+        work_done()
+        return result
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

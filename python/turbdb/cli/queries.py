@@ -9,6 +9,7 @@ import click
 from .group import main
 from ..times import format_time
 from .inputs import database, is_url, output_file, read_points
+from .interrupts import work_done
 
 
 @main.command()
@@ -37,6 +38,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     import numpy as np
 
     from ..arguments import TEMPORAL_ALIASES, TEMPORALS, as_points, choice
+    from ..output_files import replacing
 
     if db_or_url.startswith(("http://", "https://")):
         from ..remote import connect
@@ -51,16 +53,17 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     dataset = database[name]
     # The points as read: float32 ones on a wall are put on it (turbdb.query.query_points).
     values = dataset.query(field, given, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".csv":
-        from ..service.jhtdb import columns
+    with replacing(out) as (temporary,):
+        if out.suffix == ".csv":
+            from ..service.jhtdb import columns
 
-        names = columns(field, values.shape[1], operator.lower())
-        # Enough digits to read back the same value: 9 for float32, 17 for float64.
-        np.savetxt(out, values.reshape(len(points), -1), delimiter=",", header=",".join(names), comments="",
-                   fmt="%.17g" if values.dtype == np.float64 else "%.9g")
-    else:
-        np.save(out, values)
+            names = columns(field, values.shape[1], operator.lower())
+            # Enough digits to read back the same value: 9 for float32, 17 for float64.
+            np.savetxt(temporary, values.reshape(len(points), -1), delimiter=",", header=",".join(names),
+                       comments="", fmt="%.17g" if values.dtype == np.float64 else "%.9g")
+        else:
+            np.save(temporary, values)
+    work_done()
     when = f"t = {format_time(time_)}"
     if choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES) == "none":
         # The nearest stored step answers: say which, where it is not the time asked.
@@ -103,6 +106,7 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
 
     import numpy as np
 
+    from ..output_files import replacing
     from ..stats import random_points
 
     dataset = database(db)[name]
@@ -118,12 +122,13 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
                            return_velocity=with_velocity, **options)
     seconds = time.perf_counter() - began
     positions, velocities = result if with_velocity else (result, None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out, positions)
     written = [out]
     if velocities is not None:
         written.append(out.with_name(out.name.removesuffix(".npy") + ".velocity.npy"))
-        np.save(written[-1], velocities)
+    with replacing(*written) as temporaries:
+        for temporary, values in zip(temporaries, (positions, velocities)):
+            np.save(temporary, values)
+    work_done()
     steps = len(positions) - 1
     rate = steps * len(points) / seconds if seconds > 0 else float("inf")
     click.echo(f"tracked {len(points)} particles from t = {format_time(start)} to {format_time(end)} in {steps} steps: {seconds:.2f} s, "
@@ -158,6 +163,7 @@ def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: 
     result = st.rq_pdf(database(db)[name], time=time_, points=points, method=method, field=field, seed=seed)
     out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
     paths = result.save(out / f"rq_t{format_time(result.time)}_{method}")
+    work_done()
     f = result.fractions
     click.echo(f"{name}: R–Q at t = {format_time(result.time)}, {points} points, {method}; <Q_w> = {result.qw_mean:.4g}")
     click.echo(f"  P(Q<0,R>0) = {f['Q<0,R>0']:.3f}  P(Q<0,R<0) = {f['Q<0,R<0']:.3f}  ratio {result.asymmetry:.2f}"
@@ -183,6 +189,7 @@ def stats_spectrum(db: str, name: str, time_: float, field: str, out: Path | Non
     result = st.energy_spectrum(database(db)[name], time=time_, field=field)
     out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
     paths = result.save(out / f"spectrum_t{format_time(result.time)}")
+    work_done()
     from ..plots import spectrum_statement
 
     click.echo(f"{name}: energy spectrum at t = {format_time(result.time)}, {len(result.resolved()[0])} resolved "

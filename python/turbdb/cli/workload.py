@@ -13,6 +13,7 @@ import click
 from ..exceptions import TurbdbError
 from .group import main
 from .inputs import ByteSize, FiniteFloat, database, is_url
+from .interrupts import work_done
 
 
 @main.group()
@@ -45,8 +46,8 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
         raise click.BadParameter(f"dataset {name!r} has no field {field!r}; it has {', '.join(info.fields)}",
                                  param_hint="--field")
     trace = make(info, dataset=name, field=field, jobs=jobs, duration=duration, regions=regions, seed=seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
     count = write_trace(out, trace)
+    work_done()
     click.echo(f"wrote {count} queries in {jobs} jobs to {out}")
 
 

@@ -224,10 +224,21 @@ def replay(
     # jobs not yet started are not sent (counted as such), instead of each waiting out its
     # own retries against a server that has gone.
     unreachable = threading.Event()
+    # Set when the replay is interrupted (Ctrl-C in the waiting thread): the clients send
+    # nothing more, and a query that fails because the caller then closed the connection
+    # ends its client quietly (each printed a traceback, and another from closing its job).
+    stopping = threading.Event()
 
     def client() -> None:
+        try:
+            send_jobs()
+        except Exception:
+            if not stopping.is_set():
+                raise
+
+    def send_jobs() -> None:
         go.wait()
-        while not unreachable.is_set():
+        while not unreachable.is_set() and not stopping.is_set():
             with lock:
                 job = next(next_job, None)
             if job is None:
@@ -239,6 +250,8 @@ def replay(
             declared = _declare(database, job)
             try:
                 for q in job:
+                    if stopping.is_set():
+                        break
                     points = drawn[(q.job, q.index)]
                     sent = time.perf_counter()
                     values, error = _ask(datasets[q.dataset], q, points, declared)
@@ -268,13 +281,17 @@ def replay(
     else:
         threads = [threading.Thread(target=client, name=f"replay-client-{i}") for i in range(clients)]
         try:
+            try:
+                for t in threads:
+                    t.start()
+            finally:  # a thread that cannot start must not leave the others waiting forever
+                origin = time.perf_counter()
+                go.set()
             for t in threads:
-                t.start()
-        finally:  # a thread that cannot start must not leave the others waiting forever
-            origin = time.perf_counter()
-            go.set()
-        for t in threads:
-            t.join()
+                t.join()
+        except BaseException:
+            stopping.set()
+            raise
     seconds = time.perf_counter() - origin
     after = _counters(database)
     engine = {k: after[k] - before[k] for k in after}

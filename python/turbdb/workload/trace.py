@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import FormatError, InvalidRequestError
+from ..output_files import replacing
 
 #: Shares of jobs by kind: one time step, a few consecutive steps, many steps (tracking).
 SINGLE_STEP, FEW_STEPS = 0.88, 0.08
@@ -154,9 +155,10 @@ def draw_points(query: Query, info: Any) -> np.ndarray:
 
 
 def write_trace(path: str | os.PathLike[str], queries: Iterable[Query]) -> int:
-    """Writes ``queries`` as JSON lines; returns how many."""
+    """Writes ``queries`` as JSON lines; returns how many. An earlier file at ``path`` is
+    replaced once the new one is complete."""
     count = 0
-    with open(path, "w", encoding="utf-8") as out:
+    with replacing(path) as (temporary,), open(temporary, "w", encoding="utf-8") as out:
         for q in queries:
             out.write(json.dumps(dataclasses.asdict(q)) + "\n")
             count += 1

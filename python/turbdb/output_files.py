@@ -1,0 +1,107 @@
+"""Output files written whole or not at all: each is written under a temporary name beside
+its target and renamed over it only once complete, so that an interrupted or failed write
+leaves the earlier file (or none) in place, never a truncated one that reads as whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .zarr_meta import TEMP_PREFIX
+
+
+@contextlib.contextmanager
+def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
+    """Temporary paths, one beside each of ``targets``, to write the new outputs to (files,
+    or directories such as a Zarr store). When the block ends they are renamed over their
+    targets, in the order given; when it fails or is interrupted they are removed and the
+    targets are left as they were. Each temporary name ends with its target's name, so
+    that writers that go by the ending (``np.save``, ``savefig``) write the same format.
+    A directory replaces a directory only: callers check first that the old one may go."""
+    places = [_place(Path(t)) for t in targets]
+    for target in places:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    temporaries = [_beside(target) for target in places]
+    leftovers = list(temporaries)
+    try:
+        yield temporaries
+        with _interrupts_held():  # all the outputs in place, and nothing they replaced left behind
+            for temporary, target in zip(temporaries, places):
+                _move_into_place(temporary, target, leftovers)
+            _remove_all(leftovers)
+    finally:
+        _remove_all(leftovers)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Within the block, Ctrl-C (and SIGTERM) wait, and take effect as it ends: an interrupt
+    while the outputs were renamed into place left an old ``.h5`` beside a new ``.xmf``, or a
+    replaced Zarr store behind under its temporary name. Only the main thread receives
+    signals, and a handler set outside Python cannot be put back: elsewhere, and then, the
+    block runs as it is."""
+    numbers = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or None in map(signal.getsignal, numbers):
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    previous = {number: signal.signal(number, lambda *caught: held.append(caught)) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if held:
+        number, frame = held[0]
+        handler = previous[number]
+        if callable(handler):
+            handler(number, frame)  # Python's own for SIGINT raises KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(number)
+
+
+def _place(target: Path) -> Path:
+    """Where ``target`` really is: a symbolic link's file is replaced, not the link (as
+    writing through the link did)."""
+    return target.resolve() if target.is_symlink() else target
+
+
+def _beside(target: Path) -> Path:
+    # Hidden and prefixed as turbdb's other temporaries; unique, so two runs never share one.
+    return target.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{target.name}"
+
+
+def _move_into_place(temporary: Path, target: Path, leftovers: list[Path]) -> None:
+    """Renames ``temporary`` over ``target``. A directory cannot be renamed over a
+    non-empty one, so the old one is moved aside first and removed with the leftovers
+    once the new one is in place, or put back if it is not (an interrupt between the two
+    renames included)."""
+    if not (temporary.is_dir() and target.is_dir() and not target.is_symlink()):
+        os.replace(temporary, target)
+        return
+    aside = _beside(target)
+    try:
+        os.rename(target, aside)
+        os.rename(temporary, target)
+    finally:
+        if not temporary.exists():
+            leftovers.append(aside)
+        elif aside.exists():
+            os.rename(aside, target)
+
+
+def _remove_all(leftovers: list[Path]) -> None:
+    """Removes the leftovers that are there: never an error of its own in place of the write's."""
+    for path in leftovers:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
