@@ -513,7 +513,8 @@ class Dataset:
                                            "read it wrongly"))
             # A step with no shard at all reads as "not written"; where an ingest recorded it
             # as stored, its shards are lost (with one shard a step, verify said "ok").
-            stored = set(attrs.get(JOURNAL_KEY, {}).get(field, {}).get("done", {}).values())
+            journal = attrs.get(JOURNAL_KEY, {}).get(field, {})
+            stored = set(journal.get("done", {}).values()) | {int(e.split()[0]) for e in journal.get("steps", {}).values()}
             for t in sorted(stored - present[field]):
                 if t < nt:
                     report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "

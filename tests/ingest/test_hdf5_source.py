@@ -156,3 +156,18 @@ def test_components_labelled_with_other_dimensions_are_refused(tmp_path):
                 h[name].dims[axis].label = label
     with pytest.raises(FormatError, match=r"differ in dimensions.*/v \('x', 'y', 'z'\)"):
         open_source(tmp_path / "a.h5", variables="u,v,w")
+
+
+def test_external_storage_and_staggered_components_are_read_as_before(tmp_path):
+    f = field(nz=4, ny=4, nx=4, nc=1, dtype="float32")[0, ..., 0]
+    f.tofile(tmp_path / "raw.bin")
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h.create_dataset("p", shape=f.shape, dtype="f4", external=[(str(tmp_path / "raw.bin"), 0, f.nbytes)])
+        for name, labels in (("u", ("z", "y", "xu")), ("v", ("z", "yv", "x")), ("w", ("zw", "y", "x"))):
+            h[name] = f
+            for axis, label in enumerate(labels):
+                h[name].dims[axis].label = label
+    src = open_source(tmp_path / "a.h5", dataset_path="p")
+    np.testing.assert_array_equal(src.read(src.refs()[0])[..., 0], f)
+    src = open_source(tmp_path / "a.h5", variables="u,v,w", axes="zyx")
+    np.testing.assert_array_equal(src.read(src.refs()[0])[..., 1], f)

@@ -172,3 +172,14 @@ def test_a_fill_value_in_the_data_is_named_not_called_a_nan(tmp_path):
     src = open_source(tmp_path / "p.nc")
     with pytest.raises(FormatError, match=r"holds its _FillValue \(0.0\) at 20 of this step's values.*ncatted"):
         src.read(src.refs()[0])
+
+
+def test_a_missing_value_in_the_data_is_named_too(tmp_path):
+    data = np.ones((3, 4, 5), dtype="f4")
+    data[0, 0, 0] = -999.0
+    ds = xr.Dataset({"p": (("z", "y", "x"), data)})
+    ds["p"].attrs["missing_value"] = np.float32(-999.0)
+    ds.to_netcdf(tmp_path / "p.nc")
+    src = open_source(tmp_path / "p.nc")
+    with pytest.raises(FormatError, match=r"holds its missing_value \(-999.0\) at 1 of this step's values"):
+        src.read(src.refs()[0])

@@ -213,3 +213,17 @@ def test_two_concurrent_ingest_processes_never_mix_steps(tmp_path):
         whole = np.asarray(ds.cutout("velocity", time=float(ds.info.times[t]))).reshape(-1)
         assert any(np.array_equal(whole, np.load(p).reshape(-1)) for p in first + second), \
             f"step {t} is not any one input: it mixes shards of two"
+
+
+def test_float64_values_that_round_to_float32s_largest_are_kept_and_larger_ones_refused(tmp_path):
+    # 3.4028235e38 is how float32's largest prints: numpy rounds it to that, not to infinity.
+    data = np.zeros((8, 8, 8), dtype=np.float64)
+    data[0, 0, 0], data[1, 1, 1] = 3.4028235e38, -3.4028235e38
+    np.save(tmp_path / "p.npy", data)
+    ingest_inputs(tmp_path / "db", "run", "pressure", [tmp_path / "p.npy"], quiet=True)
+    stored = zarr.open_array(tmp_path / "db" / "run" / "pressure", mode="r")[0]
+    assert stored[0, 0, 0, 0] == np.finfo(np.float32).max and stored[1, 1, 1, 0] == -np.finfo(np.float32).max
+    data[2, 2, 2] = 3.5e38
+    np.save(tmp_path / "q.npy", data)
+    with pytest.raises(turbdb.InvalidRequestError, match="beyond float32's range"):
+        ingest_inputs(tmp_path / "db", "run", "pressure", [tmp_path / "q.npy"], quiet=True)

@@ -3,6 +3,7 @@ touched, after a failed first step of a new field, and with numbered inputs out 
 Each case once stored wrong data without a word (the journal knew a step by its file's size
 and modification time only)."""
 
+import json
 import os
 
 import numpy as np
@@ -97,3 +98,57 @@ def test_numbered_inputs_in_the_shells_text_order_are_refused_or_sorted_as_asked
     ingest_inputs(tmp_path / "db2", "run", "pressure", as_the_shell_lists, sort="given", quiet=True)
     np.testing.assert_array_equal(stored(tmp_path / "db2", "pressure")[:, 0, 0, 0, 0],
                                   [1, 10, 11, 12, 2, 3, 4, 5, 6, 7, 8, 9])
+
+
+def test_steps_stored_before_digests_were_kept_are_compared_with_the_stored_values(tmp_path):
+    # A dataset ingested by a version whose journal knew steps by file size and time only.
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(2):
+        np.save(tmp_path / f"u_{i}.npy", rng.standard_normal((8, 8, 8)).astype(np.float32))
+        paths.append(tmp_path / f"u_{i}.npy")
+    db = tmp_path / "db"
+    ingest_inputs(db, "run", "pressure", paths, quiet=True)
+    dataset = turbdb.open(db)["run"]
+
+    def forget_digests(attrs):  # the journal of then: identities with size and time
+        journal = attrs["ingest"]["pressure"]
+        journal["done"] = {json.dumps([*json.loads(key), int(entry.split()[3]), int(entry.split()[4])], separators=(",", ":")):
+                           int(entry.split()[0]) for key, entry in journal.pop("steps").items()}
+        journal.pop("hows")
+
+    dataset.update_attrs(forget_digests)
+    for path in paths:
+        os.utime(path, ns=(0, 10**18))  # touched: another identity
+    ingest_inputs(db, "run", "pressure", paths, quiet=True)
+    assert turbdb.open(db)["run"].info.nt == 2, "not stored again"
+    np.save(paths[1], np.ones((8, 8, 8), np.float32))
+    with pytest.raises(turbdb.InvalidRequestError, match=r"u_1.npy \(step 0\) \(time index 1"):
+        ingest_inputs(db, "run", "pressure", paths, quiet=True)
+
+
+def test_a_file_with_fewer_steps_replaced_says_which_stored_steps_stay(tmp_path, capsys):
+    path, db = tmp_path / "p.npy", tmp_path / "db"
+    np.save(path, np.arange(3, dtype=np.float32)[:, None, None, None] * np.ones((3, 8, 8, 8), np.float32))
+    ingest_inputs(db, "run", "pressure", [path], source_options={"axes": "tzyx"}, quiet=True)
+    np.save(path, 100 + np.arange(2, dtype=np.float32)[:, None, None, None] * np.ones((2, 8, 8, 8), np.float32))
+    ingest_inputs(db, "run", "pressure", [path], source_options={"axes": "tzyx"}, replace=True)
+    assert "now holds 2 step(s); time indices 2 stored from its later steps before stay" in capsys.readouterr().err
+    np.testing.assert_array_equal(stored(db, "pressure")[:, 0, 0, 0, 0], [100, 101, 2])
+
+
+def test_decimal_times_and_numbered_folders_sort_by_their_numbers(tmp_path):
+    decimals = [tmp_path / f"t_{t}.npy" for t in ("0.1", "0.15", "0.2")]
+    for i, path in enumerate(decimals):
+        np.save(path, np.full((8, 8, 8), float(i), np.float32))
+    ingest_inputs(tmp_path / "db", "run", "pressure", decimals, quiet=True)  # in order already
+    np.testing.assert_array_equal(stored(tmp_path / "db", "pressure")[:, 0, 0, 0, 0], [0, 1, 2])
+    folders = []
+    for i in (1, 10, 11, 2, 3):  # as the shell lists step_*/u.npy
+        (tmp_path / f"step_{i}").mkdir()
+        np.save(tmp_path / f"step_{i}" / "u.npy", np.full((8, 8, 8), float(i), np.float32))
+        folders.append(tmp_path / f"step_{i}" / "u.npy")
+    with pytest.raises(turbdb.InvalidRequestError, match="--sort numbers"):
+        ingest_inputs(tmp_path / "db2", "run", "pressure", folders, quiet=True)
+    ingest_inputs(tmp_path / "db2", "run", "pressure", folders, sort="numbers", quiet=True)
+    np.testing.assert_array_equal(stored(tmp_path / "db2", "pressure")[:, 0, 0, 0, 0], [1, 2, 3, 10, 11])

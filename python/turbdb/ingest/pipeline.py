@@ -120,7 +120,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
 
     step_bytes = int(np.prod(sources[0].grid)) * sources[0].ncomp * 4
     bar = tqdm(total=len(todo) * step_bytes, unit="B", unit_scale=True, disable=quiet, desc=f"ingest {field}")
-    digests = {entry["digest"]: int(entry["t"]) for entry in journal["steps"].values()}
+    digests = {entry[1]: entry[0] for entry in map(_entry, journal["steps"].values())}
     # Read the next input while the current one is written: the two overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
         upcoming = reader.submit(_read_with_digest, *todo[0][:2])
@@ -143,7 +143,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
                 raise type(e)(f"{_describe(ref)}: {e}") from None
             if again is None:
                 journal["next"] = t + 1
-            _record(journal, ref, t, digest, how)
+            _record(journal, ref, t, digest, how, known=again is not None)
             digests[digest] = t
             _save_journal(dataset, field, journal)
             bar.update(step_bytes)
@@ -160,30 +160,36 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
     step, appended), and how many were found unchanged. A step stored before from the same
     file, key and index is read again when the file or the options reading it changed: the
     same values are skipped (a touched file, a file that grew), other values are refused
-    before anything is written, or with ``replace`` stored again in place."""
+    before anything is written, or with ``replace`` stored again in place. Steps stored by an
+    ingest that kept no digests are compared with the stored values themselves."""
     todo: list[tuple[Source, StepRef, int | None]] = []
     changed: list[str] = []
     unchanged = 0
+    legacy = _legacy_steps(journal)
     for source in sources:
         for ref in source.refs():
-            entry = journal["steps"].get(_step_key(ref))
-            if entry is None:
-                if ref.ident() in journal["done"]:  # stored by an ingest before step digests
-                    unchanged += 1
-                else:
-                    todo.append((source, ref, None))
+            key = _step_key(ref)
+            entry = _entry(journal["steps"].get(key))
+            if entry is None and key not in legacy:
+                todo.append((source, ref, None))
                 continue
-            if ref.ident() in journal["done"] and entry.get("how") == how:
+            t = int(entry[0]) if entry is not None else legacy[key]
+            same_file = (entry[3:5] == (ref.size, ref.mtime_ns) if entry is not None
+                         else ref.ident() in journal["done"])
+            if same_file and (entry is None or journal["hows"][entry[2]] == how):
                 unchanged += 1
                 continue
             _, digest = _read_with_digest(source, ref)
-            if digest == entry["digest"]:
-                _record(journal, ref, int(entry["t"]), digest, how)
+            stored = entry[1] if entry is not None else _stored_digest(dataset, field, t)
+            if digest == stored:
+                _record(journal, ref, t, digest, how, known=True)
                 unchanged += 1
             elif replace:
-                todo.append((source, ref, int(entry["t"])))
+                todo.append((source, ref, t))
             else:
-                changed.append(f"{_describe(ref)} (time index {entry['t']}, read with {_options_text(entry.get('how'))})")
+                read_with = _options_text(journal["hows"][entry[2]]) if entry is not None else "unrecorded options"
+                changed.append(f"{_describe(ref)} (time index {t}, read with {read_with})")
+        _note_steps_gone(source, journal)
     if changed:
         listed = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise InvalidRequestError(
@@ -196,15 +202,59 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
     return todo, unchanged
 
 
+def _legacy_steps(journal: dict[str, Any]) -> dict[str, int]:
+    """Steps an ingest that kept no digests stored (only in ``done``), by file, key and index."""
+    legacy: dict[str, int] = {}
+    for ident, t in journal["done"].items():
+        key = json.dumps(json.loads(ident)[:3], separators=(",", ":"), ensure_ascii=False)
+        if key not in journal["steps"]:
+            legacy[key] = int(t)
+    return legacy
+
+
+def _note_steps_gone(source: Source, journal: dict[str, Any]) -> None:
+    """Says which steps stored from ``source`` before it no longer has (rewritten shorter):
+    they stay stored."""
+    gone = sorted(_entry(entry)[0] for key, entry in journal["steps"].items()
+                  if (k := json.loads(key))[:2] == [str(source.path), source.key] and k[2] >= source.n_steps)
+    if gone:
+        tqdm.write(f"note: {source.path} now holds {source.n_steps} step(s); time indices {', '.join(map(str, gone))} "
+            "stored from its later steps before stay as they are", file=sys.stderr)
+
+
 def _step_key(ref: StepRef) -> str:
     """Which step of which input, whatever its version (size, modification time)."""
     return json.dumps([ref.source, ref.key, ref.index], separators=(",", ":"), ensure_ascii=False)
 
 
-def _record(journal: dict[str, Any], ref: StepRef, t: int, digest: str, how: str) -> None:
-    journal["done"] = {k: v for k, v in journal["done"].items() if v != t or k == ref.ident()}
-    journal["done"][ref.ident()] = t
-    journal["steps"][_step_key(ref)] = {"t": t, "digest": digest, "how": how}
+def _entry(text: str | None) -> tuple[int, str, int, int, int] | None:
+    """A ``steps`` entry of the journal (see :func:`_record`), or None."""
+    if text is None:
+        return None
+    t, digest, how, size, mtime = text.split()
+    return int(t), digest, int(how), int(size), int(mtime)
+
+
+def _record(journal: dict[str, Any], ref: StepRef, t: int, digest: str, how: str, *, known: bool) -> None:
+    """Notes that input step ``ref`` is stored at time index ``t``, by file, key and index:
+    ``"t digest options size mtime"`` (options: an index into ``hows``, since every step of
+    a run has the same). A ``known`` step's entry in ``done`` (how
+    ingests before digests knew steps) goes."""
+    key = _step_key(ref)
+    if known and journal["done"]:
+        earlier = key[:-1] + ","  # an identity's list begins with file, key and index
+        journal["done"] = {k: v for k, v in journal["done"].items() if not (v == t and k.startswith(earlier))}
+    if how not in journal["hows"]:
+        journal["hows"].append(how)
+    # One string: zarr.json is written indented, a list would take seven lines a step.
+    journal["steps"][key] = f"{t} {digest} {journal['hows'].index(how)} {ref.size} {ref.mtime_ns}"
+
+
+def _stored_digest(dataset: Dataset, field: str, t: int) -> str:
+    """The digest of time index ``t`` of ``field`` as stored (see :func:`_read_with_digest`)."""
+    import zarr
+
+    return _digest(zarr.open_array(dataset.path / field, mode="r")[t])
 
 
 def _save_journal(dataset: Dataset, field: str, journal: dict[str, Any]) -> None:
@@ -222,8 +272,14 @@ def _read_with_digest(source: Source, ref: StepRef) -> tuple[np.ndarray, str]:
     """A step's values and the digest of them as stored (float32), which tells a step read
     again apart from what was stored of it."""
     data = source.read(ref)
-    stored = np.ascontiguousarray(data, dtype=np.float32)
-    return data, hashlib.blake2b(stored.data, digest_size=16).hexdigest()
+    return data, _digest(data)
+
+
+def _digest(values: Any) -> str:
+    """BLAKE2 (64 bits) of ``values`` as float32, in C order whatever their shape."""
+    with np.errstate(over="ignore"):  # values beyond float32 are the writer's to refuse, by name
+        stored = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    return hashlib.blake2b(stored.data, digest_size=8).hexdigest()
 
 
 def _describe(ref: StepRef) -> str:
@@ -294,9 +350,10 @@ def _journal(dataset: Dataset, field: str) -> dict[str, Any]:
     entry = dataset._attrs().get(JOURNAL_KEY, {}).get(field)
     if entry is not None:
         return {"next": int(entry["next"]), "done": dict(entry["done"]), "steps": dict(entry.get("steps", {})),
+                "hows": list(entry.get("hows", [])),
                 **({"dt": float(entry["dt"])} if entry.get("dt") is not None else {})}
     present = dataset.info.steps_present(field)
-    return {"next": present[-1] + 1 if present else 0, "done": {}, "steps": {}}
+    return {"next": present[-1] + 1 if present else 0, "done": {}, "steps": {}, "hows": []}
 
 
 def _given_dt(dataset: Dataset, journal: dict[str, Any]) -> float | None:
@@ -328,28 +385,35 @@ def _remove_stale_temporaries(field_dir: Path) -> None:
                 os.unlink(os.path.join(root, f))
 
 
+# A number in a file name: 12, 0.15 (a time), 1e-3 is read as 1 and 3 (rare in names).
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
 def in_time_order(inputs: list[Path], sort: str | None) -> list[Path]:
-    """``inputs`` in the order to store them. Names that differ only in their numbers and are
-    not in the numbers' order (the shell sorts ``u_*.npy`` as text: u_1, u_10, u_11, u_2)
-    would store the steps out of time order: refused unless ``sort`` says which to keep."""
+    """``inputs`` in the order to store them. Paths that differ only in their numbers and are
+    not in the numbers' order (the shell sorts ``u_*.npy`` as text: u_1, u_10, u_11, u_2;
+    also ``step_*/u.npy``) would store the steps out of time order: refused unless ``sort``
+    says which to keep. Numbers may be decimal (``t_0.15.npy`` between 0.1 and 0.2)."""
     if sort not in (None, "given", "numbers"):
         raise InvalidRequestError(f"sort must be 'given' or 'numbers', not {sort!r}")
     if sort == "given" or len(inputs) < 2:
         return inputs
-    shapes = {re.sub(r"\d+", "#", p.name) for p in inputs}
-    numbered = len(shapes) == 1 and "#" in next(iter(shapes)) and len({p.parent for p in inputs}) == 1
+    texts = [str(p) for p in inputs]
+    shapes = {_NUMBER.sub("#", text) for text in texts}
+    numbered = len(shapes) == 1 and "#" in next(iter(shapes))
 
-    def numbers(p: Path) -> tuple[int, ...]:
-        return tuple(int(n) for n in re.findall(r"\d+", p.name))
+    def numbers(path: Path) -> tuple[float, ...]:
+        return tuple(float(n) for n in _NUMBER.findall(str(path)))
 
     in_order = sorted(inputs, key=numbers) if numbered else inputs
     if sort == "numbers":
         if not numbered:
-            raise InvalidRequestError("--sort numbers sorts inputs whose names differ only in their numbers "
-                                      "(u_1.npy … u_12.npy) in one folder; these do not")
+            raise InvalidRequestError("--sort numbers sorts inputs whose paths differ only in their numbers "
+                                      "(u_1.npy … u_12.npy, step_1/u.npy … step_12/u.npy); these do not")
         return in_order
     if in_order != inputs:
-        shown = ", ".join(p.name for p in inputs[:4]) + (", …" if len(inputs) > 4 else "")
+        shown = ", ".join(str(p) if p.name == inputs[0].name else p.name for p in inputs[:4]) + (
+            ", …" if len(inputs) > 4 else "")
         raise InvalidRequestError(
             f"the inputs ({shown}) are not in the order of the numbers in their names (the shell sorts names "
             f"as text, so u_10 comes before u_2): their steps would be stored out of time order. Give "

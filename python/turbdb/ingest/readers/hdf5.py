@@ -80,7 +80,10 @@ class Hdf5Source(ArraySource):
                     + "; components stacked along c must have one shape"
                 )
             labelled = {ds.name: _dimension_names(ds)[0] for ds in datasets}
-            if len({tuple(d) for d in labelled.values() if all(d)}) > 1:
+            # The same labels in another order: a component stored transposed. Other labels
+            # (staggered grids: xu, yv, zw) say nothing of the order.
+            named = [tuple(d) for d in labelled.values() if all(d)]
+            if len(set(named)) > 1 and len({tuple(sorted(d)) for d in named}) == 1:
                 raise FormatError(
                     f"the component datasets of {path} differ in dimensions: "
                     + ", ".join(f"{n} {tuple(d)}" for n, d in labelled.items())
@@ -150,7 +153,8 @@ def _written_chunks(ds: h5py.Dataset, path: Path) -> set[tuple[int, ...]] | None
     if ds.size == 0:
         return None
     if ds.chunks is None:
-        contiguous = ds.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        plist = ds.id.get_create_plist()
+        contiguous = plist.get_layout() == h5py.h5d.CONTIGUOUS and plist.get_external_count() == 0
         if contiguous and ds.id.get_offset() is None:
             raise FormatError(f"dataset {ds.name} of {path} was never written (HDF5 reads it as its fill value); "
                               "is the file complete?")

@@ -103,7 +103,11 @@ class NetcdfSource(ArraySource):
             for n in self.names:
                 variable = ds.variables[n]
                 block = np.asarray(variable[key])
-                _check_filled(block, n, variable.encoding.get("_FillValue"), self.path)
+                # The value xarray masked as NaN: a declared missing_value, else a _FillValue
+                # (xarray writes NaN as the _FillValue of every float variable: no mask).
+                declared = [(a, v) for a in ("missing_value", "_FillValue") if (v := variable.encoding.get(a)) is not None
+                            and not (isinstance(v, (float, np.floating)) and np.isnan(v))]
+                _check_filled(block, n, *(declared[0] if declared else ("_FillValue", None)), self.path)
                 blocks.append(block)
             return blocks
 
@@ -113,10 +117,11 @@ class NetcdfSource(ArraySource):
 _DEFAULT_FILL = 9.9692099683868690e36
 
 
-def _check_filled(block: np.ndarray, name: str, declared: object, path: Path) -> None:
+def _check_filled(block: np.ndarray, name: str, attribute: str, declared: object, path: Path) -> None:
     """Refuses values netCDF marks as never written, which would be stored as data: the
     default fill value (an incomplete file), or NaN where xarray masked a declared
-    ``_FillValue`` (named, since the file itself holds no NaN)."""
+    ``_FillValue`` or ``missing_value`` (``attribute``; named, since the file itself holds
+    no NaN)."""
     if block.dtype.kind != "f":
         return
     if declared is None:
@@ -129,9 +134,9 @@ def _check_filled(block: np.ndarray, name: str, declared: object, path: Path) ->
     missing = int(np.count_nonzero(np.isnan(block)))
     if missing:
         raise FormatError(
-            f"variable {name!r} of {path} holds its _FillValue ({declared}) at {missing} of this step's values, "
-            "which netCDF marks as missing (never written, or data equal to the _FillValue by chance); if they "
-            f"are data, remove the attribute (ncatted -a _FillValue,{name},d,, {path.name}) and ingest again")
+            f"variable {name!r} of {path} holds its {attribute} ({declared}) at {missing} of this step's values, "
+            f"which netCDF marks as missing (never written, or data equal to the {attribute} by chance); if they "
+            f"are data, remove the attribute (ncatted -a {attribute},{name},d,, {path.name}) and ingest again")
 
 
 FORMAT = Format(
