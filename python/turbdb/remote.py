@@ -17,7 +17,6 @@ import random
 import re
 import ssl
 import threading
-import time as _time
 import urllib.parse
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,8 +52,9 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # the server is working, just slowly.
 _BROKEN = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 # Answers of a gateway in front of the server (nginx while turbdb restarts): retried for
-# requests that are safe to repeat, like a broken connection.
-_GATEWAY = (502, 503, 504)
+# requests that are safe to repeat, like a broken connection. A 504 (the query outlasted the
+# gateway's timeout) was sent seven times, each computed again.
+_GATEWAY = (502, 503)  # not 504: the gateway waited for the server, which would be as slow again
 # Waiting for a busy (503) or rate-limited (429) server: at most this long per retry, and
 # at most this many retries of one request.
 _MAX_RETRY_AFTER = 60.0
@@ -68,7 +68,8 @@ PACING_MARGIN = 0.02
 # What turbdb answers with; anything else comes from something in its place.
 _TURBDB_TYPES = ("application/json", NPY, "application/x-npz", "application/x-netcdf")
 # Paths of the server's own pages: a base address ending in one is not the server's.
-_SERVER_PAGE = re.compile(r"/(v1|docs|redoc|openapi\.json|healthz|metrics|turbulence-svc)(/.*)?$")
+_SERVER_PAGE = re.compile(r"/(v1(/(datasets|limits|engine|jobs)(/.*)?)?|docs|redoc|openapi\.json|healthz|metrics"
+                          r"|turbulence-svc(/.*)?)/?$")  # a proxy's prefix such as /api/v1/turbdb is no page
 
 
 def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
@@ -256,7 +257,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends a request and reads its whole answer within the timeout. Retries a request
         that never reached the server; one whose connection broke after it was sent, or that
-        a gateway answered 502/503/504, only if repeating it is harmless (:func:`_repeatable`);
+        a gateway answered 502/503, only if repeating it is harmless (:func:`_repeatable`);
         429 and 503 after the ``Retry-After`` they ask for. Raises the server's error as its
         turbdb exception, and :class:`ServiceError` for an answer that is not turbdb's."""
         repeatable = _repeatable(method, path)
@@ -269,6 +270,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 if paced > 0:
                     self._waited(paced=1, paced_seconds=paced)
             try:
+                batches.check_stopped()  # the call this belongs to ended while it waited
                 response = send_within(self._clients.get(), method, path, self.timeout, **kwargs)
             except _NOT_SENT as e:
                 tls = _tls_failure(e, self.url)
@@ -288,7 +290,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 status, wait = response.status_code, _retry_after(response)
                 if status in (429, 503) and wait is not None:  # the server's own refusal: nothing was done
                     if busy < _BUSY_RETRIES and wait <= _MAX_RETRY_AFTER:
-                        _time.sleep(wait)
+                        batches.pause(wait)
                         busy += 1
                         if status == 429:
                             self._waited(rate_limited=1, rate_limited_seconds=wait)
@@ -296,13 +298,13 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                             self._waited(busy=1, busy_seconds=wait)
                         continue
                 elif status in _GATEWAY and repeatable and failures < self.retries:
-                    _time.sleep(wait if wait is not None and wait <= _MAX_RETRY_AFTER else self._backoff(failures))
+                    batches.pause(wait if wait is not None and wait <= _MAX_RETRY_AFTER else self._backoff(failures))
                     failures += 1
                     continue
                 return self._checked(response)
             if failures == self.retries:
                 raise exc.ServiceError(self._unreachable(failure)) from None
-            _time.sleep(self._backoff(failures))
+            batches.pause(self._backoff(failures))
             failures += 1
 
     def _backoff(self, failures: int) -> float:

@@ -16,7 +16,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .exceptions import ServiceError
+from .exceptions import QueryCancelledError, ServiceError
 
 T = TypeVar("T")
 # No batch is larger than this, whatever the token allows: a progress bar with steps, and
@@ -57,13 +57,37 @@ class ServerLimits:
         return max(1, min(self.max_points, BATCH_CAP))
 
 
+# The stop signal of the batch a thread is running (see run): a thread waiting in the pacer,
+# a backoff or a Retry-After wakes up at once and sends nothing more once its call ended
+# (Ctrl-C, another batch failed). Four requests reached the server after a Ctrl-C.
+_batch = threading.local()
+
+
+def pause(seconds: float) -> None:
+    """Sleeps ``seconds``, or until the batch this thread runs is stopped; then raises
+    :class:`QueryCancelledError` if it was (its caller must send nothing more)."""
+    stop: threading.Event | None = getattr(_batch, "stop", None)
+    if stop is None:
+        _time.sleep(seconds)
+        return
+    stop.wait(seconds)
+    check_stopped()
+
+
+def check_stopped() -> None:
+    """Raises :class:`QueryCancelledError` if the call this thread's batch belongs to ended."""
+    stop: threading.Event | None = getattr(_batch, "stop", None)
+    if stop is not None and stop.is_set():
+        raise QueryCancelledError("the call this request belonged to ended (interrupted, or another batch failed)")
+
+
 class Pacer:
     """A token bucket like the server's: ``per_minute`` requests a minute, ``burst`` at once.
     :meth:`wait` blocks until the next request may go; threads share one pacer. ``margin``
     keeps a little below the server's figures, whose clock and bucket this one only copies."""
 
     def __init__(self, per_minute: float, burst: float, clock: Callable[[], float] = _time.monotonic,
-                 sleep: Callable[[float], None] = _time.sleep, margin: float = 0.0):
+                 sleep: Callable[[float], None] = pause, margin: float = 0.0):
         self.rate = per_minute / 60.0 * (1.0 - margin)
         self.capacity = max(1.0, burst * (1.0 - margin))
         self.level = self.capacity
@@ -148,10 +172,12 @@ def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | 
 
     futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in tasks]
     waiting = collections.deque(zip(tasks, sizes, futures))
+    stop = threading.Event()
     with tqdm(total=sum(sizes), unit=unit, unit_scale=True, desc=description, leave=False,
               disable=None if progress is None else not progress) as bar:
 
         def work() -> None:
+            _batch.stop = stop
             while True:
                 try:
                     task, size, future = waiting.popleft()
@@ -176,5 +202,6 @@ def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | 
                 raise failed.exception()  # type: ignore[misc]
             return [future.result() for future in futures]
         finally:
+            stop.set()  # running ones send nothing more
             for future in futures:  # those not started are dropped; running ones cannot be
                 future.cancel()

@@ -241,6 +241,11 @@ def test_an_allowed_origin_must_be_a_web_origin(service_db):
 
     with pytest.raises(InvalidRequestError, match="without a path or trailing slash"):
         create_app(service_db, allow_origins=["https://lab.example.org/"])
+    # Compared as browsers send them: https://Lab.Example.org:443 matched no real page.
+    from turbdb.service.app import _origins
+
+    assert _origins(["https://Lab.Example.org:443", "http://localhost:80", "http://localhost:8080"]) == [
+        "https://lab.example.org", "http://localhost", "http://localhost:8080"]
 
 
 def test_the_limits_need_no_token_where_anonymous_use_is_off(service_db):

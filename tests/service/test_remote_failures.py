@@ -161,7 +161,7 @@ def test_an_npy_answer_cut_short_is_the_transports_fault_not_the_callers(local):
 
 
 def test_gateway_errors_are_retried_for_reads_and_never_for_a_job_declaration():
-    gateway = iter([502, 504, 503])
+    gateway = iter([502, 503, 502])
 
     def handle(request):
         if request.method == "POST":
@@ -226,3 +226,49 @@ def test_a_server_that_needs_a_token_says_so_when_the_client_asks_its_limits():
     with pytest.raises(turbdb.AccessDeniedError, match="this server needs a token") as refused:
         db.datasets  # noqa: B018
     assert refused.value.status == 401
+
+
+def test_a_gateway_timeout_is_not_sent_again():
+    # 504: the query outlasted the gateway's wait; each of seven retries computed it again.
+    db, seen = answering(lambda request: httpx.Response(504, html="gateway timeout"))
+    with pytest.raises(turbdb.ServiceError, match="HTTP 504"):
+        db.datasets
+    assert seen.count("GET /v1/datasets") == 1
+
+
+def test_a_proxy_prefix_that_contains_a_page_name_is_accepted():
+    for url in ("https://gateway.example.org/api/v1/turbdb", "https://example.org/docs/turbdb-demo",
+                "https://hub.example.org/metrics/turbdb"):
+        assert turbdb.connect(url).url == url
+    with pytest.raises(turbdb.InvalidRequestError):
+        turbdb.connect("http://127.0.0.1:8000/v1/datasets")
+
+
+def test_batches_waiting_when_the_call_ends_send_nothing_more():
+    # Four requests reached the server after a Ctrl-C: threads waiting on the rate limit
+    # woke up and sent theirs.
+    import threading
+
+    from turbdb import remote_batches
+
+    sent = []
+    release = threading.Event()
+
+    def task(k):
+        def run():
+            if k == 0:
+                raise turbdb.ServiceError("the first batch failed")
+            release.wait(5)
+            remote_batches.pause(0.01)  # the pacer's wait, woken by the stop
+            sent.append(k)
+            return k
+        return run
+
+    with pytest.raises(turbdb.ServiceError, match="first batch failed"):
+        remote_batches.run([task(k) for k in range(4)], concurrency=4, progress=False, sizes=[1] * 4, unit="pt",
+                           description="test")
+    release.set()
+    import time
+
+    time.sleep(0.3)
+    assert sent == []

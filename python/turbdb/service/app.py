@@ -323,12 +323,17 @@ def _origins(origins: Sequence[str]) -> list[str]:
     with no path or slash, to these exactly, so anything else would match nothing."""
     if isinstance(origins, str):
         origins = [origins]
+    checked = []
     for origin in origins:
         if origin != "*" and not re.fullmatch(r"https?://[^/\s?#]+", origin):
             raise InvalidRequestError(f"{origin!r} is not a web origin: give scheme://host[:port], such as "
                                       "https://example.org or http://localhost:8080, without a path or trailing slash "
                                       "(or * for any page)")
-    return list(origins)
+        # As a browser sends it: lower case, no default port (https://Lab.org:443 matched nothing).
+        origin = origin.lower()
+        origin = re.sub(r"^(http://[^/]+):80$|^(https://[^/]+):443$", lambda m: m.group(1) or m.group(2), origin)
+        checked.append(origin)
+    return checked
 
 
 def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
