@@ -200,6 +200,16 @@ def test_verify_finds_a_simulated_field_that_lost_its_last_step(tmp_path):
     assert "every shard" not in result.stdout, result.stdout
 
 
+def test_verify_notes_declared_steps_that_hold_no_data_yet(tmp_path):
+    # What a simulate stopped by SIGKILL leaves: every time declared, no step written. It
+    # verified "ok" without a word.
+    turbdb.create_dataset(tmp_path / "db", "sim", grid=(8, 8, 8), times=[0, 1, 2, 3],
+                          provenance={"generator": "turbdb simulate --kind synthetic"})
+    result = run("verify", tmp_path / "db")
+    assert "time step(s) 0-3 of 4 are declared but hold no data yet" in result.stdout, result.stdout
+    assert "--if-missing" in result.stdout
+
+
 def test_verify_metadata_agrees_with_a_dataset_growing_meanwhile(tmp_path):
     import threading
 
