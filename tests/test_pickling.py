@@ -41,3 +41,13 @@ def test_a_remote_database_and_dataset_pickle_with_their_settings():
     remote = turbdb.connect("http://127.0.0.1:9", "secret-token", timeout=7.0, retries=1)
     copy = pickle.loads(pickle.dumps(remote))
     assert (copy.url, copy._token, copy.timeout, copy.retries) == (remote.url, "secret-token", 7.0, 1)
+
+
+def test_a_shallow_copy_shares_what_is_open_and_reads_nothing(database):
+    # The service copies a dataset per request: with __reduce__ alone, copy.copy opened it again.
+    import copy
+
+    dataset = turbdb.open(database)["box"]
+    dataset.query("velocity", POINTS, time=0.0)
+    clone = copy.copy(dataset)
+    assert clone._stores is dataset._stores and clone.metadata is dataset.metadata

@@ -90,6 +90,13 @@ class Dataset:
         self._engine = in_this_process(self._engine)
         return self._engine
 
+    def __copy__(self) -> Any:
+        # A shallow copy shares what is open (the service copies a dataset per request);
+        # only pickling opens anew (__reduce__ below, which copy.copy would use otherwise).
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,
         # with an engine of the same settings there; stores and engines do not travel.

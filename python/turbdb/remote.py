@@ -144,6 +144,11 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     def __repr__(self) -> str:
         return f"<turbdb.RemoteDatabase {self.url!r}>"
 
+    def __copy__(self) -> Any:
+        clone = object.__new__(type(self))  # shares the connections; only pickling connects anew
+        clone.__dict__.update(self.__dict__)
+        return clone
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Connected again where it is unpickled (its token travels in the pickle); its
         # connections and limits do not.
@@ -408,6 +413,11 @@ class RemoteDataset:
         self.name = name
         self._path = f"/v1/datasets/{_quote(name)}"
         self._metadata = _info(document)
+
+    def __copy__(self) -> Any:
+        clone = object.__new__(type(self))  # shares the connections; only pickling connects anew
+        clone.__dict__.update(self.__dict__)
+        return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _remote_dataset, (self.database, self.name)
