@@ -23,7 +23,7 @@ from .exceptions import (
     UnknownNameError,
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
-from .process_engines import in_this_process, settings_of, shared_engine
+from .process_engines import HoldsEngine, settings_of, shared_engine
 from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .jobs import Job
 
 
-class Database(Mapping[str, Dataset]):
+class Database(HoldsEngine, Mapping[str, Dataset]):
     """The datasets of one database directory, by name. Given the directory of one dataset
     (``data/isotropic64``) instead, it is the database holding that dataset alone. With a
     node engine (any of ``scheduler``, ``cache_bytes``, ``cache_policy``, ``io`` given to
@@ -84,20 +84,6 @@ class Database(Mapping[str, Dataset]):
                 cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
                 io=choice("io mode", io or "buffered", IO_MODES),
             )
-
-    @property
-    def engine(self) -> Any:
-        """The node engine (``turbdb._core.Engine``) queries share, or None; in a process
-        forked after this database was opened, that process's own."""
-        self._engine = in_this_process(self._engine)
-        return self._engine
-
-    def __copy__(self) -> Any:
-        # A shallow copy shares what is open (the service copies a dataset per request);
-        # only pickling opens anew (__reduce__ below, which copy.copy would use otherwise).
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,

@@ -21,7 +21,7 @@ from .exceptions import (
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
-from .process_engines import in_this_process, settings_of, shared_engine
+from .process_engines import HoldsEngine, settings_of, shared_engine
 from .query import point_call
 from .metadata_check import metadata_problems
 from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
@@ -46,7 +46,7 @@ JOURNAL_KEY = "ingest"
 SIMULATED_FIELDS = ("velocity", "pressure")
 
 
-class Dataset:
+class Dataset(HoldsEngine):
     """One stored simulation. ``info`` is read fresh on every access, so a dataset that
     is being written (``turbdb simulate``) shows its new steps as they land."""
 
@@ -82,20 +82,6 @@ class Dataset:
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
         #: (``kernel``): proof of what the engine did.
         self.last_query_stats: dict[str, Any] = {}
-
-    @property
-    def engine(self) -> Any:
-        """The database's node engine (``turbdb._core.Engine``), or None: queries alone. In
-        a process forked after this dataset was opened, that process's own."""
-        self._engine = in_this_process(self._engine)
-        return self._engine
-
-    def __copy__(self) -> Any:
-        # A shallow copy shares what is open (the service copies a dataset per request);
-        # only pickling opens anew (__reduce__ below, which copy.copy would use otherwise).
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["shared_engine", "in_this_process", "settings_of"]
+__all__ = ["HoldsEngine", "shared_engine", "in_this_process", "settings_of"]
 
 #: The engines in use, by database directory and settings.
 _ENGINES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
@@ -72,3 +72,26 @@ def _engine_for(key: tuple[Any, ...]) -> Any:
             engine = _ENGINES[key] = _core.Engine(**dict(key[1:]))
             _ORIGIN[engine] = (key, _generation)
         return engine
+
+
+class HoldsEngine:
+    """What holds a node engine (a database, a dataset): ``engine`` is always one of this
+    process's, and a shallow copy shares what is open."""
+
+    _engine: Any
+
+    @property
+    def engine(self) -> Any:
+        """The node engine (``turbdb._core.Engine``) queries share, or None: queries alone.
+        In a process forked after this was opened, that process's own."""
+        if getattr(self, "_engine_generation", 0) != _generation:  # forked since: checked once
+            self._engine = in_this_process(self._engine)
+            self._engine_generation = _generation
+        return self._engine
+
+    def __copy__(self) -> Any:
+        # A shallow copy shares what is open (the service copies a dataset per request);
+        # only pickling opens anew (the holders' __reduce__, which copy.copy would use).
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
