@@ -454,6 +454,8 @@ def machine_info() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in text if line.startswith("model name")), platform.processor())
     flags = next((line.split(":", 1)[1].split() for line in text if line.startswith("flags")), [])
     simd = "AVX-512" if "avx512f" in flags else "AVX2+FMA" if {"avx2", "fma"} <= set(flags) else "SSE"
+    # The CPU's level is not the path that ran: fields may run on AVX2 on an AVX-512 CPU.
+    simd += f" CPU; kernel paths: field {turbdb.kernel_path('field')}, gradient {turbdb.kernel_path('gradient')}"
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
                             capture_output=True, text=True).stdout.strip()
     return {"platform": platform.platform(), "cpu": cpu, "simd": simd, "cores": os.cpu_count(),

@@ -98,9 +98,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of every server and client count")
     parser.add_argument("--jobs", type=int, default=300, help="jobs in the trace")
     parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="a 64³ × 8 dataset, one round, 8 and 64 clients")
+    parser.add_argument("--quick", action="store_true",
+                        help="a 64³ × 8 dataset, one round, 8 and 64 clients, 100 jobs (not with those options)")
     args = parser.parse_args()
     shape = setup(args.quick)
+    if args.quick:  # --quick sets these: given too, they would be silently overridden
+        given = [f"--{n}" for n in ("clients", "rounds", "jobs") if getattr(args, n) != parser.get_default(n)]
+        if given:
+            parser.error(f"--quick sets {', '.join(given)} itself (8 and 64 clients, one round, 100 jobs); leave "
+                         "them out, or leave out --quick")
     clients = [8, 64] if args.quick else [int(c) for c in args.clients.split(",")]
     rounds = 1 if args.quick else args.rounds
     jobs = 100 if args.quick else args.jobs

@@ -99,6 +99,10 @@ def query_time(info) -> float:
 
 def ensure_data(data: Path) -> None:
     if (data / NAME).exists():
+        grid = turbdb.open(data)[NAME].info.grid
+        if grid != (GRID, GRID, GRID):  # the figures and plots say 256³: never of other data
+            raise SystemExit(f"{data / NAME} is {'×'.join(map(str, grid))}, not the {GRID}³ this benchmark "
+                             f"reports; remove it (or give another --data) and it is made again")
         return
     print(f"creating the {GRID}³ synthetic dataset in {data} …", flush=True)
     subprocess.run([sys.executable, "-m", "turbdb.cli", "simulate", str(data), "--name", NAME, "--grid", str(GRID),
@@ -276,6 +280,10 @@ def main() -> None:
         parser.error("--paths goes with --threads")
     if args.operators and not args.threads:
         parser.error("--operators goes with --threads")
+    if args.repeats != 1 and not args.threads:
+        parser.error("--repeats goes with --threads (the query benchmark measures each case once)")
+    if args.quick and args.threads:
+        parser.error("--quick does not shorten --threads (the kernel benchmark is 10⁶ points a case); leave one out")
     if args.threads:
         ensure_data(args.data)
         info = turbdb.open(args.data)[NAME].info

@@ -202,8 +202,11 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
               "batches": last["batches"], "contributions": last["contributions"],
               "served_from_cache": after["served_from_cache"] - before["served_from_cache"], "asked": asked}
     return {"points": 1_000, "method": "lag8", "alone_seconds": alone, "warm_engine_seconds": warm,
-            "ratio": alone / warm, "round_ratios": round_ratios, "target": TARGET_WARM_RATIO,
-            "uncached_direct_seconds": uncached, "ratio_uncached_direct": uncached / warm,
+            # The median of the rounds' ratios: each round's pair shares its moment's load, which
+            # a ratio of the pooled medians threw away (it fell outside every round's ratio in
+            # 5 of 25 runs).
+            "ratio": float(np.median(round_ratios)), "round_ratios": round_ratios, "target": TARGET_WARM_RATIO,
+            "uncached_direct_seconds": uncached, "ratio_uncached_direct": float(np.median(uncached_ratios)),
             "round_ratios_uncached_direct": uncached_ratios,
             "uncached_direct_atoms_read": uncached_last["atoms_read"],
             "alone_phases": alone_phases,
@@ -212,8 +215,8 @@ def warm_repeat(data: Path, name: str, seed: int, repeats: int = 20) -> dict:
 
 def print_warm(warm: dict) -> None:
     print(f"  warm repeat (1 000 pts lag8): alone {warm['alone_seconds'] * 1e3:.2f} ms, "
-          f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}× (medians over "
-          f"{len(warm['round_ratios'])} alternating rounds; by round "
+          f"engine cache {warm['warm_engine_seconds'] * 1e3:.2f} ms: {warm['ratio']:.1f}× (the median of "
+          f"{len(warm['round_ratios'])} alternating rounds' ratios: "
           + ", ".join(f"{r:.1f}×" for r in warm["round_ratios"]) + ")", flush=True)
     if "uncached_direct_seconds" in warm:
         print(f"    against an engine with no cache, io=direct (reads its {warm['uncached_direct_atoms_read']} atoms "
@@ -248,6 +251,9 @@ def machine_info() -> dict:
     flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("flags")), [])
     simd = "AVX-512" if "avx512f" in flags else "AVX2+FMA" if {"avx2", "fma"} <= set(flags) else "SSE"
+    # The CPU's level is not the path that ran: fields may run on AVX2 on an AVX-512 CPU.
+    paths = {op: turbdb.kernel_path(op) for op in ("field", "gradient")}
+    simd = f"{simd} CPU; kernel paths: field {paths['field']}, gradient {paths['gradient']}"
     try:
         commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
                                 capture_output=True, text=True).stdout.strip()
@@ -289,6 +295,8 @@ def main() -> None:
                              "threads writes workload_partial.json")
     args = parser.parse_args()
     s = setup(args.quick)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     if args.jobs is not None:
         if args.jobs < 1:
             parser.error("--jobs must be at least 1")
@@ -301,7 +309,7 @@ def main() -> None:
     ds = ensure_data(args.data, s["grid"], s["steps"], args.seed)
     name = ds.name
     partial = (args.schedulers is not None or args.policies is not None or args.no_sweep
-               or args.driver != "threads" or args.jobs is not None)
+               or args.driver != "threads" or args.jobs is not None or args.pairs != PAIRS)
     suffix = "_partial" if partial else "_quick" if args.quick else ""
     if args.only == "warm_repeat":
         return only_warm_repeat(args.data, name, args.seed, RESULTS / f"workload{suffix}.json")
