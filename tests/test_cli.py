@@ -208,6 +208,11 @@ def test_verify_notes_declared_steps_that_hold_no_data_yet(tmp_path):
     result = run("verify", tmp_path / "db")
     assert "time step(s) 0-3 of 4 are declared but hold no data yet" in result.stdout, result.stdout
     assert "--if-missing" in result.stdout
+    # Not for an ingested dataset: simulate would refuse it, and --overwrite lose the data.
+    turbdb.create_dataset(tmp_path / "db2", "run", grid=(8, 8, 8), times=[0, 1],
+                          provenance={"generator": "turbdb ingest"})
+    result = run("verify", tmp_path / "db2")
+    assert "--if-missing" not in result.stdout and "running the same ingest again" in result.stdout
 
 
 def test_verify_metadata_agrees_with_a_dataset_growing_meanwhile(tmp_path):

@@ -51,3 +51,11 @@ def test_a_shallow_copy_shares_what_is_open_and_reads_nothing(database):
     dataset.query("velocity", POINTS, time=0.0)
     clone = copy.copy(dataset)
     assert clone._stores is dataset._stores and clone.metadata is dataset.metadata
+
+
+def test_cluster_objects_refuse_pickling_instead_of_arriving_as_local_ones():
+    from turbdb.cluster.mediator import ClusterDatabase, ClusterDataset
+
+    for cls in (ClusterDatabase, ClusterDataset):
+        with pytest.raises(TypeError, match="cannot be pickled: open"):
+            pickle.dumps(object.__new__(cls))

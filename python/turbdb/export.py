@@ -106,8 +106,12 @@ def _zarr_work_cancelled_if_interrupted() -> Iterator[None]:
     except KeyboardInterrupt:
         from zarr.core import sync
 
-        # Coroutines made for chunks not yet started are dropped unawaited: no warning each.
-        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        from .cli.interrupts import as_program
+
+        # Coroutines made for chunks not yet started are dropped unawaited: no warning each
+        # as the program exits (in a Python session the filter would hide the user's own).
+        if as_program():
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
         loop = sync.loop[0]
         if loop is not None and loop.is_running():
             with contextlib.suppress(Exception):

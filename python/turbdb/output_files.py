@@ -5,6 +5,7 @@ leaves the earlier file (or none) in place, never a truncated one that reads as 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -25,19 +26,33 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
     targets are left as they were. Each temporary name ends with its target's name, so
     that writers that go by the ending (``np.save``, ``savefig``) write the same format.
     A directory replaces a directory only: callers check first that the old one may go."""
-    places = [_place(Path(t)) for t in targets]
+    given = [Path(t) for t in targets]
+    places = [_place(t) for t in given]
     for target in places:
         target.parent.mkdir(parents=True, exist_ok=True)
-    temporaries = [_beside(target) for target in places]
-    leftovers = list(temporaries)
+    # Written in place, as before, where a rename cannot do: a device or pipe (a link to
+    # /dev/null: the rename replaced the device node with a file), a folder the user may
+    # not write in (only the file is theirs).
+    # (Through the name given, a link included: np.save adds .npy to a device's name.)
+    in_place = [_in_place(target) for target in places]
+    temporaries = [t if kept else _beside(target, t.name) for t, target, kept in zip(given, places, in_place)]
+    leftovers = [t for t, kept in zip(temporaries, in_place) if not kept]
     try:
         yield temporaries
         with _interrupts_held():  # all the outputs in place, and nothing they replaced left behind
-            for temporary, target in zip(temporaries, places):
-                _move_into_place(temporary, target, leftovers)
+            for temporary, target, kept in zip(temporaries, places, in_place):
+                if not kept:
+                    _move_into_place(temporary, target, leftovers)
             _remove_all(leftovers)
     finally:
         _remove_all(leftovers)
+
+
+def _in_place(target: Path) -> bool:
+    """Whether ``target`` is written where it is rather than renamed over (see replacing)."""
+    if target.exists() and not (target.is_file() or target.is_dir()):
+        return True
+    return target.is_file() and not os.access(target.parent, os.W_OK) and os.access(target, os.W_OK)
 
 
 @contextlib.contextmanager
@@ -70,12 +85,19 @@ def _interrupts_held() -> Iterator[None]:
 def _place(target: Path) -> Path:
     """Where ``target`` really is: a symbolic link's file is replaced, not the link (as
     writing through the link did)."""
-    return target.resolve() if target.is_symlink() else target
+    if not target.is_symlink():
+        return target
+    try:
+        return target.resolve(strict=False)
+    except RuntimeError:  # a loop of links: the one-line error the shell gives too
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(target)) from None
 
 
-def _beside(target: Path) -> Path:
+def _beside(target: Path, ending: str | None = None) -> Path:
     # Hidden and prefixed as turbdb's other temporaries; unique, so two runs never share one.
-    return target.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{target.name}"
+    # It ends with the name given (a link's target may have another ending, and np.save
+    # adds .npy to a name without it).
+    return target.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{ending or target.name}"
 
 
 def _move_into_place(temporary: Path, target: Path, leftovers: list[Path]) -> None:
@@ -84,7 +106,16 @@ def _move_into_place(temporary: Path, target: Path, leftovers: list[Path]) -> No
     once the new one is in place, or put back if it is not (an interrupt between the two
     renames included)."""
     if not (temporary.is_dir() and target.is_dir() and not target.is_symlink()):
-        os.replace(temporary, target)
+        if target.is_file():  # the new file keeps the old one's permissions (a private 600 stayed 600)
+            with contextlib.suppress(OSError):
+                shutil.copymode(target, temporary)
+        try:
+            os.replace(temporary, target)
+        except OSError as e:
+            if e.errno not in (errno.EBUSY, errno.EXDEV) or not target.is_file():
+                raise OSError(e.errno, e.strerror, str(target)) from None
+            # A file that is a mount point (docker -v host.csv:/work/q.csv): written through.
+            shutil.copyfile(temporary, target)
         return
     aside = _beside(target)
     try:

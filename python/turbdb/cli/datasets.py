@@ -207,12 +207,14 @@ def verify(db: Path, name: str | None) -> None:
             if report.get("unwritten_between"):
                 click.echo(f"  note: time step(s) {index_ranges(report['unwritten_between'])} hold no data, between "
                            "written ones: lost, if they were written")
-            nt = len(database[n].metadata.times)
-            after = [t for t in range(max(report["complete_steps"], default=-1) + 1, nt)]
+            info = database[n].metadata
+            after = [t for t in range(max(report["complete_steps"], default=-1) + 1, info.nt)]
             if after:  # declared, never written: a run stopped, or one still writing
-                click.echo(f"  note: time step(s) {index_ranges(after)} of {nt} are declared but hold no data yet "
-                           "(a run still writing, or one that stopped: `turbdb simulate … --if-missing` completes "
-                           "an interrupted simulation)")
+                simulated = str(info.provenance.get("generator", "")).startswith("turbdb simulate")
+                how = ("`turbdb simulate … --if-missing` completes an interrupted simulation" if simulated
+                       else "running the same ingest again completes an interrupted one")
+                click.echo(f"  note: time step(s) {index_ranges(after)} of {info.nt} are declared but hold no data "
+                           f"yet (a run still writing, or one that stopped: {how})")
     if bad:
         click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps (the other lines say what to do)",
                     fg="red", err=True)

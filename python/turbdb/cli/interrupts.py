@@ -46,3 +46,8 @@ def work_done() -> None:
     if _as_program:
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_IGN)
+
+
+def as_program() -> bool:
+    """Whether this process is the ``turbdb`` program (see :func:`handle_as_program`)."""
+    return _as_program

@@ -76,6 +76,11 @@ class ClusterDatabase(Database):
     primary of its partitions); ``balance``: lend the densest partitions of overloaded
     workers to idle ones for a batch (Perlman et al. §3.4)."""
 
+    def __reduce__(self) -> Any:
+        # Inherited, it arrived as a plain local database: not on the cluster, and writable.
+        raise TypeError("a cluster database cannot be pickled: open it in each process with "
+                        "turbdb.open(path, cluster=ADDRESS)")
+
     def __init__(self, path: str | os.PathLike[str], cluster: str | Client, *, declustering: str = "graduated",
                  balance: bool = True):
         super().__init__(path)
@@ -165,6 +170,10 @@ class ClusterDataset(Dataset):
     def __init__(self, path: str | os.PathLike[str], database: ClusterDatabase):
         super().__init__(path)
         self.database = database
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a cluster dataset cannot be pickled: open its database in each process with "
+                        "turbdb.open(path, cluster=ADDRESS)")
 
     def __repr__(self) -> str:
         return super().__repr__().replace("<turbdb.Dataset", "<turbdb.ClusterDataset", 1)

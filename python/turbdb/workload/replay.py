@@ -288,7 +288,8 @@ def replay(
                 origin = time.perf_counter()
                 go.set()
             for t in threads:
-                t.join()
+                while t.is_alive():  # in slices: a Ctrl-C that lands just as a wait begins is
+                    t.join(0.5)      # otherwise seen only when that thread ends
         except BaseException:
             stopping.set()
             raise

@@ -1,0 +1,58 @@
+"""output_files.replacing where a rename over the target would do harm: a pipe or device
+(a link to /dev/null had its device node replaced by a file), a private file (it became
+world-readable), a loop of links (a traceback)."""
+
+import errno
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from turbdb.output_files import replacing
+
+
+def test_a_pipe_is_written_through_not_replaced(tmp_path):
+    pipe = tmp_path / "q.csv"
+    os.mkfifo(pipe)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()))
+    reader.start()
+    with replacing(pipe) as (out,):
+        np.savetxt(out, np.arange(3.0))
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode) and got[0].split() == ["0.000000000000000000e+00",
+                                                                        "1.000000000000000000e+00",
+                                                                        "2.000000000000000000e+00"]
+
+
+def test_a_link_to_a_pipe_is_written_through(tmp_path):
+    pipe = tmp_path / "sink"
+    os.mkfifo(pipe)
+    (tmp_path / "out.csv").symlink_to(pipe)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()))
+    reader.start()
+    with replacing(tmp_path / "out.csv") as (out,):
+        np.savetxt(out, np.arange(2.0))
+    reader.join(10)
+    assert len(got[0].split()) == 2 and sorted(os.listdir(tmp_path)) == ["out.csv", "sink"]
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode)
+
+
+def test_a_private_output_stays_private(tmp_path):
+    target = tmp_path / "q.csv"
+    target.write_text("old")
+    target.chmod(0o600)
+    with replacing(target) as (out,):
+        out.write_text("new")
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_loop_of_links_is_the_shells_one_line_error(tmp_path):
+    (tmp_path / "a.csv").symlink_to(tmp_path / "b.csv")
+    (tmp_path / "b.csv").symlink_to(tmp_path / "a.csv")
+    with pytest.raises(OSError) as caught, replacing(tmp_path / "a.csv"):
+        pass
+    assert caught.value.errno == errno.ELOOP
