@@ -18,14 +18,7 @@ from turbdb.cli import main
 TEMPORARY = ".turbdb-tmp-"
 
 
-@pytest.fixture
-def db(tmp_path):
-    ds = turbdb.create_dataset(tmp_path / "db", "flow", grid=(16, 16, 16), times=[0, 1], atom=4, partition=8)
-    rng = np.random.default_rng(3)
-    for t in range(2):
-        ds.write("velocity", t, rng.standard_normal((16, 16, 16, 3)))
-        ds.write("pressure", t, rng.standard_normal((16, 16, 16)))
-    return tmp_path / "db"
+from test_cli import db  # noqa: E402,F401  (the CLI tests' two-step 16³ database)
 
 
 def contents(*paths: Path) -> dict[str, bytes]:

@@ -166,6 +166,7 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
     changed: list[str] = []
     unchanged = 0
     legacy = _legacy_steps(journal)
+    stored_by_file = _stored_by_file(journal)
     for source in sources:
         for ref in source.refs():
             key = _step_key(ref)
@@ -189,7 +190,7 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
             else:
                 read_with = _options_text(journal["hows"][entry[2]]) if entry is not None else "unrecorded options"
                 changed.append(f"{_describe(ref)} (time index {t}, read with {read_with})")
-        _note_steps_gone(source, journal)
+        _note_steps_gone(source, stored_by_file)
     if changed:
         listed = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise InvalidRequestError(
@@ -212,14 +213,23 @@ def _legacy_steps(journal: dict[str, Any]) -> dict[str, int]:
     return legacy
 
 
-def _note_steps_gone(source: Source, journal: dict[str, Any]) -> None:
-    """Says which steps stored from ``source`` before it no longer has (rewritten shorter):
-    they stay stored."""
-    gone = sorted(_entry(entry)[0] for key, entry in journal["steps"].items()
-                  if (k := json.loads(key))[:2] == [str(source.path), source.key] and k[2] >= source.n_steps)
+def _note_steps_gone(source: Source, stored: dict[tuple[str, str], list[tuple[int, int]]]) -> None:
+    """Says which steps stored from ``source`` before (``stored``: (index, time index) by
+    file and key) it no longer has, rewritten shorter: they stay stored."""
+    gone = sorted(t for index, t in stored.get((str(source.path), source.key), ()) if index >= source.n_steps)
     if gone:
         tqdm.write(f"note: {source.path} now holds {source.n_steps} step(s); time indices {', '.join(map(str, gone))} "
-            "stored from its later steps before stay as they are", file=sys.stderr)
+                   "stored from its later steps before stay as they are", file=sys.stderr)
+
+
+def _stored_by_file(journal: dict[str, Any]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """The journal's steps grouped by file and key, read once (per source it was a pass over
+    every entry: quadratic in an ingest of many files)."""
+    grouped: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for key, entry in journal["steps"].items():
+        path, file_key, index = json.loads(key)
+        grouped.setdefault((path, file_key), []).append((index, _entry(entry)[0]))
+    return grouped
 
 
 def _step_key(ref: StepRef) -> str:
