@@ -126,7 +126,9 @@ def boxes(shape: tuple[int, int, int], limit: int, strides: tuple[int, int, int]
     ``(z, y, x)``, None for a periodic one), where the box is cut at the walls."""
 
     def read(n: int, stride: int, extent: int | None) -> int:
-        nodes = n if width == 1 else (n - 1) * stride + width
+        if width == 1:  # unfiltered: one node an output (never more than the axis holds)
+            return n
+        nodes = (n - 1) * stride + width
         return nodes if extent is None else min(nodes, extent)
 
     def most(budget: int, stride: int, extent: int | None) -> int:  # outputs whose reads fit in budget nodes

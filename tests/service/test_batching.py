@@ -222,9 +222,9 @@ def test_filtered_boxes_each_read_at_most_the_limit_and_cover_the_work_once(shap
     assert (covered == 1).all()
 
 
-# Fixed examples (derandomize), as the schema fuzzing: a fresh clone found a counterexample
-# in the forty-sixth session, left for the next one (see its note).
-@settings(max_examples=200, deadline=None, derandomize=True)
+# A fresh clone's random examples found unfiltered boxes capped at a bounded axis's nodes
+# (an impossible shape for the server, but the count must not depend on it).
+@settings(max_examples=200, deadline=None)
 @given(st.tuples(*[st.integers(1, 12)] * 3), st.tuples(*[st.integers(1, 4)] * 3), st.integers(1, 40),
        st.integers(1, 3000), st.tuples(*[st.one_of(st.none(), st.integers(1, 30))] * 3))
 def test_filtered_boxes_on_bounded_axes_count_the_reads_cut_at_the_walls(shape, strides, width, limit, extents):
