@@ -34,13 +34,20 @@ class PointsLimiter:
         self._on_change = on_change
 
     @contextlib.asynccontextmanager
-    async def admit(self, points: int) -> AsyncIterator[None]:
-        weight = min(max(int(points), 1), self.capacity)
-        await self._acquire(weight)
+    async def admit(self, points: int) -> AsyncIterator[Admission]:
+        admission = Admission(self, points)
+        await admission.acquire()
         try:
-            yield
+            yield admission
         finally:
-            self._release(weight)
+            admission.release()
+
+    def admission(self, points: int) -> Admission:
+        """An admission of ``points`` not yet acquired (see :class:`Admission`)."""
+        return Admission(self, points)
+
+    def _weight(self, points: int) -> int:
+        return min(max(int(points), 1), self.capacity)
 
     async def _acquire(self, weight: int) -> None:
         if not self._queue and self.used + weight <= self.capacity:
@@ -88,3 +95,34 @@ class PointsLimiter:
                 continue
             self._take(weight)
             future.set_result(None)
+
+
+class Admission:
+    """Points admitted by a :class:`PointsLimiter`, acquired once and released once. A
+    request whose points are in its body is admitted on what its body declares, before it
+    is read (a body read and then held while waiting is memory outside the budget), and
+    :meth:`resize`\ d to what it holds once it is."""
+
+    def __init__(self, limiter: PointsLimiter, points: int):
+        self._limiter = limiter
+        self.weight = limiter._weight(points)
+        self._held = False
+
+    async def acquire(self) -> None:
+        await self._limiter._acquire(self.weight)
+        self._held = True
+
+    def resize(self, points: int) -> None:
+        """Holds ``points`` instead: less lets waiting requests in; more is taken at once
+        (the estimate was low, and the points are already in memory)."""
+        weight = self._limiter._weight(points)
+        if self._held and weight < self.weight:
+            self._limiter._release(self.weight - weight)
+        elif self._held and weight > self.weight:
+            self._limiter._take(weight - self.weight)
+        self.weight = weight
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._limiter._release(self.weight)

@@ -208,34 +208,35 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
-        points = await backend.points(request, limits)
         encode = _encoder(request)
-        call = None
-        if backend.waits is not None:
-            call = point_call(ds, field, points, time=time, method=method, operator=operator, temporal=temporal,
-                              dtype=dtype, strategy=strategy, job=engine_job)
-            if call.through_engine(ds):
-                # Awaited on the event loop: no thread held while the engine batches it, and a
-                # client that goes away cancels its pending work.
-                async with backend.limiter.admit(len(points)), watch(request) as gone:
-                    values = await backend.waits.query(ds, call, gone)
-                    backend.record_reads(ds, field)
-                    response = (encode(values) if len(points) <= ENCODE_INLINE_POINTS
-                                else await anyio.to_thread.run_sync(encode, values))
-                backend.metrics.points.labels("query").inc(len(points))
-                return response
-        # Here with a node engine only for the sorted/direct baselines, which look at the
-        # client's disconnection before they start.
-        gone = backend.disconnection(request)
+        async with backend.admitted(request, limits) as admission:
+            points = await backend.points(request, limits)
+            admission.resize(len(points))
+            call = None
+            if backend.waits is not None:
+                call = point_call(ds, field, points, time=time, method=method, operator=operator, temporal=temporal,
+                                  dtype=dtype, strategy=strategy, job=engine_job)
+                if call.through_engine(ds):
+                    # Awaited on the event loop: no thread held while the engine batches it, and a
+                    # client that goes away cancels its pending work.
+                    async with watch(request) as gone:
+                        values = await backend.waits.query(ds, call, gone)
+                        backend.record_reads(ds, field)
+                        response = (encode(values) if len(points) <= ENCODE_INLINE_POINTS
+                                    else await anyio.to_thread.run_sync(encode, values))
+                    backend.metrics.points.labels("query").inc(len(points))
+                    return response
+            # Here with a node engine only for the sorted/direct baselines, which look at the
+            # client's disconnection before they start.
+            gone = backend.disconnection(request)
 
-        def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
-            checked = call or point_call(ds, field, points, time=time, method=method, operator=operator,
-                                         temporal=temporal, dtype=dtype, strategy=strategy, job=engine_job)
-            values = evaluate_call(ds, checked, cancel=gone)
-            backend.record_reads(ds, field)
-            return encode(values)
+            def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
+                checked = call or point_call(ds, field, points, time=time, method=method, operator=operator,
+                                             temporal=temporal, dtype=dtype, strategy=strategy, job=engine_job)
+                values = evaluate_call(ds, checked, cancel=gone)
+                backend.record_reads(ds, field)
+                return encode(values)
 
-        async with backend.limiter.admit(len(points)):
             response = await backend.run(answer, points=len(points))
         backend.metrics.points.labels("query").inc(len(points))
         return response
@@ -289,9 +290,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
-        points = await backend.points(request, limits)
         steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
-        check_track_size(len(points), steps)
+        check_track_size(0, steps)  # the steps before the admission: a refused track must not wait its turn
         binary = preferred(request, ["application/json", NPY, NPZ]) != "application/json"
         encode = _encoder(request)
         gone = backend.track_disconnection(request)  # a client gone stops its track
@@ -310,7 +310,10 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                                      json_answers.array_chunks(velocities), [b"}"])
             return json_answers.answer(pieces, positions.size + velocities.size)
 
-        async with backend.limiter.admit(len(points) * (steps + 1)):
+        async with backend.admitted(request, limits, times=steps + 1) as admission:
+            points = await backend.points(request, limits)
+            check_track_size(len(points), steps)
+            admission.resize(len(points) * (steps + 1))
             response = await backend.run_track(evaluate)
         backend.metrics.points.labels("track").inc(len(points) * steps)
         return response

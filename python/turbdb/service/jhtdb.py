@@ -202,35 +202,45 @@ def router(backend: Backend) -> APIRouter:
             if math.isclose(timepoint_end, PLACEHOLDER) or math.isclose(delta_t, PLACEHOLDER):
                 raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
             check_position_arguments(method, operator, temporal, delta_t)
-        body = await backend.body(request, limits, JSON_BYTES_PER_POINT, "text")
-        points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
-            else parse_points(body)
         if tracking:
-            return await _position(backend, request, ds, points, limits, t, timepoint_end, delta_t, method)
-        # Counted before the times are listed: a tiny delta_t must not allocate gigabytes.
-        limits.check_points(len(points) * series_length(t, timepoint_end, delta_t), "point-times (points × times)")
-        times = series_times(t, timepoint_end, delta_t)
-        limits.check_points(len(points) * len(times), "point-times (points × times)")
-        for field in fields:
-            if field not in ds.metadata.fields:
-                raise UnknownNameError(f"{field!r} is not a variable of dataset {dataset!r}; it has "
-                                       f"{', '.join(ds.metadata.fields)}, position")
+            steps = step_count(t, timepoint_end, delta_t)  # counted, not listed: a tiny dt must not allocate
+            check_track_size(0, steps)  # before the admission: a refused request must not wait its turn
+            evaluations = steps + 1
+        else:  # counted before the times are listed: a tiny delta_t must not allocate gigabytes
+            evaluations = series_length(t, timepoint_end, delta_t)
+            limits.check_points(evaluations, "point-times (points × times)")
+            for field in fields:
+                if field not in ds.metadata.fields:
+                    raise UnknownNameError(f"{field!r} is not a variable of dataset {dataset!r}; it has "
+                                           f"{', '.join(ds.metadata.fields)}, position")
+        async with backend.admitted(request, limits, times=evaluations, text=True) as admission:
+            body = await backend.body(request, limits, JSON_BYTES_PER_POINT, "text")
+            points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
+                else parse_points(body)
+            del body
+            if tracking:
+                limits.check_points(len(points))
+                check_track_size(len(points), steps)
+                admission.resize(len(points) * evaluations)
+                return await _position(backend, request, ds, points, t, timepoint_end, delta_t, method)
+            limits.check_points(len(points) * evaluations, "point-times (points × times)")
+            times = series_times(t, timepoint_end, delta_t)
+            limits.check_points(len(points) * len(times), "point-times (points × times)")
+            admission.resize(len(points) * len(times))
+            if backend.waits is not None:
+                return await _through_engine(backend, request, ds, points, fields, times, method, operator, temporal)
 
-        if backend.waits is not None:
-            return await _through_engine(backend, request, ds, points, fields, times, method, operator, temporal)
+            def evaluate() -> np.ndarray:
+                rows = []
+                for ti in times:
+                    # Several fields (GetVelocityAndPressure) side by side, in the order named.
+                    rows.append(np.hstack([ds.query(field, points, time=float(ti), method=method, operator=operator,
+                                                    temporal=temporal).reshape(len(points), -1)
+                                           for field in fields]))
+                    for field in fields:
+                        backend.record_reads(ds, field)
+                return np.concatenate(rows)
 
-        def evaluate() -> np.ndarray:
-            rows = []
-            for ti in times:
-                # Several fields (GetVelocityAndPressure) side by side, in the order named.
-                rows.append(np.hstack([ds.query(field, points, time=float(ti), method=method, operator=operator,
-                                                temporal=temporal).reshape(len(points), -1)
-                                       for field in fields]))
-                for field in fields:
-                    backend.record_reads(ds, field)
-            return np.concatenate(rows)
-
-        async with backend.limiter.admit(len(points) * len(times)):
             answer = await backend.run(evaluate, points=len(points) * len(times))
         backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
         return json_answers.answer(json_answers.list_chunks(answer), answer.size)
@@ -247,7 +257,7 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     asked = [(copy.copy(ds), field, point_call(ds, field, points, time=float(ti), method=method, operator=operator,
                                                temporal=temporal))
              for ti in times for field in fields]
-    async with backend.limiter.admit(len(points) * len(times)), watch(request) as gone:
+    async with watch(request) as gone:  # admitted by the caller
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(backend.waits.query(d, call, gone)) for d, _, call in asked]
@@ -264,19 +274,17 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     return await anyio.to_thread.run_sync(json_answers.answer, json_answers.list_chunks(rows), rows.size)
 
 
-async def _position(backend: Backend, request: Request, ds, points: np.ndarray, limits, t: float, end: float,
+async def _position(backend: Backend, request: Request, ds, points: np.ndarray, t: float, end: float,
                     dt: float, method: str) -> Response:
     """``var=position``: JHTDB's GetPosition, the final positions of particles advected
-    from ``t`` to ``timepoint_end`` with steps ``delta_t`` (PCHIP in time, RK2)."""
-    limits.check_points(len(points))
-    steps = step_count(t, end, dt)  # counted, not listed: a tiny dt must not allocate
-    check_track_size(len(points), steps)
+    from ``t`` to ``timepoint_end`` with steps ``delta_t`` (PCHIP in time, RK2); admitted,
+    and its size checked, by the caller."""
+    steps = step_count(t, end, dt)
     gone = backend.track_disconnection(request)
 
     def evaluate() -> np.ndarray:
         return np.asarray(ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)[-1], dtype=np.float32)
 
-    async with backend.limiter.admit(len(points) * (steps + 1)):
-        answer = await backend.run_track(evaluate)
+    answer = await backend.run_track(evaluate)
     backend.metrics.points.labels("jhtdb").inc(len(points) * steps)
     return json_answers.answer(json_answers.list_chunks(answer), answer.size)
