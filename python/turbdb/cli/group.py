@@ -5,6 +5,8 @@ line saying what to do, never a traceback; SIGTERM stops a command as Ctrl-C doe
 from __future__ import annotations
 
 import errno
+import os
+import re
 import sys
 
 import click
@@ -30,14 +32,47 @@ _OS_ADVICE = {
 def os_error_message(e: OSError) -> str:
     """One line for an OSError the library did not turn into a turbdb error: what failed,
     on which path, and what to do."""
+    e = short_write_error(e) or e
     where = f" ({e.filename})" if e.filename else ""
     advice = _OS_ADVICE.get(e.errno or 0)
     return f"{e.strerror or e}{where}" + (f": {advice}" if advice else "")
 
 
+# numpy's .npy writer (ndarray.tofile) reports a short write, a full disk, without the errno.
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
+def short_write_error(e: OSError, path: str | os.PathLike[str] | None = None) -> OSError | None:
+    """The error numpy's "786432 requested and 262112 written" stands for, with its errno
+    and ``path`` (default: the error's own): no space left on the disk (a quota that is full
+    gives the same, and the advice covers it: write somewhere else); None for any other
+    error. (Its numbers are one chunk's, not the file's: the disk's free space afterwards
+    cannot tell a full disk from a quota.)"""
+    if e.errno is not None or not _SHORT_WRITE.fullmatch(str(e)):
+        return None
+    path = path if path is not None else e.filename
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), None if path is None else str(path))
+
+
+class _Command(click.Command):
+    """A command whose .npy output failed part-way says on which path (numpy's error names none)."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            out = ctx.params.get("out")
+            error = short_write_error(e, out if isinstance(out, (str, os.PathLike)) else None)
+            if error is None:
+                raise
+            raise error from None
+
+
 class _Group(click.Group):
     """Turns turbdb errors, and the operating system's, into a one-line message and exit
     code 2, and SIGTERM into one line and exit code 143."""
+
+    command_class = _Command
 
     def main(self, args=None, *rest, **options):  # type: ignore[override]
         # No arguments: the program, with those of its command line, whose signals the group
