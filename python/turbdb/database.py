@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -17,7 +18,7 @@ import numpy as np
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .byte_size import parse_byte_size
-from .dataset import WRITER_LOCK_FILE, Dataset
+from .dataset import WRITER_LOCK_FILE, Dataset, writer_lock
 from .exceptions import (
     DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
     UnknownNameError,
@@ -59,7 +60,7 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
     ):
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidRequestError(f"a database is a directory: give its path, not {path!r}")
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         #: The one dataset shown when opened at a dataset's directory.
         self.only: str | None = None
         if self.path.is_file():
@@ -237,7 +238,7 @@ def open(  # noqa: A001 - the public name is turbdb.open
                                       "run their own (turbdb cluster up)")
         from .cluster import ClusterDatabase
 
-        return ClusterDatabase(path, cluster, **cluster_options)
+        return ClusterDatabase(Path(path).expanduser(), cluster, **cluster_options)
     if cluster_options:
         raise InvalidRequestError(f"{', '.join(cluster_options)} apply to a cluster: pass cluster=ADDRESS")
     return Database(path, **engine)
@@ -345,35 +346,68 @@ def create_dataset(
     except (TypeError, ValueError) as e:
         raise InvalidRequestError(f"the dataset's attributes must be JSON (numbers, strings, lists, dicts): {e}") from None
 
-    db = Path(db_path)
+    db = Path(db_path).expanduser()
     path = db / name
-    try:
-        db.mkdir(parents=True, exist_ok=True)
-        if not (db / ZARR_JSON).exists():
-            write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
-        if path.exists():
-            if not overwrite:
-                raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
-            if path.is_symlink() or not path.is_dir():
-                raise StorageError(f"{path} is not a dataset's directory (a file or a link), so it is not replaced; "
-                                   "move it away or choose another name")
-            _empty_keeping_writer_lock(path)
-    except OSError as e:
-        if isinstance(e, TurbdbError):
-            raise
-        raise storage_error(e, path) from None
+    with contextlib.ExitStack() as replacing:
+        try:
+            db.mkdir(parents=True, exist_ok=True)
+            if not (db / ZARR_JSON).exists():
+                write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+            if path.exists():
+                if not overwrite:
+                    raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
+                if path.is_symlink() or not path.is_dir():
+                    raise StorageError(f"{path} is not a dataset's directory (a file or a link), so it is not replaced; "
+                                       "move it away or choose another name")
+                # Held until the new dataset is whole: replacing a dataset an ingest is writing
+                # lost the ingest's steps, and its cleanup then deleted the new dataset.
+                if not _writer_lock_held_here(path / WRITER_LOCK_FILE):
+                    replacing.enter_context(writer_lock(path))
+                _empty_keeping_writer_lock(path)
+        except OSError as e:
+            if isinstance(e, TurbdbError):
+                raise
+            raise storage_error(e, path) from None
 
-    # Arrays first, the group document last: a dataset is only listed once it is whole.
-    for field, (ncomp, _) in field_specs.items():
-        document = field_document(
-            nt=len(times_a), grid=grid_t, ncomp=ncomp, atom=atom, partition=partition, field=field
-        )
-        write_json_atomic(path / field / ZARR_JSON, document)
-    for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
-        write_coordinate(path, axis, o + d * np.arange(n))
-    write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
-    write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
+        # Arrays first, the group document last: a dataset is only listed once it is whole.
+        for field, (ncomp, _) in field_specs.items():
+            document = field_document(
+                nt=len(times_a), grid=grid_t, ncomp=ncomp, atom=atom, partition=partition, field=field
+            )
+            write_json_atomic(path / field / ZARR_JSON, document)
+        for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
+            write_coordinate(path, axis, o + d * np.arange(n))
+        write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
+        write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
+
+
+def _writer_lock_held_here(lock_file: Path) -> bool:
+    """Whether this process holds the writer lock ``lock_file``: ``turbdb simulate`` locks a
+    dataset before replacing it through :func:`create_dataset`, and a second ``flock`` of the
+    file from this process would be refused like another's. Linux's ``/proc`` tells which
+    descriptors hold a lock; without it, assumed held (the lock is then not taken)."""
+    try:
+        target = os.stat(lock_file)
+    except FileNotFoundError:
+        return False  # nobody has locked it yet
+    except OSError:
+        return False  # writer_lock reports it
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for fd in descriptors:
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino) and any(
+                line.startswith("lock:") and "FLOCK" in line
+                for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+            ):
+                return True
+        except OSError:  # closed meanwhile (listdir's own descriptor among them)
+            continue
+    return False
 
 
 def _empty_keeping_writer_lock(path: Path) -> None:

@@ -138,9 +138,12 @@ class DatasetInfo:
         }
 
     @classmethod
-    def from_attrs(cls, attrs: dict[str, Any], steps: dict[str, tuple[int, ...]] | None = None) -> DatasetInfo:
+    def from_attrs(cls, attrs: dict[str, Any], steps: dict[str, tuple[int, ...]] | None = None, *,
+                   name: str | None = None) -> DatasetInfo:
         """The metadata stored as ``attrs``, checked: a damaged or inconsistent document
-        (a negative grid, decreasing times) is a :class:`DamagedMetadataError`."""
+        (a negative grid, decreasing times) is a :class:`DamagedMetadataError`. ``name``
+        is the dataset's directory name, which is its name: the one stored is what it was
+        created as, and a renamed directory was listed by it but opened only by the new one."""
         steps = steps or {}
         try:
             if not isinstance(attrs["format_version"], int) or attrs["format_version"] > FORMAT_VERSION:
@@ -149,7 +152,7 @@ class DatasetInfo:
                     "upgrade turbdb to read it"
                 )
             info = cls(
-                name=attrs["name"],
+                name=attrs["name"] if name is None else name,
                 grid=tuple(int(n) for n in attrs["grid"]),
                 spacing=tuple(float(d) for d in attrs["spacing"]),
                 origin=tuple(float(o) for o in attrs["origin"]),

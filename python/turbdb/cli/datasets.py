@@ -59,6 +59,17 @@ def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
                   and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
 
 
+def _stored_name(dataset_dir: Path) -> str | None:
+    """The name a dataset's metadata was written with (None if unreadable: verify says why)."""
+    from ..zarr_meta import read_json
+
+    try:
+        name = read_json(dataset_dir / "zarr.json")["attributes"]["turbdb"]["name"]
+    except (TurbdbError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def _database_metadata_problem(path: Path) -> str | None:
     """What is wrong with the database's own ``zarr.json``, which turbdb does not need but
     Zarr readers do (``zarr.open_group(DB)``), with the line that restores it; None if fine."""
@@ -191,6 +202,9 @@ def verify(db: Path, name: str | None) -> None:
             bad += 1
             click.echo(f"{n}: {click.style('damaged', fg='red')}: {e}")
             continue
+        if (created_as := _stored_name(database.path / n)) not in (None, n):
+            click.echo(f"{n}: note: its metadata names it {created_as!r} (renamed or copied under a new name "
+                       f"since); it is named by its directory, {n!r}")
         bad += len(metadata)
         if metadata:
             click.echo(f"{n}: metadata: {click.style(f'{len(metadata)} problem(s)', fg='red')}")

@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from ..database import create_dataset
 from ..database import open as open_db
-from ..dataset import JOURNAL_KEY, Dataset
-from ..exceptions import FormatError, InvalidRequestError, TurbdbError, UnknownNameError
+from ..dataset import JOURNAL_KEY, Dataset, directory_identity
+from ..exceptions import DatasetBusyError, FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
 from ..times import time_grid
 from .opening import open_sources
@@ -75,21 +75,29 @@ def ingest_inputs(
         tqdm.write(f"note: {note}", file=sys.stderr)
     dataset, created, added = _target(db, name, field, sources[0], spacing=spacing, origin=origin,
                                       periodic=periodic, units=units)
+    # What this call made, told apart from what another process may make in its place.
+    made = directory_identity(dataset.path / field) if added else None
     if not created:
         _check_given(dataset, field, given, t0=t0, spacing=spacing, origin=origin, periodic=periodic, units=units)
     how = json.dumps(options, sort_keys=True, default=str)
-    try:
-        with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
+    with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
+        if made is not None and directory_identity(dataset.path / field) != made:
+            raise DatasetBusyError(f"another process replaced dataset {name!r} while this ingest was creating it; "
+                                   "nothing was stored: run this again")
+        try:
             return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet, how=how, replace=replace)
-    except BaseException:
-        # A dataset (or field) this call created and could not store a step in is removed
-        # again, so that the corrected command starts afresh instead of meeting a dataset of
-        # the wrong grid or a field of the wrong units or components.
-        if created and not any(f.steps_present for f in dataset.info.fields.values()):
-            shutil.rmtree(dataset.path, ignore_errors=True)
-        elif added and not dataset.info.fields[field].steps_present:
-            dataset.remove_empty_field(field)
-        raise
+        except BaseException:
+            # A dataset (or field) this call created and could not store a step in is removed
+            # again, so that the corrected command starts afresh instead of meeting a dataset of
+            # the wrong grid or a field of the wrong units or components. Only under the lock
+            # and while it is still the one made here: the cleanup once deleted a dataset
+            # another process had created over this one meanwhile.
+            if made is not None and directory_identity(dataset.path / field) == made:
+                if created and not any(f.steps_present for f in dataset.info.fields.values()):
+                    shutil.rmtree(dataset.path, ignore_errors=True)
+                elif not dataset.info.fields[field].steps_present:
+                    dataset.remove_empty_field(field)
+            raise
 
 
 def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, dt: float | None, t0: float,
@@ -121,6 +129,8 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     step_bytes = int(np.prod(sources[0].grid)) * sources[0].ncomp * 4
     bar = tqdm(total=len(todo) * step_bytes, unit="B", unit_scale=True, disable=quiet, desc=f"ingest {field}")
     digests = {entry[1]: entry[0] for entry in map(_entry, journal["steps"].values())}
+    moved_from = _steps_of_missing_files(journal, how) if any(again is None for _, _, again in todo) else {}
+    moved = 0
     # Read the next input while the current one is written: the two overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
         upcoming = reader.submit(_read_with_digest, *todo[0][:2])
@@ -128,6 +138,14 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
             data, digest = upcoming.result()
             if i + 1 < len(todo):
                 upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
+            earlier = moved_from.get((ref.key, ref.index, digest)) if again is None else None
+            if earlier:
+                # The input was moved (a project moved with mv, its ingest rerun there):
+                # stored before, so its entry follows it instead of the step being appended again.
+                _record(journal, ref, _entry(journal["steps"].pop(earlier.pop()))[0], digest, how, known=False)
+                moved += 1
+                bar.update(step_bytes)
+                continue
             if again is None and digest in digests:
                 tqdm.write(f"note: {_describe(ref)} holds exactly the values stored at time index "
                            f"{digests[digest]} of {name}/{field}: the same data stored twice?", file=sys.stderr)
@@ -148,8 +166,12 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
             _save_journal(dataset, field, journal)
             bar.update(step_bytes)
     bar.close()
+    if moved:
+        _save_journal(dataset, field, journal)
+        say(f"{moved} input step(s) were stored before from a file no longer at its recorded path, with the same "
+            "values and options (moved or renamed since): not stored again")
     replaced = sum(again is not None for _, _, again in todo)
-    stored = f"stored {len(todo) - replaced} step(s)" + (f", replaced {replaced}" if replaced else "")
+    stored = f"stored {len(todo) - replaced - moved} step(s)" + (f", replaced {replaced}" if replaced else "")
     say(f"{name}/{field}: {stored}; {len(dataset.info.steps_present(field))} of {dataset.info.nt} present")
     return dataset
 
@@ -201,6 +223,27 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
     if replace and not any(again is not None for _, _, again in todo) and unchanged:
         say("note: --replace: every step stored before from these inputs reads the same; none replaced")
     return todo, unchanged
+
+
+def _steps_of_missing_files(journal: dict[str, Any], how: str) -> dict[tuple[str, int, str], list[str]]:
+    """The journal's steps read with ``how`` from files no longer at their recorded path
+    (keys are absolute paths), by file key, step index and digest: an input with the same
+    values there was moved. A file still in place is another file holding the same data."""
+    if how not in journal["hows"]:
+        return {}
+    how_index = journal["hows"].index(how)
+    exists: dict[str, bool] = {}
+    missing: dict[tuple[str, int, str], list[str]] = {}
+    for key, text in journal["steps"].items():
+        _, digest, read_with, _, _ = _entry(text)
+        path, file_key, index = json.loads(key)
+        if read_with != how_index:
+            continue
+        if path not in exists:
+            exists[path] = os.path.exists(path)
+        if not exists[path]:
+            missing.setdefault((file_key, index, digest), []).append(key)
+    return missing
 
 
 def _legacy_steps(journal: dict[str, Any]) -> dict[str, int]:

@@ -26,6 +26,7 @@ from ..dataset import Dataset
 from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
 from ..info import is_plain_name
 from ..arguments import as_points, node_range
+from ..zarr_meta import ZARR_JSON
 from .admission import Admission, BusyError, PointsLimiter
 from .engine_waits import EngineWaits
 from .metrics import Metrics
@@ -63,6 +64,11 @@ def with_status(error: Exception, status: int) -> Exception:
     """Gives an error the HTTP status to answer it with (else its class decides)."""
     error.status = status  # type: ignore[attr-defined]
     return error
+
+
+def _still_on_disk(dataset: Dataset) -> bool:
+    """Whether the dataset's metadata is still where it was opened (one stat a request)."""
+    return (dataset.path / ZARR_JSON).is_file()
 
 
 class Backend:
@@ -127,6 +133,11 @@ class Backend:
         the database's listing before any path is built, so ``../x`` never reaches the
         file system."""
         opened = self._datasets.get(name)
+        if opened is not None and not _still_on_disk(opened):
+            # Deleted or renamed under the server: a 404 like any unknown name (its reads
+            # failed as a 500), and a dataset made again under the name is opened afresh.
+            self._datasets.pop(name, None)
+            opened = None
         if opened is None:
             if not is_plain_name(name) or name not in self.names():
                 # Only the names the caller may read: a 404 must not reveal the others.
