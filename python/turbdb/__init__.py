@@ -71,3 +71,8 @@ def __getattr__(name: str):
 
         return connect
     raise AttributeError(f"module 'turbdb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # connect comes from __getattr__; listed so that dir(), tab completion and help() show it.
+    return sorted(set(globals()) | {"connect"})

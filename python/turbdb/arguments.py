@@ -58,17 +58,35 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, _NUMBER_TYPES) and not isinstance(value, (bool, np.bool_))
 
 
+def scalar_of(value: Any) -> Any:
+    """A 0-d array-like (numpy's, or an xarray DataArray such as ``cut.time[0]``) as the
+    scalar it holds; anything else as it is."""
+    if not hasattr(value, "__array__") or isinstance(value, np.generic):
+        return value
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, NotImplementedError):  # an xarray Dataset: refused by the caller's check
+        return value
+    return array[()] if array.ndim == 0 else value
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to one short line for a message: an xarray object's runs to many."""
+    text = repr(value)
+    first = text.split("\n", 1)[0]
+    return text if first == text and len(text) <= limit else first[:limit].rstrip() + " …"
+
+
 def finite_number(name: str, value: Any) -> float:
     """``value`` as a float, or a clear error if it is not a finite real number (bools,
     strings, complex numbers and ``None`` are refused)."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:  # np.array(0.5), as arithmetic on arrays leaves it
-        value = value[()]
+    value = scalar_of(value)  # np.array(0.5), as arithmetic on arrays leaves it, or a DataArray's cut.time[0]
     try:
         number = float(value) if _is_real(value) else math.nan
     except OverflowError:  # an int beyond float's range
         number = math.nan
     if not math.isfinite(number):
-        raise InvalidRequestError(f"{name} must be a finite number, not {value!r}")
+        raise InvalidRequestError(f"{name} must be a finite number, not {shown(value)}")
     return number
 
 
@@ -83,8 +101,21 @@ def result_dtype(dtype: Any) -> np.dtype:
     return dtype
 
 
+def field_name(field: Any) -> str:
+    """A field's name as given, or a clear error if it is not a string: one field per call."""
+    if not isinstance(field, str):
+        raise InvalidRequestError(f"field must be the name of one field (a str), not {shown(field)}; "
+                                  "ask for each field in a call of its own")
+    return field
+
+
 def _refuse_points(what: str) -> InvalidRequestError:
     return InvalidRequestError(f"points must be real numbers, not {what}: an array of shape (N, 3) of x, y, z")
+
+
+def _unreadable_points(error: Exception) -> InvalidRequestError:
+    return InvalidRequestError(f"points must be an array of shape (N, 3) of x, y, z; these could not be read as one "
+                               f"({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''})")
 
 
 def _check_element_types(values: Any) -> None:
@@ -99,39 +130,111 @@ def _check_element_types(values: Any) -> None:
             raise _refuse_points(kind.__name__)
 
 
-def as_points(points: Any) -> np.ndarray:
-    """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error. Array-likes
-    (a pandas DataFrame of x, y, z columns, an xarray DataArray) are taken as the array
-    they hold; iterated, a DataFrame gave its column names."""
+def _column_labels(points: Any) -> list[Any] | None:
+    """The labels of a DataFrame's columns, or of a 2-d DataArray's last dimension when it
+    has a coordinate; None for unlabelled points."""
+    if hasattr(points, "columns") and hasattr(points, "iloc"):
+        return list(points.columns)
+    dims = getattr(points, "dims", None)
+    if isinstance(dims, tuple) and len(dims) == 2 and hasattr(points, "isel") and dims[-1] in points.coords:
+        return list(points.coords[dims[-1]].values)
+    return None
+
+
+def _columns_text(labels: list[Any]) -> str:
+    return ", ".join(map(str, labels[:8])) + (f", … ({len(labels)} in all)" if len(labels) > 8 else "")
+
+
+def _xyz_columns(points: Any) -> Any:
+    """The x, y, z columns of labelled points, in that order, by name: a DataFrame's
+    ``df[["z", "y", "x"]]`` read by position had x and z swapped. Integer labels (a plain
+    frame's 0, 1, 2) are taken by position."""
+    labels = _column_labels(points)
+    if labels is None:
+        return points
+    names = [label.lower() if isinstance(label, str) else label for label in labels]
+    if all(names.count(axis) == 1 for axis in "xyz"):
+        where = [names.index(axis) for axis in "xyz"]
+        return points.iloc[:, where] if hasattr(points, "iloc") else points.isel({points.dims[-1]: where})
+    if all(isinstance(label, (int, np.integer)) and not isinstance(label, (bool, np.bool_)) for label in labels):
+        return points
+    raise InvalidRequestError(f"points has columns {_columns_text(labels)}, which do not name x, y, z once each: "
+                              "name the coordinate columns x, y, z (they are taken by name, other columns left "
+                              "out), or pass an array of shape (N, 3)")
+
+
+def _frame_array(frame: Any) -> np.ndarray:
+    """A DataFrame's values in the dtype of its columns: pandas gives nullable float32
+    (``Float32``) columns as objects, which lost that the points are float32."""
+    try:
+        common = np.result_type(*(np.dtype(getattr(d, "numpy_dtype", d)) for d in frame.dtypes))
+    except TypeError:  # a categorical or other non-numpy column: refused by the element check
+        return np.asarray(frame)
+    return frame.to_numpy(dtype=common, na_value=np.nan) if common.kind == "f" else np.asarray(frame)
+
+
+def point_array(points: Any) -> np.ndarray:
+    """Points as an ``(N, 3)`` array of real numbers in the dtype they came in (float32
+    stays float32), or a clear error. Array-likes are taken as the array they hold; a
+    pandas DataFrame or an xarray DataArray whose columns are named x, y, z, by name."""
     if np.ma.isMaskedArray(points) and np.ma.getmaskarray(points).any():
         raise InvalidRequestError("points has masked values: drop those rows or fill them first (points.filled(…))")
-    if not isinstance(points, np.ndarray) and hasattr(points, "__array__"):
-        points = np.asarray(points)
+    labelled = _xyz_columns(points)
+    try:
+        if hasattr(labelled, "iloc") and hasattr(labelled, "dtypes"):
+            points = _frame_array(labelled)
+        elif isinstance(labelled, memoryview) or (
+                not isinstance(labelled, np.ndarray) and hasattr(labelled, "__array__")):
+            points = np.asarray(labelled)  # iterated, a DataFrame gave its column names
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as e:  # an xarray Dataset
+        raise _unreadable_points(e) from None
     if not isinstance(points, np.ndarray):
         if isinstance(points, (str, bytes)):
             raise _refuse_points("a string")
         _check_element_types(points)
     try:
         array = np.asarray(points)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidRequestError("points must be numbers: an array of shape (N, 3) of x, y, z") from None
+    except (TypeError, ValueError, OverflowError) as e:  # a ragged list
+        raise _unreadable_points(e) from None
     if array.dtype.kind == "O":
         _check_element_types(array.reshape(-1, 1) if array.ndim else array.reshape(1, 1))
     elif array.dtype.kind not in "iuf":
         raise _refuse_points(f"{array.dtype} values")
+    if array.shape == (0,):  # [] : no points, as np.empty((0, 3))
+        array = array.reshape(0, 3)
     if array.ndim != 2 or array.shape[1] != 3:
-        hint = " (for one point use [[x, y, z]])" if array.shape == (3,) else ""
-        raise InvalidRequestError(f"points must have shape (N, 3), not {array.shape}{hint}")
-    try:
-        return np.ascontiguousarray(array, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidRequestError("points must be numbers: an array of shape (N, 3) of x, y, z") from None
+        raise InvalidRequestError(f"points must have shape (N, 3), not {array.shape}{_shape_hint(labelled, array)}")
+    if array.dtype.kind == "O":
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise _refuse_points("numbers of these types") from None
+    return array
+
+
+def _shape_hint(points: Any, array: np.ndarray) -> str:
+    """What to do about points of the wrong shape."""
+    if array.shape == (3,):
+        return " (for one point use [[x, y, z]])"
+    if array.ndim == 2 and array.shape[0] == 3:
+        transpose = "points.T" if hasattr(points, "T") else "np.transpose(points)"
+        return f": it looks like [xs, ys, zs]; pass the transpose ({transpose})"
+    labels = _column_labels(points)
+    if labels is not None and array.ndim == 2:
+        return f": its columns are {_columns_text(labels)}; select the x, y, z ones, or name them x, y, z"
+    return ""
+
+
+def as_points(points: Any) -> np.ndarray:
+    """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error (see :func:`point_array`)."""
+    return np.ascontiguousarray(point_array(points), dtype=np.float64)
 
 
 def _integer(name: str, value: Any, what: str) -> int:
     """An integer (not a bool, a float or a string) of at most ±2⁶²."""
+    value = scalar_of(value)  # a DataArray's cut.x_index[0]
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-        raise InvalidRequestError(f"{name} must be {what}, not {value!r}")
+        raise InvalidRequestError(f"{name} must be {what}, not {shown(value)}")
     if abs(int(value)) > MAX_INDEX:
         raise InvalidRequestError(f"{name} = {value} is beyond any grid (at most ±2**62)")
     return int(value)
@@ -140,11 +243,11 @@ def _integer(name: str, value: Any, what: str) -> int:
 def node_range(name: str, value: Any) -> tuple[int, int]:
     """A half-open ``(start, stop)`` pair of integer grid indices along axis ``name``."""
     if isinstance(value, (str, bytes)):
-        raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {value!r}")
+        raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {shown(value)}")
     try:
         start, stop = value
     except (TypeError, ValueError):
-        raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {value!r}") from None
+        raise InvalidRequestError(f"{name} must be a (start, stop) pair of grid indices, not {shown(value)}") from None
     what = "an integer grid index"
     return _integer(f"{name} start", start, what), _integer(f"{name} stop", stop, what)
 
@@ -153,14 +256,26 @@ def stride_of(value: Any) -> int:
     """A cutout stride: a positive integer."""
     stride = _integer("stride", value, "a positive integer")
     if stride < 1:
-        raise InvalidRequestError(f"stride must be a positive integer, not {value!r}")
+        raise InvalidRequestError(f"stride must be a positive integer, not {shown(value)}")
     return stride
 
 
+def is_series(time: Any) -> bool:
+    """Whether ``time`` is several times rather than one (what is neither is refused as one)."""
+    try:
+        return np.ndim(scalar_of(time)) != 0
+    except (TypeError, ValueError):  # an xarray Dataset, a ragged list: not a number either
+        return False
+
+
 def time_list(time: Any) -> list[float]:
-    """One time, or a sequence of times (a time series), as a list of finite floats."""
-    if np.ndim(time) == 0:
+    """One time, or a sequence of times (a time series, such as a cutout's ``cut.time``),
+    as a list of finite floats."""
+    time = scalar_of(time)
+    if not is_series(time):
         return [finite_number("time", time)]
+    if not isinstance(time, np.ndarray) and hasattr(time, "__array__"):  # iterated, a DataArray gives DataArrays
+        time = np.asarray(time)
     if np.ndim(time) != 1 or len(time) == 0:
-        raise InvalidRequestError(f"time must be a number or a non-empty sequence of numbers, not {time!r}")
+        raise InvalidRequestError(f"time must be a number or a non-empty sequence of numbers, not {shown(time)}")
     return [finite_number("time", t) for t in time]

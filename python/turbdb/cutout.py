@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import MAX_INDEX, axes_of, node_range, time_list
+from .arguments import MAX_INDEX, axes_of, field_name, node_range, time_list
 from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
 from .size_limit import check_result_bytes, check_work_bytes
 
@@ -251,7 +251,7 @@ def cutout_array(dataset_name: str, info: DatasetInfo, field: str, data: np.ndar
 
 
 def check_field(dataset_name: str, info: DatasetInfo, field: str) -> None:
-    if field not in info.fields:
+    if field_name(field) not in info.fields:
         raise UnknownNameError(f"dataset {dataset_name!r} has no field {field!r}; it has {', '.join(info.fields)}")
 
 

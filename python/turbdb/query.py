@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import (
-    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, as_points,
-    axes_of, choice, finite_number, result_dtype, time_list,
+    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
+    axes_of, choice, field_name, finite_number, is_series, point_array, result_dtype, time_list,
 )
 from .exceptions import QueryCancelledError, UnknownNameError
 from .jobs import job_number
@@ -38,7 +38,7 @@ def query(
     cancel: threading.Event | None = None,
 ) -> np.ndarray:
     """See :meth:`turbdb.Dataset.query`."""
-    if np.ndim(time) != 0:  # a time series: one evaluation per time, stacked
+    if is_series(time):  # one evaluation per time, stacked
         return np.stack([query(dataset, field, points, time=t, method=method, operator=operator, temporal=temporal,
                                dtype=dtype, strategy=strategy, job=job, cancel=cancel) for t in time_list(time)])
     call = point_call(dataset, field, points, time=time, method=method, operator=operator, temporal=temporal,
@@ -98,7 +98,7 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     """Checks a point query at one time (see :meth:`turbdb.Dataset.query`)."""
     job = job_number(job)
     info = dataset.metadata
-    if field not in info.fields:
+    if field_name(field) not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
     method = choice("method", method, METHODS, METHOD_ALIASES)
     operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
@@ -124,11 +124,10 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     wall put on it: a float32 coordinate is typically 1e-8 from the float64 wall it stands
     for (y = 0.35 is 0.3499999940…), past the engine's tolerance, so a point on the wall
     was refused. The same for queries, tracks, and a remote client's points."""
-    xyz = as_points(points)
-    dtype = getattr(points, "dtype", None)
-    if dtype is None and hasattr(points, "dtypes"):  # a DataFrame: a column of float32 will do
-        dtype = np.float32 if any(d == np.float32 for d in points.dtypes) else None
-    if dtype != np.float32:  # lists and float64 arrays keep the engine's own tolerance
+    given = point_array(points)
+    xyz = np.ascontiguousarray(given, dtype=np.float64)
+    # Any float32 counts, big-endian ('>f4', as np.fromfile and h5py give) included.
+    if not (given.dtype.kind == "f" and given.dtype.itemsize == 4):  # float64 keeps the engine's own tolerance
         return xyz
     for axis, (n, origin, spacing, periodic) in enumerate(zip(info.grid, info.origin, info.spacing, info.periodic)):
         if periodic:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number
+from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, field_name, finite_number
 from .exceptions import (
     InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, UnknownNameError,
 )
@@ -57,7 +57,7 @@ def track(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """See :meth:`turbdb.Dataset.track`."""
     info = dataset.metadata
-    if field not in info.fields:
+    if field_name(field) not in info.fields:
         raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
     ncomp = info.fields[field].ncomp
     if ncomp != 3:
