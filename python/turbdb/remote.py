@@ -30,7 +30,10 @@ from . import __version__
 from . import exceptions as exc
 from . import remote_batches as batches
 from . import submission
-from .arguments import finite_number, result_dtype, time_list
+from .arguments import (
+    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, choice, field_name,
+    finite_number, result_dtype, time_list,
+)
 from .cutout import (
     as_filter_width, as_strides, box_ranges, check_filter_width, check_ranges, cutout_array, output_shape,
 )
@@ -41,7 +44,7 @@ from .query import query_points
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
 from .size_limit import check_result_bytes
-from .track import step_count
+from .track import INTEGRATORS, step_count
 
 # Transport failures after which the request certainly did not reach the server (refused,
 # no route, no connection free in time): sending it again is safe for any request.
@@ -455,10 +458,16 @@ class RemoteDataset:
         requests not yet sent are dropped and :class:`QueryCancelledError` is raised."""
         job_id = job.id if isinstance(job, RemoteJob) else job_number(job)
         _check_cancel(cancel, "query")
+        # Checked as locally: a list would go as repeated parameters, of which the server takes
+        # one, and None as an empty string.
+        base = {"field": field_name(field)}
+        method = choice("method", method, METHODS, METHOD_ALIASES)
+        operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
+        temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)
+        strategy = choice("strategy", strategy, STRATEGIES)
         xyz = query_points(points, self.metadata)  # float32 points on a wall put on it, as locally
         dtype = result_dtype(dtype)
         times = time_list(time)
-        base = {"field": field}
         # Only what differs from the server's defaults: every parameter costs on both sides.
         for key, value, default in (("method", method, "lag6"), ("operator", operator, "field"),
                                     ("temporal", temporal, "none"), ("dtype", dtype.name, "float32"),
@@ -489,6 +498,7 @@ class RemoteDataset:
                filter_width: int = 1) -> Any:
         """See :meth:`turbdb.Dataset.cutout`; read on the server in boxes within the token's
         point limit, sent as ``.npy``."""
+        field = field_name(field)
         strides = as_strides(stride)
         width = as_filter_width(filter_width)
         times = time_list(time)
@@ -558,6 +568,9 @@ class RemoteDataset:
         work done counted in steps. ``cancel``: a ``threading.Event`` looked at before each
         request; once set, the requests not yet sent are dropped (:class:`QueryCancelledError`)."""
         _check_cancel(cancel, "track")
+        field = field_name(field)
+        method = choice("method", method, METHODS, METHOD_ALIASES)
+        integrator = choice("integrator", integrator, INTEGRATORS)
         xyz = query_points(points, self.metadata)  # float32 points on a wall put on it, as locally
         params = {"start": _time_param("start", start), "end": _time_param("end", end), "dt": _time_param("dt", dt),
                   "method": method, "field": field, "integrator": integrator,
