@@ -2,6 +2,7 @@
 
 import copy
 import math
+import os
 
 import numpy as np
 import pytest
@@ -234,6 +235,59 @@ def test_a_step_rewritten_by_another_process_is_read_anew(tmp_path, scheduler):
     fresh = turbdb.open(tmp_path, scheduler=scheduler)["flow"]
     np.testing.assert_allclose(fresh.query("p", points, time=0.0, method="lag4"), 9.0, rtol=1e-6)
     np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 9.0, rtol=1e-6)
+
+
+def copy_as_rsync_does(source, target):
+    """Each file copied to a temporary beside its target and renamed over it; the
+    directories are kept (``rsync -a source/ target/``)."""
+    import shutil
+
+    for folder, _, files in os.walk(source):
+        into = target / os.path.relpath(folder, source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            shutil.copy2(os.path.join(folder, name), into / f".{name}.sync")
+            os.replace(into / f".{name}.sync", into / name)
+
+
+@pytest.mark.parametrize("scheduler", [None, "jaws"])
+@pytest.mark.parametrize("upstream_grid", [16, 24])
+def test_a_dataset_synced_over_file_by_file_is_read_anew(tmp_path, scheduler, upstream_grid):
+    # Only the directories' identity was compared: an open dataset, a server and a fresh
+    # handle on the same engine kept answering the old values (NaNs and old values mixed,
+    # on another grid), or refused the new shards as copied from another dataset.
+    for db, n, value in (("served", 16, 1.0), ("upstream", upstream_grid, 2.0)):
+        ds = turbdb.create_dataset(tmp_path / db, "run", grid=(n, n, n), times=[0.0, 1.0], fields={"p": 1})
+        for t in range(2):
+            ds.write("p", t, np.full((n, n, n), value + t))
+    served = turbdb.open(tmp_path / "served", scheduler=scheduler)
+    reader = served["run"]
+    points = np.random.default_rng(0).uniform(0, 2 * np.pi, (50, 3))
+    np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 1.0, rtol=1e-6)
+    copy_as_rsync_does(tmp_path / "upstream" / "run", tmp_path / "served" / "run")
+    for handle in (reader, served["run"]):
+        np.testing.assert_allclose(handle.query("p", points, time=0.0, method="lag4"), 2.0, rtol=1e-6)
+        np.testing.assert_allclose(handle.query("p", points, time=1.0, method="lag4"), 3.0, rtol=1e-6)
+        cut = handle.cutout("p", time=0.0)
+        assert cut.shape[:3] == (upstream_grid,) * 3 and (cut.values == 2.0).all()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="gives a folder to another account: root only")
+def test_verify_by_another_account_leaves_no_lock_file_the_owner_cannot_write(tmp_path):
+    # verify made .turbdb.lock when there was none, owned by whoever ran it (root): the
+    # dataset's owner could no longer append.
+    ds = turbdb.create_dataset(tmp_path, "flow", grid=(8, 8, 8), times=[0.0], fields={"p": 1})
+    lock = tmp_path / "flow" / ".turbdb.lock"
+    lock.unlink(missing_ok=True)
+    os.chown(tmp_path / "flow", os.geteuid() + 1, -1)  # another account's dataset
+    try:
+        assert turbdb.open(tmp_path)["flow"].verify_metadata() == []
+        assert not lock.exists()
+    finally:
+        os.chown(tmp_path / "flow", os.geteuid(), -1)
+    assert turbdb.open(tmp_path)["flow"].verify_metadata() == [] and lock.exists()  # its owner's: made
+    ds.append_times([1.0])
+    assert turbdb.open(tmp_path)["flow"].metadata.nt == 2
 
 
 def test_a_misshapen_rewrites_attribute_is_named_and_a_rewrite_refused_before_writing(tmp_path):

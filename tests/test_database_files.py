@@ -114,8 +114,6 @@ def test_the_info_of_a_dataset_read_under_a_directory_name_has_that_name(tmp_pat
     assert DatasetInfo.from_attrs(attrs).name == "first"
 
 
-@pytest.mark.xfail(strict=True, reason="needs Dataset (python/turbdb/dataset.py) to pass name=self.name to "
-                                       "DatasetInfo.from_attrs; drop this mark once it does")
 def test_a_renamed_dataset_is_listed_by_the_name_that_opens_it(tmp_path):
     small_dataset(tmp_path / "db", "first")
     (tmp_path / "db" / "first").rename(tmp_path / "db" / "renamed")

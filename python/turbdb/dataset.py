@@ -17,7 +17,8 @@ import numpy as np
 
 from . import _core, engine_futures, submission
 from .exceptions import (
-    DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, UnknownNameError,
+    DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, TurbdbError,
+    UnknownNameError,
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
@@ -29,6 +30,7 @@ from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
     field_document,
+    field_id,
     parse_atom_codecs,
     read_json,
     storage_error,
@@ -76,7 +78,7 @@ class Dataset(HoldsEngine):
         self._cache: list[tuple[Any, dict[str, Any], DatasetInfo] | None] = [None]
         if key is not None:
             with contextlib.suppress(Exception):
-                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs))
+                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs, name=self.name))
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
@@ -107,7 +109,7 @@ class Dataset(HoldsEngine):
             attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
-            info = DatasetInfo.from_attrs(attrs)
+            info = DatasetInfo.from_attrs(attrs, name=self.name)
             counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
             # The stores catch up before the new key is published: a copy (another request)
             # that sees it must not read through a store still holding replaced shards.
@@ -157,7 +159,7 @@ class Dataset(HoldsEngine):
         partition = attrs["partition"]
         shards = tuple(-(-n // partition) for n in grid)  # per axis x, y, z
         steps = {f: self._steps_written(f, len(attrs["times"]), shards) for f in attrs["fields"]}
-        return DatasetInfo.from_attrs(attrs, steps)
+        return DatasetInfo.from_attrs(attrs, steps, name=self.name)
 
     def _steps_written(self, field: str, nt: int, shards: tuple[int, int, int]) -> tuple[int, ...]:
         """A step is written when all of its shards exist; each shard lands by rename, so
@@ -178,12 +180,23 @@ class Dataset(HoldsEngine):
         return writer_lock(self.path)
 
     @contextlib.contextmanager
-    def _metadata_lock(self) -> Iterator[None]:
-        """Serialises read-modify-write of the metadata between writer processes."""
+    def _metadata_lock(self, reading: bool = False) -> Iterator[None]:
+        """Serialises read-modify-write of the metadata between writer processes.
+        ``reading``: for a reader that wants a consistent view, which creates the file only
+        in a dataset of its own (one made by another account, as root running ``verify``,
+        kept the dataset's owner from writing: opened for appending, the file must be
+        theirs to write)."""
+        path = self.path / LOCK_FILE
         try:
-            lock = open(self.path / LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+            if reading and (path.exists() or self.path.stat().st_uid != os.geteuid()):
+                lock = open(path, "rb")  # noqa: SIM115 - closed by the with below
+            else:
+                try:
+                    lock = open(path, "a")  # noqa: SIM115 - closed by the with below
+                except PermissionError:  # flock needs no write access: someone else's file locks too
+                    lock = open(path, "rb")  # noqa: SIM115 - closed by the with below
         except OSError as e:
-            raise storage_error(e, self.path / LOCK_FILE) from None
+            raise storage_error(e, path) from None
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -543,19 +556,27 @@ class Dataset(HoldsEngine):
         list (:mod:`turbdb.metadata_check`)."""
         with contextlib.ExitStack() as stack:
             # Under the writers' lock, so that a growing dataset's coordinate and attributes
-            # agree; a read-only database has no lock file to take, and no writer either.
+            # agree; a dataset without the lock file has had no writer since it was made
+            # (nor has a read-only database).
             with contextlib.suppress(StorageError):
-                stack.enter_context(self._metadata_lock())
+                stack.enter_context(self._metadata_lock(reading=True))
             return metadata_problems(self.path, self._attrs())
 
 
-def directory_identity(path: Path) -> tuple[int, int]:
-    """(device, inode) of a field's array directory, as its Rust store records it."""
+def directory_identity(path: Path) -> tuple[int, int, int | None]:
+    """(device, inode) of a field's array directory, as its Rust store records it, and the
+    id its metadata gives the field: what changes when the field is made again, in a new
+    directory (``overwrite=True``) or in the old one (a copy updated file by file, as rsync
+    does, keeps the directories: stores and the engine kept answering the old values)."""
     try:
         st = os.stat(path)
     except OSError:
-        return (0, 0)
-    return (st.st_dev, st.st_ino)
+        return (0, 0, None)
+    try:
+        made_as = field_id(read_json(path / ZARR_JSON), path / ZARR_JSON)
+    except TurbdbError:
+        made_as = None
+    return (st.st_dev, st.st_ino, made_as)
 
 
 def _stat_key(path: str) -> tuple[int, int, int]:

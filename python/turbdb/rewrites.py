@@ -20,7 +20,7 @@ from .exceptions import DamagedMetadataError
 REWRITES_KEY = "rewrites"
 
 #: Per engine, per field (its directory and identity), the counts it last saw.
-_ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int]], dict[int, int]]] = \
+_ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int, int | None]], dict[int, int]]] = \
     weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 # A forked child has none of its parent's engines (database.py makes new ones).
@@ -50,7 +50,7 @@ def changed(seen: dict[int, int] | None, now: dict[int, int]) -> list[int]:
     return [step for step, n in now.items() if (seen or {}).get(step) != n]
 
 
-def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int]], now: dict[int, int]) -> None:
+def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int, int | None]], now: dict[int, int]) -> None:
     """Makes ``engine`` drop the steps of the field ``key`` (read through ``store``)
     rewritten since it last looked. An engine that never looked at the field has cached
     nothing of it."""

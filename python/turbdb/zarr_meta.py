@@ -137,7 +137,7 @@ def field_document(
     }
 
 
-def _field_id(document: dict[str, Any], path: Path) -> int | None:
+def field_id(document: dict[str, Any], path: Path) -> int | None:
     """The id a field array's attributes give it (``None``: made before ids existed)."""
     value = (document.get("attributes") or {}).get(FIELD_ID_ATTRIBUTE)
     if value is None:
@@ -213,7 +213,7 @@ def parse_atom_codecs(document: dict[str, Any], path: Path) -> dict[str, Any]:
             "crc32c": "crc32c" in codecs,
             "index_at_end": config.get("index_location", "end") == "end",
             "headers_required": (document.get("attributes") or {}).get(SHARD_HEADER_ATTRIBUTE) == 1,
-            "field_id": _field_id(document, path),
+            "field_id": field_id(document, path),
         }
     except (KeyError, ValueError, TypeError, AttributeError, IndexError):
         raise DamagedMetadataError(f"{path} is not a sharded turbdb field array; the metadata is damaged") from None

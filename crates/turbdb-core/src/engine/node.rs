@@ -210,11 +210,17 @@ struct Inbox {
 /// The fields the engine reads, numbered.
 #[derive(Default)]
 struct Fields {
-    /// By directory and its identity: a dataset created again over an old one is a new
-    /// field (the old one's readers and cached atoms describe other data, even another grid).
-    by_path: FxHashMap<(std::path::PathBuf, (u64, u64)), u32>,
+    /// By directory, its identity, the field's id and its layout: a dataset created again
+    /// over an old one is a new field (the old one's readers and cached atoms describe
+    /// other data, even another grid), whether in a new directory or in the old one (a copy
+    /// updated file by file, as rsync does, keeps the directories).
+    by_path: FxHashMap<FieldKey, u32>,
     readers: Vec<Arc<FieldReader>>,
 }
+
+/// What tells a field from another ([`Fields::by_path`]): its directory, the directory's
+/// (device, inode), the field's id, and its grid, components, atom and partition.
+type FieldKey = (std::path::PathBuf, (u64, u64), Option<u64>, [usize; 6]);
 
 struct Shared {
     config: EngineConfig,
@@ -348,7 +354,9 @@ impl NodeEngine {
 
     /// The engine's number of the field read by `reader` (one per field directory).
     fn field(&self, reader: &Arc<FieldReader>) -> (u32, Arc<FieldReader>) {
-        let key = (reader.shard_path(0, [0, 0, 0]), reader.identity());
+        let g = reader.geometry();
+        let layout = [g.grid[0], g.grid[1], g.grid[2], g.ncomp, g.atom, g.partition];
+        let key = (reader.shard_path(0, [0, 0, 0]), reader.identity(), reader.field_id(), layout);
         let mut fields = self.shared.fields.lock().expect("fields");
         if let Some(&id) = fields.by_path.get(&key) {
             return (id, Arc::clone(&fields.readers[id as usize]));
