@@ -120,3 +120,44 @@ def test_a_cutout_to_a_really_full_tmpfs_fails_cleanly(db, tmp_path, suffix):  #
                                 timeout=120)
         assert_failed_cleanly(result.returncode, result.stderr, out)
         assert list(full.iterdir()) == []
+
+
+def test_a_zarr_export_that_fails_leaves_another_one_running_in_the_same_process_alone(db, tmp_path, monkeypatch):  # noqa: F811
+    # The first fix cancelled every task zarr had started since the failing write began, and
+    # replaced zarr's thread pool: an export running in another thread failed with a raw
+    # CancelledError, and zarr's max_workers setting was lost.
+    import threading
+    import time
+
+    import turbdb
+    import xarray
+    from turbdb.export import write
+    from zarr.storage import _local
+
+    put = _local._put
+
+    def slow_or_full(path, value, exclusive=False):
+        if "bad" in str(path) and path.name != ".zgroup":
+            raise OSError(28, os.strerror(28))
+        time.sleep(0.02)
+        return put(path, value, exclusive=exclusive)
+
+    monkeypatch.setattr(_local, "_put", slow_or_full)
+    cut = turbdb.open(db)["flow"].cutout("velocity", time=0.0)
+    outcomes = {}
+
+    def export(name):
+        try:
+            write(cut, tmp_path / f"{name}.zarr")
+            outcomes[name] = "written"
+        except BaseException as e:  # a CancelledError is a BaseException
+            outcomes[name] = type(e).__name__
+
+    good = threading.Thread(target=export, args=("good",))
+    good.start()
+    time.sleep(0.05)
+    export("bad")
+    good.join(60)
+    assert outcomes == {"good": "written", "bad": "OSError"}
+    np.testing.assert_array_equal(xarray.open_zarr(tmp_path / "good.zarr")[cut.name].values, cut.values)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".zarr")) == ["good.zarr"]

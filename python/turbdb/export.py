@@ -4,12 +4,7 @@ open JHTDB's cutouts) and ``.npy``. :func:`write` picks the format from the file
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import warnings
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
@@ -88,69 +83,15 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
         elif suffix == ".zarr":
             # Format 2 with consolidated metadata: every Zarr and xarray version opens it without
             # a warning (format 3 has no specified string type yet for the component names).
-            with _zarr_work_stopped_if_failed():
-                cut.to_dataset(name=cut.name or "values").to_zarr(temporary, mode="w-", zarr_format=2,
+            from .zarr_writes import StoppableStore, stopped_if_failed  # zarr takes a while to import
+
+            store = StoppableStore(temporary)
+            with stopped_if_failed(store):
+                cut.to_dataset(name=cut.name or "values").to_zarr(store, mode="w-", zarr_format=2,
                                                                   consolidated=True)
         else:
             np.save(temporary, cut.values)
     return [path]
-
-
-@contextlib.contextmanager
-def _zarr_work_stopped_if_failed() -> Iterator[None]:
-    """Zarr writes from tasks on its own event-loop thread, which neither an interrupt of
-    the waiting thread nor the failure of one chunk's write stops: after Ctrl-C they went on
-    failing at exit, printing a traceback each (68–294 lines), and on a full disk the other
-    chunks' writes went on while the temporary store was removed, and made it again (left
-    behind, with asyncio's tracebacks). On any exception the tasks started since the write
-    began are cancelled, and the file writes already handed to threads are waited for,
-    before the cleanup runs (tasks of other zarr work in the process are left alone)."""
-    from zarr.core import sync
-
-    loop = sync.loop[0]
-    before = _tasks_of(loop)
-    try:
-        yield
-    except BaseException:
-        from .cli.interrupts import as_program
-
-        # Coroutines made for chunks not yet started are dropped unawaited: no warning each
-        # as the program exits (in a Python session the filter would hide the user's own).
-        if as_program():
-            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
-        loop = sync.loop[0]
-        if loop is not None and loop.is_running():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(_stop_writes(before), loop).result(timeout=30)
-        raise
-
-
-def _tasks_of(loop: asyncio.AbstractEventLoop | None) -> set[asyncio.Task]:
-    """The tasks of ``loop`` now (none if it has not started)."""
-    if loop is None or not loop.is_running():
-        return set()
-    with contextlib.suppress(Exception):
-        return asyncio.run_coroutine_threadsafe(_all_tasks(), loop).result(timeout=10)
-    return set()
-
-
-async def _all_tasks() -> set[asyncio.Task]:
-    return asyncio.all_tasks()
-
-
-async def _stop_writes(before: set[asyncio.Task]) -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and t not in before]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" at exit
-    # A cancelled task stops waiting for its chunk's write (asyncio.to_thread), not the write,
-    # which makes the store's folders again: the loop gets a fresh thread pool and the old one
-    # is shut down once its writes are done (queued ones are dropped).
-    loop = asyncio.get_running_loop()
-    old = getattr(loop, "_default_executor", None)
-    if isinstance(old, ThreadPoolExecutor):
-        loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="asyncio"))
-        await asyncio.to_thread(old.shutdown, wait=True, cancel_futures=True)
 
 
 def _steps(cut: xarray.DataArray) -> list[tuple[int, float, np.ndarray]]:
