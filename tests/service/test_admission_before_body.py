@@ -121,3 +121,43 @@ def test_an_admission_resized_to_the_points_read_lets_the_next_request_in(app):
 
     waiting, used = asyncio.run(scenario())
     assert waiting and used == 900 and limiter.used == 0
+
+
+@pytest.mark.parametrize("headers, status", [
+    ({"content-type": "text/plain"}, 415),
+    ({"content-length": str(10 ** 9)}, 413),  # more than the anonymous 4 096 points can take
+], ids=["wrong type", "too long"])
+def test_what_the_headers_refuse_is_answered_without_waiting_for_admission(app, headers, status):
+    limiter = app.state.backend.limiter
+
+    async def scenario():
+        held = limiter.admission(1000)
+        await held.acquire()
+        exchange = Exchange(app, QUERY, "field=velocity&time=0", b'{"points": [[1, 2, 3]]}', "application/json")
+        exchange.scope["headers"] = [(k, v) for k, v in exchange.scope["headers"]
+                                     if k.decode() not in headers] + [(k.encode(), v.encode()) for k, v in headers.items()]
+        start = time.monotonic()
+        await asyncio.wait_for(exchange.run(), 30)
+        held.release()
+        return exchange, time.monotonic() - start
+
+    exchange, took = asyncio.run(scenario())
+    assert exchange.status == status and took < 0.5  # the queue timeout is 0.6 s
+
+
+def test_a_chunked_body_waits_as_a_small_one_and_is_resized_once_read(service_db):
+    app = create_app(service_db, max_points_in_flight=100_000, queue_timeout=0.6)
+    limiter = app.state.backend.limiter
+    body = json.dumps({"points": [[1, 2, 3]] * 10}).encode()
+
+    async def scenario():
+        held = limiter.admission(98_000)  # 2 000 left: less than the anonymous 4 096 points
+        await held.acquire()
+        exchange = Exchange(app, QUERY, "field=velocity&time=0", body, "application/json")
+        exchange.scope["headers"] = [(k, v) for k, v in exchange.scope["headers"] if k != b"content-length"]
+        await asyncio.wait_for(exchange.run(), 30)
+        held.release()
+        return exchange
+
+    exchange = asyncio.run(scenario())
+    assert exchange.status == 200 and limiter.used == 0

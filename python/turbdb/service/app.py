@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..exceptions import InvalidRequestError, TurbdbError
+from ..exceptions import InvalidRequestError, TurbdbError, UnknownNameError
 from ..query import evaluate_call, point_call
 from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
@@ -209,6 +209,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits.check_dataset(name)
         engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
         encode = _encoder(request)
+        if field not in ds.metadata.fields:  # before the admission: a refused request must not wait its turn
+            raise UnknownNameError(f"dataset {name!r} has no field {field!r}; it has {', '.join(ds.metadata.fields)}")
         async with backend.admitted(request, limits) as admission:
             points = await backend.points(request, limits)
             admission.resize(len(points))

@@ -42,6 +42,8 @@ NPY_BYTES_PER_POINT, JSON_BYTES_PER_POINT, BODY_SLACK = 24, 96, 65536
 # turbdb.connect sends; other dtypes are resized once read), the fewest in JSON ("[0,0,0],")
 # and in JHTDB's text ("0 0 0\n").
 ADMITTED_BYTES_PER_POINT = {"npy": NPY_BYTES_PER_POINT, "json": 8, "text": 6}
+# Points a body of unknown length (chunked) is admitted as, until it is read.
+UNKNOWN_LENGTH_POINTS = 1024
 # Queries of at most this many points run on the event loop, not in the thread pool.
 INLINE_POINTS = 128
 # JSON bodies above this are parsed in the thread pool, not on the event loop.
@@ -208,12 +210,20 @@ class Backend:
         the bodies of requests waiting their turn were memory outside the budget: 16
         waiting 10⁶-point queries took 700 MB. A client waits with its body unsent (TCP
         holds it back); one that waits too long gets 503, its body read and dropped first
-        (answered while still sending, a client sees a broken connection, not the 503)."""
+        (answered while still sending, a client sees a broken connection, not the 503).
+        What the headers alone refuse (the type, a length beyond the token's limit) is
+        answered at once, without waiting its turn. A body of unknown length (chunked) is
+        admitted as a small one and resized once read (its bytes are capped as it is read)."""
+        kind = "text" if text else "npy" if media_type(request) == NPY else "json"
+        if kind == "json":
+            require_json(request, f"JSON {{\"points\": [[x, y, z], …]}}, or an .npy file with Content-Type: {NPY}")
         declared = request.headers.get("content-length")
-        per_point = ADMITTED_BYTES_PER_POINT["text" if text else "npy" if media_type(request) == NPY else "json"]
-        most = int(declared) // per_point if declared is not None and declared.isdigit() else None
-        points = limits.max_points if most is None else min(most, limits.max_points)
-        admission = self.limiter.admission(points * max(times, 1))
+        length = int(declared) if declared is not None and declared.isdigit() else None
+        readable = {"npy": NPY_BYTES_PER_POINT, "json": JSON_BYTES_PER_POINT, "text": JSON_BYTES_PER_POINT}[kind]
+        if length is not None and length > limits.max_points * readable + BODY_SLACK:
+            raise self._too_many_points(limits, length, readable, {"npy": ".npy", "json": "JSON", "text": "text"}[kind])
+        most = UNKNOWN_LENGTH_POINTS if length is None else length // ADMITTED_BYTES_PER_POINT[kind]
+        admission = self.limiter.admission(min(most, limits.max_points) * max(times, 1))
         try:
             await admission.acquire()
         except BusyError:
