@@ -237,12 +237,15 @@ def test_a_step_rewritten_by_another_process_is_read_anew(tmp_path, scheduler):
     np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 9.0, rtol=1e-6)
 
 
-def copy_as_rsync_does(source, target):
+def copy_as_rsync_does(source, target, between=lambda: None):
     """Each file copied to a temporary beside its target and renamed over it; the
-    directories are kept (``rsync -a source/ target/``)."""
+    directories are kept (``rsync -a source/ target/``), a folder's own files before its
+    subfolders'. ``between`` is called after the first folder's files."""
     import shutil
 
-    for folder, _, files in os.walk(source):
+    for k, (folder, _, files) in enumerate(os.walk(source)):
+        if k == 1:
+            between()
         into = target / os.path.relpath(folder, source)
         into.mkdir(parents=True, exist_ok=True)
         for name in files:
@@ -251,11 +254,12 @@ def copy_as_rsync_does(source, target):
 
 
 @pytest.mark.parametrize("scheduler", [None, "jaws"])
-@pytest.mark.parametrize("upstream_grid", [16, 24])
-def test_a_dataset_synced_over_file_by_file_is_read_anew(tmp_path, scheduler, upstream_grid):
+@pytest.mark.parametrize("upstream_grid, query_midway", [(16, False), (24, False), (16, True)])
+def test_a_dataset_synced_over_file_by_file_is_read_anew(tmp_path, scheduler, upstream_grid, query_midway):
     # Only the directories' identity was compared: an open dataset, a server and a fresh
     # handle on the same engine kept answering the old values (NaNs and old values mixed,
-    # on another grid), or refused the new shards as copied from another dataset.
+    # on another grid), or refused the new shards as copied from another dataset. A query
+    # made when only the dataset's own zarr.json was new kept the old store for good.
     for db, n, value in (("served", 16, 1.0), ("upstream", upstream_grid, 2.0)):
         ds = turbdb.create_dataset(tmp_path / db, "run", grid=(n, n, n), times=[0.0, 1.0], fields={"p": 1})
         for t in range(2):
@@ -264,7 +268,8 @@ def test_a_dataset_synced_over_file_by_file_is_read_anew(tmp_path, scheduler, up
     reader = served["run"]
     points = np.random.default_rng(0).uniform(0, 2 * np.pi, (50, 3))
     np.testing.assert_allclose(reader.query("p", points, time=0.0, method="lag4"), 1.0, rtol=1e-6)
-    copy_as_rsync_does(tmp_path / "upstream" / "run", tmp_path / "served" / "run")
+    between = (lambda: reader.query("p", points, time=0.0, method="lag4")) if query_midway else (lambda: None)
+    copy_as_rsync_does(tmp_path / "upstream" / "run", tmp_path / "served" / "run", between)
     for handle in (reader, served["run"]):
         np.testing.assert_allclose(handle.query("p", points, time=0.0, method="lag4"), 2.0, rtol=1e-6)
         np.testing.assert_allclose(handle.query("p", points, time=1.0, method="lag4"), 3.0, rtol=1e-6)

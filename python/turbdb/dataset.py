@@ -58,7 +58,7 @@ class Dataset(HoldsEngine):
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
         try:
-            key = _stat_key(self._metadata_file)
+            key = (_stat_key(self._metadata_file), ())  # no field opened yet (see _attrs)
         except OSError:  # read_json below says what is wrong
             key = None
         document = read_json(self.path / ZARR_JSON)
@@ -99,9 +99,11 @@ class Dataset(HoldsEngine):
 
     def _attrs(self) -> dict[str, Any]:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
-        of it is a rename, which changes its inode and time)."""
+        of it is a rename, which changes its inode and time), or the ``zarr.json`` of an
+        opened field was: a copy updated file by file (rsync) replaces the dataset's first,
+        and a query in between kept the old field's store for good."""
         try:
-            key = _stat_key(self._metadata_file)
+            key = (_stat_key(self._metadata_file), self._opened_fields_key())
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         cached = self._cache[0]
@@ -118,6 +120,16 @@ class Dataset(HoldsEngine):
                 self._catch_up(field, counts.get(field, {}))
             cached = self._cache[0] = (key, attrs, info)
         return cached[1]
+
+    def _opened_fields_key(self) -> tuple[Any, ...]:
+        """The stat keys of the opened fields' ``zarr.json`` (None where it is missing)."""
+        keys = []
+        for field in list(self._stores):
+            try:
+                keys.append((field, _stat_key(os.path.join(self.path, field, ZARR_JSON))))
+            except OSError:
+                keys.append((field, None))
+        return tuple(keys)
 
     def _catch_up(self, field: str, now: dict[int, int]) -> None:
         """Makes the opened store of ``field``, and the engine, drop what they cached of its
@@ -198,7 +210,10 @@ class Dataset(HoldsEngine):
         except OSError as e:
             raise storage_error(e, path) from None
         with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:  # shared for a reader: on NFS an exclusive lock needs a file open for writing
+                fcntl.flock(lock, fcntl.LOCK_SH if reading else fcntl.LOCK_EX)
+            except OSError as e:
+                raise storage_error(e, path) from None
             try:
                 yield
             finally:
