@@ -2,6 +2,7 @@
 another writes it, a project moved with mv, a dataset's directory renamed, a path given with ~."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,19 @@ def test_a_moved_project_ingested_again_stores_only_its_new_steps(tmp_path, monk
     ingest_inputs("db", "run", "velocity", ["in/u_0.npy", "in/u_1.npy", "in/u_2.npy", "in/v_0.npy"], dt=0.1,
                   quiet=True)
     assert turbdb.open(moved / "db")["run"].info.nt == 4
+
+
+def test_a_new_file_with_the_values_of_a_deleted_one_is_stored(tmp_path, monkeypatch):
+    # The review: raw files deleted after their ingest to save space, then a new file
+    # holding the same values (an all-zero step) was taken for one of them moved, and
+    # skipped: every later step landed one time index early.
+    monkeypatch.chdir(tmp_path)
+    np.save("snap_000.npy", np.zeros_like(step(0)))
+    ingest_inputs("db", "run", "velocity", ["snap_000.npy"], dt=0.1, quiet=True)
+    os.remove("snap_000.npy")
+    np.save("snap_001.npy", np.zeros_like(step(0)))
+    ingest_inputs("db", "run", "velocity", ["snap_001.npy"], dt=0.1, quiet=True)
+    assert turbdb.open(tmp_path / "db")["run"].info.nt == 2
 
 
 def test_verify_notes_a_dataset_whose_metadata_names_it_otherwise(tmp_path):

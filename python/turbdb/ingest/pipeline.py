@@ -138,7 +138,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
             data, digest = upcoming.result()
             if i + 1 < len(todo):
                 upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
-            earlier = moved_from.get((ref.key, ref.index, digest)) if again is None else None
+            earlier = moved_from.get(_moved_key(ref, digest)) if again is None else None
             if earlier:
                 # The input was moved (a project moved with mv, its ingest rerun there):
                 # stored before, so its entry follows it instead of the step being appended again.
@@ -225,24 +225,31 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
     return todo, unchanged
 
 
-def _steps_of_missing_files(journal: dict[str, Any], how: str) -> dict[tuple[str, int, str], list[str]]:
+def _moved_key(ref: StepRef, digest: str) -> tuple[Any, ...]:
+    """What a moved input keeps (``mv`` keeps the size and modification time): its file's
+    name, size and time, the key and index of the step in it, and the step's values."""
+    return (os.path.basename(ref.source), ref.size, ref.mtime_ns, ref.key, ref.index, digest)
+
+
+def _steps_of_missing_files(journal: dict[str, Any], how: str) -> dict[tuple[Any, ...], list[str]]:
     """The journal's steps read with ``how`` from files no longer at their recorded path
-    (keys are absolute paths), by file key, step index and digest: an input with the same
-    values there was moved. A file still in place is another file holding the same data."""
+    (keys are absolute paths), by :func:`_moved_key`: an input with all of it the same was
+    moved. A file still in place is another file holding the same data, and so is one of
+    another name or time (the review: a new all-zero step was taken for a deleted one)."""
     if how not in journal["hows"]:
         return {}
     how_index = journal["hows"].index(how)
     exists: dict[str, bool] = {}
-    missing: dict[tuple[str, int, str], list[str]] = {}
+    missing: dict[tuple[Any, ...], list[str]] = {}
     for key, text in journal["steps"].items():
-        _, digest, read_with, _, _ = _entry(text)
+        _, digest, read_with, size, mtime = _entry(text)
         path, file_key, index = json.loads(key)
         if read_with != how_index:
             continue
         if path not in exists:
             exists[path] = os.path.exists(path)
         if not exists[path]:
-            missing.setdefault((file_key, index, digest), []).append(key)
+            missing.setdefault((os.path.basename(path), size, mtime, file_key, index, digest), []).append(key)
     return missing
 
 
