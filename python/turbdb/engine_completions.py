@@ -32,15 +32,16 @@ class Completions:
         weakref.finalize(engine, self._queue.close)
         threading.Thread(target=self._pump, name="turbdb-engine-completions", daemon=True).start()
 
-    def submit(self, call: Any, on_done: Callable[[Any], None]) -> Any:
+    def submit(self, call: Any, on_done: Callable[[Any], None], stop: Any = None) -> Any:
         """Hands ``call`` (a :class:`turbdb.query.PointCall`) to the engine and returns its
         ``PendingQuery``; ``on_done(pending)`` is called once, from the waiting thread or
         from here, when it ends. Raises what ``Engine.submit`` raises (nothing is called
-        then)."""
+        then). ``stop``: a ``_core.StopFlag`` that stops a query the engine serves alone,
+        here, before this returns."""
         engine = self._engine()
         if engine is None:
             raise RuntimeError("the database's node engine has been closed")
-        pending = call.submit(engine, notify=self._queue)
+        pending = call.submit(engine, notify=self._queue, stop=stop)
         with self._lock:
             self._on_done[pending.id] = (pending, on_done)
         # Its id may have come off the queue before it was registered (a query served at

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _core
 from .arguments import (
     METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
     axes_of, choice, field_name, finite_number, is_series, point_array, result_dtype, time_list,
@@ -46,9 +47,12 @@ def query(
     return evaluate_call(dataset, call, cancel)
 
 
-def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | None = None) -> np.ndarray:
+def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | None = None,
+                  stop: Any = None) -> np.ndarray:
     """The answer to a checked point query (:func:`point_call`): through the dataset's node
-    engine or its store, as the call's strategy says; ``cancel`` as in :func:`query`."""
+    engine or its store, as the call's strategy says; ``cancel`` as in :func:`query`.
+    ``stop``: a ``_core.StopFlag`` that stops a streaming evaluation by the dataset's own
+    store, between cells (the service sets it when the client goes away)."""
     if cancel is not None and cancel.is_set():
         raise QueryCancelledError("the query was cancelled before it started")
     if call.through_engine(dataset) and cancel is not None:
@@ -59,6 +63,8 @@ def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | N
         # Stores that take the dtype round the float64 sums once, in parallel: the local engine as
         # it scatters the answer, a cluster's workers on whole answers (half the bytes back).
         cast = {"dtype": call.dtype} if getattr(call.store, "takes_dtype", False) else {}
+        if stop is not None and isinstance(call.store, _core.FieldStore):
+            cast["stop"] = stop
         values, counters = call.store.query(call.points, **call.options, strategy=call.strategy, **cast)
     return call.answer(dataset, values, counters)
 

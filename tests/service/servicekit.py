@@ -1,9 +1,11 @@
 """What the service tests share: the small analytic database, the tokens file, and a real
 server started as a subprocess (`python -m turbdb.cli serve`) on a free loopback port."""
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import io
 import math
 import re
 import subprocess
@@ -136,3 +138,46 @@ def running_server(db: Path, log: Path, *args: str):
 
 def random_points(count, seed=0, low=0.0, high=TWO_PI):
     return np.random.default_rng(seed).uniform(low, high, (count, 3))
+
+
+def npy_body(points: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, points)
+    return buffer.getvalue()
+
+
+class Exchange:
+    """One HTTP request to an app, driven at the ASGI level: its body sent in 4 KiB pieces
+    when asked for, and the time of the first ask; then the client stays connected, or
+    (``leaves``) disconnects at once."""
+
+    def __init__(self, app, path: str, query: str, body: bytes, content_type: str, leaves: bool = False):
+        self.app, self.body, self.first_read, self.leaves = app, body, None, leaves
+        self.scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+            "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+                        (b"accept", b"application/x-npy"), (b"host", b"turbdb")],
+        }
+        self.status, self.answer, self.sent = None, b"", 0
+
+    async def receive(self):
+        if self.first_read is None:
+            self.first_read = time.monotonic()
+        if self.sent < len(self.body):
+            piece = self.body[self.sent:self.sent + 4096]
+            self.sent += len(piece)
+            return {"type": "http.request", "body": piece, "more_body": self.sent < len(self.body)}
+        if not self.leaves:
+            await asyncio.sleep(3600)  # the client stays connected
+        return {"type": "http.disconnect"}
+
+    async def send(self, message):
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self.answer += message.get("body", b"")
+
+    async def run(self):
+        await self.app(self.scope, self.receive, self.send)

@@ -13,48 +13,9 @@ import pytest
 
 from turbdb.service.app import create_app
 
+from servicekit import Exchange, npy_body
+
 QUERY = "/v1/datasets/trig/query"
-
-
-def npy_body(points: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, points)
-    return buffer.getvalue()
-
-
-class Exchange:
-    """One HTTP request to the app: its body sent in 4 KiB pieces when asked for, and the
-    time of the first ask."""
-
-    def __init__(self, app, path: str, query: str, body: bytes, content_type: str):
-        self.app, self.body, self.first_read = app, body, None
-        self.scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
-            "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
-            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-                        (b"accept", b"application/x-npy"), (b"host", b"turbdb")],
-        }
-        self.status, self.answer, self.sent = None, b"", 0
-
-    async def receive(self):
-        if self.first_read is None:
-            self.first_read = time.monotonic()
-        if self.sent < len(self.body):
-            piece = self.body[self.sent:self.sent + 4096]
-            self.sent += len(piece)
-            return {"type": "http.request", "body": piece, "more_body": self.sent < len(self.body)}
-        await asyncio.sleep(3600)  # the client stays connected
-        return {"type": "http.disconnect"}
-
-    async def send(self, message):
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        elif message["type"] == "http.response.body":
-            self.answer += message.get("body", b"")
-
-    async def run(self):
-        await self.app(self.scope, self.receive, self.send)
 
 
 @pytest.fixture

@@ -55,6 +55,11 @@ pub enum Error {
         retry_after: f64,
     },
 
+    /// The evaluation was stopped before it ended (its caller set the stop flag: the
+    /// client went away).
+    #[error("{0}")]
+    Stopped(String),
+
     /// A bug inside the engine (a panic caught while serving a batch): the queries it hit
     /// failed, the engine went on.
     #[error("{0}")]
@@ -114,6 +119,7 @@ impl Error {
                 message: message.clone(),
                 retry_after: *retry_after,
             },
+            Error::Stopped(m) => Error::Stopped(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
         }
     }

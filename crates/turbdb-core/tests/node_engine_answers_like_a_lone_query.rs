@@ -125,6 +125,7 @@ fn through(engine: &NodeEngine, f: &Fixture, a: &Ask) -> Vec<f64> {
         partitions: None,
         job: None,
         narrow: false,
+        stop: None,
     };
     match engine
         .submit_points(&f.reader, &query, None)
@@ -236,6 +237,7 @@ fn partial_sums_over_every_partition_add_up_to_the_answer() {
                     partitions: Some(&part),
                     job: None,
                     narrow: false,
+                    stop: None,
                 };
                 let Outcome::Done(values, _) = engine
                     .submit_points(&f.reader, &query, None)
@@ -278,6 +280,7 @@ fn a_corrupt_atom_fails_only_the_queries_that_need_it() {
         partitions: None,
         job: None,
         narrow: false,
+        stop: None,
     };
     let bad = engine
         .submit_points(&f.reader, &at([0.5, 0.5, 0.5]), None)
@@ -317,6 +320,7 @@ fn a_cancelled_query_ends_and_the_engine_goes_on() {
         partitions: None,
         job: None,
         narrow: false,
+        stop: None,
     };
     let tickets: Vec<_> = (0..20)
         .map(|_| engine.submit_points(&f.reader, &query, None).unwrap())
@@ -362,6 +366,7 @@ fn a_full_engine_refuses_with_a_retry_hint() {
         partitions: None,
         job: None,
         narrow: false,
+        stop: None,
     };
     // A query larger than the limit is admitted when alone; one more is refused.
     let first = engine.submit_points(&f.reader, &query, None).unwrap();
@@ -421,6 +426,7 @@ fn job_query<'a>(points: &'a [[f64; 3]], f: &Fixture, t: usize, job: JobId) -> P
         partitions: None,
         job: Some(job),
         narrow: false,
+        stop: None,
     }
 }
 
@@ -547,6 +553,7 @@ fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
         partitions: None,
         job: None,
         narrow: false,
+        stop: None,
     };
     // Atoms read serving all sixteen, every answer checked.
     let serve = |scheduler: SchedulerKind| -> u64 {
@@ -566,6 +573,7 @@ fn co_scheduled_queries_share_their_reads_where_noshare_rereads() {
                 partitions: None,
                 job: None,
                 narrow: false,
+                stop: None,
             })
             .collect();
         let tickets: Vec<_> = queries
@@ -626,6 +634,7 @@ proptest! {
             partitions: None,
             job: None,
             narrow: false,
+            stop: None,
         };
         let mut runs = Vec::new();
         for _ in 0..3 {

@@ -137,7 +137,10 @@ fn a_shard_of_another_dataset_is_refused_where_the_field_id_is_known() {
     assert!(read_all(&known(Some(1)), 0, [0, 0, 0]).is_ok());
     assert!(read_all(&known(None), 0, [0, 0, 0]).is_err());
     // A tool that opens a field without its metadata takes the ids the headers carry.
-    assert_eq!(read_all(&reader(&ours), 0, shard).unwrap(), read_all(&reader(&theirs), 0, shard).unwrap());
+    assert_eq!(
+        read_all(&reader(&ours), 0, shard).unwrap(),
+        read_all(&reader(&theirs), 0, shard).unwrap()
+    );
     assert_eq!(verify_field(&known(Some(1)), 1).problems.len(), 1);
 }
 

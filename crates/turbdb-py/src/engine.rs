@@ -19,6 +19,7 @@ use turbdb_core::{
 use crate::error::{invalid, to_py, without_gil, Result};
 use crate::field::{as_triples, axes_from, not_contiguous, AxisTuple, FieldStore};
 use crate::limits::max_result_bytes;
+use crate::stop::{flag_of, StopFlag};
 
 /// A node engine. Weakly referenceable: `turbdb.open` keeps one per database and settings
 /// in a process for as long as something uses it.
@@ -93,7 +94,9 @@ impl Engine {
     /// query of a client that went away). Errors in the arguments are raised here.
     /// `notify`: a `CompletionQueue` that gets the query's `id` when it ends (also when it
     /// ended before this returned: served at once from the cache).
-    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false, notify=None))]
+    /// `stop`: a `StopFlag` that stops the evaluation of a query the engine serves alone,
+    /// at once, before this returns (a queued one is stopped by `PendingQuery.cancel`).
+    #[pyo3(signature = (store, points, *, axes, times, time, method, operator, temporal, job=None, narrow=false, notify=None, stop=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit<'py>(
         &self,
@@ -109,9 +112,11 @@ impl Engine {
         job: Option<JobId>,
         narrow: bool,
         notify: Option<PyRef<'py, CompletionQueue>>,
+        stop: Option<PyRef<'py, StopFlag>>,
     ) -> Result<PendingQuery> {
         let mut query = point_query(&points, axes, &times, time, method, operator, temporal, job)?;
         query.narrow = narrow;
+        query.stop = flag_of(stop);
         // Without the GIL: cutting a query of 10⁵ points takes about 20 ms, and a large
         // query that finds the engine idle is served here, alone.
         let reader = store.shared_reader();
@@ -323,6 +328,7 @@ fn point_query<'a>(
         partitions: None,
         job,
         narrow: false,
+        stop: None,
     })
 }
 

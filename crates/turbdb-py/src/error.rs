@@ -18,6 +18,7 @@ mod exceptions {
     pyo3::import_exception!(turbdb.exceptions, StorageError);
     pyo3::import_exception!(turbdb.exceptions, LimitExceededError);
     pyo3::import_exception!(turbdb.exceptions, EngineBusyError);
+    pyo3::import_exception!(turbdb.exceptions, QueryCancelledError);
 }
 
 /// An error on its way to Python: from the core, from Python itself, or a core panic.
@@ -80,6 +81,7 @@ impl From<PyTurbdbErr> for PyErr {
             Error::OutOfDomain(_) => OutOfDomainError::new_err(message),
             Error::TooLarge(_) => LimitExceededError::new_err(message),
             Error::Busy { retry_after, .. } => EngineBusyError::new_err((message, retry_after)),
+            Error::Stopped(_) => QueryCancelledError::new_err(message),
             Error::Internal(_) => TurbdbError::new_err(message),
         }
     }

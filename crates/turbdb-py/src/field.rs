@@ -17,6 +17,7 @@ use turbdb_core::{
 
 use crate::error::{invalid, to_py, without_gil, Result};
 use crate::limits::max_result_bytes;
+use crate::stop::{flag_of, StopFlag};
 
 /// One field of a dataset on disk.
 #[pyclass(module = "turbdb._core", frozen)]
@@ -118,7 +119,14 @@ impl FieldStore {
             let view = array.readonly();
             let slice = view.as_slice()?;
             let written = without_gil(py, || {
-                turbdb_core::write_step(&self.root, &self.geometry, self.reader.field_id(), t, slice, sync)
+                turbdb_core::write_step(
+                    &self.root,
+                    &self.geometry,
+                    self.reader.field_id(),
+                    t,
+                    slice,
+                    sync,
+                )
             });
             self.reader.clear_cache();
             written
@@ -126,7 +134,14 @@ impl FieldStore {
             let view = array.readonly();
             let slice = view.as_slice()?;
             let written = without_gil(py, || {
-                turbdb_core::write_step(&self.root, &self.geometry, self.reader.field_id(), t, slice, sync)
+                turbdb_core::write_step(
+                    &self.root,
+                    &self.geometry,
+                    self.reader.field_id(),
+                    t,
+                    slice,
+                    sync,
+                )
             });
             self.reader.clear_cache();
             written
@@ -182,7 +197,8 @@ impl FieldStore {
     /// the flat values (`N × ncomp × slots`; float64, or `dtype` float32: the sums are
     /// float64 either way) and a dict of counters. `partitions`, a list of
     /// `(t, (sx, sy, sz))`, restricts the sums to the atoms of those partitions.
-    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None, dtype=None))]
+    /// `stop`: a `StopFlag` that stops the evaluation at its next cell (`QueryCancelledError`).
+    #[pyo3(signature = (points, *, axes, times, time, method, operator, temporal, strategy, partitions=None, dtype=None, stop=None))]
     #[allow(clippy::too_many_arguments)]
     fn query<'py>(
         &self,
@@ -197,6 +213,7 @@ impl FieldStore {
         strategy: &str,
         partitions: Option<Vec<(usize, [usize; 3])>>,
         dtype: Option<Bound<'py, PyAny>>,
+        stop: Option<PyRef<'py, StopFlag>>,
     ) -> Result<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
         let single = match dtype.map(|d| d.str()).transpose()? {
             None => false,
@@ -224,7 +241,10 @@ impl FieldStore {
         let points3: &[[f64; 3]] = as_triples(flat);
         self.check_answer_size(points3.len(), spec.operator.slots())?;
         let times = times.as_slice()?;
-        let stats = StreamStats::default();
+        let stats = StreamStats {
+            stop: flag_of(stop),
+            ..StreamStats::default()
+        };
         let axes = axes_from(axes);
         let within = partitions.map(Partitions::new);
         let reader = &self.reader;

@@ -17,6 +17,7 @@ mod limits;
 mod morton;
 mod reach;
 mod routing;
+mod stop;
 
 /// Checks a field layout as the store will: `grid` is `(nx, ny, nz)`.
 #[pyfunction]
@@ -48,6 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::PendingQuery>()?;
     m.add_class::<engine::CompletionQueue>()?;
+    m.add_class::<stop::StopFlag>()?;
     m.add_function(wrap_pyfunction!(morton::morton_encode, m)?)?;
     m.add_function(wrap_pyfunction!(morton::morton_decode, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::kernel_paths, m)?)?;

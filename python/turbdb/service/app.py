@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import __version__
+from .. import __version__, _core
 from ..exceptions import InvalidRequestError, TurbdbError, UnknownNameError
 from ..query import evaluate_call, point_call
 from ..track import step_count
@@ -31,7 +31,7 @@ from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api
-from .backend import Backend, check_track_size, parse_range
+from .backend import INLINE_POINTS, Backend, check_track_size, parse_range
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -229,17 +229,24 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                     backend.metrics.points.labels("query").inc(len(points))
                     return response
             # Here with a node engine only for the sorted/direct baselines, which look at the
-            # client's disconnection before they start.
+            # client's disconnection before they start. Without one, a streaming query is
+            # stopped between its cells when the client goes away.
             gone = backend.disconnection(request)
+            stop = _core.StopFlag()
 
             def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
                 checked = call or point_call(ds, field, points, time=time, method=method, operator=operator,
                                              temporal=temporal, dtype=dtype, strategy=strategy, job=engine_job)
-                values = evaluate_call(ds, checked, cancel=gone)
+                values = evaluate_call(ds, checked, cancel=gone, stop=stop)
                 backend.record_reads(ds, field)
                 return encode(values)
 
-            response = await backend.run(answer, points=len(points))
+            if len(points) <= INLINE_POINTS:  # answered on the event loop, at once
+                response = await backend.run(answer, points=len(points))
+            else:
+                async with watch(request) as left:
+                    left.add_done_callback(lambda _: stop.set())
+                    response = await backend.run(answer, points=len(points))
         backend.metrics.points.labels("query").inc(len(points))
         return response
 

@@ -21,7 +21,7 @@ import anyio.to_thread
 import numpy as np
 from starlette.requests import Request
 
-from .. import engine_completions
+from .. import _core, engine_completions
 from ..exceptions import QueryCancelledError
 from ..query import PointCall
 
@@ -59,7 +59,10 @@ class EngineWaits:
         if inline:
             pending = self._completions.submit(call, wake)
         else:
-            pending = await anyio.to_thread.run_sync(self._completions.submit, call, wake)
+            # A large query the idle engine serves alone runs within submit: the flag stops it.
+            stop = _core.StopFlag()
+            gone.add_done_callback(lambda _: stop.set())
+            pending = await anyio.to_thread.run_sync(self._completions.submit, call, wake, stop)
         answered = False
         try:
             await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)

@@ -11,7 +11,7 @@
 //! Callers wait on a [`Ticket`], or give a [`Completions`] queue to be told; a ticket can
 //! cancel its query, and a query whose atom cannot be read fails alone.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -164,6 +164,9 @@ pub struct PointQuery<'a> {
     /// Whether the answer is rounded to float32: a field's sums along z and y of the
     /// stored float32 values may then run in float32 ([`crate::engine::accumulate::TermSet::narrow`]).
     pub narrow: bool,
+    /// Stops the query's evaluation when set, if the engine serves it alone, at once
+    /// ([`NodeEngine::submit_points`]); queued ones are stopped by cancelling their ticket.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// A cutout for the engine.
@@ -355,8 +358,20 @@ impl NodeEngine {
     /// The engine's number of the field read by `reader` (one per field directory).
     fn field(&self, reader: &Arc<FieldReader>) -> (u32, Arc<FieldReader>) {
         let g = reader.geometry();
-        let layout = [g.grid[0], g.grid[1], g.grid[2], g.ncomp, g.atom, g.partition];
-        let key = (reader.shard_path(0, [0, 0, 0]), reader.identity(), reader.field_id(), layout);
+        let layout = [
+            g.grid[0],
+            g.grid[1],
+            g.grid[2],
+            g.ncomp,
+            g.atom,
+            g.partition,
+        ];
+        let key = (
+            reader.shard_path(0, [0, 0, 0]),
+            reader.identity(),
+            reader.field_id(),
+            layout,
+        );
         let mut fields = self.shared.fields.lock().expect("fields");
         if let Some(&id) = fields.by_path.get(&key) {
             return (id, Arc::clone(&fields.readers[id as usize]));
@@ -462,7 +477,10 @@ impl NodeEngine {
             time: query.time,
             strategy: Strategy::Streaming,
         };
-        let stream = StreamStats::default();
+        let stream = StreamStats {
+            stop: query.stop.clone(),
+            ..StreamStats::default()
+        };
         #[cfg(test)]
         let poisoned = time_weights(query.times, query.time, query.temporal)?
             .iter()
@@ -1660,6 +1678,7 @@ mod tests {
             partitions: None,
             job: None,
             narrow: false,
+            stop: None,
         };
         engine.submit_points(reader, &query, None).unwrap()
     }
@@ -1779,7 +1798,11 @@ mod tests {
         for ticket in tickets {
             match ticket.outcome() {
                 Outcome::Done(_, stats) => {
-                    assert_eq!(stats.atoms_read, stats.atoms - stats.cache_hits, "{stats:?}");
+                    assert_eq!(
+                        stats.atoms_read,
+                        stats.atoms - stats.cache_hits,
+                        "{stats:?}"
+                    );
                     summed += stats.atoms_read;
                 }
                 outcome => panic!("ended as {outcome:?}"),

@@ -8,8 +8,8 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -24,7 +24,7 @@ use crate::engine::short_copy::{copy_bytes_exact, copy_row};
 use crate::engine::simd::{KernelPath, Simd, SimdTask};
 use crate::engine::weights::weights_xyz;
 use crate::engine::whole_stencil::WholeStencil;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::interp::method::Operator;
 use crate::interp::stencil::AxisWeights;
 use crate::storage::geometry::ShardPos;
@@ -66,6 +66,9 @@ pub struct StreamStats {
     pub phases: PhaseTimes,
     /// The SIMD path the kernel ran on.
     pub kernel: Mutex<Option<KernelPath>>,
+    /// Set from another thread to stop the execution before its next cell (the service
+    /// sets it when a client goes away): it then fails with [`Error::Stopped`].
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl StreamStats {
@@ -85,6 +88,16 @@ impl StreamStats {
 
     fn ran_on(&self, path: KernelPath) {
         *self.kernel.lock().expect("stats") = Some(path);
+    }
+
+    /// [`Error::Stopped`] if the stop flag is set.
+    fn check_stop(&self) -> Result<()> {
+        match &self.stop {
+            Some(stop) if stop.load(Ordering::Relaxed) => Err(Error::Stopped(
+                "the query was stopped before it ended (its client went away)".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -204,6 +217,7 @@ pub fn execute_within<T: AnswerValue>(
     };
     match order {
         Order::Storage => plan.cells.par_iter().try_for_each(|cell| {
+            stats.check_stop()?;
             SCRATCH.with_borrow_mut(|scratch| run_cell(&cell_in, cell, None, scratch))
         })?,
         Order::Shuffled(seed) => {
@@ -212,6 +226,7 @@ pub fn execute_within<T: AnswerValue>(
             rng.shuffle(&mut cells);
             let mut scratch = Scratch::default();
             for cell in cells {
+                stats.check_stop()?;
                 run_cell(&cell_in, cell, Some(&mut rng), &mut scratch)?;
             }
         }

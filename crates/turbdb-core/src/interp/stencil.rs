@@ -215,7 +215,11 @@ impl Kernel {
                 );
                 for (j, &l) in lag[0][..4].iter().enumerate() {
                     let node = first + j as i64;
-                    let from = if shifted { (node - 2).clamp(0, n - 5) } else { node - 2 };
+                    let from = if shifted {
+                        (node - 2).clamp(0, n - 5)
+                    } else {
+                        node - 2
+                    };
                     let fd = &self.fd4[(node - from) as usize];
                     let (at, from) = ((node - base) as usize, (from - base) as usize);
                     w[0][at] = l;
@@ -358,7 +362,11 @@ mod tests {
         for k in 0..=110 {
             let s = k as f64 * 0.1;
             let (d1, _, largest) = fd4lag4_at(n, s, quartic);
-            assert!((d1 - slope(s)).abs() < 1e-9 * (1.0 + slope(s).abs()), "s {s}: {d1} against {}", slope(s));
+            assert!(
+                (d1 - slope(s)).abs() < 1e-9 * (1.0 + slope(s).abs()),
+                "s {s}: {d1} against {}",
+                slope(s)
+            );
             // lag4 through the nodes around s, not through nodes two spacings away: the
             // weights stay those of a one-sided difference (the extrapolated ones reached 55).
             assert!(largest < 12.0, "s {s}: weight {largest}");
@@ -369,7 +377,10 @@ mod tests {
         let interior = (fd4lag4_at(n, 5.3, f).0 - df(5.3)).abs();
         for s in [0.0, 0.3, 1.5, 10.7, 11.0] {
             let wall = (fd4lag4_at(n, s, f).0 - df(s)).abs();
-            assert!(wall < 20.0 * interior.max(1e-12), "s {s}: error {wall} against {interior} inside");
+            assert!(
+                wall < 20.0 * interior.max(1e-12),
+                "s {s}: error {wall} against {interior} inside"
+            );
         }
     }
 }

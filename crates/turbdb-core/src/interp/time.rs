@@ -198,7 +198,11 @@ mod tests {
     fn pchip_reproduces_quadratics_in_the_end_intervals_too() {
         // The probe's field 1 + 2t − 3t²: the end intervals' secant slopes put it 0.39 off.
         let f = |t: f64| 1.0 + 2.0 * t - 3.0 * t * t;
-        for times in [&[0.0, 0.3, 1.0][..], &[0.0, 0.1, 0.35, 0.5], &[1.0, 1.5, 2.0, 2.5, 3.0]] {
+        for times in [
+            &[0.0, 0.3, 1.0][..],
+            &[0.0, 0.1, 0.35, 0.5],
+            &[1.0, 1.5, 2.0, 2.5, 3.0],
+        ] {
             let (first, last) = (times[0], times[times.len() - 1]);
             for k in 0..=40 {
                 let t = first + (last - first) * k as f64 / 40.0;
@@ -265,17 +269,32 @@ mod tests {
     fn an_exact_tie_takes_the_later_step_as_giverny_does() {
         // giverny: floor(t/Δt + 0.5); binary-exact midpoints are common (0.25 of 0.5 steps).
         let times = [2.0, 2.5, 3.0, 3.5, 4.0];
-        assert_eq!(time_weights(&times, 2.25, Temporal::None).unwrap(), vec![(1, 1.0)]);
-        assert_eq!(time_weights(&times, 3.75, Temporal::None).unwrap(), vec![(4, 1.0)]);
-        assert_eq!(time_weights(&times, 3.7499, Temporal::None).unwrap(), vec![(3, 1.0)]);
+        assert_eq!(
+            time_weights(&times, 2.25, Temporal::None).unwrap(),
+            vec![(1, 1.0)]
+        );
+        assert_eq!(
+            time_weights(&times, 3.75, Temporal::None).unwrap(),
+            vec![(4, 1.0)]
+        );
+        assert_eq!(
+            time_weights(&times, 3.7499, Temporal::None).unwrap(),
+            vec![(3, 1.0)]
+        );
     }
 
     #[test]
     fn a_stored_time_rounded_to_float32_is_that_time() {
         let times = [0.0, 0.24, 0.48, 0.72];
         let last = 0.72f32 as f64; // 0.7200000286…
-        assert_eq!(time_weights(&times, last, Temporal::None).unwrap(), vec![(3, 1.0)]);
-        assert_eq!(time_weights(&times, last, Temporal::Pchip).unwrap(), vec![(3, 1.0)]);
+        assert_eq!(
+            time_weights(&times, last, Temporal::None).unwrap(),
+            vec![(3, 1.0)]
+        );
+        assert_eq!(
+            time_weights(&times, last, Temporal::Pchip).unwrap(),
+            vec![(3, 1.0)]
+        );
         assert!(time_weights(&times, 0.7201, Temporal::None).is_err());
         // Never more than a thousandth of the end step: steps 1e-4 apart at t = 1e6 are
         // finer than float32 there, and 0.01 past the end is 100 steps past it.

@@ -69,7 +69,11 @@ pub struct ShardHeader {
 impl ShardHeader {
     /// The encoded length of a header for `field` (with an id or not) with `slots` slots.
     pub fn encoded_len(field: &str, with_id: bool, slots: usize) -> usize {
-        let fixed = if with_id { FIXED_LEN_WITH_ID } else { FIXED_LEN };
+        let fixed = if with_id {
+            FIXED_LEN_WITH_ID
+        } else {
+            FIXED_LEN
+        };
         fixed + field.len() + 4 * slots + 4
     }
 
@@ -287,13 +291,18 @@ mod tests {
                 .check_place("velocity", other, 4, [1, 0, 2], path)
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("another dataset") && err.contains("0123456789abcdef"), "{err}");
+            assert!(
+                err.contains("another dataset") && err.contains("0123456789abcdef"),
+                "{err}"
+            );
         }
         let old = ShardHeader {
             field_id: None,
             ..header()
         };
-        assert!(old.check_place("velocity", None, 4, [1, 0, 2], path).is_ok());
+        assert!(old
+            .check_place("velocity", None, 4, [1, 0, 2], path)
+            .is_ok());
         assert!(old.check_place("velocity", id, 4, [1, 0, 2], path).is_err());
     }
 

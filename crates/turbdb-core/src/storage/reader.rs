@@ -223,7 +223,11 @@ impl FieldReader {
         let header = self.read_header(&file, &path)?;
         match &header {
             Some(h) => {
-                let id = if self.field_id_known { self.field_id } else { h.field_id };
+                let id = if self.field_id_known {
+                    self.field_id
+                } else {
+                    h.field_id
+                };
                 h.check_place(&self.field, id, t, shard, &path)?
             }
             None if self.headers_required => {
