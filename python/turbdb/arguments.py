@@ -147,8 +147,9 @@ def _columns_text(labels: list[Any]) -> str:
 
 def _xyz_columns(points: Any) -> Any:
     """The x, y, z columns of labelled points, in that order, by name: a DataFrame's
-    ``df[["z", "y", "x"]]`` read by position had x and z swapped. Integer labels (a plain
-    frame's 0, 1, 2) are taken by position."""
+    ``df[["z", "y", "x"]]`` read by position had x and z swapped. Labels that name none of
+    x, y, z (a plain frame's 0, 1, 2, read_csv's "0", "1", "2", x1, x2, x3, lon, lat,
+    depth) are taken by position, as before; some of them but not each once is refused."""
     labels = _column_labels(points)
     if labels is None:
         return points
@@ -156,7 +157,7 @@ def _xyz_columns(points: Any) -> Any:
     if all(names.count(axis) == 1 for axis in "xyz"):
         where = [names.index(axis) for axis in "xyz"]
         return points.iloc[:, where] if hasattr(points, "iloc") else points.isel({points.dims[-1]: where})
-    if all(isinstance(label, (int, np.integer)) and not isinstance(label, (bool, np.bool_)) for label in labels):
+    if not any(axis in names for axis in "xyz"):
         return points
     raise InvalidRequestError(f"points has columns {_columns_text(labels)}, which do not name x, y, z once each: "
                               "name the coordinate columns x, y, z (they are taken by name, other columns left "
