@@ -54,6 +54,31 @@ def test_create_dataset_refuses_to_replace_a_dataset_another_process_is_writing(
     assert turbdb.open(tmp_path / "db")["flow"].info.grid == (4, 4, 4)
 
 
+def test_create_dataset_refuses_to_replace_a_dataset_another_thread_is_writing(tmp_path):
+    # The review: the lock counted as held by whoever asked, in any thread of the process
+    # that held it (an ingest in a worker thread lost its steps).
+    import threading
+
+    ds = small_dataset(tmp_path / "db")
+    locked, done = threading.Event(), threading.Event()
+
+    def writer():
+        with ds.writer_lock():
+            locked.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert locked.wait(30)
+        with pytest.raises(DatasetBusyError):
+            turbdb.create_dataset(tmp_path / "db", "flow", grid=(8, 8, 8), times=[0.0], overwrite=True)
+    finally:
+        done.set()
+        thread.join()
+    assert float(turbdb.open(tmp_path / "db")["flow"].cutout("velocity", time=0).values.max()) == 1.0
+
+
 def test_a_failed_ingest_leaves_a_dataset_made_over_the_one_it_created(tmp_path, monkeypatch):
     np.save(tmp_path / "u.npy", step(0))
 

@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .byte_size import parse_byte_size
-from .dataset import WRITER_LOCK_FILE, Dataset, writer_lock
+from .dataset import WRITER_LOCK_FILE, Dataset, writer_lock, writer_lock_held
 from .exceptions import (
     DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
     UnknownNameError,
@@ -361,7 +361,7 @@ def create_dataset(
                                        "move it away or choose another name")
                 # Held until the new dataset is whole: replacing a dataset an ingest is writing
                 # lost the ingest's steps, and its cleanup then deleted the new dataset.
-                if not _writer_lock_held_here(path / WRITER_LOCK_FILE):
+                if not writer_lock_held(path):
                     replacing.enter_context(writer_lock(path))
                 _empty_keeping_writer_lock(path)
         except OSError as e:
@@ -380,34 +380,6 @@ def create_dataset(
         write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
         write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
     return Dataset(path)
-
-
-def _writer_lock_held_here(lock_file: Path) -> bool:
-    """Whether this process holds the writer lock ``lock_file``: ``turbdb simulate`` locks a
-    dataset before replacing it through :func:`create_dataset`, and a second ``flock`` of the
-    file from this process would be refused like another's. Linux's ``/proc`` tells which
-    descriptors hold a lock; without it, assumed held (the lock is then not taken)."""
-    try:
-        target = os.stat(lock_file)
-    except FileNotFoundError:
-        return False  # nobody has locked it yet
-    except OSError:
-        return False  # writer_lock reports it
-    try:
-        descriptors = os.listdir("/proc/self/fd")
-    except OSError:
-        return True
-    for fd in descriptors:
-        try:
-            st = os.stat(f"/proc/self/fd/{fd}")
-            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino) and any(
-                line.startswith("lock:") and "FLOCK" in line
-                for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
-            ):
-                return True
-        except OSError:  # closed meanwhile (listdir's own descriptor among them)
-            continue
-    return False
 
 
 def _empty_keeping_writer_lock(path: Path) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import math
 import os
+import threading
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -623,6 +624,18 @@ def _count_shards(step_dir: str, shards: tuple[int, int, int]) -> int:
     return count
 
 
+#: The writer locks each thread holds (their datasets' real paths).
+_WRITER_LOCKS_HELD = threading.local()
+
+
+def writer_lock_held(path: Path) -> bool:
+    """Whether this thread holds the writer lock of the dataset at ``path``: ``turbdb
+    simulate`` holds it while it replaces the dataset through ``create_dataset``, where a
+    second ``flock`` would be refused like another process's (and another thread of this
+    process must be refused: it is another writer)."""
+    return os.path.realpath(path) in getattr(_WRITER_LOCKS_HELD, "paths", ())
+
+
 @contextlib.contextmanager
 def writer_lock(path: Path) -> Iterator[None]:
     """The writer lock of the dataset at ``path`` (:meth:`Dataset.writer_lock`), also for a
@@ -639,9 +652,13 @@ def writer_lock(path: Path) -> Iterator[None]:
                 f"another process is writing dataset {path.name!r} (turbdb ingest or simulate); wait for it to "
                 "finish, then run this again: steps already stored are skipped"
             ) from None
+        held = _WRITER_LOCKS_HELD.__dict__.setdefault("paths", set())
+        key = os.path.realpath(path)
+        held.add(key)
         try:
             yield
         finally:
+            held.discard(key)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
