@@ -126,6 +126,21 @@ def test_a_moved_project_ingested_again_stores_only_its_new_steps(tmp_path, monk
     assert turbdb.open(moved / "db")["run"].info.nt == 4
 
 
+def test_a_project_copied_elsewhere_and_ingested_again_stores_nothing_twice(tmp_path, monkeypatch):
+    # cp -r gives the files new modification times: the copy's steps were all stored again.
+    project = tmp_path / "project"
+    (project / "in").mkdir(parents=True)
+    for i in range(2):
+        np.save(project / "in" / f"u_{i}.npy", step(i))
+    monkeypatch.chdir(project)
+    ingest_inputs("db", "run", "velocity", ["in/u_0.npy", "in/u_1.npy"], dt=0.1, quiet=True)
+    shutil.copytree(project, tmp_path / "copy", copy_function=shutil.copy)  # new times, as cp -r
+    shutil.rmtree(project)
+    monkeypatch.chdir(tmp_path / "copy")
+    ingest_inputs("db", "run", "velocity", ["in/u_0.npy", "in/u_1.npy"], dt=0.1, quiet=True)
+    assert turbdb.open(tmp_path / "copy" / "db")["run"].info.nt == 2
+
+
 def test_a_new_file_with_the_values_of_a_deleted_one_is_stored(tmp_path, monkeypatch):
     # The review: raw files deleted after their ingest to save space, then a new file
     # holding the same values (an all-zero step) was taken for one of them moved, and

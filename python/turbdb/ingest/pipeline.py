@@ -226,30 +226,30 @@ def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal
 
 
 def _moved_key(ref: StepRef, digest: str) -> tuple[Any, ...]:
-    """What a moved input keeps (``mv`` keeps the size and modification time): its file's
-    name, size and time, the key and index of the step in it, and the step's values."""
-    return (os.path.basename(ref.source), ref.size, ref.mtime_ns, ref.key, ref.index, digest)
+    """What a moved or copied input keeps: its file's name and size, the key and index of
+    the step in it, and the step's values (``cp -r`` changes the modification time)."""
+    return (os.path.basename(ref.source), ref.size, ref.key, ref.index, digest)
 
 
 def _steps_of_missing_files(journal: dict[str, Any], how: str) -> dict[tuple[Any, ...], list[str]]:
     """The journal's steps read with ``how`` from files no longer at their recorded path
     (keys are absolute paths), by :func:`_moved_key`: an input with all of it the same was
     moved. A file still in place is another file holding the same data, and so is one of
-    another name or time (the review: a new all-zero step was taken for a deleted one)."""
+    another name or size (the review: a new all-zero step was taken for a deleted one)."""
     if how not in journal["hows"]:
         return {}
     how_index = journal["hows"].index(how)
     exists: dict[str, bool] = {}
     missing: dict[tuple[Any, ...], list[str]] = {}
     for key, text in journal["steps"].items():
-        _, digest, read_with, size, mtime = _entry(text)
+        _, digest, read_with, size, _ = _entry(text)
         path, file_key, index = json.loads(key)
         if read_with != how_index:
             continue
         if path not in exists:
             exists[path] = os.path.exists(path)
         if not exists[path]:
-            missing.setdefault((os.path.basename(path), size, mtime, file_key, index, digest), []).append(key)
+            missing.setdefault((os.path.basename(path), size, file_key, index, digest), []).append(key)
     return missing
 
 
