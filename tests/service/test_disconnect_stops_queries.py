@@ -31,3 +31,6 @@ def test_a_query_whose_client_left_is_stopped_not_finished(service_db, tokens_fi
     left = asyncio.run(ask_and_leave())
     assert left.status == 499, left.answer[:300]
     assert app.state.backend.limiter.used == 0
+    if engine is not None:  # a client gone is a cancelled query, not a failed one
+        stats = app.state.backend.database.engine.stats()
+        assert (stats["cancelled"], stats["failed"]) == (1, 0)

@@ -254,6 +254,8 @@ struct ServedTally {
     alone: u64,
     /// Queries that panicked while being served (they fail alone).
     failed: u64,
+    /// Queries served alone that their stop flag stopped (a client gone): cancelled, not failed.
+    stopped: u64,
     contributions: u64,
     /// What the queries served alone read (the streaming executor reads for itself).
     atoms_read: u64,
@@ -269,6 +271,7 @@ impl ServedTally {
             queries: 0,
             alone: 0,
             failed: 0,
+            stopped: 0,
             contributions: 0,
             atoms_read: 0,
             read_requests: 0,
@@ -279,9 +282,10 @@ impl ServedTally {
     }
 
     fn add_to(&self, stats: &mut EngineStats) {
-        stats.submitted += self.queries + self.alone + self.failed;
+        stats.submitted += self.queries + self.alone + self.failed + self.stopped;
         stats.completed += self.queries + self.alone;
         stats.failed += self.failed;
+        stats.cancelled += self.stopped;
         stats.served_from_cache += self.queries;
         stats.served_alone += self.alone;
         stats.contributions += self.contributions;
@@ -505,7 +509,10 @@ impl NodeEngine {
         let values = match answer {
             Ok(Ok(values)) => values,
             Ok(Err(e)) => {
-                tally.failed += 1;
+                match e {
+                    Error::Stopped(_) => tally.stopped += 1,
+                    _ => tally.failed += 1,
+                }
                 return Err(e);
             }
             Err(payload) => {
