@@ -17,7 +17,7 @@ QUERY = "/v1/datasets/trig/query"
 
 
 @pytest.mark.parametrize("engine", [None, {"scheduler": "jaws"}], ids=["no engine", "served alone by jaws"])
-def test_a_query_whose_client_left_is_stopped_not_finished(service_db, tokens_file, engine):
+def test_a_query_whose_client_left_is_stopped_not_finished(service_db, tokens_file, engine, caplog):
     app = create_app(service_db, tokens_file, engine=engine)
     points = np.random.default_rng(0).uniform(0, 6, (300_000, 3))  # alone on an idle engine: ≥ 16 384
 
@@ -28,8 +28,12 @@ def test_a_query_whose_client_left_is_stopped_not_finished(service_db, tokens_fi
         await asyncio.wait_for(exchange.run(), 120)
         return exchange
 
-    left = asyncio.run(ask_and_leave())
+    with caplog.at_level("INFO", logger="uvicorn.access"):
+        left = asyncio.run(ask_and_leave())
     assert left.status == 499, left.answer[:300]
+    # Logged, as uvicorn would (it writes no line for an answer it cannot send).
+    assert [r.args[1:] for r in caplog.records if r.name == "uvicorn.access"] == [
+        ("POST", f"{QUERY}?field=velocity&time=0&method=lag8&operator=hessian", "1.1", 499)]
     assert app.state.backend.limiter.used == 0
     if engine is not None:  # a client gone is a cancelled query, not a failed one
         stats = app.state.backend.database.engine.stats()

@@ -22,6 +22,7 @@ from .admission import BusyError
 from .head_requests import allowed_methods, request_method
 
 log = logging.getLogger("turbdb.service")
+access_log = logging.getLogger("uvicorn.access")
 
 # Checked in order: subclasses before their bases.
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
@@ -82,6 +83,19 @@ def hide_path(message: str, root: str) -> str:
     return re.sub(start + re.escape(root) + end, "the database", message)
 
 
+def log_gone(request: Request) -> None:
+    """The access-log line of a request whose client went away (499): uvicorn writes none
+    for an answer it cannot send, so a query stopped for its client left no trace in the
+    log. Uvicorn's own format and arguments, so its formatter and the token redaction apply."""
+    scope = request.scope
+    client = scope.get("client")
+    path = scope.get("root_path", "") + scope.get("path", "")
+    if scope.get("query_string"):
+        path += "?" + scope["query_string"].decode("latin-1")
+    access_log.info('%s - "%s %s HTTP/%s" %d', f"{client[0]}:{client[1]}" if client else "-",
+                    scope.get("method", "-"), path, scope.get("http_version", "1.1"), 499)
+
+
 def _endpoint_without_slash(request: Request) -> str | None:
     """The path asked for without its trailing slash, when that is an endpoint."""
     path = request.url.path
@@ -98,7 +112,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(exc.TurbdbError)
     async def _turbdb(request: Request, error: exc.TurbdbError) -> Response:
-        return turbdb_error_response(error, hide=getattr(getattr(app.state, "backend", None), "path", None))
+        response = turbdb_error_response(error, hide=getattr(getattr(app.state, "backend", None), "path", None))
+        if response.status_code == 499:
+            log_gone(request)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, error: RequestValidationError) -> Response:
@@ -128,6 +145,7 @@ def install(app: FastAPI) -> None:
     async def _gone(request: Request, error: ClientDisconnect) -> Response:
         # Nobody is left to read an answer; no traceback in the log either. Counted as 499,
         # as a client gone while its query ran, not as a bad request (a 400 in /metrics).
+        log_gone(request)
         return error_response(499, "the client closed the connection before sending the whole body",
                               "InvalidRequestError")
 
