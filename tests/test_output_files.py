@@ -60,3 +60,28 @@ def test_a_loop_of_links_is_the_shells_one_line_error(tmp_path):
     with pytest.raises(OSError) as caught, replacing(tmp_path / "a.csv"):
         pass
     assert caught.value.errno == errno.ELOOP
+
+
+def test_temporaries_left_by_killed_processes_are_swept_by_the_next_output_beside_them(tmp_path):
+    # kill -9 during a write left a hidden temporary, a whole cutout's size, for good.
+    import subprocess
+    import sys
+
+    from turbdb import output_files
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    machine = output_files._machine()
+    left = tmp_path / f".turbdb-tmp-{dead}.{machine}.0badc0de-c.zarr"
+    (left / "velocity").mkdir(parents=True)
+    (left / "velocity" / "0.0").write_bytes(b"x" * 100)
+    running = tmp_path / f".turbdb-tmp-{os.getpid()}.{machine}.00c0ffee-q.csv"  # being written
+    running.write_text("1,2,3\n")
+    elsewhere = tmp_path / f".turbdb-tmp-{dead}.{'0' * 8 if machine != '0' * 8 else '1' * 8}.0badf00d-q.csv"
+    elsewhere.write_text("another machine's, on a shared file system\n")
+    old_style = tmp_path / ".turbdb-tmp-0badc0de-q.csv"  # whose writer cannot be told
+    old_style.write_text("")
+    with replacing(tmp_path / "out.csv") as (out,):
+        out.write_text("x\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.csv", running.name, elsewhere.name,
+                                                                 old_style.name])

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import hashlib
 import os
+import re
 import secrets
 import shutil
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +34,8 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
     places = [_place(t) for t in given]
     for target in places:
         target.parent.mkdir(parents=True, exist_ok=True)
+    for folder in {target.parent for target in places}:
+        _sweep_left_behind(folder)
     # Written in place, as before, where a rename cannot do: a device or pipe (a link to
     # /dev/null: the rename replaced the device node with a file), a folder the user may
     # not write in (only the file is theirs).
@@ -94,10 +100,52 @@ def _place(target: Path) -> Path:
 
 
 def _beside(target: Path, ending: str | None = None) -> Path:
-    # Hidden and prefixed as turbdb's other temporaries; unique, so two runs never share one.
-    # It ends with the name given (a link's target may have another ending, and np.save
-    # adds .npy to a name without it).
-    return target.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{ending or target.name}"
+    # Hidden and prefixed as turbdb's other temporaries; unique, so two runs never share one;
+    # named for the process and machine writing it (see _sweep_left_behind). It ends with
+    # the name given (a link's target may have another ending, and np.save adds .npy to a
+    # name without it).
+    return target.parent / f"{TEMP_PREFIX}{os.getpid()}.{_machine()}.{secrets.token_hex(4)}-{ending or target.name}"
+
+
+#: A temporary of :func:`_beside`: the writing process's id and machine.
+_LEFT_BY = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)\.([0-9a-f]{8})\.[0-9a-f]{8}-")
+
+
+@functools.cache
+def _machine() -> str:
+    """This machine, as temporaries name it: a hash of its host name."""
+    return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def _sweep_left_behind(folder: Path) -> None:
+    """Removes the temporaries in ``folder`` left by processes of this machine that no
+    longer run: one killed while writing (``kill -9``, the out-of-memory killer) left its
+    hidden temporary, a whole cutout's size, for good. A process of another machine (a
+    shared file system), or a running one, is left alone."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        left = _LEFT_BY.match(entry.name)
+        if left is None or left[2] != _machine() or _running(int(left[1])):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (another user's counts too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, as someone else
+        return True
+    return True
 
 
 def _move_into_place(temporary: Path, target: Path, leftovers: list[Path]) -> None:
