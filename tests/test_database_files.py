@@ -95,13 +95,20 @@ def test_a_failed_ingest_leaves_a_dataset_made_over_the_one_it_created(tmp_path,
     assert turbdb.open(tmp_path / "db")["run"].info.grid == (4, 4, 4)
 
 
-def test_a_moved_project_ingested_again_stores_only_its_new_steps(tmp_path, monkeypatch):
+def ingested_project(tmp_path, monkeypatch):
+    """A project folder with two inputs, ``in/u_0.npy`` and ``in/u_1.npy``, ingested into
+    its database ``db`` (dataset ``run``) by paths relative to it."""
     project = tmp_path / "project"
     (project / "in").mkdir(parents=True)
     for i in range(2):
         np.save(project / "in" / f"u_{i}.npy", step(i))
     monkeypatch.chdir(project)
     ingest_inputs("db", "run", "velocity", ["in/u_0.npy", "in/u_1.npy"], dt=0.1, quiet=True)
+    return project
+
+
+def test_a_moved_project_ingested_again_stores_only_its_new_steps(tmp_path, monkeypatch):
+    project = ingested_project(tmp_path, monkeypatch)
 
     moved = tmp_path / "moved"
     project.rename(moved)
@@ -128,12 +135,7 @@ def test_a_moved_project_ingested_again_stores_only_its_new_steps(tmp_path, monk
 
 def test_a_project_copied_elsewhere_and_ingested_again_stores_nothing_twice(tmp_path, monkeypatch):
     # cp -r gives the files new modification times: the copy's steps were all stored again.
-    project = tmp_path / "project"
-    (project / "in").mkdir(parents=True)
-    for i in range(2):
-        np.save(project / "in" / f"u_{i}.npy", step(i))
-    monkeypatch.chdir(project)
-    ingest_inputs("db", "run", "velocity", ["in/u_0.npy", "in/u_1.npy"], dt=0.1, quiet=True)
+    project = ingested_project(tmp_path, monkeypatch)
     shutil.copytree(project, tmp_path / "copy", copy_function=shutil.copy)  # new times, as cp -r
     shutil.rmtree(project)
     monkeypatch.chdir(tmp_path / "copy")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from .exceptions import InvalidRequestError, UnknownOptionError
+from .exceptions import InvalidRequestError, UnknownNameError, UnknownOptionError
 
 METHODS: tuple[str, ...] = tuple(_core.METHODS)
 METHOD_ALIASES: dict[str, str] = dict(_core.METHOD_ALIASES)
@@ -65,8 +65,8 @@ def scalar_of(value: Any) -> Any:
         return value
     try:
         array = np.asarray(value)
-    except (TypeError, ValueError, NotImplementedError):  # an xarray Dataset: refused by the caller's check
-        return value
+    except (TypeError, ValueError, NotImplementedError):
+        return value  # not an array after all (an xarray Dataset refuses np.asarray): the caller's check names it
     return array[()] if array.ndim == 0 else value
 
 
@@ -106,6 +106,14 @@ def field_name(field: Any) -> str:
     if not isinstance(field, str):
         raise InvalidRequestError(f"field must be the name of one field (a str), not {shown(field)}; "
                                   "ask for each field in a call of its own")
+    return field
+
+
+def known_field(dataset: str, fields: Any, field: Any) -> str:
+    """``field`` if it is one of ``fields`` (those of dataset ``dataset``), else a clear
+    error naming those it has."""
+    if field_name(field) not in fields:
+        raise UnknownNameError(f"dataset {dataset!r} has no field {field!r}; it has {', '.join(fields)}")
     return field
 
 
@@ -187,8 +195,8 @@ def point_array(points: Any) -> np.ndarray:
         elif isinstance(labelled, memoryview) or (
                 not isinstance(labelled, np.ndarray) and hasattr(labelled, "__array__")):
             points = np.asarray(labelled)  # iterated, a DataFrame gave its column names
-    except (TypeError, ValueError, OverflowError, NotImplementedError) as e:  # an xarray Dataset
-        raise _unreadable_points(e) from None
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
+        raise _unreadable_points(e) from None  # not an array after all: an xarray Dataset refuses np.asarray
     if not isinstance(points, np.ndarray):
         if isinstance(points, (str, bytes)):
             raise _refuse_points("a string")

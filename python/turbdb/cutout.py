@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import MAX_INDEX, axes_of, field_name, node_range, time_list
-from .exceptions import InvalidRequestError, OutOfDomainError, UnknownNameError
+from .arguments import MAX_INDEX, axes_of, known_field, node_range, time_list
+from .exceptions import InvalidRequestError, OutOfDomainError
 from .size_limit import check_result_bytes, check_work_bytes
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
            stride: Any = 1, filter_width: int = 1) -> xarray.DataArray:
     """See :meth:`turbdb.Dataset.cutout`."""
     info = dataset.metadata
-    check_field(dataset.name, info, field)
+    known_field(dataset.name, info.fields, field)
     strides = as_strides(stride)
     width = as_filter_width(filter_width)
     ranges = box_ranges(info, x, y, z)
@@ -248,11 +248,6 @@ def cutout_array(dataset_name: str, info: DatasetInfo, field: str, data: np.ndar
 
 
 # -- arguments ---------------------------------------------------------------------------------
-
-
-def check_field(dataset_name: str, info: DatasetInfo, field: str) -> None:
-    if field_name(field) not in info.fields:
-        raise UnknownNameError(f"dataset {dataset_name!r} has no field {field!r}; it has {', '.join(info.fields)}")
 
 
 def as_strides(stride: Any) -> Strides:

@@ -59,7 +59,7 @@ class Dataset(HoldsEngine):
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
         try:
-            key = (_stat_key(self._metadata_file), ())  # no field opened yet (see _attrs)
+            key = _stat_key(self._metadata_file)
         except OSError:  # read_json below says what is wrong
             key = None
         document = read_json(self.path / ZARR_JSON)
@@ -76,10 +76,11 @@ class Dataset(HoldsEngine):
         # document just read (stat'ed first: were it replaced since, the key is stale and
         # the next look reads it again), unless its attributes are damaged: that is
         # reported when they are used.
-        self._cache: list[tuple[Any, dict[str, Any], DatasetInfo] | None] = [None]
+        self._cache: list[tuple[Any, dict[str, Any], DatasetInfo, dict[str, int | None]] | None] = [None]
         if key is not None:
             with contextlib.suppress(Exception):
-                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs, name=self.name))
+                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs, name=self.name),
+                                  _described_field_ids(document, self.path))
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
@@ -100,37 +101,28 @@ class Dataset(HoldsEngine):
 
     def _attrs(self) -> dict[str, Any]:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
-        of it is a rename, which changes its inode and time), or the ``zarr.json`` of an
-        opened field was: a copy updated file by file (rsync) replaces the dataset's first,
-        and a query in between kept the old field's store for good."""
+        of it is a rename, which changes its inode and time), or at every look while an
+        opened field is not yet the one it describes (see :meth:`_drop_replaced_stores`)."""
         try:
-            key = (_stat_key(self._metadata_file), self._opened_fields_key())
+            key = _stat_key(self._metadata_file)
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         cached = self._cache[0]
         if cached is None or cached[0] != key:
-            attrs = _turbdb_attrs(read_json(self.path / ZARR_JSON))
+            document = read_json(self.path / ZARR_JSON)
+            attrs = _turbdb_attrs(document)
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
             info = DatasetInfo.from_attrs(attrs, name=self.name)
             counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
             # The stores catch up before the new key is published: a copy (another request)
             # that sees it must not read through a store still holding replaced shards.
-            self._drop_replaced_stores(attrs)
+            described = _described_field_ids(document, self.path)
+            settled = self._drop_replaced_stores(attrs, described)
             for field in list(self._stores):
                 self._catch_up(field, counts.get(field, {}))
-            cached = self._cache[0] = (key, attrs, info)
+            cached = self._cache[0] = (key if settled else None, attrs, info, described)
         return cached[1]
-
-    def _opened_fields_key(self) -> tuple[Any, ...]:
-        """The stat keys of the opened fields' ``zarr.json`` (None where it is missing)."""
-        keys = []
-        for field in list(self._stores):
-            try:
-                keys.append((field, _stat_key(os.path.join(self.path, field, ZARR_JSON))))
-            except OSError:
-                keys.append((field, None))
-        return tuple(keys)
 
     def _catch_up(self, field: str, now: dict[int, int]) -> None:
         """Makes the opened store of ``field``, and the engine, drop what they cached of its
@@ -149,13 +141,22 @@ class Dataset(HoldsEngine):
         if self.engine is not None:
             engine_catch_up(self.engine, store, (str(self.path / field), identity), now)
 
-    def _drop_replaced_stores(self, attrs: dict[str, Any]) -> None:
+    def _drop_replaced_stores(self, attrs: dict[str, Any], described: dict[str, int | None]) -> bool:
         """Forgets the opened stores of fields whose array directory is no longer the one
         they read: the dataset was created again over this one (``overwrite=True``), and the
-        old stores kept answering with the old data, or failed on the old grid."""
+        old stores kept answering with the old data, or failed on the old grid. Returns
+        whether every store left reads the field the metadata describes (``described``: the
+        field ids its consolidated copy gives): a copy updated file by file (rsync) replaces
+        the dataset's ``zarr.json`` before the fields' own, and a store opened or kept in
+        between served the old field for good. Until they agree, every look reads the
+        metadata again."""
+        settled = True
         for field, (_, _, identity) in list(self._stores.items()):
             if field not in attrs["fields"] or directory_identity(self.path / field) != identity:
                 self._stores.pop(field, None)
+            elif described.get(field, identity[2]) != identity[2]:
+                settled = False
+        return settled
 
     @property
     def metadata(self) -> DatasetInfo:
@@ -254,7 +255,11 @@ class Dataset(HoldsEngine):
                 headers_required=layout["headers_required"],
                 field_id=layout["field_id"],
             )
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"], directory_identity(self.path / field))
+            identity = directory_identity(self.path / field)
+            self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
+            cached = self._cache[0]
+            if cached is not None and cached[3].get(field, identity[2]) != identity[2]:
+                self._cache[0] = (None, *cached[1:])  # opened before the field's own zarr.json was replaced
             self._rewrites_seen.pop(field, None)  # a new store: the engine may have cached, it has not
             self._catch_up(field, rewrite_counts(attrs, self._metadata_file).get(field, {}))
         return self._stores[field][0]
@@ -593,6 +598,18 @@ def directory_identity(path: Path) -> tuple[int, int, int | None]:
     except TurbdbError:
         made_as = None
     return (st.st_dev, st.st_ino, made_as)
+
+
+def _described_field_ids(document: dict[str, Any], path: Path) -> dict[str, int | None]:
+    """The field ids the consolidated copy in a dataset's ``zarr.json`` (``document``) gives
+    its arrays; none without one (a dataset another tool wrote)."""
+    children = (document.get("consolidated_metadata") or {}).get("metadata") or {}
+    ids = {}
+    for name, child in children.items() if isinstance(children, dict) else ():
+        if isinstance(child, dict):
+            with contextlib.suppress(TurbdbError):
+                ids[name] = field_id(child, path / name / ZARR_JSON)
+    return ids
 
 
 def _stat_key(path: str) -> tuple[int, int, int]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .arguments import TEMPORAL_ALIASES, TEMPORALS, choice, finite_number
-from .exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
+from .arguments import TEMPORAL_ALIASES, TEMPORALS, choice, finite_number, known_field
+from .exceptions import InvalidRequestError, LimitExceededError
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -83,8 +83,7 @@ def planned_query(entry: Any) -> tuple[str, str, float, str]:
 def steps_read(dataset: Dataset, field: str, time: float, temporal: str = "none") -> list[int]:
     """The time indices a query of ``field`` at ``time`` reads (one, or pchip's four)."""
     info = dataset.metadata
-    if field not in info.fields:
-        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    known_field(dataset.name, info.fields, field)
     return [i for i, _ in dataset.field_store(field).time_levels(info.times, time, temporal)]
 
 

@@ -12,9 +12,9 @@ import numpy as np
 from . import _core
 from .arguments import (
     METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
-    axes_of, choice, field_name, finite_number, is_series, point_array, result_dtype, time_list,
+    axes_of, choice, finite_number, is_series, known_field, point_array, result_dtype, time_list,
 )
-from .exceptions import QueryCancelledError, UnknownNameError
+from .exceptions import QueryCancelledError
 from .jobs import job_number
 
 if TYPE_CHECKING:
@@ -104,8 +104,7 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     """Checks a point query at one time (see :meth:`turbdb.Dataset.query`)."""
     job = job_number(job)
     info = dataset.metadata
-    if field_name(field) not in info.fields:
-        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    known_field(dataset.name, info.fields, field)
     method = choice("method", method, METHODS, METHOD_ALIASES)
     operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
     temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)

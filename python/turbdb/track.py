@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, field_name, finite_number
+from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number, known_field
 from .exceptions import (
-    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, UnknownNameError,
+    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError,
 )
 from .jobs import MAX_JOB_QUERIES, declare
 from .query import query_points, unless_cancelled
@@ -57,8 +57,7 @@ def track(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """See :meth:`turbdb.Dataset.track`."""
     info = dataset.metadata
-    if field_name(field) not in info.fields:
-        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    known_field(dataset.name, info.fields, field)
     ncomp = info.fields[field].ncomp
     if ncomp != 3:
         raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")

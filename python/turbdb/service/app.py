@@ -24,7 +24,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__, _core
-from ..exceptions import InvalidRequestError, TurbdbError, UnknownNameError
+from ..arguments import known_field
+from ..exceptions import InvalidRequestError, TurbdbError
 from ..query import evaluate_call, point_call
 from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
@@ -209,8 +210,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits.check_dataset(name)
         engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
         encode = _encoder(request)
-        if field not in ds.metadata.fields:  # before the admission: a refused request must not wait its turn
-            raise UnknownNameError(f"dataset {name!r} has no field {field!r}; it has {', '.join(ds.metadata.fields)}")
+        known_field(name, ds.metadata.fields, field)  # before the admission: a refused request must not wait its turn
         async with backend.admitted(request, limits) as admission:
             points = await backend.points(request, limits)
             admission.resize(len(points))

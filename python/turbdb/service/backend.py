@@ -38,10 +38,12 @@ T = TypeVar("T")
 # Bytes a request body may take per point: .npy float64 is 24; JSON text up to ~26 digits a
 # coordinate with separators.
 NPY_BYTES_PER_POINT, JSON_BYTES_PER_POINT, BODY_SLACK = 24, 96, 65536
-# Bytes a point is taken to hold when a body is admitted before it is read: .npy float64 (as
-# turbdb.connect sends; other dtypes are resized once read), the fewest in JSON ("[0,0,0],")
-# and in JHTDB's text ("0 0 0\n").
-ADMITTED_BYTES_PER_POINT = {"npy": NPY_BYTES_PER_POINT, "json": 8, "text": 6}
+# Per encoding of the points in a body: the most bytes a point may take (the byte limit), the
+# bytes it is taken to hold when the body is admitted before it is read (.npy float64, as
+# turbdb.connect sends, other dtypes resized once read; the fewest in JSON, "[0,0,0],", and
+# in JHTDB's text, "0 0 0\n"), and the encoding's name in messages.
+BODY_ENCODINGS = {"npy": (NPY_BYTES_PER_POINT, NPY_BYTES_PER_POINT, ".npy"),
+                  "json": (JSON_BYTES_PER_POINT, 8, "JSON"), "text": (JSON_BYTES_PER_POINT, 6, "text")}
 # Points a body of unknown length (chunked) is admitted as, until it is read.
 UNKNOWN_LENGTH_POINTS = 1024
 # Queries of at most this many points run on the event loop, not in the thread pool.
@@ -219,10 +221,10 @@ class Backend:
             require_json(request, f"JSON {{\"points\": [[x, y, z], …]}}, or an .npy file with Content-Type: {NPY}")
         declared = request.headers.get("content-length")
         length = int(declared) if declared is not None and declared.isdigit() else None
-        readable = {"npy": NPY_BYTES_PER_POINT, "json": JSON_BYTES_PER_POINT, "text": JSON_BYTES_PER_POINT}[kind]
-        if length is not None and length > limits.max_points * readable + BODY_SLACK:
-            raise self._too_many_points(limits, length, readable, {"npy": ".npy", "json": "JSON", "text": "text"}[kind])
-        most = UNKNOWN_LENGTH_POINTS if length is None else length // ADMITTED_BYTES_PER_POINT[kind]
+        most_bytes, admitted_bytes, encoding = BODY_ENCODINGS[kind]
+        if length is not None and length > limits.max_points * most_bytes + BODY_SLACK:
+            raise self._too_many_points(limits, length, most_bytes, encoding)
+        most = UNKNOWN_LENGTH_POINTS if length is None else length // admitted_bytes
         admission = self.limiter.admission(min(most, limits.max_points) * max(times, 1))
         try:
             await admission.acquire()

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import numpy as np
 from starlette.responses import StreamingResponse
 
+from ..arguments import known_field
 from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
-from ..exceptions import UnknownNameError
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
 
@@ -58,8 +58,7 @@ def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[i
     """Checks the request as ``Dataset.cutout`` would (blocking: it asks the engine) and
     sizes the slabs."""
     info = dataset.metadata
-    if field not in info.fields:
-        raise UnknownNameError(f"dataset {dataset.name!r} has no field {field!r}; it has {', '.join(info.fields)}")
+    known_field(dataset.name, info.fields, field)
     ranges = tuple((0, n) if r is None else r for r, n in zip((x, y, z), info.grid))
     t_index = time_index(dataset, field, time)
     check_box(dataset, field, t_index, ranges)
