@@ -12,6 +12,15 @@ ceiling directly, beside the kernel's own scaling, in each round:
    their rates over the alone rate is the most N threads of this kernel could give here;
 3. **threads**: one process with N threads (`RAYON_NUM_THREADS=N`), the kernel's own scaling.
 
+With `--split`, each round also runs k processes of N/k threads (k = 2, 4, … below N), each
+pinned to its own N/k CPUs, all at once: where between one process and N copies the loss
+appears says whether it grows with the threads a process has.
+
+With `--distinct-steps` each copy queries a time step of its own (of a dataset of N steps, made
+beside `--data` on first use). Without it the copies read the same step in the same order at the
+same moments, so the host's shared L3 cache serves one copy's reads to the others, which one
+process's threads, each on a cell of its own, cannot get: that ceiling flatters the machine.
+
 Each process times a warm lag8 field query (float32 answers) at 10⁶ uniform points of the 256³
 benchmark dataset, seven times after a warm-up, and reports its median. The report gives the
 ceiling (copies / alone), the kernel's scaling (threads / alone) and the share of the ceiling
@@ -19,6 +28,8 @@ the kernel reaches (threads / copies), each paired within its round, then their 
 
     python bench/independent_copies.py                 # N = every CPU, 3 rounds
     python bench/independent_copies.py --copies 16 --rounds 5 --path avx2
+    python bench/independent_copies.py --copies 16 --rounds 3 --path avx2 --distinct-steps
+    python bench/independent_copies.py --copies 16 --rounds 2 --path avx2 --split
 
 Writes bench/results/independent_copies.json and .png.
 """
@@ -36,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from query import FIELD, NAME, ensure_data, machine_info, make_points, query_time
+from query import FIELD, GRID, NAME, ensure_data, machine_info, make_points, query_time
 import turbdb
 
 RESULTS = Path(__file__).parent / "results"
@@ -46,14 +57,14 @@ START_DELAY_S = 8.0
 
 
 def measure_one(payload: str) -> None:
-    """The hidden --one mode: pins itself to its CPU if given one, waits for the common start,
+    """The hidden --one mode: pins itself to its CPUs if given some, waits for the common start,
     times the query and prints its rates as JSON."""
     args = json.loads(payload)
-    if args["cpu"] is not None:
-        os.sched_setaffinity(0, {args["cpu"]})
+    if args["cpus"] is not None:
+        os.sched_setaffinity(0, set(args["cpus"]))
     ds = turbdb.open(args["data"])[NAME]
     pts = make_points(ds.info, "3D", args["n"], 0)
-    t = query_time(ds.info)
+    t = query_time(ds.info) if args["step"] is None else float(ds.info.times[args["step"]])
 
     def query() -> float:
         start = time.perf_counter()
@@ -64,16 +75,28 @@ def measure_one(payload: str) -> None:
     while time.time() < args["start_at"]:
         time.sleep(0.001)
     rates = [query() for _ in range(TIMED_QUERIES)]
-    print(json.dumps({"cpu": args["cpu"], "median": statistics.median(rates), "best": max(rates),
+    print(json.dumps({"cpus": args["cpus"], "median": statistics.median(rates), "best": max(rates),
                       "kernel": turbdb.kernel_path()}))
 
 
-def launch(data: Path, method: str, n: int, threads: int, cpu: int | None, start_at: float,
-           path: str | None) -> subprocess.Popen:
+def ensure_steps(data: Path, steps: int) -> Path:
+    """The benchmark's 256³ dataset with at least `steps` time steps, in `data` (made there
+    on first use)."""
+    if (data / NAME).exists() and len(turbdb.open(data)[NAME].info.times) >= steps:
+        return data
+    print(f"creating a {GRID}³ synthetic dataset of {steps} steps in {data} …", flush=True)
+    subprocess.run([sys.executable, "-m", "turbdb.cli", "simulate", str(data), "--name", NAME, "--grid", str(GRID),
+                    "--steps", str(steps), "--kind", "synthetic", "--quiet", "--overwrite"], check=True)
+    return data
+
+
+def launch(data: Path, method: str, n: int, threads: int, cpus: list[int] | None, start_at: float,
+           path: str | None, step: int | None) -> subprocess.Popen:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}
     if path:
         env["TURBDB_KERNEL"] = path
-    payload = json.dumps({"data": str(data), "method": method, "n": n, "cpu": cpu, "start_at": start_at})
+    payload = json.dumps({"data": str(data), "method": method, "n": n, "cpus": cpus, "start_at": start_at,
+                          "step": step})
     return subprocess.Popen([sys.executable, __file__, "--one", payload], env=env, stdout=subprocess.PIPE, text=True)
 
 
@@ -87,18 +110,35 @@ def collect(procs: list[subprocess.Popen]) -> list[dict]:
     return out
 
 
-def run_round(data: Path, method: str, n: int, copies: int, path: str | None) -> dict:
-    """One round: alone, the copies at once, then one process on `copies` threads."""
-    def at_once(threads: int, cpus: list[int | None]) -> list[dict]:
-        start_at = time.time() + START_DELAY_S
-        return collect([launch(data, method, n, threads, cpu, start_at, path) for cpu in cpus])
+def splits(copies: int) -> list[int]:
+    """The k of `--split`: powers of two from 2 that divide N, below N."""
+    return [k for k in (2 ** i for i in range(1, copies.bit_length())) if k < copies and copies % k == 0]
 
-    (alone,) = at_once(1, [0])
-    each = at_once(1, list(range(copies)))
+
+def run_round(data: Path, method: str, n: int, copies: int, path: str | None, distinct: bool,
+              split: bool) -> dict:
+    """One round: alone, the copies at once, then one process on `copies` threads (and, with
+    `split`, k processes of copies/k threads). With `distinct`, process i queries step i and
+    the others step 0; else all the middle step."""
+    def at_once(threads: int, cpus: list[list[int] | None]) -> list[dict]:
+        start_at = time.time() + START_DELAY_S
+        steps = [i if distinct else None for i in range(len(cpus))]
+        return collect([launch(data, method, n, threads, c, start_at, path, step)
+                        for c, step in zip(cpus, steps)])
+
+    (alone,) = at_once(1, [[0]])
+    each = at_once(1, [[c] for c in range(copies)])
     (threads,) = at_once(copies, [None])
-    return {"alone": alone["median"], "copies": sum(c["median"] for c in each),
-            "copies_each": sorted(c["median"] for c in each), "threads": threads["median"],
-            "kernel": threads["kernel"]}
+    out = {"alone": alone["median"], "copies": sum(c["median"] for c in each),
+           "copies_each": sorted(c["median"] for c in each), "threads": threads["median"],
+           "kernel": threads["kernel"]}
+    if split:
+        out["split"] = {}
+        for k in splits(copies):
+            per = copies // k
+            parts = at_once(per, [list(range(i * per, (i + 1) * per)) for i in range(k)])
+            out["split"][f"{k}x{per}"] = sum(p["median"] for p in parts)
+    return out
 
 
 def summarize(rounds: list[dict], copies: int) -> dict:
@@ -161,6 +201,11 @@ def main() -> None:
     parser.add_argument("--method", default="lag8", help="interpolation method timed (default lag8)")
     parser.add_argument("--points", type=int, default=1_000_000, help="points a query (default 10⁶)")
     parser.add_argument("--path", choices=turbdb.kernel_paths(), help="SIMD path (default: the kernel's own choice)")
+    parser.add_argument("--distinct-steps", action="store_true",
+                        help="each copy queries a time step of its own (a dataset of N steps in DATA-steps, "
+                             "made on first use), so the copies share no reads in the host's caches")
+    parser.add_argument("--split", action="store_true",
+                        help="also k processes of N/k threads each (k = 2, 4, … below N), pinned to CPU sets of their own")
     parser.add_argument("--out", type=Path, default=RESULTS / "independent_copies.json", help="the JSON report")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -170,23 +215,37 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if args.copies < 1 or args.copies > len(cpus) or cpus[: args.copies] != list(range(args.copies)):
         parser.error(f"--copies must be 1 … {len(cpus)}, and CPUs 0 … N-1 must be this process's to use")
-    ensure_data(args.data)
+    if args.distinct_steps:
+        args.data = ensure_steps(args.data.with_name(args.data.name + "-steps"), args.copies)
+    else:
+        ensure_data(args.data)
     load_start = os.getloadavg()
-    print(f"{args.copies} one-thread copies against one process on {args.copies} threads: {args.method} field, "
-          f"{args.points:.0e} points, {args.rounds} rounds; load average {load_start[0]:.2f}", flush=True)
+    shared = "a step each" if args.distinct_steps else "the same step"
+    print(f"{args.copies} one-thread copies ({shared}) against one process on {args.copies} threads: "
+          f"{args.method} field, {args.points:.0e} points, {args.rounds} rounds; load average {load_start[0]:.2f}",
+          flush=True)
     rounds = []
     for i in range(args.rounds):
-        r = run_round(args.data, args.method, args.points, args.copies, args.path)
+        r = run_round(args.data, args.method, args.points, args.copies, args.path, args.distinct_steps, args.split)
         rounds.append(r)
         print(f"  round {i + 1}/{args.rounds}: alone {r['alone'] / 1e6:.2f} M/s, {args.copies} copies "
               f"{r['copies'] / 1e6:.2f} M/s together ({r['copies'] / r['alone']:.1f}×), {args.copies} threads "
-              f"{r['threads'] / 1e6:.2f} M/s ({r['threads'] / r['alone']:.1f}×), path {r['kernel']}", flush=True)
+              f"{r['threads'] / 1e6:.2f} M/s ({r['threads'] / r['alone']:.1f}×), path {r['kernel']}"
+              + "".join(f"; {k} {v / 1e6:.2f} M/s ({v / r['alone']:.1f}×)" for k, v in r.get("split", {}).items()),
+              flush=True)
     summary = summarize(rounds, args.copies)
     print_summary(summary)
+    if args.split:
+        summary["split"] = {k: statistics.median(r["split"][k] / r["alone"] for r in rounds) for k in rounds[0]["split"]}
+        parts = [f"1x{args.copies} {summary['scaling']['median']:.1f}×"]
+        parts += [f"{k} {v:.1f}×" for k, v in summary["split"].items()]
+        parts += [f"{args.copies}x1 {summary['ceiling']['median']:.1f}×"]
+        print("  processes x threads / one alone (median round): " + ", ".join(parts))
     load_end = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_info(), "load_average": [load_start[0], load_end[0]], "method": args.method,
-              "points": args.points, "timed_queries": TIMED_QUERIES, "rounds": rounds, "summary": summary}
+              "points": args.points, "timed_queries": TIMED_QUERIES,
+              "distinct_steps": args.distinct_steps, "split": args.split, "rounds": rounds, "summary": summary}
     args.out.write_text(json.dumps(report, indent=1))
     plot(rounds, args.copies, args.out.with_suffix(".png"))
     print(f"  load average {load_end[0]:.2f} at the end; wrote {args.out} and .png")
