@@ -94,6 +94,22 @@ def test_float32_answers_through_the_engine_are_the_lone_float32_answers(databas
                                                        operator=operator), rtol=0, atol=1e-6 * np.abs(exact).max())
 
 
+def test_pchip_answers_through_the_engine_are_the_lone_answers_to_float32_rounding(database):
+    # What docs/queries.md says: the engine sums each time level apart (atom by atom) and
+    # blends the sums; the lone executor blends a float32 block of the levels' values first.
+    # Both are within float32 rounding of the float64 answer, so of each other.
+    points = np.random.default_rng(4).uniform(0.0, 2 * np.pi, (2000, 3))
+    lone = turbdb.open(database)["box"]
+    ds = turbdb.open(database, scheduler="jaws", cache_bytes=4 << 20)["box"]
+    times = lone.info.times
+    for method in ("lag4", "lag8"):
+        between = dict(time=times[1] + 0.37 * (times[2] - times[1]), method=method, temporal="pchip")
+        exact = lone.query("velocity", points, dtype=np.float64, **between)
+        for got in (ds.query("velocity", points, **between), lone.query("velocity", points, **between)):
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, exact, rtol=0, atol=1e-6 * np.abs(exact).max())
+
+
 def test_concurrent_queries_share_reads_under_jaws_where_noshare_rereads(database):
     work = asks(16, seed=2)
     runs = []

@@ -160,6 +160,22 @@ def test_turbdb_jhtdb_refuses_bad_arguments_with_a_turbdb_error(service_db, tmp_
         turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "afile"), url=str(service_db))
 
 
+def test_turbdb_jhtdb_takes_pyjhtdbs_numeric_codes_and_a_time_as_text(service_db, tmp_path):
+    ours = turbdb.jhtdb.turb_dataset(dataset_title="trig", output_path=str(tmp_path / "out"), url=str(service_db))
+    points = sent(random_points(20, seed=5))
+    by_name = turbdb.jhtdb.getData(ours, "velocity", 0.6, "none", "lag4", "field", points, verbose=False)
+    # pyJHTDB scripts hold the codes as numbers: sinterp = 4 (Lag4), tinterp = 0 (none).
+    for sint, tint in ((4, 0), (np.int64(4), np.int32(0)), ("4", "0")):
+        by_code = turbdb.jhtdb.getData(ours, "velocity", 0.6, tint, sint, "field", points, verbose=False)
+        pd.testing.assert_frame_equal(by_code[0], by_name[0])
+    with pytest.raises(turbdb.InvalidRequestError, match="neither a name nor one of pyJHTDB's numeric codes"):
+        turbdb.jhtdb.getData(ours, "velocity", 0.6, "none", 4.5, "field", points, verbose=False)
+    # A time given as text is parsed; the written file then adds to it as to a number.
+    frames = turbdb.jhtdb.getData(ours, "velocity", "0.6", "none", "lag4", "field", points, verbose=False)
+    lines = turbdb.jhtdb.write_interpolation_tsv_file(ours, points, frames, "text").read_text().splitlines()
+    assert "time: 0.6" in lines[0] and float(lines[2].split("\t")[0]) == 0.6
+
+
 def test_turbdb_jhtdb_cutout_errors_count_as_jhtdb_does(tmp_path):
     # 1-based inclusive ranges and stored steps 1 … n, not the engine's 0-based numbers.
     ds = turbdb.create_dataset(tmp_path / "db", "wall", grid=(8, 8, 8), times=[0.0, 0.1, 0.2], fields={"p": 1},
@@ -198,6 +214,24 @@ def test_a_jhtdb_script_runs_unchanged_with_python_m_turbdb_jhtdb(server, local,
     assert "query completed successfully" in run.stdout
     expected = local["trig"].query("pressure", [[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]], time=1.0, method="lag8")
     np.testing.assert_array_equal(np.load(tmp_path / "answer.npy"), expected)
+
+
+def test_a_script_run_with_python_m_turbdb_jhtdb_imports_the_modules_beside_it(server, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helper.py").write_text("POINTS = [[0.1, 0.2, 0.3]]\n")
+    (project / "main.py").write_text(
+        "from helper import POINTS\n"
+        "import numpy as np\n"
+        "from givernylocal.turbulence_dataset import *\n"
+        "from givernylocal.turbulence_toolkit import *\n"
+        f"dataset = turb_dataset(dataset_title='trig', output_path={str(tmp_path)!r},\n"
+        "                        auth_token='edu.jhu.pha.turbulence.testing-201406')\n"
+        "getData(dataset, 'pressure', 1.0, 'none', 'lag8', 'field', np.array(POINTS))\n")
+    # Run from elsewhere, as `python project/main.py` would be.
+    run = subprocess.run([sys.executable, "-m", "turbdb.jhtdb", server.url, "project/main.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
 
 
 def test_the_redirect_rewrites_jhtdbs_two_addresses_and_nothing_else():

@@ -138,7 +138,9 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
         answer = ds.query(var, points, time=[float(s) for s in times], method=method, operator=operator,
                           temporal=temporal)
         values = answer.reshape(len(times), len(points), len(names)).astype(np.float32, copy=False)
-    cube.var, cube.timepoint_original, cube.timepoint_end, cube.delta_t = var, timepoint_original, end, delta_t
+    # Kept as a number, as given if it is one: the writers add to it (text was kept as text).
+    given = timepoint_original if isinstance(timepoint_original, (int, float, np.number)) else t
+    cube.var, cube.timepoint_original, cube.timepoint_end, cube.delta_t = var, given, end, delta_t
     cube.sint, cube.tint, cube.sop = method, temporal, operator
     results = []
     for block in values:

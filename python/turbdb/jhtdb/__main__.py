@@ -1,6 +1,7 @@
 """``python -m turbdb.jhtdb URL SCRIPT [ARGS…]``: runs a JHTDB (givernylocal) script unmodified
 with its requests sent to the turbdb server at URL."""
 
+import os
 import runpy
 import sys
 
@@ -14,6 +15,8 @@ def main() -> None:
     url, script = sys.argv[1], sys.argv[2]
     redirect(url)
     sys.argv = [script, *sys.argv[3:]]
+    # As `python script.py` does: the modules beside the script are importable.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
 
 

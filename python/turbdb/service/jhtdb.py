@@ -85,8 +85,13 @@ def columns(field: str, ncomp: int, operator: str) -> list[str]:
     return [f"grad2{c}" for c in comps]
 
 
-def jhtdb_name(kind: str, value: str) -> str:
+def jhtdb_name(kind: str, value: str | int) -> str:
     table = JHTDB_NAMES[kind]
+    # pyJHTDB scripts hold the codes as numbers (sinterp = 4, interpolation_code['Lag4']).
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = str(int(value))
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{kind} {value!r} is neither a name nor one of pyJHTDB's numeric codes")
     key = value.strip().lower()
     if key not in table:
         if kind == "sint" and _SPLINES.fullmatch(key):
