@@ -5,6 +5,7 @@ import threading
 import httpx
 import pytest
 
+import turbdb
 from turbdb.http_clients import ClientStripes
 
 
@@ -34,7 +35,7 @@ def test_a_thread_keeps_its_client_and_threads_spread_over_several():
     assert {id(c) for c in stripes.made()} == distinct | {id(mine)}
     stripes.close()
     assert all(c.is_closed for c in seen)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(turbdb.InvalidRequestError, match="closed"):
         stripes.get()
 
 

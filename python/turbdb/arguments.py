@@ -235,8 +235,9 @@ def _shape_hint(points: Any, array: np.ndarray) -> str:
 
 
 def as_points(points: Any) -> np.ndarray:
-    """Points as a C-contiguous float64 ``(N, 3)`` array, or a clear error (see :func:`point_array`)."""
-    return np.ascontiguousarray(point_array(points), dtype=np.float64)
+    """Points as a C-contiguous, aligned float64 ``(N, 3)`` array (the engine takes no
+    unaligned one: Dask and pickle hand them over so), or a clear error (see :func:`point_array`)."""
+    return np.require(point_array(points), dtype=np.float64, requirements=["C", "A"])
 
 
 def _integer(name: str, value: Any, what: str) -> int:

@@ -60,7 +60,10 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
     ):
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidRequestError(f"a database is a directory: give its path, not {path!r}")
-        self.path = Path(path).expanduser()
+        # Absolute once, here: a relative path followed the working directory, so after a
+        # chdir (a notebook's %cd) or in a worker started elsewhere the same object read
+        # another project's data of the same name.
+        self.path = Path(os.path.abspath(Path(path).expanduser()))
         #: The one dataset shown when opened at a dataset's directory.
         self.only: str | None = None
         if self.path.is_file():
@@ -75,6 +78,7 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
                                f"open the database {self.path.parent.parent} (or the dataset directory "
                                f"{self.path.parent}) instead")
         self._engine: Any = None
+        self._closed_engine = False  # whether close() let an engine go
         # Datasets opened to plan jobs (see _planned_dataset); they follow their metadata.
         self._planning: dict[str, Dataset] = {}
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
@@ -95,6 +99,9 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
     def engine_stats(self) -> dict[str, Any]:
         """What the node engine has done and holds (atoms and bytes read, cache hit ratio,
         α, batch sizes, response times by query size); raises if there is no engine."""
+        if self.engine is None and self._closed_engine:
+            raise InvalidRequestError("this database's node engine was let go (close(), or the end of its `with` "
+                                      "block): open it again with turbdb.open(path, scheduler=...)")
         if self.engine is None:
             raise InvalidRequestError("this database has no node engine: open it with turbdb.open(path, scheduler=...)")
         return self.engine.stats()
@@ -121,7 +128,8 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
     def close(self) -> None:
         """Lets go of the node engine (its cache and I/O threads go once the datasets
         opened from it, and every other open sharing it, are gone too); a database read
-        without an engine holds nothing."""
+        without an engine holds nothing. Its datasets are still read, without the engine."""
+        self._closed_engine = self._closed_engine or self._engine is not None
         self._engine = None
 
     def __enter__(self) -> Database:

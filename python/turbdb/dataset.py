@@ -295,7 +295,7 @@ class Dataset(HoldsEngine):
         rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
         if rewrite:
             rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
-        written = store.write_step(t, np.ascontiguousarray(data), sync)
+        written = store.write_step(t, np.require(data, requirements=["C", "A"]), sync)  # aligned: see query_points
         if rewrite:
             if self.engine is not None:
                 self.engine.invalidate(store, t)  # at once; other processes learn it from the count

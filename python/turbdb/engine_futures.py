@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import engine_completions
-from .exceptions import EngineBusyError
+from .exceptions import EngineBusyError, QueryCancelledError
 from .query import PointCall
 
 #: Queries handed to the engine and not yet answered, at most; the others wait their turn.
 MAX_IN_FLIGHT = 4096
+
+#: Points from which a query is handed to the engine from a thread of its own, so that
+#: ``submit`` returns at once (smaller ones are handed in by the caller: no thread to start).
+BACKGROUND_POINTS = 1 << 12
 
 #: Seconds before queries refused by a full engine, with none of ours in it to end and
 #: make room, are handed in again.
@@ -49,7 +53,12 @@ class EngineFutures:
         future.set_running_or_notify_cancel()  # handed over at once: it cannot be cancelled
         with self._lock:
             self._waiting.append(_Submitted(dataset, call, future))
-        self._start_waiting()
+        if len(call.points) >= BACKGROUND_POINTS:
+            # Handing it in takes long: cutting 10⁵ points takes about 20 ms, and an idle
+            # engine serves a large query alone, inside the hand-in (10⁷ points: 9 s).
+            threading.Thread(target=self._start_waiting, name="turbdb-hand-in", daemon=True).start()
+        else:
+            self._start_waiting()
         return future
 
     def _start_waiting(self) -> None:
@@ -85,10 +94,15 @@ class EngineFutures:
                 if idle:  # no query of ours will end and make room: try again in a moment
                     threading.Timer(BUSY_RETRY, self._start_waiting).start()
                 return True
-            except BaseException as e:  # a bad point, an unknown step: the future's error
+            except Exception as e:  # a bad point, an unknown step: the future's error
                 with self._lock:
                     self._in_flight -= 1
                 job.future.set_exception(e)
+            except BaseException:  # Ctrl-C while the engine served it here: abandoned, and the interrupt goes on
+                with self._lock:
+                    self._in_flight -= 1
+                job.future.set_exception(QueryCancelledError("interrupted (Ctrl-C) as it was handed to the engine"))
+                raise
 
     def _finish(self, job: _Submitted, pending: Any) -> None:
         with self._lock:

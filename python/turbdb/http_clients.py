@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from .exceptions import InvalidRequestError
+
 #: Clients the threads are spread over.
 STRIPES = 32
 
@@ -42,7 +44,8 @@ class ClientStripes:
         if client is None:
             with self._lock:
                 if self._closed:
-                    raise RuntimeError("the connection to the server was closed")
+                    raise InvalidRequestError("this connection to the server was closed (close(), or the end of its "
+                                              "`with` block): connect again with turbdb.connect(url)")
                 client = self._clients[stripe]
                 if client is None:
                     client = self._clients[stripe] = self._make()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core
+from . import _core, stoppable
 from .arguments import (
     METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
     axes_of, choice, finite_number, is_series, known_field, point_array, result_dtype, time_list,
@@ -55,17 +55,26 @@ def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | N
     store, between cells (the service sets it when the client goes away)."""
     if cancel is not None and cancel.is_set():
         raise QueryCancelledError("the query was cancelled before it started")
-    if call.through_engine(dataset) and cancel is not None:
-        values, counters = unless_cancelled(call.submit(dataset.engine), cancel)
+    points = len(call.points)
+    if call.through_engine(dataset) and (cancel is not None or points >= stoppable.STOPPABLE_POINTS):
+        # An idle engine serves a large query alone, inside `submit`: stoppable there too.
+        pending = stoppable.run(lambda flag: call.submit(dataset.engine, stop=flag), points=points, cancel=cancel)
+        values, counters = unless_cancelled(pending, cancel)
     elif call.through_engine(dataset):
         values, counters = dataset.engine.query(call.store, call.points, **call.options, **call.engine_options)
     else:
         # Stores that take the dtype round the float64 sums once, in parallel: the local engine as
         # it scatters the answer, a cluster's workers on whole answers (half the bytes back).
         cast = {"dtype": call.dtype} if getattr(call.store, "takes_dtype", False) else {}
-        if stop is not None and isinstance(call.store, _core.FieldStore):
-            cast["stop"] = stop
-        values, counters = call.store.query(call.points, **call.options, strategy=call.strategy, **cast)
+        if not isinstance(call.store, _core.FieldStore):
+            values, counters = call.store.query(call.points, **call.options, strategy=call.strategy, **cast)
+        elif stop is not None:  # the service's own flag: its event loop watches the client
+            values, counters = call.store.query(call.points, **call.options, strategy=call.strategy, stop=stop,
+                                                **cast)
+        else:
+            values, counters = stoppable.run(
+                lambda flag: call.store.query(call.points, **call.options, strategy=call.strategy, stop=flag, **cast),
+                points=points, cancel=cancel)
     return call.answer(dataset, values, counters)
 
 
@@ -130,7 +139,9 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     for (y = 0.35 is 0.3499999940…), past the engine's tolerance, so a point on the wall
     was refused. The same for queries, tracks, and a remote client's points."""
     given = point_array(points)
-    xyz = np.ascontiguousarray(given, dtype=np.float64)
+    # Aligned too: an unaligned array (as Dask and pickle hand them over) is contiguous for
+    # numpy but not a slice for the engine ("arrays must be C-contiguous").
+    xyz = np.require(given, dtype=np.float64, requirements=["C", "A"])
     # Any float32 counts, big-endian ('>f4', as np.fromfile and h5py give) included.
     if not (given.dtype.kind == "f" and given.dtype.itemsize == 4):  # float64 keeps the engine's own tolerance
         return xyz
@@ -144,11 +155,16 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     return xyz
 
 
-def unless_cancelled(pending: Any, cancel: threading.Event) -> tuple[np.ndarray, dict[str, Any]]:
+def unless_cancelled(pending: Any, cancel: threading.Event | None) -> tuple[np.ndarray, dict[str, Any]]:
     """The answer of a query handed to the engine, or QueryCancelledError as soon as
-    ``cancel`` is set (the engine then drops the query's pending sub-queries)."""
-    while not pending.wait(CANCEL_POLL):
-        if cancel.is_set():
-            pending.cancel()
-            raise QueryCancelledError("the query was cancelled; the engine dropped its pending work")
+    ``cancel`` is set, or Ctrl-C's KeyboardInterrupt (the engine then drops the query's
+    pending sub-queries)."""
+    try:
+        while not pending.wait(CANCEL_POLL):
+            if cancel is not None and cancel.is_set():
+                pending.cancel()
+                raise QueryCancelledError("the query was cancelled; the engine dropped its pending work")
+    except KeyboardInterrupt:
+        pending.cancel()
+        raise
     return pending.result()
