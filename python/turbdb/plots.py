@@ -82,7 +82,8 @@ def plot_spectrum(spectrum: Spectrum, path: str | Path) -> Path:
                       label="forced shells" if a is ax else None)
         if spectrum.k_cutoff:
             a.axvline(spectrum.k_cutoff * scale, color="0.4", ls=":", lw=1,
-                      label=(("dealiasing cutoff k_max = n/3" if spectrum.dealiased else "Nyquist k = n/2")
+                      label=((f"dealiasing cutoff k_max = (n/3)·2π/L = {spectrum.k_cutoff:.3g}"
+                              if spectrum.dealiased else f"Nyquist k = (n/2)·2π/L = {spectrum.k_cutoff:.3g}")
                              if a is ax else None))
     plateau = spectrum.plateau if known else None
     if plateau is not None:
@@ -102,7 +103,11 @@ def plot_spectrum(spectrum: Spectrum, path: str | Path) -> Path:
     else:
         ax2.set(xlabel=r"$k$  [1/length]", ylabel=r"$k^{5/3}E(k)$  (not normalised: $\varepsilon$ unknown)")
     ax.set(xlabel=r"$k$  [1/length]", ylabel=r"$E(k)$  [length$^3$/time$^2$]")
-    ax.legend(fontsize=8, loc="lower left")
+    # As in plot_dispersion: a span of about a decade ran its labels together (3×10⁰4×10⁰).
+    for a in (ax, ax2):
+        a.xaxis.set_major_formatter(plt.FuncFormatter(_one_two_five))
+        a.xaxis.set_minor_formatter(plt.FuncFormatter(_one_two_five))
+    ax.legend(fontsize=8, loc="best")  # lower left hid the first shells of a short spectrum
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8, loc="upper right")
     head = f"{spectrum.dataset}: energy spectrum of {spectrum.field} at t = {format_time(spectrum.time)}"

@@ -16,7 +16,7 @@ from .query import query_points
 from .exceptions import InvalidRequestError
 from .output_files import replacing
 from .size_limit import check_result_bytes
-from .times import format_time
+from .times import format_time, nearest_stored_index
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -122,7 +122,9 @@ def rq_pdf(
                                   "normalised")
     counts, r_edges, q_edges = np.histogram2d(r / qw_mean**1.5, q / qw_mean, bins=bins, range=[R_RANGE, Q_RANGE])
     area = np.diff(r_edges)[:, None] * np.diff(q_edges)[None, :]
-    stored = info.times[int(np.argmin(np.abs(info.times - time)))] if len(info.times) else time
+    # The step the engine read (ties and near-ties go to the later one), not a nearest
+    # found apart: argmin took the earlier, labelling t = 0.5's gradients t = 0.
+    stored = info.times[nearest_stored_index(info.times, time)] if len(info.times) else time
     return RQPdf(dataset=dataset.name, field=field, time=float(stored), method=method, r=r, q=q, qw_mean=qw_mean,
                  pdf=counts / (r.size * area), r_edges=r_edges, q_edges=q_edges,
                  fractions=diagnostics.rq_quadrant_fractions(r, q))

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import numpy as np
 
-__all__ = ["time_grid", "format_time", "range_tolerance"]
+__all__ = ["time_grid", "format_time", "range_tolerance", "nearest_stored_index"]
 
 
 def time_grid(t0: float, dt: float, count: int, first: int = 0) -> np.ndarray:
@@ -34,3 +34,14 @@ def range_tolerance(times) -> float:
     end_step = min(times[1] - first, last - times[-2]) if len(times) > 1 else np.inf
     float32 = float(np.finfo(np.float32).eps) * max(abs(first), abs(last))
     return max(1e-9 * scale, min(float32, 1e-3 * float(end_step)))
+
+
+def nearest_stored_index(times: np.ndarray | list[float], t: float) -> int:
+    """The stored step a query at ``t`` without temporal interpolation reads: the nearest,
+    the later one on a tie, by the engine's own arithmetic (``time_weights`` in
+    crates/turbdb-core/src/interp/time.rs), so that a label names the step read."""
+    times = np.asarray(times, dtype=np.float64)
+    n = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
+    if n + 1 < len(times) and (times[n + 1] - t) <= (t - times[n]):
+        return n + 1
+    return n

@@ -171,3 +171,74 @@ def test_external_storage_and_staggered_components_are_read_as_before(tmp_path):
     np.testing.assert_array_equal(src.read(src.refs()[0])[..., 0], f)
     src = open_source(tmp_path / "a.h5", variables="u,v,w", axes="zyx")
     np.testing.assert_array_equal(src.read(src.refs()[0])[..., 1], f)
+
+
+@pytest.mark.parametrize("name", ["run.h5", "run.0001"])
+@pytest.mark.parametrize(("attribute", "shown"), [("_FillValue", r"-9999\.0"), ("missing_value", r"-1e\+30")])
+def test_a_netcdf4_file_read_as_hdf5_refuses_its_missing_values_as_the_netcdf_reader_does(tmp_path, name, attribute,
+                                                                                           shown):
+    # A netCDF-4 file is HDF5 inside; not named .nc, its -9999 cells were stored as data.
+    import xarray as xr
+
+    u = np.ones((2, 3, 4, 5), np.float32)
+    u[1, 2, 3, 4] = np.nan
+    ds = xr.Dataset({"u": (("time", "z", "y", "x"), u)})
+    value = -9999.0 if attribute == "_FillValue" else -1e30
+    ds["u"].encoding[attribute] = value
+    ds.to_netcdf(tmp_path / name, engine="h5netcdf")
+    src = open_source(tmp_path / name)
+    assert src.format == "hdf5"
+    np.testing.assert_array_equal(src.read(src.refs()[0]), 1.0)
+    with pytest.raises(FormatError, match=rf"dataset /u of .*{name} holds its {attribute} \({shown}\) at 1 of this "
+                                          rf"step's values, which netCDF and xarray mark as missing.*import h5py"):
+        src.read(src.refs()[1])
+
+
+def test_a_netcdf4_record_never_written_is_refused_in_a_file_read_as_hdf5(tmp_path):
+    import netCDF4
+
+    with netCDF4.Dataset(tmp_path / "p.h5", "w", format="NETCDF4") as nc:
+        for name, n in (("t", None), ("z", 3), ("y", 4), ("x", 5)):
+            nc.createDimension(name, n)
+        p = nc.createVariable("p", "f4", ("t", "z", "y", "x"))
+        p[0] = np.ones((3, 4, 5))
+        p[1, 0, 0, 0] = 3.0  # the writer stopped after one value of the second record
+    src = open_source(tmp_path / "p.h5")
+    with pytest.raises(FormatError, match="default fill value .* at 59 of this step's values: they were never written"):
+        src.read(src.refs()[1])
+
+
+def test_zeros_equal_to_a_plain_hdf5_fill_value_are_data(tmp_path):
+    with h5py.File(tmp_path / "a.h5", "w") as h:
+        h.create_dataset("u", data=np.zeros((3, 4, 5), "f4"), fillvalue=0.0)
+    src = open_source(tmp_path / "a.h5")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), 0.0)
+
+
+@pytest.mark.parametrize("steps", [[0.25], [0.25, 0.3]])
+def test_an_hdf5_cutouts_coordinates_are_named_with_the_options_that_keep_them(tmp_path, steps):
+    # .nc and .zarr cutouts got the note; HDF5 ones (turbdb's, as JHTDB's) were ingested with
+    # the spacing 2π/n of the sub-box, without a word.
+    import turbdb
+    from turbdb import export
+
+    ds = turbdb.create_dataset(tmp_path / "db", "a", grid=(16, 12, 8), spacing=(0.1, 0.2, 0.3), origin=(1.0, 0.0, 0.0),
+                               periodic=(False,) * 3, times=[0.25, 0.3, 0.35], fields={"p": 1})
+    for t in range(3):
+        ds.write("p", t, np.full((8, 12, 16), float(t)))
+    cut = ds.cutout("p", time=steps if len(steps) > 1 else steps[0], x=(2, 8))
+    written = export.write(cut, tmp_path / "c.h5")[0]  # and its .xmf
+    (note,) = open_source(written, dataset_path=f"p_{len(steps):04d}").notes
+    assert f"--spacing 0.1,0.2,0.3 --origin 1.2,0,0 --t0 {steps[-1]}," in note, note
+
+
+def test_a_netcdf4_files_coordinates_and_calendar_times_are_noted_when_read_as_hdf5(tmp_path):
+    import xarray as xr
+
+    times = ("time", [0.0, 500.0], {"units": "milliseconds since 2000-01-01"})
+    ds = xr.Dataset({"u": (("time", "z", "y", "x"), np.zeros((2, 3, 4, 5), np.float32))},
+                    coords={"time": times, "x": np.arange(5) * 0.1, "y": np.arange(4) * 0.2, "z": np.arange(3) * 0.3})
+    ds.to_netcdf(tmp_path / "run.0001", engine="h5netcdf")
+    (note,) = open_source(tmp_path / "run.0001").notes
+    assert "--spacing 0.1,0.2,0.3 --origin 0,0,0 --t0 0 --dt 0.5 (seconds since 2000-01-01, converted from the " \
+           "file's milliseconds)" in note, note

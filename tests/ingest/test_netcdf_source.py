@@ -84,8 +84,18 @@ def test_dimension_that_may_be_time_or_components_asks_for_axes(tmp_path):
 
 def test_names_that_contradict_the_default_ask_for_axes(tmp_path):
     xr.Dataset({"u": (("x", "a", "b"), np.zeros((5, 4, 3)))}).to_netcdf(tmp_path / "u.nc")
-    with pytest.raises(FormatError, match=r"'x' looks like 'x'.*default axes 'zyx'; pass axes"):
+    with pytest.raises(FormatError, match=r"'x' reads as x, where the default axes 'zyx' put z; pass axes"):
         open_source(tmp_path / "u.nc")
+
+
+def test_names_that_name_only_time_get_the_axes_to_pass(tmp_path):
+    # Index names (k, j, i) say nothing; "'t' looks like 't'" said nothing either.
+    xr.Dataset({"u": (("t", "k", "j", "i"), field(nt=2, nc=1)[..., 0])}).to_netcdf(tmp_path / "u.nc")
+    with pytest.raises(FormatError, match=r"'t' reads as time, where the default axes 'zyxc' put z; pass axes naming "
+                                          r"each dimension in order, e.g. axes='tzyx' \('t' as time, 'k' as z, 'j' as y, "
+                                          r"'i' as x\)"):
+        open_source(tmp_path / "u.nc")
+    assert open_source(tmp_path / "u.nc", axes="tzyx").n_steps == 2
 
 
 def test_packed_integers_are_decoded_to_floats(tmp_path):

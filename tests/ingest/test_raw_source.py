@@ -183,3 +183,30 @@ def test_reading_one_step_does_not_load_the_whole_file(tmp_path):
         tracemalloc.stop()
     np.testing.assert_array_equal(out, f[23])
     assert peak < 3 * f[0].nbytes < f.nbytes / 10
+
+
+@pytest.mark.parametrize(("header", "sizes", "strip"), [
+    (np.array([5, 4, 3], "<i4").tobytes(), "12 \\+ 240 bytes", "tail -c \\+21 u.dat > u_field.dat"),
+    (np.array([0.25], "<f8").tobytes(), "8 \\+ 240 bytes", "tail -c \\+17 u.dat > u_field.dat"),
+])
+def test_a_header_record_is_named_with_how_to_strip_it(tmp_path, header, sizes, strip):
+    # write(10) nx, ny, nz; write(10) u: "check --shape/--dtype", though no shape reads it.
+    f = field(nc=1)
+    (tmp_path / "u.dat").write_bytes(record(header) + record(fortran(f).astype("<f4").tobytes()))
+    with pytest.raises(FormatError, match=rf"2 record\(s\) hold .*: {sizes}\); turbdb reads only files whose records "
+                                          rf"all hold field data, and record 1 \(\d+ bytes\) does not .*\({strip}\)"):
+        open_source(tmp_path / "u.dat", dtype="f4", shape=(5, 4, 3), order="F")
+    # What it says to run gives a file that reads.
+    (tmp_path / "u_field.dat").write_bytes((tmp_path / "u.dat").read_bytes()[len(record(header)):])
+    src = open_source(tmp_path / "u_field.dat", dtype="f4", shape=(5, 4, 3), order="F")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), f[0])
+
+
+def test_records_that_are_not_all_field_data_are_never_answered_with_check_the_shape(tmp_path):
+    # write(10) t; write(10) u, twice: a header before every step.
+    data = fortran(field(nc=1)).astype("<f4").tobytes()
+    time = np.array([0.25], "<f8").tobytes()
+    (tmp_path / "u.dat").write_bytes((record(time) + record(data)) * 2)
+    with pytest.raises(FormatError, match=r"8 \+ 240 \+ 8 \+ 240 bytes\); turbdb reads only files whose records all "
+                                          r"hold field data .*write the file without them"):
+        open_source(tmp_path / "u.dat", dtype="f4", shape=(5, 4, 3, 2), order="F", axes="xyzt")

@@ -156,6 +156,36 @@ def test_default_axes_that_would_give_many_components_suggest_time(tmp_path):
     assert open_source(tmp_path / "a.npy", axes="tzyx").n_steps == 2
 
 
+def test_a_component_first_array_is_offered_czyx_before_time(tmp_path):
+    # np.stack([u, v, w]): following the advice "tzyx" stored 3 steps of a scalar.
+    np.save(tmp_path / "a.npy", np.zeros((3, 16, 16, 16), "f4"))
+    with pytest.raises(FormatError, match=r"16 components.*pass axes='czyx' if its first axis \(3\) holds the "
+                                          r"components, or axes='tzyx' if its first axis is time"):
+        open_source(tmp_path / "a.npy")
+    source = open_source(tmp_path / "a.npy", axes="czyx")
+    assert (source.grid, source.ncomp, source.n_steps) == ((16, 16, 16), 3, 1)
+
+
+@pytest.mark.parametrize(("shape", "order", "message"), [
+    ((3, 16, 16, 8), "C", r"grid of 16 x 16 x 3 with 8 components.*axes='czyx'.*or axes='tzyx'"),
+    ((5, 16, 16, 8), "C", r"grid of 16 x 16 x 5 with 8 components.*axes='czyx'.*or axes='tzyx'"),
+    ((3, 16, 16, 8), "F", r"grid of 3 x 16 x 16 with 8 components.*axes='cxyz'.*or axes='xyzt'"),
+    ((2, 3, 16, 16, 4), "C", r"grid of 16 x 16 x 3 with 4 components.*axes='tczyx' if its second axis \(3\)"),
+])
+def test_a_thin_grid_is_never_taken_for_components(tmp_path, shape, order, message):
+    # With nx <= 9 a (3, nz, ny, nx) array passed the "more than 9 components" guard: stored
+    # as a 16 x 16 x 3 grid of 8 components, without a word.
+    np.zeros(shape, "f4").tofile(tmp_path / "a.bin")
+    with pytest.raises(FormatError, match=message):
+        open_source(tmp_path / "a.bin", dtype="float32", shape=shape, order=order)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5, 3), (2, 16, 16, 1), (4, 16, 16, 6), (16, 16, 16, 2), (2, 3, 4, 5, 3)])
+def test_default_axes_stand_where_the_last_axis_holds_a_fields_components_or_the_first_is_long(tmp_path, shape):
+    np.save(tmp_path / "a.npy", np.zeros(shape, "f4"))
+    assert open_source(tmp_path / "a.npy").ncomp == shape[-1]
+
+
 # --- steps and their identity ----------------------------------------------------------
 
 
@@ -311,7 +341,30 @@ def test_text_or_descending_coordinates_never_fail_an_ingest(tmp_path):
                        "time": np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[ns]")}).to_netcdf(tmp_path / "t.nc")
     source = open_source(tmp_path / "t.nc")
     assert source.n_steps == 2
-    assert all("to keep them pass" not in note for note in source.notes), source.notes  # nothing it could say
+    (note,) = source.notes
+    options = note.split("to keep them pass ")[1].split(", and")[0]
+    assert options.startswith("--t0 0 --dt 86400 (seconds since 2020-01-01"), note  # the times only
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+@pytest.mark.parametrize(("time", "options"), [
+    (("time", [0.0, 0.5, 1.0], {"units": "seconds since 2000-01-01", "axis": "T"}),
+     "--t0 0 --dt 0.5 (the file's seconds since 2000-01-01)"),
+    (np.array(["2020-01-01T00:00:00", "2020-01-01T00:00:00.25", "2020-01-01T00:00:00.5"], dtype="datetime64[ns]"),
+     "--t0 0 --dt 0.25 (seconds since 2020-01-01 00:00:00, converted from the file's milliseconds)"),
+    (("time", [0, 1, 2], {"units": "months since 2000-01"}), "--t0 0 --dt 1 (times in months since 2000-01, as "
+                                                             "the file counts them)"),
+])
+def test_calendar_times_are_noted_in_seconds_or_in_the_files_unit(tmp_path, suffix, time, options):
+    # They were dropped without a note, where times without units got one: stored as 0, 1, 2.
+    values = np.zeros((3, 4, 4, 4), np.float32)
+    ds = xr.Dataset({"p": (("time", "z", "y", "x"), values)}, coords={"time": time})
+    if suffix == ".nc":
+        ds.to_netcdf(tmp_path / "t.nc")
+    else:
+        ds.to_zarr(tmp_path / "t.zarr", consolidated=False)
+    (note,) = open_source(tmp_path / f"t{suffix}").notes
+    assert note.split("to keep them pass ")[1].split(", and")[0] == options, note
 
 
 def test_coordinates_that_cannot_be_kept_are_named_with_why():

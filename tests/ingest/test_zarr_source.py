@@ -118,3 +118,50 @@ def test_a_damaged_chunk_is_a_format_error_and_an_absent_one_is_noted(tmp_path):
     chunk.unlink()
     (note,) = open_source(tmp_path / "u.zarr").notes
     assert "1 of 3 chunks" in note and "fill value 0" in note and "copy is complete" in note
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize(("attribute", "value", "shown"), [("_FillValue", -9999.0, r"-9999\.0"),
+                                                           ("missing_value", -1e30, r"-1e\+30")])
+def test_a_value_xarray_reads_as_missing_is_refused_not_stored(tmp_path, zarr_format, attribute, value, shown):
+    # xarray writes the _FillValue as the array's fill_value (v2) or base64 text (v3); the
+    # reader returned the stored number, and -9999 was ingested where xarray reads NaN.
+    u = np.ones((1, 3, 4, 5), np.float32)
+    u[0, 1, 2, 3] = np.nan
+    ds = xr.Dataset({"u": (("time", "z", "y", "x"), u)})
+    encoding = {"u": {"_FillValue": value}} if attribute == "_FillValue" else {}
+    if attribute == "missing_value":
+        ds["u"].encoding["missing_value"] = value
+    ds.to_zarr(tmp_path / "u.zarr", zarr_format=zarr_format, encoding=encoding, consolidated=False)
+    assert np.isnan(xr.open_zarr(tmp_path / "u.zarr", consolidated=False)["u"].values[0, 1, 2, 3])
+    src = open_source(tmp_path / "u.zarr")
+    with pytest.raises(FormatError, match=rf"array 'u' of .*u\.zarr holds its {attribute} \({shown}\) at 1 of this "
+                                          rf"step's values, which netCDF and xarray mark as missing.*if they are data"):
+        src.read(src.refs()[0])
+
+
+def test_the_fill_value_of_an_array_xarray_did_not_write_is_no_missing_mark(tmp_path):
+    # zarr-python gives every float array the fill value 0; walls of exact zeros are data.
+    g = zarr.open_group(tmp_path / "u.zarr", mode="w", zarr_format=2)
+    g.create_array("u", shape=(3, 4, 5), dtype="f4")[...] = 0.0
+    src = open_source(tmp_path / "u.zarr")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), 0.0)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_stale_consolidated_metadata_hides_no_steps_and_no_arrays(tmp_path, zarr_format):
+    # Consolidated, then grown and given a new array without consolidating, as zarr-python
+    # does by default: the consolidated copy said 2 steps and no p.
+    f = field(nt=4, nc=1, dtype="float32")[..., 0]
+    g = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=zarr_format)
+    g.create_array("u", shape=(2, 3, 4, 5), dtype="f4")[...] = f[:2]
+    zarr.consolidate_metadata(tmp_path / "s.zarr", zarr_format=zarr_format)
+    g = zarr.open_group(tmp_path / "s.zarr", mode="a", use_consolidated=False)
+    g["u"].resize((4, 3, 4, 5))
+    g["u"][2:] = f[2:]
+    g.create_array("p", shape=(3, 4, 5), dtype="f4")[...] = 1.0
+    assert zarr.open_group(tmp_path / "s.zarr", mode="r")["u"].shape[0] == 2  # what a default open sees
+    src = open_source(tmp_path / "s.zarr", variables="u", axes="tzyx")
+    assert src.n_steps == 4
+    np.testing.assert_array_equal(src.read(src.refs()[3])[..., 0], f[3])
+    assert open_source(tmp_path / "s.zarr", variables="p").key == "p"

@@ -17,6 +17,15 @@ __all__ = ["Layout", "axis_letter", "check_axes", "default_axes", "resolve_axes"
 # More components than this under the *default* axes almost always means the axis is time
 # (a 3x3 tensor such as the velocity gradient is the largest field a DNS stores).
 _MAX_DEFAULT_NCOMP = 9
+# What a field's components number: scalar, vector, symmetric and full 3x3 tensor. Another
+# count in the last axis while the first is as small is as likely a thin grid's nx, read
+# transposed if taken for components.
+_FIELD_NCOMP = frozenset({1, 3, 6, 9})
+# Layouts people write, in the order one is suggested when dimension names only name some
+# axes: C order (numpy, xarray) first, then Fortran's.
+_LAYOUTS = ("zyx", "zyxc", "tzyx", "czyx", "tzyxc", "tczyx", "ctzyx",
+            "xyz", "xyzc", "xyzt", "cxyz", "txyz", "xyzct", "cxyzt", "txyzc")
+_AXIS_NAMES = {"t": "time", "c": "components", "x": "x", "y": "y", "z": "z"}
 
 
 @dataclass(frozen=True)
@@ -185,29 +194,62 @@ def resolve_axes(
             f"{what} has {ndim} dimensions (shape {shape}); turbdb reads arrays with {allowed} "
             "dimensions: z, y, x, optionally time and components"
         )
-    clash = [
-        f"{d!r} looks like {letter!r}"
-        for d, letter, g in zip(dims or [None] * ndim, letters, guess, strict=True)
-        if letter is not None and letter != g
-    ]
-    if clash:
+    clash = [i for i, (letter, g) in enumerate(zip(letters, guess, strict=True)) if letter is not None and letter != g]
+    if clash and dims is not None:
+        taken = ", ".join(f"{dims[i]!r} reads as {_AXIS_NAMES[letters[i]]}" for i in clash)  # type: ignore[index]
+        where = ", ".join(_AXIS_NAMES[guess[i]] for i in clash)
+        advice = "pass axes naming each dimension in order"
+        example = _suggested_axes(letters, order=order, stacked=stacked)
+        if example is not None:
+            reading = ", ".join(f"{d!r} as {_AXIS_NAMES[a]}" for d, a in zip(dims, example, strict=True))
+            advice += f", e.g. axes={example!r} ({reading}) if the others are in that order"
         raise FormatError(
-            f"{what} has dimensions {tuple(dims or ())}: {', '.join(clash)}, which contradicts "
-            f"the default axes {guess!r}; pass axes naming each dimension in order"
+            f"{what} has dimensions {tuple(dims)}: {taken}, where the default axes {guess!r} put {where}; {advice}"
         )
-    if "c" in guess and shape[guess.index("c")] > _MAX_DEFAULT_NCOMP:
-        n = shape[guess.index("c")]
-        if "t" in guess:
-            instead = "pass axes naming each dimension in order"
-        else:
-            as_time = guess.replace("c", "t") if order == "F" else "t" + guess.replace("c", "")
-            instead = f"if an axis is time, pass e.g. axes={as_time!r}"
-        raise FormatError(
-            f"{what} has shape {shape}: with the default axes {guess!r} it would have {n} "
-            f"components, which is unlikely; {instead}. If it really holds {n} components, "
-            f"pass axes={guess!r}"
-        )
+    if "c" in guess:
+        _check_default_components(guess, shape, what=what, order=order)
     return guess
+
+
+def _check_default_components(guess: str, shape: tuple[int, ...], *, what: str, order: str) -> None:
+    """Refuses default axes whose component axis is more likely time or a thin grid's
+    nodes: taken for components, the field would be stored transposed without a word."""
+    n = shape[guess.index("c")]
+    # A component-first array, np.stack([u, v, w]) or Fortran's u(3, nx, ny, nz), holds its
+    # components where the grid would begin.
+    lead = next(i for i, a in enumerate(guess) if a in "xyz")
+    first = shape[lead]
+    if n <= _MAX_DEFAULT_NCOMP and (n in _FIELD_NCOMP or first > _MAX_DEFAULT_NCOMP):
+        return
+    ordinal = "first" if lead == 0 else "second"
+    options = []
+    if first <= _MAX_DEFAULT_NCOMP:
+        component_first = guess[:lead] + "c" + guess[lead:].replace("c", "")
+        options.append(f"axes={component_first!r} if its {ordinal} axis ({first}) holds the components")
+    if "t" not in guess:
+        as_time = guess.replace("c", "t") if order == "F" else "t" + guess.replace("c", "")
+        options.append(f"axes={as_time!r} if its {'last' if order == 'F' else 'first'} axis is time")
+    instead = "pass " + ", or ".join(options) if options else "pass axes naming each dimension in order"
+    if n > _MAX_DEFAULT_NCOMP:
+        why = f"it would have {n} components, which is unlikely"
+    else:
+        nx, ny, nz = Layout(guess, shape).grid
+        why = (f"it would be a grid of {nx} x {ny} x {nz} with {n} components; fields have 1, 3, 6 or 9, and "
+               f"with an axis as short as its {ordinal} ({first}) the layout cannot be told from the shape")
+    raise FormatError(
+        f"{what} has shape {shape}: with the default axes {guess!r} {why}; {instead}. "
+        f"If it really holds {n} components, pass axes={guess!r}"
+    )
+
+
+def _suggested_axes(letters: Sequence[str | None], *, order: str, stacked: bool) -> str | None:
+    """The first usual layout that gives each named dimension the axis its name says."""
+    fortran_first = sorted(_LAYOUTS, key=lambda a: a.index("z") < a.index("x"))
+    for layout in fortran_first if order == "F" else _LAYOUTS:
+        if len(layout) == len(letters) and not (stacked and "c" in layout) and all(
+                a is None or a == b for a, b in zip(letters, layout, strict=True)):
+            return layout
+    return None
 
 
 def _complete_from_names(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import posixpath
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,9 @@ import numpy as np
 
 from turbdb.exceptions import FormatError, UnknownNameError
 from turbdb.ingest.axes import Layout, resolve_axes
+from turbdb.ingest.coordinates import coordinate_note
 from turbdb.ingest.format_spec import Format, Option
+from turbdb.ingest.missing_values import DEFAULT_FILL, check_default_fill, check_missing, declared_missing
 from turbdb.ingest.source import ArraySource, float_dtype
 from turbdb.ingest.variables import VARIABLES, choose_arrays
 
@@ -101,18 +104,33 @@ class Hdf5Source(ArraySource):
                 n_stacked=len(datasets),
             )
             self.names = [ds.name for ds in datasets]
+            # A netCDF-4 file not named .nc is read here: its markers of missing values too.
+            self._missing = {ds.name: _missing_values(ds, path) for ds in datasets}
+            try:  # a note only: never the reason an ingest fails
+                coordinates, time_units = _coordinates(f, first, layout.n_steps)
+                note = coordinate_note(str(path), coordinates, time_units=time_units)
+            except (ValueError, TypeError, OSError, KeyError):
+                note = None
         super().__init__(
             path, key=",".join(self.names), layout=layout, dtype=np.result_type(*dtypes)
         )
+        self.notes = (note,) if note else ()
 
     def _read_blocks(self, key: tuple[int | slice, ...]) -> list[np.ndarray]:
         import h5py
 
         # Opened per step: an ingest of many files must not hold them all open.
         with h5py.File(self.path, "r") as f:
+            blocks = []
             for n in self.names:
                 _check_written(f[n], key, self._written[n], self.path)
-            return [np.asarray(f[n][key]) for n in self.names]
+                block = np.asarray(f[n][key])
+                markers, netcdf_default = self._missing[n]
+                check_missing(block, markers, what=f"dataset {n} of {self.path}")
+                if netcdf_default:
+                    check_default_fill(block, what=f"dataset {n} of {self.path}")
+                blocks.append(block)
+            return blocks
 
     @staticmethod
     def _choose(
@@ -181,6 +199,63 @@ def _check_written(ds: h5py.Dataset, key: tuple[int | slice, ...], written: set[
             f"dataset {ds.name} of {path}: {missing} of the chunks this step needs were never written "
             f"(HDF5 would read them as the fill value {ds.fillvalue}); the file is incomplete — was its "
             "writer stopped?")
+
+
+def _missing_values(ds: h5py.Dataset, path: Path) -> tuple[list[tuple[str, float, str]], bool]:
+    """The values netCDF marks as missing in ``ds``, with how to undo each, and whether it
+    is a netCDF-4 variable that declares none, whose cells never written hold netCDF's
+    default fill value (the HDF5 fill value netCDF gives it)."""
+    markers = [(attribute, value, f"remove the attribute (python -c \"import h5py; "
+                                  f"del h5py.File({str(path)!r}, 'r+')[{ds.name!r}].attrs[{attribute!r}]\")")
+               for attribute, value in declared_missing(ds.attrs)]
+    netcdf_default = not markers and "_FillValue" not in ds.attrs and ds.dtype.kind == "f" and np.isclose(
+        float(ds.fillvalue), DEFAULT_FILL, rtol=1e-6, atol=0)
+    return markers, netcdf_default
+
+
+def _coordinates(f: h5py.File, ds: h5py.Dataset, n_steps: int) -> tuple[dict[str, np.ndarray], object]:
+    """The node coordinates and times of the steps of ``ds``, beside it or at the root, as
+    turbdb and JHTDB cutouts write them (``xcoor``, ``ycoor``, ``zcoor``, ``time``) or
+    netCDF-4 (``x``, ``y``, ``z``, ``time``), and the times' ``units``."""
+    import h5py
+
+    def vector(name: str) -> h5py.Dataset | None:
+        for group in (ds.parent, f):
+            node = group.get(name)
+            # netCDF-4 keeps a dimension without coordinates as an empty scale: no coordinates.
+            if isinstance(node, h5py.Dataset) and node.ndim == 1 and node.dtype.kind in "iuf" and not (
+                    _text(node.attrs.get("NAME")) or "").startswith("This is a netCDF dimension but not"):
+                return node
+        return None
+
+    found: dict[str, np.ndarray] = {}
+    for axis in "xyz":
+        node = next((n for n in (vector(f"{axis}coor"), vector(axis)) if n is not None), None)
+        if node is not None:
+            found[axis] = node[...]
+    times = vector("time")
+    units = _text(times.attrs.get("units")) if times is not None else None
+    steps = _step_index(ds)
+    if times is not None and len(times) == n_steps:
+        found["time"] = times[...]
+    elif times is not None and steps is not None and n_steps == 1 and len(times) == steps[1]:
+        found["time"] = times[steps[0]:steps[0] + 1]  # one <field>_NNNN dataset of a cutout's several
+    elif n_steps == 1 and isinstance(time := f.attrs.get("time"), (int, float, np.integer, np.floating)):
+        found["time"] = np.array([time])
+    return found, units
+
+
+def _step_index(ds: h5py.Dataset) -> tuple[int, int] | None:
+    """Where ``ds``, named ``<field>_NNNN``, comes among its field's step datasets, and
+    how many there are."""
+    import h5py
+
+    field = re.fullmatch(r"(.+)_\d{4,}", posixpath.basename(ds.name))
+    if field is None:
+        return None
+    siblings = sorted(n for n, node in ds.parent.items()
+                      if isinstance(node, h5py.Dataset) and re.fullmatch(rf"{re.escape(field[1])}_\d{{4,}}", n))
+    return siblings.index(posixpath.basename(ds.name)), len(siblings)
 
 
 def _datasets(group: h5py.Group) -> list[tuple[str, h5py.Dataset]]:

@@ -10,8 +10,9 @@ import numpy as np
 
 from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
-from turbdb.ingest.coordinates import AXES, calendar_time, coordinate_note
+from turbdb.ingest.coordinates import AXES, coordinate_note
 from turbdb.ingest.format_spec import Format
+from turbdb.ingest.missing_values import check_default_fill, missing_message
 from turbdb.ingest.readers.hdf5 import HDF5_SIGNATURE
 from turbdb.ingest.netcdf_classic import check_complete
 from turbdb.ingest.source import ArraySource, float_dtype
@@ -71,8 +72,9 @@ class NetcdfSource(ArraySource):
             )
             try:  # a note only: never the reason an ingest fails
                 note = coordinate_note(str(path), {str(n): ds.variables[n].values for n in ds.variables
-                                                   if str(n) in (*AXES, "time") and ds.variables[n].ndim == 1
-                                                   and not calendar_time(ds.variables[n].attrs)})
+                                                   if str(n) in (*AXES, "time") and ds.variables[n].ndim == 1},
+                                       time_units=ds.variables["time"].attrs.get("units") if "time" in ds.variables
+                                       else None)
             except (ValueError, TypeError, OSError, KeyError):
                 note = None
         self.names = names
@@ -112,31 +114,19 @@ class NetcdfSource(ArraySource):
             return blocks
 
 
-# netCDF's default fill value of float and double variables (NC_FILL_FLOAT, NC_FILL_DOUBLE):
-# what a record or chunk never written reads as when the variable declares no _FillValue.
-_DEFAULT_FILL = 9.9692099683868690e36
-
-
 def _check_filled(block: np.ndarray, name: str, attribute: str, declared: object, path: Path) -> None:
     """Refuses values netCDF marks as never written, which would be stored as data: the
     default fill value (an incomplete file), or NaN where xarray masked a declared
     ``_FillValue`` or ``missing_value`` (``attribute``; named, since the file itself holds
     no NaN)."""
-    if block.dtype.kind != "f":
-        return
+    what = f"variable {name!r} of {path}"
     if declared is None:
-        filled = int(np.count_nonzero(block == block.dtype.type(_DEFAULT_FILL)))
-        if filled:
-            raise FormatError(
-                f"variable {name!r} of {path} holds netCDF's default fill value (9.97e+36) at {filled} of this "
-                "step's values: they were never written; the file is incomplete — was its writer stopped?")
+        check_default_fill(block, what=what)
         return
-    missing = int(np.count_nonzero(np.isnan(block)))
+    missing = int(np.count_nonzero(np.isnan(block))) if block.dtype.kind == "f" else 0
     if missing:
-        raise FormatError(
-            f"variable {name!r} of {path} holds its {attribute} ({declared}) at {missing} of this step's values, "
-            f"which netCDF marks as missing (never written, or data equal to the {attribute} by chance); if they "
-            f"are data, remove the attribute (ncatted -a {attribute},{name},d,, {path.name}) and ingest again")
+        raise FormatError(missing_message(what, attribute, declared, missing,
+                                          f"remove the attribute (ncatted -a {attribute},{name},d,, {path.name})"))
 
 
 FORMAT = Format(

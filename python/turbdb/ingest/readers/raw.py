@@ -105,7 +105,7 @@ class RawSource(MemmapSource):
             payload = sum(n for _, n in records) if records else size
             if payload != expected:
                 raise FormatError(
-                    _size_message(what, size, records, payload, layout, dtype, order)
+                    _size_message(what, size, records, payload, layout, dtype, order, path=path)
                 )
             if len(records) == 1:
                 self._offset = records[0][0]
@@ -154,6 +154,8 @@ def _size_message(
     layout: Layout,
     dtype: np.dtype,
     order: str,
+    *,
+    path: Path,
 ) -> str:
     shape, axes = layout.shape, layout.axes
     expected = math.prod(shape) * dtype.itemsize
@@ -161,8 +163,12 @@ def _size_message(
     if records:
         msg += (
             f" (it is a Fortran sequential file whose {len(records)} record(s) hold "
-            f"{payload} bytes of data)"
+            f"{payload} bytes of data: {_record_sizes([n for _, n in records])})"
         )
+        # write(10) nx, ny, nz before write(10) u: no shape or dtype reads past such a record.
+        stripped = _strip_records(records, expected, path)
+        if stripped:
+            return f"{msg}; {stripped}"
     hints = []
     step_bytes = expected // layout.n_steps
     if payload % step_bytes == 0 and payload > step_bytes:
@@ -186,9 +192,57 @@ def _size_message(
     ]
     if fits:
         hints.append(f"if it holds {fits[0]} data, pass dtype {fits[0]} (--dtype)")
+    if not hints and records:
+        return (f"{msg}; turbdb reads only files whose records all hold field data (one record, one per step or one "
+                "per component): if some hold a header or the time, write the file without them; else check "
+                "--shape/--dtype")
     if not hints:
         return f"{msg}; check --shape/--dtype"
     return f"{msg}; {'; or '.join(hints)}"
+
+
+def _record_sizes(sizes: list[int], shown: int = 8) -> str:
+    """``12 + 16384`` or ``8 + 3 x 16384 + …``: the sizes of consecutive records."""
+    groups: list[list[int]] = []
+    for n in sizes:
+        if groups and groups[-1][0] == n:
+            groups[-1][1] += 1
+        else:
+            groups.append([n, 1])
+    terms = [f"{count} x {n}" if count > 1 else str(n) for n, count in groups[:shown]]
+    return " + ".join(terms) + (" + …" if len(groups) > shown else "") + " bytes"
+
+
+def _strip_records(records: list[tuple[int, int]], expected: int, path: Path) -> str | None:
+    """What to do with a file whose first or last few records are no field data (a header of
+    nx, ny, nz, the time) and whose others hold just what the shape needs; None if it is not
+    such a file."""
+    marker = records[0][0]
+    count = len(records)
+    total = sum(n for _, n in records)
+    for dropped in range(1, min(count - 1, 6) + 1):
+        for head in range(dropped + 1):
+            tail = dropped - head
+            kept = records[head : count - tail]
+            dropped_sizes = [n for _, n in records[:head] + records[count - tail :]]
+            # A header is shorter than any record of field data; a record as long is a step or component.
+            if total - sum(dropped_sizes) != expected or max(dropped_sizes) >= min(n for _, n in kept):
+                continue
+            start, end = kept[0][0] - marker, kept[-1][0] + kept[-1][1] + marker
+            others = [f"record {i + 1} ({n} bytes)" for i, (_, n) in enumerate(records)
+                      if not head <= i < count - tail]
+            out = f"{path.stem}_field{path.suffix}"
+            if tail == 0:
+                command = f"tail -c +{start + 1} {path.name} > {out}"
+            elif head == 0:
+                command = f"head -c {end} {path.name} > {out}"
+            else:
+                command = f"tail -c +{start + 1} {path.name} | head -c {end - start} > {out}"
+            return (f"turbdb reads only files whose records all hold field data, and {', '.join(others)} "
+                    f"{'does' if len(others) == 1 else 'do'} not (a header such as nx, ny, nz or the time?): "
+                    f"write the file without {'it' if len(others) == 1 else 'them'}, or strip "
+                    f"{'it' if len(others) == 1 else 'them'} ({command}) and ingest {out}")
+    return None
 
 
 def _parse_dtype(dtype: Any) -> np.dtype:

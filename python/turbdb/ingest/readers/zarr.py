@@ -11,8 +11,9 @@ import numpy as np
 
 from turbdb.exceptions import FormatError
 from turbdb.ingest.axes import Layout, resolve_axes
-from turbdb.ingest.coordinates import AXES, calendar_time, coordinate_note
+from turbdb.ingest.coordinates import AXES, coordinate_note
 from turbdb.ingest.format_spec import Format
+from turbdb.ingest.missing_values import check_missing, declared_missing
 from turbdb.ingest.source import ArraySource, float_dtype
 from turbdb.ingest.variables import VARIABLES, choose_arrays
 
@@ -47,9 +48,11 @@ class ZarrSource(ArraySource):
         import zarr
 
         # zarr-python rather than xarray: xarray refuses a whole store if one of its arrays
-        # lacks dimension names, which stores not written by xarray usually do.
+        # lacks dimension names, which stores not written by xarray usually do. Consolidated
+        # metadata is a copy that appending (use_consolidated=False, zarr-python's default)
+        # leaves stale: it would hide the new steps and arrays, so the arrays' own are read.
         try:
-            node = zarr.open(store=str(path), mode="r")
+            node = zarr.open(store=str(path), mode="r", use_consolidated=False)
         except (OSError, ValueError) as e:
             raise FormatError(
                 f"{path} is not a Zarr store ({e}); a directory input must contain zarr.json "
@@ -102,14 +105,16 @@ class ZarrSource(ArraySource):
             n_stacked=len(names),
         )
         self.names = names
+        self._missing = {n: _missing_values(path, n, a) for n, a in zip(names, arrays, strict=True)}
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
         self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
                            if a.nchunks_initialized < a.nchunks)
         if group is not None:
             try:  # a note only: never the reason an ingest fails
                 coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
-                note = coordinate_note(str(path), {n: a[...] for n, a in coordinates.items()
-                                                   if a.ndim == 1 and not calendar_time(a.attrs)})
+                note = coordinate_note(str(path), {n: a[...] for n, a in coordinates.items() if a.ndim == 1},
+                                       time_units=coordinates["time"].attrs.get("units") if "time" in coordinates
+                                       else None)
             except (ValueError, TypeError, OSError, KeyError):
                 note = None
             self.notes += (note,) if note else ()
@@ -120,8 +125,26 @@ class ZarrSource(ArraySource):
         blocks = []
         for n in self.names:
             array = zarr.open_array(store=str(self.path), path=n, mode="r")
-            blocks.append(np.asarray(array[key]))
+            block = np.asarray(array[key])
+            check_missing(block, self._missing[n], what=f"array {n!r} of {self.path}" if n else f"Zarr array {self.path}")
+            blocks.append(block)
         return blocks
+
+
+def _missing_values(path: Path, name: str, array: zarr.Array) -> list[tuple[str, float, str]]:
+    """What xarray would read as missing in ``array`` (and this reader would store as data),
+    with how to undo it: its CF attributes and, in Zarr v2, the fill value xarray takes for
+    the ``_FillValue`` of the arrays it writes."""
+    where = posixpath.join(str(path), name) if name else str(path)
+    markers = [(attribute, value, f"remove the attribute (python -c \"import zarr; "
+                                  f"del zarr.open_array({where!r}, mode='r+').attrs[{attribute!r}]\")")
+               for attribute, value in declared_missing(array.attrs)]
+    # A Zarr v2 array that zarr-python made without xarray has fill value 0: no missing mark.
+    if array.metadata.zarr_format == 2 and "_ARRAY_DIMENSIONS" in array.attrs and "_FillValue" not in array.attrs:
+        markers += [("_FillValue", value, f'set "fill_value" to "NaN" in {posixpath.join(where, ".zarray")} '
+                                           "(xarray writes the _FillValue there in Zarr v2)")
+                    for _, value in declared_missing({"_FillValue": array.fill_value})]
+    return markers
 
 
 def _absent_chunks(name: str, array: zarr.Array) -> str:
