@@ -22,7 +22,7 @@ TRACEBACK_SIGNS = ("Traceback", "Task exception", "was never retrieved", "was de
 
 
 def assert_failed_cleanly(returncode: int, stderr: str, out: Path) -> None:
-    assert returncode == 2, stderr
+    assert returncode == 1, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith(f"error: {ADVICE}") and "free space on that disk or write somewhere else" in lines[0]

@@ -176,13 +176,13 @@ def test_a_rerun_over_an_interrupted_simulation_names_if_missing(tmp_path):
         for step in ("1", "2"):
             shutil.rmtree(tmp_path / "s" / field / "c" / step)
     refused = invoke(*simulate)
-    assert refused.exit_code == 2
+    assert refused.exit_code == 1
     assert "it holds 1 of its 3 steps (an interrupted run?): pass --if-missing to complete it, or --overwrite" \
         in refused.output
     assert invoke(*simulate, "--if-missing").exit_code == 0
     assert turbdb.open(tmp_path)["s"].info.steps_present() == [0, 1, 2]
     complete = invoke(*simulate)
-    assert complete.exit_code == 2 and "--if-missing" not in complete.output and "--overwrite" in complete.output
+    assert complete.exit_code == 1 and "--if-missing" not in complete.output and "--overwrite" in complete.output
 
 
 def test_ctrl_c_while_a_zarr_cutout_is_written_ends_with_aborted_only(db, tmp_path):

@@ -89,7 +89,8 @@ def test_spectrum_of_a_dns_shows_resolved_shells_in_kolmogorov_units(dns32, tmp_
     png, _, summary = spectrum.save(tmp_path / "spectrum")
     assert json.loads(summary.read_text())["kmax_eta"] == pytest.approx(32 / 3 * spectrum.eta)
     assert "no inertial range" in plots.spectrum_statement(spectrum)
-    assert "dealiasing cutoff k_max = n/3" in _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
+    legend = _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
+    assert "dealiasing cutoff k_max = (n/3)·2π/L = 10.7" in legend  # the number, in the plot's own units
 
 
 def _legend_of(plot, result, tmp_path, monkeypatch):
@@ -106,7 +107,24 @@ def test_spectrum_without_a_viscosity_says_the_kolmogorov_scales_are_unknown(syn
     assert spectrum.k_cutoff == 16 and spectrum.resolved()[0].max() < 16  # the Nyquist shell, or the round-off floor
     assert "unknown" in plots.spectrum_statement(spectrum)
     assert spectrum.save(tmp_path / "s")[0].stat().st_size > 1000
-    assert "Nyquist k = n/2" in _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
+    assert "Nyquist k = (n/2)·2π/L = 16" in _legend_of(plots.plot_spectrum, spectrum, tmp_path, monkeypatch)
+
+
+def test_the_rq_pdf_is_labelled_with_the_stored_step_whose_gradients_it_holds(tmp_path):
+    # Steps 0 and 0.5 of an ABC flow scaled 1 and 2 (<Q_w> = 3/4 and 3): at t = 0.25, a tie,
+    # the engine reads the later step; the label said t = 0 (and 0.05 of 0, 0.1, … said 0).
+    n = 16
+    x = 2 * np.pi / n * np.arange(n)
+    z, y, x = np.meshgrid(x, x, x, indexing="ij")
+    abc = np.stack([np.sin(z) + np.cos(y), np.sin(x) + np.cos(z), np.sin(y) + np.cos(x)], -1)
+    ds = turbdb.create_dataset(tmp_path, "abc", grid=(n, n, n), times=[0.0, 0.5], fields={"velocity": 3})
+    ds.write("velocity", 0, abc)
+    ds.write("velocity", 1, 2 * abc)
+    for t, stored, qw in ((0.0, 0.0, 0.75), (0.25, 0.5, 3.0), (0.3, 0.5, 3.0), (0.2, 0.0, 0.75)):
+        rq = stats.rq_pdf(ds, time=t, points=4000)
+        assert rq.time == stored and rq.qw_mean == pytest.approx(qw, rel=0.05), (t, rq.time, rq.qw_mean)
+    tenths = np.round(np.arange(8) * 0.1, 10)
+    assert [tenths[turbdb.times.nearest_stored_index(tenths, t)] for t in (0.05, 0.25, 0.45)] == [0.1, 0.3, 0.5]
 
 
 def test_bad_statistics_requests_are_refused(dns32, tmp_path):
@@ -148,11 +166,11 @@ def test_cli_stats_track_and_demo_write_their_files(dns32, tmp_path):
     np.savetxt(tmp_path / "p.csv", np.load(tmp_path / "t.npy")[-1], delimiter=",")
     result = run("track", db, "dns32", "--points", tmp_path / "p.csv", "--start", "0.6", "--end", "0.2", "--dt", "0.05",
                  "--out", tmp_path / "back.npy")
-    assert "8/8" in result.stderr  # the progress bar
+    assert "8/8" not in result.stderr  # no progress bar where stderr is no terminal (a log file)
     np.testing.assert_allclose(np.load(tmp_path / "back.npy")[-1], np.load(tmp_path / "t.npy")[0], atol=1e-3)
     failed = subprocess.run([sys.executable, "-m", "turbdb.cli", "track", db, "dns32", "--points", "3", "--start", "0",
                              "--end", "9", "--dt", "0.1", "--out", tmp_path / "x.npy"], capture_output=True, text=True)
-    assert failed.returncode == 2 and "end = 9 is outside the stored times" in failed.stderr
+    assert failed.returncode == 1 and "end = 9 is outside the stored times" in failed.stderr
 
     out = run("demo", db, "--name", "dns32", "--out", tmp_path / "demo").stdout
     assert "tracking 4096 particles" in out and "teardrop" in out

@@ -57,7 +57,7 @@ def run_demo(db: Path, name: str, out: Path | None = None) -> dict:
                    "no velocity gradients: skewness and flatness are undefined")
         click.echo(f"  {moments} (no viscosity recorded: not a DNS)")
 
-    out = out or Path(db) / f"{name}-demo"
+    out = Path(out or Path(db) / f"{name}-demo").expanduser()
     out.mkdir(parents=True, exist_ok=True)
     last = np.asarray(velocity[picked[-1]])
     time = float(info.times[picked[-1]])

@@ -12,7 +12,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from .exceptions import InvalidRequestError
-from .output_files import replacing
+from .output_files import replacing, save_npy
 
 if TYPE_CHECKING:
     import xarray
@@ -47,7 +47,7 @@ def check_target(path: str | os.PathLike[str]) -> str:
     output replaces the whole directory, so an existing one must be a Zarr store (one that
     an earlier cutout wrote); a directory of anything else is refused, not emptied."""
     suffix = format_of(path)
-    path = Path(path)
+    path = Path(path).expanduser()
     if suffix == ".zarr" and path.exists():
         if not path.is_dir():
             raise InvalidRequestError(f"{str(path)!r} is a file, and a Zarr output is a directory; remove it or "
@@ -71,8 +71,8 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     is complete (:func:`turbdb.output_files.replacing`: an interrupted write leaves it as
     it was); a directory that is not a Zarr store written before is refused
     (:func:`check_target`)."""
-    suffix = check_target(path)
-    path = Path(path)
+    suffix = check_target(path)  # in any case: .NPY is .npy
+    path = Path(path).expanduser()
     if suffix in (".h5", ".hdf5"):
         return xdmf(cut, path.with_suffix(".xmf"), h5=path)
     if suffix in (".xmf", ".xdmf"):
@@ -90,7 +90,7 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
                 cut.to_dataset(name=cut.name or "values").to_zarr(store, mode="w-", zarr_format=2,
                                                                   consolidated=True)
         else:
-            np.save(temporary, cut.values)
+            save_npy(temporary, cut.values)
     return [path]
 
 

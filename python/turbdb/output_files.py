@@ -30,7 +30,7 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
     targets are left as they were. Each temporary name ends with its target's name, so
     that writers that go by the ending (``np.save``, ``savefig``) write the same format.
     A directory replaces a directory only: callers check first that the old one may go."""
-    given = [Path(t) for t in targets]
+    given = [Path(t).expanduser() for t in targets]  # "~/q.csv" was a directory named ~ here
     places = [_place(t) for t in given]
     for target in places:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +52,15 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
             _remove_all(leftovers)
     finally:
         _remove_all(leftovers)
+
+
+def save_npy(path: str | os.PathLike[str], values: Any) -> None:
+    """``np.save`` under exactly the name given: given a name, np.save adds .npy to one
+    that does not end in it (``c.NPY``, a device), and the file was not where it was said to be."""
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.save(f, values)
 
 
 def _in_place(target: Path) -> bool:

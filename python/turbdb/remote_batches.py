@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from .exceptions import QueryCancelledError, ServiceError
+from .progress_bars import bar_disabled
 
 T = TypeVar("T")
 # No batch is larger than this, whatever the token allows: a progress bar with steps, and
@@ -176,7 +177,7 @@ def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | 
     waiting = collections.deque(zip(tasks, sizes, futures))
     stop = threading.Event()
     with tqdm(total=sum(sizes), unit=unit, unit_scale=True, desc=description, leave=False,
-              disable=None if progress is None else not progress) as bar:
+              disable=bar_disabled() if progress is None else not progress) as bar:
 
         def work() -> None:
             _batch.stop = stop

@@ -19,6 +19,8 @@ from .database import create_dataset
 from .database import open as open_db
 from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock
 from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, TurbdbError
+from .info import check_name
+from .progress_bars import bar_disabled
 from .simulate import DNSConfig, run_dns, synthetic_snapshots
 from .size_limit import check_work_bytes, human_bytes
 from .times import time_grid
@@ -41,6 +43,7 @@ def run_simulation(
     quiet: bool = False,
 ) -> Dataset:
     """Creates dataset ``name`` in ``db`` and fills it from the generator ``kind``."""
+    check_name("dataset", name)  # first: '' or '..' passed for an existing dataset ("already exists")
     say = (lambda line: None) if quiet else (lambda line: tqdm.write(line))
     if if_missing and overwrite:
         raise InvalidRequestError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
@@ -106,10 +109,10 @@ def _fill(dataset: Dataset, kind: str, grid: int, steps: int, size: int, every: 
     if kind == "dns":
         # The DNS reports its work in steps of the final grid (spin-up on coarser grids counts
         # less), as a float: show a percentage and the time left, not the counts.
-        bar = tqdm(total=1.0, disable=quiet, dynamic_ncols=True, desc="spin-up",
+        bar = tqdm(total=1.0, disable=bar_disabled(quiet), dynamic_ncols=True, desc="spin-up",
                    bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
     else:
-        bar = tqdm(total=steps, unit="step", disable=quiet, dynamic_ncols=True, desc="generate")
+        bar = tqdm(total=steps, unit="step", disable=bar_disabled(quiet), dynamic_ncols=True, desc="generate")
     window: list[dict[str, float]] = []
 
     def progress(done: float, total: float, phase: str) -> None:

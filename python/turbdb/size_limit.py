@@ -20,22 +20,26 @@ ENVIRONMENT = "TURBDB_MAX_RESULT_BYTES"
 _seen: list[str | None] = [None]  # the value last read (rewritten as plain bytes)
 
 
-def _read_environment() -> None:
+def _read_environment(*, warn: bool = True) -> None:
     """``TURBDB_MAX_RESULT_BYTES`` as people write sizes (``8GiB``, ``1e9``): the engine reads
     a plain positive number of bytes, so it is handed one; a value that is no such size is
     named, not silently ignored for the default. Parsed only when the value changed: it is
-    asked on every query's path."""
+    asked on every query's path. ``warn=False`` (at import) leaves a bad value to be named by
+    the first call that asks for the limit: warned at import, it came before the ``turbdb``
+    program could make it one line."""
     value = os.environ.get(ENVIRONMENT)
     if not value or value == _seen[0]:  # unset, or set empty: the default
         return
-    _seen[0] = value
     try:
         nbytes = parse_byte_size(value, ENVIRONMENT)
         if nbytes == 0:
             raise InvalidRequestError(f"{ENVIRONMENT} must be a positive number of bytes, not {value!r}")
     except InvalidRequestError as e:
-        warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=1)
+        if warn:
+            _seen[0] = value
+            warnings.warn(f"{e}; the default limit (half the machine's memory) applies", stacklevel=3)
         return
+    _seen[0] = value
     if value != str(nbytes):
         os.environ[ENVIRONMENT] = _seen[0] = str(nbytes)
 
@@ -84,4 +88,4 @@ def human_bytes(nbytes: int) -> str:
     return f"{float(nbytes):.3g} B"
 
 
-_read_environment()
+_read_environment(warn=False)

@@ -222,7 +222,11 @@ class _Evaluator:
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
             if moved == START:
                 raise OutOfDomainError(f"a particle starts outside the domain, at time {format_time(t)} ({e})") from None
-            hint = "" if moved == "a particle" else "; the particle itself may stay inside: a smaller dt keeps it in"
+            # The predictor crosses first whenever the particle itself heads into the wall,
+            # so "a smaller dt keeps it in" was false advice for a particle that gets there.
+            hint = "" if moved == "a particle" else (
+                "; the particle itself may stay inside, or it reaches the wall at about that time: if a smaller "
+                "dt stops at about the same time, it does (tracks end at walls)")
             raise OutOfDomainError(f"{moved} left the domain at time {format_time(t)} ({e}){hint}") from None
         stats = self.stats
         stats["engine_seconds"] += _time.perf_counter() - began
@@ -269,7 +273,9 @@ def _progress(progress: bool | Progress | None, total: int) -> Callable[[int | N
         return lambda done: None if done is None else progress(done, total)
     from tqdm import tqdm
 
-    bar = tqdm(total=total, unit="step", dynamic_ncols=True, desc="track")
+    from .progress_bars import bar_disabled
+
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, desc="track", disable=bar_disabled())
 
     def update(done: int | None) -> None:
         if done is None:

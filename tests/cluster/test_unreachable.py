@@ -106,3 +106,33 @@ def _dead_scheduler(database, run):
             assert "cannot be reached" in report["error"]
     finally:
         run.close()
+
+
+def test_status_without_a_scheduler_reports_every_partition_unavailable(tmp_path, make_trig, monkeypatch):
+    # It printed "error: cannot reach the Dask scheduler" and no report, where docs/cluster.md
+    # promises every partition unavailable and scheduler_reachable false.
+    import json
+    import socket
+
+    from click.testing import CliRunner
+
+    from turbdb.cli import main
+    from turbdb.cluster import mediator
+
+    db = make_trig(tmp_path / "db")
+    runner = CliRunner()
+    assert runner.invoke(main, ["cluster", "place", str(db), "--workers", "2"]).exit_code == 0
+    monkeypatch.setattr(mediator, "CONNECT_SECONDS", 1)  # the test's time
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{unused.getsockname()[1]}"  # nobody listens there
+    result = runner.invoke(main, ["cluster", "status", str(db), "--scheduler", address, "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["state"] == "unavailable" and report["scheduler_reachable"] is False
+    assert "cannot reach the Dask scheduler" in report["error"] and report["scheduler"] == address
+    assert report["unavailable"]["virtual_partitions"] == list(range(report["catalogue"]["virtual_partitions"]))
+    assert not any(worker["alive"] for worker in report["workers"])
+    shown = runner.invoke(main, ["cluster", "status", str(db), "--scheduler", address])
+    assert shown.exit_code == 1 and "UNAVAILABLE" in shown.output and "cannot reach" in shown.output
+    assert "cluster repair" not in shown.output  # no cluster to repair on

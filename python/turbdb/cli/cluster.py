@@ -14,8 +14,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..exceptions import InvalidRequestError
+from ..exceptions import InvalidRequestError, ServiceError
 from .group import main
+from .inputs import ExpandedPath
 
 _SCHEDULER_HELP = ("Address of the Dask scheduler, tcp://HOST:PORT (default: $TURBDB_SCHEDULER, or the file "
                    "given by --address-file).")
@@ -39,11 +40,13 @@ def _bar(total_label: str):
     """A tqdm progress callback ``(done, total)`` for placing files."""
     from tqdm import tqdm
 
+    from ..progress_bars import bar_disabled
+
     state: dict[str, Any] = {}
 
     def progress(done: int, total: int) -> None:
         if "bar" not in state:
-            state["bar"] = tqdm(total=total, unit="file", desc=total_label, dynamic_ncols=True)
+            state["bar"] = tqdm(total=total, unit="file", desc=total_label, dynamic_ncols=True, disable=bar_disabled())
         state["bar"].update(done - state["bar"].n)
         if done >= total:
             state["bar"].close()
@@ -77,16 +80,16 @@ _replicas = click.option("--replicas", type=click.IntRange(1, 8), default=2, sho
                          help="Copies of every partition, on distinct workers.")
 
 @cluster.command()
-@click.argument("db", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("db", type=ExpandedPath(file_okay=False, exists=True, path_type=Path))
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="Start a Dask LocalCluster of this many worker processes on this machine.")
 @click.option("--scheduler", default=None, help="Attach to the running Dask cluster at tcp://HOST:PORT instead "
                                                 "(SLURM via dask-jobqueue, Kubernetes, dask scheduler/worker).")
 @_replicas
-@click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--data-root", type=ExpandedPath(file_okay=False, path_type=Path), default=None,
               help="Node-local disks: copy each worker's partitions into DATA_ROOT/<worker>. Default: the workers "
                    "read DB itself (shared storage).")
-@click.option("--address-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--address-file", type=ExpandedPath(dir_okay=False, path_type=Path), default=None,
               help="Write the scheduler address to this file (other commands read it with --address-file).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None,
               help="Engine threads per worker (local cluster; default: the cores shared out).")
@@ -142,13 +145,13 @@ def up(db: Path, workers: int | None, scheduler: str | None, replicas: int, data
 
 
 @cluster.command()
-@click.argument("db", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("db", type=ExpandedPath(file_okay=False, exists=True, path_type=Path))
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
               help="Place for this many workers named 0 … N-1 (copies made by this process).")
 @click.option("--scheduler", default=None, help="Place for the workers of the running Dask cluster at this address "
                                                 "(each worker copies its own partitions from DB).")
 @_replicas
-@click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--data-root", type=ExpandedPath(file_okay=False, path_type=Path), default=None,
               help="Node-local disks: copy each worker's partitions into DATA_ROOT/<worker>. Default: shared storage "
                    "(only the catalogue is written).")
 def place(db: Path, workers: int | None, scheduler: str | None, replicas: int, data_root: Path | None) -> None:
@@ -178,24 +181,44 @@ def place(db: Path, workers: int | None, scheduler: str | None, replicas: int, d
 
 
 @cluster.command()
-@click.argument("db", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("db", type=ExpandedPath(file_okay=False, exists=True, path_type=Path))
 @click.option("--scheduler", default=None, help=_SCHEDULER_HELP)
-@click.option("--address-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--address-file", type=ExpandedPath(dir_okay=False, path_type=Path), default=None,
               help="File holding the scheduler address (turbdb cluster up --address-file).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the same as GET /v1/cluster).")
 def status(db: Path, scheduler: str | None, address_file: Path | None, as_json: bool) -> None:
     """Report the cluster's health: every worker, and the partitions left with fewer copies
     than asked for once workers are lost. Exits 0 when healthy, 1 when degraded, when
-    partitions have no copy at all, or when node-local copies are older than the database."""
+    partitions have no copy at all (also when the scheduler cannot be reached: then nothing
+    is served), or when node-local copies are older than the database."""
     import turbdb
 
-    with turbdb.open(db, cluster=scheduler_address(scheduler, address_file)) as cdb:
-        report = cdb.status()
+    address = scheduler_address(scheduler, address_file)
+    try:
+        with turbdb.open(db, cluster=address) as cdb:
+            report = cdb.status()
+    except ServiceError as e:  # no scheduler: a report all the same, as docs/cluster.md says
+        report = _unreachable_report(db, address, e)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         _print_status(db, report)
     sys.exit(0 if report["state"] == "healthy" and not report.get("stale") else 1)
+
+
+def _unreachable_report(db: Path, address: str, error: ServiceError) -> dict[str, Any]:
+    """The status of a cluster whose scheduler cannot be reached: every partition
+    unavailable, ``scheduler_reachable`` false and why (what the mediator reports when its
+    scheduler dies later)."""
+    from ..cluster.catalogue import Catalogue
+    from ..cluster.contents import differences
+    from ..cluster.health import cluster_status
+    from ..database import open as open_db
+
+    database, catalogue = open_db(db), Catalogue.load(db)
+    stale = differences(catalogue.contents, database) if catalogue.layout == "local" else []
+    return {**cluster_status(database, catalogue, {}, scheduler=address), "stale": stale,
+            "scheduler_reachable": False, "error": str(error)}
 
 
 def _print_status(db: Path, report: dict[str, Any]) -> None:
@@ -226,15 +249,15 @@ def _print_status(db: Path, report: dict[str, Any]) -> None:
             for name, d in part["datasets"].items():
                 shown = ", ".join(f"(t={e[0]}, shard {tuple(e[1:])})" for e in d["examples"][:4])
                 click.echo(f"  {name}: {d['partitions']} partitions, e.g. {shown}")
-    if report["state"] != "healthy":
+    if report["state"] != "healthy" and report.get("scheduler_reachable", True):  # else: no cluster to repair on
         click.echo(f"run `turbdb cluster repair {db} --scheduler {report['scheduler']}` to copy them onto the "
                    "living workers")
 
 
 @cluster.command()
-@click.argument("db", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("db", type=ExpandedPath(file_okay=False, exists=True, path_type=Path))
 @click.option("--scheduler", default=None, help=_SCHEDULER_HELP)
-@click.option("--address-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--address-file", type=ExpandedPath(dir_okay=False, path_type=Path), default=None,
               help="File holding the scheduler address (turbdb cluster up --address-file).")
 def repair(db: Path, scheduler: str | None, address_file: Path | None) -> None:
     """Re-replicate the partitions lost workers held: each gets new holders among the

@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 
 from .group import main
-from .inputs import database, int_list
+from .inputs import ExpandedPath, database, existing_dataset_name, int_list, token_option
 from .interrupts import work_done
 
 
 def _range(text: str | None, option: str) -> tuple[int, int] | None:
     if text is None:
         return None
-    values = int_list(text.replace(":", ","), option)
+    values = int_list(text.replace(":", ","), option, example="0,64")
     if values is None or len(values) != 2:
         raise click.BadParameter(f"expected start,stop grid indices (half-open), e.g. 0,64; got {text!r}",
                                  param_hint=option)
@@ -23,7 +23,7 @@ def _range(text: str | None, option: str) -> tuple[int, int] | None:
 
 
 def _stride(text: str) -> object:
-    values = int_list(text, "--stride")
+    values = int_list(text, "--stride", example="2 or 1,2,2")
     if values is None or len(values) not in (1, 3):
         raise click.BadParameter(f"expected one stride or three (x,y,z), e.g. 2 or 1,2,2; got {text!r}",
                                  param_hint="--stride")
@@ -38,6 +38,9 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
     if time is not None:
         if ts is not None or te is not None:
             raise click.UsageError("give either --time, or --ts and --te, not both")
+        if stridet != 1:
+            raise click.UsageError(f"--stridet {stridet} takes every K-th stored step of a range (--ts, --te); "
+                                   "--time cuts out one time: drop --stridet, or give a range")
         return time
     if ts is None or te is None:
         raise click.UsageError("give --time T (one time), or --ts T0 --te T1 [--stridet K] (a range of stored times)")
@@ -60,7 +63,7 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
 
 @main.command()
 @click.argument("db_or_url")
-@click.argument("name")
+@click.argument("name", callback=existing_dataset_name)
 @click.option("--field", required=True, help="Field to cut out, e.g. velocity or pressure.")
 @click.option("--time", "time_", type=float, default=None, help="One time (the nearest stored step).")
 @click.option("--ts", type=float, default=None, help="First time of a range (stored steps from --ts to --te).")
@@ -72,11 +75,12 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
 @click.option("--stride", default="1", show_default=True, help="Every stride-th node: one stride, or three (x,y,z) such as 1,2,2.")
 @click.option("--filter-width", type=click.IntRange(1), default=1, show_default=True,
               help="JHTDB's box filter: average each node's box of W³ nodes (centred; wraps; truncated at walls) before the stride.")
-@click.option("--out", type=click.Path(dir_okay=True, path_type=Path), required=True,
+@click.option("--out", type=ExpandedPath(dir_okay=True, path_type=Path), required=True,
               help="Where to write, by ending: .nc (NetCDF-4), .zarr (Zarr), .h5/.hdf5 or .xmf/.xdmf "
                    "(HDF5 + XDMF: open the .xmf in ParaView or VisIt), .npy (the values only).")
-@click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
-@click.option("--quiet", is_flag=True, help="No progress bar (a server's cutout is read in batches).")
+@token_option
+@click.option("--quiet", is_flag=True,
+              help="No progress bar (a server's cutout is read in batches; a bar is drawn only on a terminal).")
 def cutout(db_or_url: str, name: str, field: str, time_: float | None, ts: float | None, te: float | None,
            stridet: int, x: str | None, y: str | None, z: str | None, stride: str, filter_width: int, out: Path,
            token: str | None, quiet: bool) -> None:
@@ -89,8 +93,13 @@ def cutout(db_or_url: str, name: str, field: str, time_: float | None, ts: float
     averages boxes of nodes first, as JHTDB's cutout service.
     """
     from .. import export
+    from ..exceptions import InvalidRequestError
 
-    export.check_target(out)  # refuse an unknown ending, or a directory it would empty, before reading anything
+    try:  # an ending no format has is a bad --out, as for query and track
+        export.format_of(out)
+    except InvalidRequestError as e:
+        raise click.BadParameter(str(e), param_hint="--out") from None
+    export.check_target(out)  # refuse a directory it would empty before reading anything
     ranges = {axis: _range(text, f"--{axis}") for axis, text in (("x", x), ("y", y), ("z", z))}
     dataset = database(db_or_url, token=token, progress=False if quiet else None)[name]
     times = stored_times(dataset.metadata.times, time_, ts, te, stridet)
@@ -98,7 +107,19 @@ def cutout(db_or_url: str, name: str, field: str, time_: float | None, ts: float
     written = export.write(cut, out)  # whole, or the earlier file left as it was
     work_done()
     sizes = " × ".join(f"{cut.sizes[a]}" for a in "xyz")
-    when = (f"t = {cut.attrs['time']:g}" if "time" not in cut.dims else
-            f"{cut.sizes['time']} times, t = {float(cut.time[0]):g} … {float(cut.time[-1]):g}")
-    click.echo(f"{name}: {field} on {sizes} nodes, {when}, stride {cut.attrs['stride']}, filter width {filter_width}: "
-               f"wrote {', '.join(str(p) for p in written)}")
+    click.echo(f"{name}: {field} on {sizes} nodes, {_times_text(cut)}, stride {_stride_text(cut.attrs['stride'])}, "
+               f"filter width {filter_width}: wrote {', '.join(str(p) for p in written)}")
+
+
+def _times_text(cut) -> str:
+    """The times of a cutout: t = 0; or 3 times, t = 0 … 0.2."""
+    if "time" not in cut.dims:
+        return f"t = {cut.attrs['time']:g}"
+    first, last, count = float(cut.time[0]), float(cut.time[-1]), cut.sizes["time"]
+    return f"1 time, t = {first:g}" if count == 1 else f"{count} times, t = {first:g} … {last:g}"
+
+
+def _stride_text(stride: object) -> str:
+    """A stride as --stride takes it: 2, or 1,1,2 (not the list [1, 1, 2])."""
+    values = list(stride) if isinstance(stride, (list, tuple)) else [stride]
+    return str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values))

@@ -15,12 +15,13 @@ from click.core import ParameterSource
 from ..exceptions import TurbdbError
 from .group import main
 from .format_options import format_options
-from .inputs import periodic_axes, xyz_floats
+from .inputs import ExpandedPath, existing_dataset_name, new_dataset_name, periodic_axes, xyz_floats
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--name", required=True, help="Name of the dataset to create.")
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.option("--name", required=True, callback=new_dataset_name,
+              help="Name of the dataset to create: a letter, then up to 63 letters, digits, '_', '-' or '.'.")
 @click.option("--grid", type=click.IntRange(8, 4096), default=64, show_default=True,
               help="Grid points per side of the periodic box [0, 2π)³: even, and at least 16 for dns.")
 @click.option("--steps", type=click.IntRange(1, 1_000_000), default=100, show_default=True, help="Time steps to store.")
@@ -30,7 +31,9 @@ from .inputs import periodic_axes, xyz_floats
               help="dns: forced isotropic turbulence (pseudo-spectral); synthetic: random-phase Kolmogorov field, fast at any size, not physical.")
 @click.option("--if-missing", is_flag=True, help="Do nothing if the dataset exists with all its steps (used by make demo).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing dataset of that name.")
-@click.option("--quiet", is_flag=True, help="No progress bar or log lines.")
+@click.option("--quiet", is_flag=True,
+              help="Print nothing but errors: no progress bar and no log lines (Re_λ, …). Without it the log lines "
+                   "go to stdout and the bar, on a terminal only, to stderr.")
 def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None, seed: int, kind: str,
              if_missing: bool, overwrite: bool, quiet: bool) -> None:
     """Run the built-in generator and store its time steps in DB as dataset NAME.
@@ -47,6 +50,10 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
     if grid % 2 or (kind == "dns" and grid < 16):
         raise click.BadParameter(f"{grid} is not an even number{' of at least 16 (dns)' if kind == 'dns' else ''}",
                                  param_hint="--grid")
+    if if_missing and overwrite:
+        raise click.UsageError("give --if-missing (keep a complete dataset) or --overwrite (replace it), not both")
+    if save_every is not None and kind != "dns":
+        raise click.UsageError("--save-every is a DNS setting; the synthetic kind stores every step it makes")
     run_simulation(db, name, grid=grid, steps=steps, save_every=save_every, seed=seed, kind=kind,
                    if_missing=if_missing, overwrite=overwrite, quiet=quiet)
 
@@ -92,9 +99,9 @@ def _database_metadata_problem(path: Path) -> str | None:
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--name", required=True, help="Dataset to append to (created if missing).")
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=ExpandedPath(path_type=Path))
+@click.option("--name", required=True, callback=new_dataset_name, help="Dataset to append to (created if missing).")
 @click.option("--field", required=True, help="Field the inputs hold, e.g. velocity or pressure.")
 @format_options
 @click.option("--axes", default=None, help="Axis letters of the input array as read (t z y x c), e.g. czyx; default zyxc (C) or xyzc (F).")
@@ -110,7 +117,9 @@ def _database_metadata_problem(path: Path) -> str | None:
 @click.option("--sort", type=click.Choice(["given", "numbers"]), default=None,
               help="Inputs numbered out of order as the shell sorts them (u_1, u_10, u_2): keep the order given, or "
                    "sort them by their numbers; refused without it.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True,
+              help="No progress bar and no log lines (notes and errors still go to stderr); a bar is drawn only on a "
+                   "terminal.")
 def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str | None, axes: str | None,
            dt: float | None, t0: float, spacing: str | None, origin: str, periodic: str, units: str,
            replace: bool, sort: str | None, quiet: bool, **input_options: Any) -> None:
@@ -136,8 +145,8 @@ def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str |
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
-@click.argument("name", required=False)
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.argument("name", required=False, callback=existing_dataset_name)
 @click.option("--json", "as_json", is_flag=True, help="Print the metadata as JSON.")
 def info(db: Path, name: str | None, as_json: bool) -> None:
     """Describe the datasets in DB (or only NAME): grid, times, fields, steps written."""
@@ -167,8 +176,8 @@ def info(db: Path, name: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
-@click.argument("name", required=False)
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.argument("name", required=False, callback=existing_dataset_name)
 def verify(db: Path, name: str | None) -> None:
     """Check every shard of every field: index checksums, chunk ranges, atom checksums;
     and the metadata other Zarr readers go by (consolidated copy, coordinates).

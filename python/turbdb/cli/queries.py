@@ -8,24 +8,27 @@ import click
 
 from .group import main
 from ..times import format_time
-from .inputs import database, is_url, output_file, read_points
+from .inputs import (ExpandedPath, database, existing_dataset_name, is_url, local_path, option_given, output_file,
+                     read_points, token_option)
 from .interrupts import work_done
 
 
 @main.command()
 @click.argument("db_or_url")
-@click.argument("name")
+@click.argument("name", callback=existing_dataset_name)
 @click.option("--field", required=True, help="Field to evaluate, e.g. velocity or pressure.")
-@click.option("--points", "points_file", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Points: an .npy array (N, 3), or a .csv/.txt file of x,y,z rows.")
+@click.option("--points", "points_file", required=True,
+              type=ExpandedPath(dir_okay=False, exists=True, allow_dash=True, path_type=Path),
+              help="Points: an .npy array (N, 3), a .json list of [x, y, z], or a text file (.csv, .txt) of x,y,z "
+                   "rows (commas, semicolons, tabs or blanks); - reads them from stdin, and a pipe (<(…)) works too.")
 @click.option("--time", "time_", type=float, required=True, help="Physical time.")
 @click.option("--method", default="lag6", show_default=True, help="none, lag4, lag6, lag8, fd4noint, fd6noint, fd8noint, fd4lag4, m1q4, m2q8.")
 @click.option("--operator", default="field", show_default=True, help="field, gradient, hessian or laplacian.")
 @click.option("--temporal", default="none", show_default=True, help="none (nearest stored time) or pchip.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True, help="Type of the values written.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--out", type=ExpandedPath(dir_okay=False, path_type=Path), required=True,
               help="Where to write the answer: .npy (the array Dataset.query returns) or .csv (one row per point, JHTDB's column names).")
-@click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
+@token_option
 def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float, method: str, operator: str,
           temporal: str, dtype: str, out: Path, token: str | None) -> None:
     """Evaluate FIELD (or its gradient, Hessian, Laplacian) of dataset NAME at the points in
@@ -38,23 +41,15 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     import numpy as np
 
     from ..arguments import TEMPORAL_ALIASES, TEMPORALS, as_points, choice
-    from ..output_files import replacing
+    from ..output_files import replacing, save_npy
 
-    if db_or_url.startswith(("http://", "https://")):
-        from ..remote import connect
-
-        database = connect(db_or_url, token)
-    else:
-        from ..database import open as open_db
-
-        database = open_db(db_or_url)
     given = read_points(points_file)
     points = as_points(given)
-    dataset = database[name]
+    dataset = database(db_or_url, token)[name]
     # The points as read: float32 ones on a wall are put on it (turbdb.query.query_points).
     values = dataset.query(field, given, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
     with replacing(out) as (temporary,):
-        if out.suffix == ".csv":
+        if out.suffix.lower() == ".csv":
             from ..service.jhtdb import columns
 
             names = columns(field, values.shape[1], operator.lower())
@@ -62,7 +57,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
             np.savetxt(temporary, values.reshape(len(points), -1), delimiter=",", header=",".join(names),
                        comments="", fmt="%.17g" if values.dtype == np.float64 else "%.9g")
         else:
-            np.save(temporary, values)
+            save_npy(temporary, values)
     work_done()
     when = f"t = {format_time(time_)}"
     if choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES) == "none":
@@ -76,9 +71,10 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
 
 @main.command()
 @click.argument("db")
-@click.argument("name")
+@click.argument("name", callback=existing_dataset_name)
 @click.option("--points", "points_spec", required=True,
-              help="A number of particles placed uniformly at random (--seed), or a .npy/.txt/.csv file of x,y,z rows.")
+              help="A number of particles placed uniformly at random (--seed), or a file of x,y,z: an .npy array "
+                   "(N, 3), a .json list of [x, y, z], or .csv/.txt rows; - reads the file from stdin.")
 @click.option("--start", type=float, required=True, help="Time the particles are released.")
 @click.option("--end", type=float, required=True, help="Time to track to (before --start tracks backward).")
 @click.option("--dt", type=float, required=True, help="Integration step (positive; the last step lands on --end).")
@@ -86,13 +82,15 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
 @click.option("--field", default="velocity", show_default=True, help="Vector field advecting the particles.")
 @click.option("--integrator", type=click.Choice(["rk2", "euler"]), default="rk2", show_default=True,
               help="rk2: Heun's method, as JHTDB's GetPosition.")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of random particle positions.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Seed of random particle positions (with --points N).")
+@click.option("--out", type=ExpandedPath(dir_okay=False, path_type=Path), required=True,
               help="Where to write the positions, a .npy array (steps+1, N, 3), unwrapped.")
 @click.option("--velocity", "with_velocity", is_flag=True, help="Also write the velocities to OUT with .velocity.npy.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@token_option
+@click.option("--quiet", is_flag=True, help="No progress bar (one is drawn only on a terminal).")
 def track(db: str, name: str, points_spec: str, start: float, end: float, dt: float, method: str, field: str,
-          integrator: str, seed: int, out: Path, with_velocity: bool, quiet: bool) -> None:
+          integrator: str, seed: int, out: Path, with_velocity: bool, token: str | None, quiet: bool) -> None:
     """Track fluid particles through dataset NAME of DB (a database directory, or the
     http:// address of a turbdb server: then the whole trajectory is one request) from
     --start to --end (Heun RK2, pchip in time), evaluated in the engine, and save their
@@ -106,16 +104,17 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
 
     import numpy as np
 
-    from ..output_files import replacing
+    from ..output_files import replacing, save_npy
     from ..stats import random_points
 
-    dataset = database(db)[name]
-    if points_spec.isdigit():
-        if int(points_spec) == 0:
-            raise click.BadParameter("track at least one particle", param_hint="--points")
-        points = random_points(dataset.metadata, int(points_spec), seed)
-    else:
-        points = read_points(Path(points_spec))
+    if not points_spec.isdigit() and option_given("seed"):
+        raise click.UsageError("--seed places random particles (--points N); the particles of a points file are "
+                               "where the file says: drop --seed, or give a number of particles")
+    if points_spec.isdigit() and int(points_spec) == 0:
+        raise click.BadParameter("track at least one particle", param_hint="--points")
+    given = None if points_spec.isdigit() else read_points(points_spec, or_count=True)
+    dataset = database(db, token)[name]
+    points = random_points(dataset.metadata, int(points_spec), seed) if given is None else given
     options = {} if is_url(db) else {"progress": not quiet}  # the server reports no progress
     began = time.perf_counter()
     result = dataset.track(points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
@@ -123,11 +122,11 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
     seconds = time.perf_counter() - began
     positions, velocities = result if with_velocity else (result, None)
     written = [out]
-    if velocities is not None:
-        written.append(out.with_name(out.name.removesuffix(".npy") + ".velocity.npy"))
+    if velocities is not None:  # t.npy: t.velocity.npy; T.NPY: T.velocity.NPY
+        written.append(out.with_name(f"{out.stem}.velocity{out.suffix}"))
     with replacing(*written) as temporaries:
         for temporary, values in zip(temporaries, (positions, velocities)):
-            np.save(temporary, values)
+            save_npy(temporary, values)
     work_done()
     steps = len(positions) - 1
     rate = steps * len(points) / seconds if seconds > 0 else float("inf")
@@ -144,24 +143,35 @@ def stats() -> None:
     """Statistics of a stored time step: the R–Q joint PDF and the energy spectrum."""
 
 
+_stats_out = click.option(
+    "--out", type=ExpandedPath(file_okay=False, path_type=Path), default=None,
+    help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
+
+
+def _stats_folder(db: str, name: str) -> Path:
+    """Where a statistic is written by default: beside the dataset, or here for a server."""
+    return Path(f"{name}-stats") if is_url(db) else local_path(db) / f"{name}-stats"
+
+
 @stats.command("rq")
 @click.argument("db")
-@click.argument("name")
+@click.argument("name", callback=existing_dataset_name)
 @click.option("--time", "time_", type=float, required=True, help="Time (the nearest stored step is used).")
 @click.option("--points", type=click.IntRange(2), default=100_000, show_default=True, help="Random sample points.")
 @click.option("--method", default="lag6", show_default=True, help="Gradient method: lag4, lag6, lag8, fd4lag4, m2q8, …")
 @click.option("--field", default="velocity", show_default=True, help="Velocity-like field.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the sample points.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
-def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: str, seed: int, out: Path | None) -> None:
+@_stats_out
+@token_option
+def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: str, seed: int, out: Path | None,
+             token: str | None) -> None:
     """Joint PDF of the velocity-gradient invariants R and Q of NAME at --time, normalised
     by <Q_w>, from gradients queried at random points: a plot and the data. DB is a database
     directory or the http:// address of a turbdb server."""
     from .. import stats as st
 
-    result = st.rq_pdf(database(db)[name], time=time_, points=points, method=method, field=field, seed=seed)
-    out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
+    result = st.rq_pdf(database(db, token)[name], time=time_, points=points, method=method, field=field, seed=seed)
+    out = out or _stats_folder(db, name)
     paths = result.save(out / f"rq_t{format_time(result.time)}_{method}")
     work_done()
     f = result.fractions
@@ -173,12 +183,12 @@ def stats_rq(db: str, name: str, time_: float, points: int, method: str, field: 
 
 @stats.command("spectrum")
 @click.argument("db")
-@click.argument("name")
+@click.argument("name", callback=existing_dataset_name)
 @click.option("--time", "time_", type=float, required=True, help="Time (the nearest stored step is used).")
 @click.option("--field", default="velocity", show_default=True, help="Vector field.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for the PNG, .npz and .json (default DB/NAME-stats, or NAME-stats for a server).")
-def stats_spectrum(db: str, name: str, time_: float, field: str, out: Path | None) -> None:
+@_stats_out
+@token_option
+def stats_spectrum(db: str, name: str, time_: float, field: str, out: Path | None, token: str | None) -> None:
     """Shell-summed energy spectrum E(k) of NAME at --time, from a cutout of the whole
     (periodic) box: a plot and the data. For a turbdb DNS (its viscosity is in the
     provenance) the plot is in Kolmogorov units over the resolved shells, with the
@@ -186,8 +196,8 @@ def stats_spectrum(db: str, name: str, time_: float, field: str, out: Path | Non
     DB is a database directory or the http:// address of a turbdb server."""
     from .. import stats as st
 
-    result = st.energy_spectrum(database(db)[name], time=time_, field=field)
-    out = out or (Path(f"{name}-stats") if is_url(db) else Path(db) / f"{name}-stats")
+    result = st.energy_spectrum(database(db, token)[name], time=time_, field=field)
+    out = out or _stats_folder(db, name)
     paths = result.save(out / f"spectrum_t{format_time(result.time)}")
     work_done()
     from ..plots import spectrum_statement

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from .group import main
-from .inputs import ByteSize
+from .inputs import ByteSize, ExpandedPath
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free one; the address is printed).")
-@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+@click.option("--tokens", "tokens_file", type=ExpandedPath(dir_okay=False, exists=True, path_type=Path), default=None,
               help="TOML file of tokens and their limits (see docs/service.md; turbdb token makes entries). "
                    "Without it only anonymous use, with JHTDB's limit of 4096 points per request.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
@@ -63,6 +64,11 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
     """
     from ..service import serve as run_server
 
+    if os.environ.get("NO_COLOR"):  # uvicorn colours its log on a terminal whatever NO_COLOR says
+        from uvicorn.config import LOGGING_CONFIG
+
+        for formatter in LOGGING_CONFIG["formatters"].values():
+            formatter["use_colors"] = False
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
                access_log=access_log, cluster=cluster_address, allow_origins=allow_origins,
@@ -70,9 +76,9 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
 
 
 @main.command()
-@click.argument("db", type=click.Path(file_okay=False, path_type=Path), default="data")
+@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path), default="data")
 @click.option("--name", default="isotropic64", show_default=True, help="Dataset to demonstrate on.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where to write the plots (default DB/NAME-demo).")
+@click.option("--out", type=ExpandedPath(file_okay=False, path_type=Path), default=None, help="Where to write the plots (default DB/NAME-demo).")
 def demo(db: Path, name: str, out: Path | None) -> None:
     """Show what the dataset holds: its metadata, physical checks computed from the stored
     data, particles tracked forward and back, and plots of a vorticity slice, the energy

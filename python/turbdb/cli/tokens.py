@@ -36,6 +36,9 @@ def token(name: str, max_points: int, requests_per_minute: float, datasets: str,
 
     from ..service.tokens import rate_text
 
+    if not name.strip():  # an entry named "" was written, and served
+        raise click.BadParameter("give the token's user a name (it is shown in the server's log and limits)",
+                                 param_hint="NAME")
     if name == "anonymous":
         raise click.BadParameter("'anonymous' names use without a token; set its limits under [anonymous] in the "
                                  "tokens file, and give this token another name", param_hint="NAME")

@@ -12,7 +12,8 @@ import click
 
 from ..exceptions import TurbdbError
 from .group import main
-from .inputs import ByteSize, FiniteFloat, database, is_url
+from .inputs import (ByteSize, ExpandedPath, FiniteFloat, database, existing_dataset_name, is_url, option_given,
+                     token_option)
 from .interrupts import work_done
 
 
@@ -23,8 +24,8 @@ def workload() -> None:
 
 @workload.command()
 @click.argument("db_or_url")
-@click.argument("name")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.argument("name", callback=existing_dataset_name)
+@click.option("--out", type=ExpandedPath(dir_okay=False, path_type=Path), required=True,
               help="Where to write the trace (JSON lines, one query a line).")
 @click.option("--field", default="velocity", show_default=True, help="Field the queries read.")
 @click.option("--jobs", type=click.IntRange(1), default=400, show_default=True, help="Jobs in the trace.")
@@ -33,7 +34,7 @@ def workload() -> None:
 @click.option("--regions", type=click.IntRange(1), default=6, show_default=True,
               help="Regions of interest that users share.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of everything drawn.")
-@click.option("--token", default=None, envvar="TURBDB_TOKEN", help="Token for a server (default: $TURBDB_TOKEN).")
+@token_option
 def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, duration: float, regions: int,
              seed: int, token: str | None) -> None:
     """Write a trace for dataset NAME of DB_OR_URL shaped like the JHTDB log: bursty arrivals,
@@ -52,7 +53,7 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
 
 
 @workload.command()
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("trace", type=ExpandedPath(exists=True, dir_okay=False, path_type=Path))
 @click.argument("db_or_url", required=False)
 @click.option("--url", default=None, help="A turbdb server's address to replay against (instead of DB_OR_URL).")
 @click.option("--token", default=None, envvar="TURBDB_TOKEN",
@@ -97,6 +98,12 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
             raise click.BadParameter(f"expected an address such as http://127.0.0.1:8000, not {url!r}",
                                      param_hint="--url")
         db_or_url = url
+    engine_options = [f"--{o.replace('_', '-')}" for o in ("scheduler", "cache_policy", "cache_bytes", "io")
+                      if option_given(o)]
+    if is_url(db_or_url) and engine_options:
+        raise click.UsageError(f"{', '.join(engine_options)} set up the node engine that replays a database "
+                               "directory; a server runs its own (turbdb serve --scheduler …): drop them, or "
+                               "replay the directory")
     queries = read_trace(trace)
     if is_url(db_or_url):
         db = database(db_or_url, token)

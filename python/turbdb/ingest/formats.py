@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,9 @@ def detect_format(path: Path) -> str:
     if path.is_dir():
         return _only(path, [f for f in formats if f.directory], "a directory")
     suffix = path.suffix.lower()
+    if suffix in (".xmf", ".xdmf"):  # it was read as raw binary, and refused for want of a dtype
+        raise FormatError(f"{path} is an XDMF description, not an input format: ingest the HDF5 file it describes "
+                          f"({_xdmf_data(path)}) instead")
     by_extension = next((f.name for f in formats if suffix in f.extensions), None)
     if by_extension is not None:
         return by_extension
@@ -85,6 +89,20 @@ def detect_format(path: Path) -> str:
             "extract the arrays first (e.g. np.save each member of an .npz)"
         )
     return _only(path, [f for f in formats if f.fallback], "an unrecognised file")
+
+
+def _xdmf_data(path: Path) -> str:
+    """The HDF5 file an XDMF document names (``<DataItem …>box.h5:/velocity_0001``), or a
+    description of it when it names none that can be read."""
+    try:
+        text = path.read_text(errors="replace")[:65536]
+    except OSError:
+        text = ""
+    named = re.search(r">\s*([^<>:]+?\.(?:h5|hdf5|he5)):/", text, re.IGNORECASE)
+    if named is None:
+        return "the .h5 file beside it"
+    data = Path(named.group(1).strip())
+    return str(data if data.is_absolute() else path.parent / data)
 
 
 def _only(path: Path, candidates: list[Format], what: str) -> str:

@@ -23,6 +23,7 @@ from ..database import open as open_db
 from ..dataset import JOURNAL_KEY, Dataset, directory_identity
 from ..exceptions import DatasetBusyError, FormatError, InvalidRequestError, TurbdbError, UnknownNameError
 from ..info import check_name
+from ..progress_bars import bar_disabled
 from ..times import time_grid
 from .opening import open_sources
 from .source import Source, StepRef
@@ -110,7 +111,8 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     if dt is not None:
         info = dataset.metadata
         if info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=0):
-            tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform")
+            tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform",
+                       file=sys.stderr)
         journal["dt"] = dt  # kept, so that a later ingest without --dt steps on by it
     if dt is None and dataset.metadata.dt is None:  # a single time (or none) has no dt of its own
         dt = _given_dt(dataset, journal)
@@ -127,7 +129,8 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
         say(f"resuming: {total - len(todo)} of {total} input steps are already stored")
 
     step_bytes = int(np.prod(sources[0].grid)) * sources[0].ncomp * 4
-    bar = tqdm(total=len(todo) * step_bytes, unit="B", unit_scale=True, disable=quiet, desc=f"ingest {field}")
+    bar = tqdm(total=len(todo) * step_bytes, unit="B", unit_scale=True, disable=bar_disabled(quiet),
+               desc=f"ingest {field}")
     digests = {entry[1]: entry[0] for entry in map(_entry, journal["steps"].values())}
     moved_from = _steps_of_missing_files(journal, how) if any(again is None for _, _, again in todo) else {}
     moved = 0
