@@ -37,22 +37,22 @@ def long_points(n=LONG):
     return np.random.default_rng(1).uniform(0.0, 2 * np.pi, (n, 3))
 
 
-def run_interrupted(database, body: str, tmp_path) -> dict:
+def run_interrupted(database, body: str, tmp_path, points: int = LONG, delay: float = 0.3) -> dict:
     """Runs ``body`` (which defines ``ds``-using code printing "started" before its long
-    call) in a child, sends it SIGINT 0.3 s after "started", and returns what it printed as
-    ``key value`` lines."""
+    call) in a child, sends it SIGINT ``delay`` s after "started", and returns what it
+    printed as ``key value`` lines."""
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time
         import numpy as np
         import turbdb
-        pts = np.random.default_rng(1).uniform(0.0, 2 * np.pi, ({LONG}, 3))
+        pts = np.random.default_rng(1).uniform(0.0, 2 * np.pi, ({points}, 3))
         DB = {str(database)!r}
     """) + textwrap.dedent(body))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     assert child.stdout.readline().strip() == "started"
-    time.sleep(0.3)
+    time.sleep(delay)
     sent = time.monotonic()
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
@@ -79,10 +79,10 @@ def test_ctrl_c_stops_a_large_local_query_at_once_and_the_dataset_answers_after(
         print("whole_query", time.perf_counter() - start)
         alone = turbdb.open(DB)["box"].query("velocity", pts[:1000], time=0.05, method="lag8", operator="gradient")
         print("answers_equal", int(np.allclose(again[:1000], alone, rtol=1e-6, atol=1e-6)))
-    """, tmp_path)
+    """, tmp_path, points=2 * LONG, delay=1.0)
     assert "caught_at" in got, got
-    # Stopped at its next cell, not at its end: the whole query takes several times longer
-    # than the Ctrl-C took to arrive (0.3 s into the query, so about 1 s before its end).
+    # Sent 1 s in, past the plan (which does not look at the flag), it stops at its next
+    # cell, not at its end: the whole query takes several times longer than that.
     assert float(got["caught_at"]) - got["sent_at"] < float(got["whole_query"]) / 3, got
     assert got["answers_equal"] == "1"
 
@@ -207,3 +207,50 @@ def test_small_queries_take_no_stop_flag_and_large_ones_on_the_main_thread_are_w
     assert names == ["turbdb-query"]
     with pytest.raises(ValueError, match="handed on"):
         stoppable.run(lambda flag: (_ for _ in ()).throw(ValueError("handed on")), points=stoppable.WATCHED_POINTS)
+
+
+def test_a_signal_handlers_own_exception_stops_the_query_too(database):
+    # A timeout raised by a SIGALRM handler left the helper thread's query running on.
+    ds = turbdb.open(database)["box"]
+
+    def timeout(*_):
+        raise TimeoutError("too slow")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(TimeoutError):
+            ds.query("velocity", long_points(), time=0.05, method="lag8", operator="gradient")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not [t for t in threading.enumerate() if t.name == "turbdb-query"]
+
+
+def test_a_fork_while_another_thread_holds_the_registry_lock_queries_in_the_child(database):
+    ds = turbdb.open(database)["box"]
+    with stoppable._running_lock:  # as another thread starting a query at the moment of the fork
+        child = os.fork()
+        if child == 0:
+            try:
+                ds.query("velocity", long_points(stoppable.STOPPABLE_POINTS), time=0.05)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+    status, deadline = None, time.monotonic() + 60
+    while status is None and time.monotonic() < deadline:
+        pid, code = os.waitpid(child, os.WNOHANG)
+        status = code if pid else None
+        time.sleep(0.05)
+    if status is None:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert status is not None, "the child hung on the lock the parent held when it forked"
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_queries_that_would_start_as_a_ctrl_c_d_program_exits_are_refused(monkeypatch):
+    monkeypatch.setattr(stoppable, "_exiting", True)
+    with pytest.raises(turbdb.QueryCancelledError, match="ending after Ctrl-C"):
+        stoppable.run(lambda flag: 1, points=stoppable.STOPPABLE_POINTS)
+    assert stoppable.run(lambda flag: 1, points=10) == 1  # small ones end at once anyway

@@ -12,7 +12,7 @@ import numpy as np
 from . import _core, stoppable
 from .arguments import (
     METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
-    axes_of, choice, finite_number, is_series, known_field, point_array, result_dtype, time_list,
+    aligned, axes_of, choice, finite_number, is_series, known_field, point_array, result_dtype, time_list,
 )
 from .exceptions import QueryCancelledError
 from .jobs import job_number
@@ -141,7 +141,7 @@ def query_points(points: Any, info: Any) -> np.ndarray:
     given = point_array(points)
     # Aligned too: an unaligned array (as Dask and pickle hand them over) is contiguous for
     # numpy but not a slice for the engine ("arrays must be C-contiguous").
-    xyz = np.require(given, dtype=np.float64, requirements=["C", "A"])
+    xyz = aligned(np.ascontiguousarray(given, dtype=np.float64))
     # Any float32 counts, big-endian ('>f4', as np.fromfile and h5py give) included.
     if not (given.dtype.kind == "f" and given.dtype.itemsize == 4):  # float64 keeps the engine's own tolerance
         return xyz
@@ -164,7 +164,7 @@ def unless_cancelled(pending: Any, cancel: threading.Event | None) -> tuple[np.n
             if cancel is not None and cancel.is_set():
                 pending.cancel()
                 raise QueryCancelledError("the query was cancelled; the engine dropped its pending work")
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, or a timeout a signal handler raised: the engine drops it
         pending.cancel()
         raise
     return pending.result()

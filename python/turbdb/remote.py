@@ -17,6 +17,7 @@ import random
 import re
 import ssl
 import threading
+import time
 import urllib.parse
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -65,6 +66,13 @@ _BUSY_RETRIES = 8
 # By default failures are retried 6 times, waiting about 0.25, 0.5, … 8 s: 16 s in all, past
 # a server's restart (1–6.5 s measured; 3.75 s of retries gave up before it was back).
 DEFAULT_RETRIES, DEFAULT_BACKOFF = 6, 0.25
+# ... and a refused connection (nothing was sent) for at least this long: a server that waits
+# for one slow client stops up to 31 s after its signal (its graceful 30 s, then 1 s for the
+# requests it cut; service/server.py) and starts in 1.5–7.5 s (measured on 2 busy cores, the
+# slowest cold). 16 s of retries gave up on it.
+DEFAULT_RESTART_SECONDS = 45.0
+# The backoff stops doubling at 2**5 of it (8 s by default): a server coming back is found soon.
+_MOST_DOUBLINGS = 5
 # The client paces its requests this fraction below the server's rate and burst: it copies
 # the server's token bucket but not its clock.
 PACING_MARGIN = 0.02
@@ -77,7 +85,8 @@ _SERVER_PAGE = re.compile(r"/(v1(/(datasets|limits|engine|jobs)(/.*)?)?|docs|red
 
 def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
             backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
-            concurrency: int = batches.CONCURRENCY, progress: bool | None = None) -> RemoteDatabase:
+            concurrency: int = batches.CONCURRENCY, progress: bool | None = None,
+            restart_seconds: float = DEFAULT_RESTART_SECONDS) -> RemoteDatabase:
     """The database served at ``url`` (``turbdb serve``; ``http://host:port``, or with the
     path a proxy serves it under). ``token`` defaults to the environment variable
     ``TURBDB_TOKEN``; without one the server's anonymous limits apply.
@@ -86,12 +95,14 @@ def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retri
     (``progress``: None shows one on a terminal when there are several batches).
     ``timeout``: seconds each request may take, its whole answer included (a server that
     sends slowly counts too). Connection failures are retried ``retries`` times, waiting
-    about ``backoff``·2ᵏ seconds (by default about 16 s in all, the time a server takes to
-    restart); a request that may already have reached the server is sent again only if
-    repeating it is harmless (not a job's declaration). A 429 or 503 is retried after the
-    ``Retry-After`` the server asks for."""
+    about ``backoff``·2ᵏ seconds (by default about 16 s in all; the waits stop doubling at
+    8 s), and a refused connection (nothing was sent) until ``restart_seconds`` have passed
+    too (by default 45 s: longer than a server's graceful shutdown and start; with
+    ``retries=0`` nothing is retried); a request that may already have reached the server is
+    sent again only if repeating it is harmless (not a job's declaration). A 429 or 503 is
+    retried after the ``Retry-After`` the server asks for."""
     return RemoteDatabase(url, token, timeout=timeout, retries=retries, backoff=backoff, transport=transport,
-                          concurrency=concurrency, progress=progress)
+                          concurrency=concurrency, progress=progress, restart_seconds=restart_seconds)
 
 
 class RemoteDatabase(Mapping[str, "RemoteDataset"]):
@@ -99,7 +110,8 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
                  backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
-                 concurrency: int = batches.CONCURRENCY, progress: bool | None = None):
+                 concurrency: int = batches.CONCURRENCY, progress: bool | None = None,
+                 restart_seconds: float = DEFAULT_RESTART_SECONDS):
         self.url = _server_address(url)
         if token is not None and not isinstance(token, str):
             raise exc.InvalidRequestError(f"a token is a string, not {type(token).__name__}")
@@ -107,6 +119,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         self.timeout = _seconds("timeout", timeout, zero_allowed=False)
         self.retries = _whole_number("retries", retries, least=0)
         self.backoff = _seconds("backoff", backoff, zero_allowed=True)
+        self.restart_seconds = _seconds("restart_seconds", restart_seconds, zero_allowed=True)
         self.concurrency = _whole_number("concurrency", concurrency, least=1)
         if progress is not None and not isinstance(progress, bool):
             raise exc.InvalidRequestError(f"progress is True, False or None, not {progress!r}")
@@ -160,7 +173,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                             "caller's object; connect in each process instead")
         return _remote_database, (self.url, self._token, {
             "timeout": self.timeout, "retries": self.retries, "backoff": self.backoff,
-            "concurrency": self.concurrency, "progress": self.progress})
+            "concurrency": self.concurrency, "progress": self.progress, "restart_seconds": self.restart_seconds})
 
     def close(self) -> None:
         self._clients.close()
@@ -271,6 +284,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         repeatable = _repeatable(method, path)
         failures = busy = 0
         reached = True  # a request that never reached the server took nothing of its rate
+        refused_since: float | None = None  # the first refusal: the server may be restarting
         while True:
             if path != "/v1/limits" and reached:  # asking for the limits is free; everything else is paced
                 self.limits  # noqa: B018 - asks for them once, and makes the pacer
@@ -285,6 +299,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 if tls is not None:  # a wrong scheme or certificate: the same again each time
                     raise exc.ServiceError(tls) from None
                 failure, reached = e, False
+                refused_since = time.monotonic() if refused_since is None else refused_since
             except _BROKEN as e:
                 if not repeatable:
                     raise exc.ServiceError(self._broken_after_sending(method, path, e)) from None
@@ -310,18 +325,26 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                     failures += 1
                     continue
                 return self._checked(response)
-            if failures == self.retries:
-                raise exc.ServiceError(self._unreachable(failure)) from None
+            if failures >= self.retries and not self._restarting(failure, refused_since):
+                raise exc.ServiceError(self._unreachable(failure, failures + 1, refused_since)) from None
             batches.pause(self._backoff(failures))
             failures += 1
 
     def _backoff(self, failures: int) -> float:
-        """The wait before retry ``failures + 1``: exponential, with jitter so that threads
-        that failed together do not come back together."""
-        return self.backoff * 2**failures * (0.5 + random.random())
+        """The wait before retry ``failures + 1``: exponential up to 2**5 times ``backoff``,
+        with jitter so that threads that failed together do not come back together."""
+        return self.backoff * 2**min(failures, _MOST_DOUBLINGS) * (0.5 + random.random())
 
-    def _unreachable(self, failure: Exception) -> str:
-        attempts = f"after {self.retries + 1} attempts"
+    def _restarting(self, failure: Exception, refused_since: float | None) -> bool:
+        """Whether a refused connection is tried again past ``retries``: for ``restart_seconds``
+        after the first refusal, the time a server takes to stop and start again."""
+        return (isinstance(failure, _NOT_SENT) and refused_since is not None and self.retries > 0
+                and time.monotonic() - refused_since < self.restart_seconds)
+
+    def _unreachable(self, failure: Exception, tries: int, refused_since: float | None) -> str:
+        attempts = f"after {tries} attempts"
+        if refused_since is not None:
+            attempts += f" over {time.monotonic() - refused_since:.0f} s"
         if isinstance(failure, _NOT_SENT):  # "cannot reach" starts it: turbdb.workload.replay stops on it
             return (f"cannot reach the turbdb server at {self.url}: could not connect ({type(failure).__name__}: "
                     f"{failure}) {attempts}; is `turbdb serve` running there?")

@@ -146,6 +146,12 @@ def test_the_fill_value_of_an_array_xarray_did_not_write_is_no_missing_mark(tmp_
     g.create_array("u", shape=(3, 4, 5), dtype="f4")[...] = 0.0
     src = open_source(tmp_path / "u.zarr")
     np.testing.assert_array_equal(src.read(src.refs()[0]), 0.0)
+    # Given the dimension names xarray needs by hand (a common recipe): still data, with a
+    # note that xarray would read those zeros as missing (the review found them refused).
+    g["u"].attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"]
+    src = open_source(tmp_path / "u.zarr")
+    np.testing.assert_array_equal(src.read(src.refs()[0]), 0.0)
+    assert any("fill value 0 (zarr-python's default)" in note for note in src.notes)
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

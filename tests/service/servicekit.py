@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import json
 import math
 import re
 import subprocess
@@ -109,9 +110,25 @@ class Server:
 @contextlib.contextmanager
 def running_server(db: Path, log: Path, *args: str):
     """Starts `turbdb serve DB --port 0 …`, reads the address it prints, waits for /healthz."""
+    with _running([sys.executable, "-m", "turbdb.cli", "serve", str(db), "--port", "0", "--log-level", "warning",
+                   *args], log) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_serve(db: Path, log: Path, **options):
+    """Starts `turbdb.service.server.serve(DB, port=0, **options)` in a process of its own: for
+    the server's options that `turbdb serve` does not take (yet)."""
+    options = {"port": 0, "log_level": "warning", **options}
+    code = "import json, sys; from turbdb.service.server import serve; serve(sys.argv[1], **json.loads(sys.argv[2]))"
+    with _running([sys.executable, "-c", code, str(db), json.dumps(options)], log) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _running(command: list[str], log: Path):
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "turbdb.cli", "serve", str(db), "--port", "0",
-                                    "--log-level", "warning", *args], stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
         url, deadline = None, time.monotonic() + 30
         while time.monotonic() < deadline and process.poll() is None:
@@ -181,3 +198,55 @@ class Exchange:
 
     async def run(self):
         await self.app(self.scope, self.receive, self.send)
+
+
+@contextlib.contextmanager
+def prefix_proxy(upstream: str, prefix: str):
+    """A reverse proxy on a free loopback port that serves ``upstream`` under ``prefix``
+    and strips it, as nginx's ``location /turbdb/ { proxy_pass http://up/; }`` does, passing
+    the Host header on and adding X-Forwarded-For and X-Forwarded-Proto; yields its address."""
+    import http.server
+    import threading
+
+    client = httpx.Client(timeout=60)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def forward(self):
+            if not self.path.startswith(prefix + "/"):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "connection")}
+            seen = self.headers.get("X-Forwarded-For")
+            headers["X-Forwarded-For"] = f"{seen}, {self.client_address[0]}" if seen else self.client_address[0]
+            headers["X-Forwarded-Proto"] = "http"
+            answer = client.request(self.command, upstream + self.path[len(prefix):], content=body, headers=headers)
+            self.send_response(answer.status_code)
+            for name, value in answer.headers.items():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer.content)
+
+        do_GET = do_POST = do_HEAD = do_DELETE = forward
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        client.close()

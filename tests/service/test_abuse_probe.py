@@ -14,7 +14,7 @@ from turbdb.service.jhtdb import series_length, series_times
 from turbdb.service.redaction import redact
 from turbdb.track import step_count, step_times
 
-from servicekit import FULL, OTHER_ONLY, SMALL, running_server
+from servicekit import FULL, OTHER_ONLY, SMALL, running_serve, running_server
 
 TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
 
@@ -278,3 +278,117 @@ def test_a_server_answers_with_a_dataset_created_again_over_one_it_served(tmp_pa
         cut = s.post("/v1/datasets/run/cutout", params={"field": "velocity", "time": 0.0, "x": "16,32", "y": "0,1",
                                                         "z": "0,1", "format": "npy"})
         assert cut.status_code == 200, cut.text
+
+
+FORWARDED_TOKENS = "[anonymous]\nmax_points = 4096\nrequests_per_minute = 3\n"
+
+
+def test_x_forwarded_for_from_a_peer_not_trusted_as_a_proxy_changes_nothing(service_db, tmp_path):
+    # uvicorn trusted X-Forwarded-For from 127.0.0.1 by default: any process on the server's
+    # machine escaped the anonymous rate limit with a new address each time, and chose the
+    # address it was logged (and owned anonymous jobs) under.
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(FORWARDED_TOKENS)
+    with running_server(service_db, tmp_path / "forged.log", "--tokens", str(tokens), "--access-log") as s:
+        statuses = [s.get("/v1/datasets", headers={"X-Forwarded-For": f"203.0.113.{k}"}).status_code for k in range(5)]
+        jobs = s.get("/v1/jobs", headers={"X-Forwarded-For": "203.0.113.9"})
+    assert statuses == [200, 200, 200, 429, 429] and jobs.status_code == 429
+    log = s.log.read_text()
+    assert "203.0.113" not in log and log.count('127.0.0.1:') >= 5, log
+
+
+def test_behind_a_trusted_proxy_the_rate_limit_and_the_log_count_the_client_it_forwards(service_db, tmp_path):
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(FORWARDED_TOKENS)
+    with running_serve(service_db, tmp_path / "proxied.log", tokens=str(tokens), forwarded_allow_ips="127.0.0.1",
+                       access_log=True) as s:
+        def through_the_proxy(claimed: str, client: str) -> int:
+            # The proxy appends the address it got the request from to what the client claimed.
+            return s.get("/v1/datasets", headers={"X-Forwarded-For": f"{claimed}, {client}"}).status_code
+
+        first = [through_the_proxy(f"6.6.6.{k}", "203.0.113.5") for k in range(4)]
+        other = through_the_proxy("6.6.6.6", "203.0.113.6")
+    assert first == [200, 200, 200, 429] and other == 200  # by the client's address, whatever it claims
+    log = s.log.read_text()
+    assert log.count('203.0.113.5:0 - "GET /v1/datasets HTTP/1.1"') == 4 and "6.6.6" not in log, log
+    assert "trusted proxies: 127.0.0.1/32" in log
+
+
+def test_behind_a_trusted_proxy_the_connection_cap_counts_the_client_it_forwards():
+    # The cap of connections per client counted the proxy (the TCP peer) while the rate limit
+    # counted the forwarded client: one client through the proxy took the whole cap.
+    import socket
+    import threading
+
+    import uvicorn
+
+    from turbdb.service.connections import GuardedHttpProtocol
+    from turbdb.service.proxies import TrustedProxies
+
+    async def app(scope, receive, send):  # any app: the cap answers before it
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    protocol = GuardedHttpProtocol.configured(per_client=2, trusted_proxies=TrustedProxies("127.0.0.1"))
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, http=protocol, proxy_headers=False, lifespan="off",
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    port = listening.getsockname()[1]
+
+    def sending(client: str) -> socket.socket:
+        """A request of ``client``'s through the proxy, its body still to come."""
+        sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: %s\r\nContent-Length: 4\r\n\r\n"
+                     % client.encode())
+        return sock
+
+    def answer(sock: socket.socket) -> bytes:
+        try:
+            return sock.recv(65536)
+        except TimeoutError:
+            return b""
+
+    try:
+        under_way = [sending("203.0.113.5"), sending("203.0.113.5")]
+        third = sending("203.0.113.5")
+        assert answer(third).startswith(b"HTTP/1.1 503") and answer(under_way[0]) == b""
+        another = sending("203.0.113.6")  # another client through the same proxy
+        assert answer(another) == b""
+        another.sendall(b"done")
+        assert answer(another).startswith(b"HTTP/1.1 200")
+        under_way[0].sendall(b"done")  # one of the client's requests ends: the client may send another
+        assert answer(under_way[0]).startswith(b"HTTP/1.1 200")
+        fourth = sending("203.0.113.5")
+        fourth.sendall(b"done")
+        assert answer(fourth).startswith(b"HTTP/1.1 200")
+        for sock in (*under_way, third, another, fourth):
+            sock.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_the_client_of_a_trusted_proxy_is_the_last_address_it_does_not_trust():
+    from turbdb.service.proxies import TrustedProxies
+
+    proxies = TrustedProxies("127.0.0.1, 10.0.0.0/8")
+    forwarded = [(b"x-forwarded-for", b"6.6.6.6, 203.0.113.5"), (b"x-forwarded-for", b"10.1.2.3"),
+                 (b"x-forwarded-proto", b"https")]
+    # The client wrote 6.6.6.6; the first proxy appended the client's address, the second the first proxy's.
+    assert proxies.client(("127.0.0.1", 5000), forwarded) == (("203.0.113.5", 0), "https")
+    assert proxies.client(("::ffff:10.0.0.7", 5000), forwarded)[0] == ("203.0.113.5", 0)  # a server bound to ::
+    assert proxies.client(("198.51.100.1", 5000), forwarded) == (("198.51.100.1", 5000), None)  # not a proxy
+    assert proxies.client(("127.0.0.1", 5000), []) == (("127.0.0.1", 5000), None)
+    assert proxies.client(("127.0.0.1", 5000), [(b"x-forwarded-for", b"[2001:db8::1]:4711")])[0] == ("2001:db8::1", 4711)
+    assert TrustedProxies("*").client(("198.51.100.1", 1), forwarded)[0] == ("10.1.2.3", 0)
+    for bad in ("localhost", "10.0.0.0/33", " , "):
+        with pytest.raises(InvalidRequestError, match="forwarded_allow_ips"):
+            TrustedProxies(bad)

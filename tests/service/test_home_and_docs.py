@@ -4,8 +4,14 @@ works offline; `turbdb serve` prints the limits in force and how to make a token
 
 import re
 
+import httpx
+import numpy as np
+
+import turbdb
 from turbdb.service.server import access_summary
 from turbdb.service.tokens import Tokens
+
+from servicekit import prefix_proxy, running_serve
 
 
 def test_the_root_says_what_the_server_is_and_links_the_docs(server):
@@ -65,3 +71,34 @@ def test_the_openapi_description_gives_the_errors_the_server_sends(server):
     assert list(described["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == [CONTENT_TYPE_LATEST]
     answer = server.post("/v1/datasets/isotropic64/query?field=velocity&time=abc", json={"points": [[0, 0, 0]]})
     assert answer.status_code == 400 and set(answer.json()) == set(described["components"]["schemas"]["Error"]["required"])
+
+
+def test_under_a_proxys_path_prefix_the_pages_links_and_messages_name_it(service_db, local, tmp_path):
+    # Served as nginx's `location /turbdb/ { proxy_pass http://up/; }` serves it, /docs
+    # loaded /openapi.json, and the home page's links and "see /docs" pointed, from the site's
+    # root, outside the prefix.
+    with running_serve(service_db, tmp_path / "prefixed.log", root_path="/turbdb/") as s, \
+            prefix_proxy(s.url, "/turbdb") as proxy:
+        base = proxy + "/turbdb"
+        about = httpx.get(base + "/", timeout=30).json()
+        assert about["links"]["docs"] == "/turbdb/docs"
+        assert all(link.startswith("/turbdb/") for link in about["links"].values()), about["links"]
+        page = httpx.get(base + "/", headers={"Accept": "text/html"}, timeout=30).text
+        assert '<a href="/turbdb/docs">' in page and f'turbdb.connect("{base}")' in page
+        for path in ("/docs", "/redoc"):
+            docs = httpx.get(base + path, timeout=30)
+            assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+            assert docs.status_code == 200 and "/turbdb/openapi.json" in docs.text
+            assert assets and all(a.startswith("/turbdb/") for a in assets), assets
+            for asset in assets:
+                assert httpx.get(proxy + asset, timeout=30).status_code == 200, asset
+        described = httpx.get(base + "/openapi.json", timeout=30).json()
+        assert described["servers"] == [{"url": "/turbdb"}]  # what the forms of /docs send to
+        missing = httpx.get(base + "/v1/nothing", timeout=30).json()["description"]
+        assert "'/turbdb/v1/nothing'" in missing and "see /turbdb/docs" in missing, missing
+        pts = np.random.default_rng(0).uniform(0, 6, (50, 3))
+        with turbdb.connect(base) as db:
+            assert db.datasets == ["other", "trig"]
+            np.testing.assert_allclose(db["trig"].query("velocity", pts, time=0.5),
+                                       local["trig"].query("velocity", pts, time=0.5), rtol=1e-6, atol=1e-6)
+    assert "pages and links name the root path /turbdb" in s.log.read_text()

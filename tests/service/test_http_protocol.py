@@ -3,6 +3,7 @@ read with its quality values, and request heads too long to read answered in JSO
 
 import io
 import json
+import re
 import socket
 from urllib.parse import urlsplit
 
@@ -273,3 +274,61 @@ def test_the_limits_need_no_token_where_anonymous_use_is_off(service_db):
     assert listing.status_code == 401
     assert mine.json()["allowed"] is True and mine.json()["token"] == "full"
     assert unknown.status_code == 401
+
+
+def test_metrics_count_the_bytes_sent_and_points_under_the_route_template(server):
+    # A HEAD's body, dropped, was counted in turbdb_response_bytes_total; turbdb_points_total
+    # said "track" where turbdb_requests_total says /v1/datasets/{name}/track.
+    page = "/v1/datasets/{name}"
+    sent = server.metric("turbdb_response_bytes_total", endpoint=page)
+    assert server.request("HEAD", "/v1/datasets/trig").status_code == 200
+    assert server.metric("turbdb_response_bytes_total", endpoint=page) == sent
+    got = server.get("/v1/datasets/trig")
+    assert server.metric("turbdb_response_bytes_total", endpoint=page) - sent == len(got.content) > 0
+    track = "/v1/datasets/{name}/track"
+    for options, evaluations in (({}, 2 * 2), ({"integrator": "euler", "return_velocity": "true"}, 2 + 1)):
+        before = server.metric("turbdb_points_total", endpoint=track)
+        answer = server.post("/v1/datasets/trig/track", params={"start": 0, "end": 0.5, "dt": 0.25, **options},
+                             json={"points": [[1, 2, 3]] * 3}, headers=BEARER)
+        assert answer.status_code == 200, answer.text
+        # Particles × velocity evaluations: two steps, each of two (rk2) or one (euler), one more for the velocities.
+        assert server.metric("turbdb_points_total", endpoint=track) - before == 3 * evaluations
+    assert server.metric("turbdb_points_total", endpoint="track") == 0
+    assert server.metric("turbdb_requests_total", endpoint=track, status="200") >= 2
+
+
+def test_every_log_line_starts_with_its_time_and_an_access_line_gives_the_size_and_duration(service_db, tmp_path):
+    # uvicorn's access lines had no time, size or duration (written when the answer started);
+    # a 499's ended with a space; errors (every "busy" 503) had no time, path or client.
+    with running_server(service_db, tmp_path / "logged.log", "--access-log", "--log-level", "info") as s:
+        health = s.get("/healthz")
+        assert s.get("/v1/nothing").status_code == 404
+        assert s.request("HEAD", "/v1/limits").status_code == 200
+    lines = [line for line in s.log.read_text().splitlines() if not line.startswith("turbdb: ")]
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR): +"
+    assert lines and all(re.match(stamp, line) for line in lines), lines
+    access = [re.sub(stamp, "", line) for line in lines if " HTTP/1.1" in line]
+    assert any(re.fullmatch(rf'127\.0\.0\.1:\d+ - "GET /healthz HTTP/1\.1" 200 OK {len(health.content)} B '
+                            r'\d+\.\d{3} s', line) for line in access), access
+    assert any(re.fullmatch(r'127\.0\.0\.1:\d+ - "GET /v1/nothing HTTP/1\.1" 404 Not Found \d+ B \d+\.\d{3} s',
+                            line) for line in access), access
+    assert any(re.fullmatch(r'127\.0\.0\.1:\d+ - "HEAD /v1/limits HTTP/1\.1" 200 OK 0 B \d+\.\d{3} s', line)
+               for line in access), access
+
+
+def test_a_5xx_is_logged_with_the_request_and_its_client(caplog):
+    from starlette.requests import Request
+
+    from turbdb.exceptions import CorruptDataError
+    from turbdb.service.admission import BusyError
+    from turbdb.service.errors import turbdb_error_response
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/datasets/trig/query", "query_string": b"field=velocity",
+             "client": ("203.0.113.5", 4000), "http_version": "1.1", "headers": []}
+    with caplog.at_level("INFO", logger="turbdb.service"):
+        turbdb_error_response(BusyError("the server is at capacity", retry_after=1.0), request=Request(scope))
+        turbdb_error_response(CorruptDataError("atom 3 of velocity is damaged"), request=Request(scope))
+    line = '203.0.113.5:4000 - "POST /v1/datasets/trig/query?field=velocity HTTP/1.1" answered'
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"{line} 503: BusyError: the server is at capacity"),
+        ("ERROR", f"{line} 500: CorruptDataError: atom 3 of velocity is damaged")]

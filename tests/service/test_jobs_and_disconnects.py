@@ -184,6 +184,23 @@ def test_an_idle_job_is_forgotten_even_if_nobody_declares_another():
         registry.engine_job(other, "a")
 
 
+def test_job_numbers_are_not_reused_after_a_restart_and_a_stale_one_is_said_to_be(server):
+    # Numbered from 1 in each server process: after a restart a script's job=1 was unknown with
+    # no word of the restart, or was silently taken as another new job's.
+    before = JobRegistry()  # the server's registry before a restart...
+    before.reserve("a", 1)
+    stale = before.add("a", Job(None, None, 1))
+    time.sleep(0.01)
+    after = JobRegistry()  # ...and after it
+    after.reserve("a", 1)
+    assert after.add("a", Job(None, None, 1)) > stale
+    with pytest.raises(UnknownNameError, match=f"no job {stale} on this server: .* before the server restarted"):
+        after.engine_job(stale, "a")
+    answer = httpx.post(server.url + "/v1/datasets/trig/query", params={"field": "velocity", "time": 0.5, "job": 1},
+                        json={"points": [[1, 2, 3]]}, headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and "restarted" in answer.json()["description"]
+
+
 def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled(server, local):
     with turbdb.connect(server.url, FULL) as remote:
         with remote.job([("trig", "pressure", 0.5), ("trig", "pressure", 1.0)]) as job:
@@ -302,7 +319,7 @@ def test_a_replay_whose_server_goes_away_reports_what_it_did(service_db, local, 
     # (no thread tracebacks from closing jobs, no lost report).
     trace = generate(local["trig"].info, dataset="trig", jobs=30, duration=1.0, seed=5)
     with running_server(service_db, tmp_path / "gone.log", "--scheduler", "jaws") as server:
-        remote = turbdb.connect(server.url, retries=1, backoff=0.01)
+        remote = turbdb.connect(server.url, retries=1, backoff=0.01, restart_seconds=0)
 
         def stop_after_the_first(done, total):
             if done == 1:

@@ -1,12 +1,16 @@
 """The server under load and over its life: 16 concurrent clients × 50 mixed requests
 without an error, a bounded number of points in flight however many arrive, anonymous
-use refused when the tokens file says so, and a graceful shutdown that finishes the
-requests in progress."""
+use refused when the tokens file says so, a graceful shutdown that finishes the
+requests in progress, and a restart that no slow client holds up past turbdb.connect's
+retries."""
 
 import concurrent.futures
+import re
 import signal
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -14,7 +18,7 @@ import pytest
 
 import turbdb
 
-from servicekit import FULL, random_points, running_server
+from servicekit import FULL, npy_body, random_points, running_serve, running_server
 
 CLIENTS, REQUESTS = 16, 50
 
@@ -196,3 +200,77 @@ def test_a_server_started_with_sighup_ignored_outlives_a_hangup(service_db, tmp_
     finally:
         process.terminate()
         assert process.wait(30) == 0
+
+
+def test_a_client_still_sending_does_not_hold_a_restart_and_calls_made_during_it_succeed(service_db, tmp_path):
+    # One anonymous client trickling its body held the shutdown for its whole 30 s, longer
+    # than turbdb.connect's retries: calls made during a routine restart failed with "cannot
+    # reach … is `turbdb serve` running there?", and the trickler was logged as a 500 with a
+    # 70-line traceback (the body read, cancelled at the graceful limit).
+    with running_server(service_db, tmp_path / "old.log", "--access-log", "--log-level", "info") as old:
+        port = urlsplit(old.url).port
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as trickler:
+            trickler.sendall(b"POST /v1/datasets/trig/query?field=velocity&time=0 HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"points\": [")
+            time.sleep(0.5)
+            signalled = time.monotonic()
+            old.process.send_signal(signal.SIGTERM)
+            answer = {}
+
+            def call_during_the_restart():
+                with turbdb.connect(old.url) as db:
+                    answer["datasets"] = db.datasets
+
+            caller = threading.Thread(target=call_during_the_restart)
+            caller.start()
+            assert old.process.wait(20) == 0
+            stopped = time.monotonic() - signalled
+            told = trickler.recv(65536)
+        with running_server(service_db, tmp_path / "new.log", "--port", str(port)):
+            caller.join(60)
+    assert stopped < 5, f"the shutdown waited {stopped:.1f} s for a body still arriving"
+    assert told.startswith(b"HTTP/1.1 503") and b"shutting down" in told, told
+    assert answer["datasets"] == ["other", "trig"]
+    log = old.log.read_text()
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    lines = [line for line in log.splitlines() if "POST /v1/datasets/trig/query" in line]
+    assert len(lines) == 1 and re.search(r'HTTP/1.1" 503 Service Unavailable \d+ B [\d.]+ s$', lines[0]), lines
+
+
+def test_a_client_that_never_reads_its_answer_holds_a_shutdown_for_graceful_seconds_only(service_db, tmp_path):
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'[[token]]\ntoken = "{FULL}"\nmax_points = 2000000\n')
+    body = npy_body(random_points(1_000_000, seed=3))  # answered with 24 MB: more than the sockets buffer
+    with running_serve(service_db, tmp_path / "reader.log", tokens=str(tokens), graceful_seconds=2,
+                       log_level="info") as s:
+        with socket.create_connection(("127.0.0.1", urlsplit(s.url).port), timeout=30) as reader:
+            reader.sendall(b"POST /v1/datasets/trig/query?field=velocity&time=0&method=none&dtype=float64 HTTP/1.1\r\n"
+                           b"Host: x\r\nAuthorization: Bearer " + FULL.encode() + b"\r\nContent-Type: application/x-npy"
+                           b"\r\nAccept: application/x-npy\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            deadline = time.monotonic() + 30
+            while s.get("/healthz").json()["in_flight_points"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)  # admitted...
+            while s.get("/healthz").json()["in_flight_points"] > 0 and time.monotonic() < deadline:
+                time.sleep(0.02)  # ...and answered: its answer waits for a reader that does not read
+            time.sleep(0.3)
+            signalled = time.monotonic()
+            s.process.send_signal(signal.SIGTERM)
+            assert s.process.wait(20) == 0
+            stopped = time.monotonic() - signalled
+    assert 2 <= stopped < 6, stopped
+    log = s.log.read_text()
+    assert re.search(r'"POST /v1/datasets/trig/query\?\S+ HTTP/1.1": closed 2 s into the shutdown, '
+                     r'(its answer unfinished|[\d,]+ bytes of its answer unread)', log), log
+    assert "Traceback" not in log and "ERROR" not in log, log
+
+
+def test_serve_refuses_settings_it_cannot_use_before_it_starts(service_db):
+    from turbdb.exceptions import InvalidRequestError
+    from turbdb.service.server import serve
+
+    for options, words in (({"graceful_seconds": -1}, "graceful_seconds must be"),
+                           ({"graceful_seconds": True}, "graceful_seconds must be"),
+                           ({"root_path": "turbdb"}, "root path must be a path such as /turbdb"),
+                           ({"forwarded_allow_ips": "localhost"}, "not an IP address or network")):
+        with pytest.raises(InvalidRequestError, match=words):
+            serve(service_db, port=0, **options)

@@ -1,6 +1,7 @@
 """turbdb.connect against a real server: the same answers, the same metadata, the same
 exception types as turbdb.open, for every method and operator, for cutouts and tracking."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -184,7 +185,7 @@ def test_connection_failures_are_retried_with_backoff(server, monkeypatch):
         # The client's first request (the token's limits) fails twice and is retried, then the rest go through.
         assert db.datasets == ["other", "trig"]
         assert calls == ["/v1/limits", "/v1/limits", "/v1/limits", "/v1/datasets"]
-    with turbdb.connect("http://127.0.0.1:9", retries=2, backoff=0.01) as db, \
+    with turbdb.connect("http://127.0.0.1:9", retries=2, backoff=0.01, restart_seconds=0) as db, \
             pytest.raises(turbdb.ServiceError, match="after 3 attempts"):
         db.datasets
     # A request that never reached the server took nothing of its rate: its retries are not
@@ -218,7 +219,7 @@ def test_the_query_command_reads_points_and_writes_the_same_answer_locally_and_r
                                expected.reshape(20, 9), rtol=1e-8, atol=1e-8)
     failed = subprocess.run([*run, server.url, "nosuch", "--field", "velocity", "--time", "0", "--points",
                              tmp_path / "pts.npy", "--out", tmp_path / "x.npy"], capture_output=True, text=True)
-    assert failed.returncode == 2 and "error: no dataset 'nosuch'" in failed.stderr and "Traceback" not in failed.stderr
+    assert failed.returncode == 1 and "error: no dataset 'nosuch'" in failed.stderr and "Traceback" not in failed.stderr
 
 
 def test_stored_times_are_what_the_tests_assume(local):
@@ -241,7 +242,17 @@ def test_serve_reports_a_missing_database_a_bad_tokens_file_and_a_busy_port_in_o
                         ([str(service_db), "--port", port], "cannot listen")):
         result = subprocess.run([sys.executable, "-m", "turbdb.cli", "serve", *args], capture_output=True, text=True,
                                 timeout=30)
-        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == 1 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_serve_to_a_full_disk_says_it_is_standard_output_that_cannot_be_written(service_db):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "turbdb.cli", "serve", str(service_db), "--port", "0"],
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == ("error: No space left on device (standard output): free space on that disk or "
+                                     "write somewhere else"), result.stderr
 
 
 def test_errors_of_a_query_sent_in_batches_name_the_callers_row(server, local):

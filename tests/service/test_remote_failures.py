@@ -186,6 +186,39 @@ def test_the_default_retries_outlast_a_server_restart():
     waits = sum(remote.DEFAULT_BACKOFF * 2**k for k in range(remote.DEFAULT_RETRIES))
     assert waits >= 15
     assert turbdb.connect("http://127.0.0.1:9").retries == remote.DEFAULT_RETRIES
+    # A refused connection is tried again for longer than a server's longest graceful
+    # shutdown and its start (1.5–7.5 s): 16 s gave up on a server that waited its 30 s for one
+    # slow client, and calls made during the restart failed.
+    from turbdb.service.server import GRACEFUL_SHUTDOWN_SECONDS, STRAGGLER_SECONDS
+
+    assert remote.DEFAULT_RESTART_SECONDS >= GRACEFUL_SHUTDOWN_SECONDS + STRAGGLER_SECONDS + 10
+    assert turbdb.connect("http://127.0.0.1:9").restart_seconds == remote.DEFAULT_RESTART_SECONDS
+
+
+def test_a_refused_connection_is_tried_again_past_the_retries_until_the_server_is_back(server):
+    real = httpx.HTTPTransport()
+    back = time.monotonic() + 1.0
+    tries = []
+
+    def restarting(request):
+        tries.append(request.url.path)
+        if time.monotonic() < back:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return real.handle_request(request)
+
+    with real, turbdb.connect(server.url, token=FULL, retries=2, backoff=0.01, restart_seconds=3,
+                              transport=httpx.MockTransport(restarting)) as db:
+        assert db.datasets == ["other", "trig"]  # refused for 1 s: past its 2 retries, within its 3 s
+    assert len(tries) > 4
+    started = time.monotonic()
+    with turbdb.connect("http://127.0.0.1:9", retries=2, backoff=0.01, restart_seconds=1) as db, \
+            pytest.raises(turbdb.ServiceError, match=r"could not connect .* attempts over \d+ s; is `turbdb serve`"):
+        db.datasets  # noqa: B018
+    assert 1 <= time.monotonic() - started < 5
+    started = time.monotonic()
+    with turbdb.connect("http://127.0.0.1:9", retries=0) as db, pytest.raises(turbdb.ServiceError, match="after 1 "):
+        db.datasets  # noqa: B018
+    assert time.monotonic() - started < 1  # retries=0: sent once
 
 
 def test_an_https_address_of_a_plain_http_server_fails_at_once_saying_so(server):
@@ -201,6 +234,7 @@ def test_an_https_address_of_a_plain_http_server_fails_at_once_saying_so(server)
     ({"retries": -1}, "retries must be a whole number"),
     ({"retries": 2.5}, "retries must be a whole number"),
     ({"backoff": -1}, "backoff must be a finite number of seconds, zero or more"),
+    ({"restart_seconds": float("inf")}, "restart_seconds must be a finite number of seconds, zero or more"),
     ({"timeout": -1}, "timeout must be a finite number of seconds, more than zero"),
     ({"timeout": 0}, "timeout must be"),
     ({"timeout": float("nan")}, "timeout must be"),

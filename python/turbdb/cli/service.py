@@ -46,12 +46,23 @@ from .inputs import ByteSize, ExpandedPath
 @click.option("--cluster", "cluster_address", default=None,
               help="Run the queries on the Dask cluster at tcp://HOST:PORT serving DB (turbdb cluster up); "
                    "GET /v1/cluster reports its health.")
+@click.option("--graceful-seconds", type=click.FloatRange(0, 86400, max_open=True), default=30.0, show_default=True,
+              help="How long a shutdown (Ctrl-C, SIGTERM, SIGHUP) waits for the requests in progress before closing "
+                   "their connections; requests whose body is still arriving are answered 503 at once.")
+@click.option("--forwarded-allow-ips", default=None, metavar="IPS",
+              help="Reverse proxies to trust: comma-separated addresses or networks (127.0.0.1,10.0.0.0/8; * for any "
+                   "peer). A request from one counts as coming from the client its X-Forwarded-For names (rate "
+                   "limits, connection caps, the log, jobs). Default: none; X-Forwarded-For is ignored.")
+@click.option("--root-path", default="", metavar="PATH",
+              help="The path a reverse proxy serves the server under, such as /turbdb (the proxy strips it): pages, "
+                   "links and /docs then name it.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
           cutout_chunk_bytes: int | None, scheduler: str | None, cache_bytes: int | None, cache_policy: str | None,
           io: str | None, log_level: str, access_log: bool, allow_origins: tuple[str, ...],
-          cluster_address: str | None) -> None:
+          cluster_address: str | None, graceful_seconds: float, forwarded_allow_ips: str | None,
+          root_path: str) -> None:
     """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
-    requests in progress finish).
+    requests in progress finish, for up to --graceful-seconds).
 
     The API is /v1/datasets (metadata), /v1/datasets/NAME/query, /cutout and /track (JSON or
     .npy), /v1/limits (what a token may do), JHTDB's /turbulence-svc/values,
@@ -72,7 +83,8 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
                access_log=access_log, cluster=cluster_address, allow_origins=allow_origins,
-               engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io})
+               engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io},
+               graceful_seconds=graceful_seconds, forwarded_allow_ips=forwarded_allow_ips, root_path=root_path)
 
 
 @main.command()

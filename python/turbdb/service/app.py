@@ -7,6 +7,8 @@ it; ``turbdb serve`` runs it on uvicorn. Endpoints: ``/`` (what this is), ``/v1/
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import itertools
 import os
@@ -31,12 +33,12 @@ from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
-from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api
-from .backend import INLINE_POINTS, Backend, check_track_size, parse_range
+from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api, logs
+from .backend import INLINE_POINTS, Backend, check_track_size, parse_range, track_evaluations
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
-from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .head_requests import HeadAsGet
+from .metrics import CONTENT_TYPE_LATEST, Metrics, endpoint_of
+from .head_requests import HEAD_REQUEST, HeadAsGet
 from .negotiation import preferred
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
@@ -226,7 +228,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                         backend.record_reads(ds, field)
                         response = (encode(values) if len(points) <= ENCODE_INLINE_POINTS
                                     else await anyio.to_thread.run_sync(encode, values))
-                    backend.metrics.points.labels("query").inc(len(points))
+                    backend.metrics.points.labels(endpoint_of(request)).inc(len(points))
                     return response
             # Here with a node engine only for the sorted/direct baselines, which look at the
             # client's disconnection before they start. Without one, a streaming query is
@@ -247,7 +249,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                 async with watch(request) as left:
                     left.add_done_callback(lambda _: stop.set())
                     response = await backend.run(answer, points=len(points))
-        backend.metrics.points.labels("query").inc(len(points))
+        backend.metrics.points.labels(endpoint_of(request)).inc(len(points))
         return response
 
     @app.post("/v1/datasets/{name}/cutout", tags=["queries"], summary="the stored values on a box of nodes, "
@@ -276,7 +278,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, strides=strides, filter_width=width,
                                                       chunk_bytes=backend.cutout_chunk_bytes, **ranges))
         limits.check_points(plan.nodes_read, "nodes" if width == 1 else "nodes read by the box filter")
-        backend.metrics.points.labels("cutout").inc(plan.nodes)
+        backend.metrics.points.labels(endpoint_of(request)).inc(plan.nodes)
         return await cutouts.respond(backend, plan, fmt)
 
     @app.post("/v1/datasets/{name}/track", tags=["queries"], summary="advect particles through the stored "
@@ -324,7 +326,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             check_track_size(len(points), steps)
             admission.resize(len(points) * (steps + 1))
             response = await backend.run_track(evaluate)
-        backend.metrics.points.labels("track").inc(len(points) * steps)
+        backend.metrics.points.labels(endpoint_of(request)).inc(
+            len(points) * track_evaluations(steps, integrator, return_velocity))
         return response
 
     return app
@@ -365,7 +368,8 @@ def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
 
 class _Instrument:
     """Counts every request by endpoint (the route's path template, so unknown paths do
-    not grow the label set) and status, with its latency and the bytes sent."""
+    not grow the label set) and status, with its latency and the bytes sent (none for a
+    HEAD, whose body :class:`HeadAsGet` drops), and writes its access-log line."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics):
         self.app = app
@@ -376,21 +380,33 @@ class _Instrument:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status, sent = 500, 0
+        status, sent, answering = 500, 0, False
+        head = bool(scope.get(HEAD_REQUEST))
 
         async def counting_send(message: Message) -> None:
-            nonlocal status, sent
+            nonlocal status, sent, answering
             if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
+                status, answering = message["status"], True
+            elif message["type"] == "http.response.body" and not head:
                 sent += len(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, counting_send)
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs past its graceful time (or everything, on a
+            # second Ctrl-C): a 503 and one line, not a 500 and a traceback. Ended here, the
+            # task has nothing left to do.
+            logs.log.warning("%s: cancelled, still running when the server stopped", logs.request_line(scope))
+            if not answering:
+                with contextlib.suppress(Exception):
+                    await errors.shutdown_response()(scope, receive, counting_send)
+            status = 503
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", "other")
+            seconds = time.perf_counter() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(endpoint).observe(seconds)
             self.metrics.bytes_sent.labels(endpoint).inc(sent)
+            logs.access(scope, status, sent, seconds)

@@ -377,6 +377,12 @@ def check_track_size(particles: int, steps: int) -> None:
             f"one request may keep {MAX_TRACK_ROWS:,}: split the particles or the time span into several requests")
 
 
+def track_evaluations(steps: int, integrator: str, return_velocity: bool = False) -> int:
+    """The velocity evaluations of each particle of a track (:func:`turbdb.track.evaluation_times`):
+    one a step, two with rk2 (predictor and corrector), one more for the last velocities."""
+    return steps * (2 if integrator.lower() == "rk2" else 1) + int(return_velocity)
+
+
 def parse_range(name: str, value: str | None) -> tuple[int, int] | None:
     """A half-open node range given as ``start,stop`` (or ``start:stop``); ``None`` is the
     whole axis."""

@@ -9,16 +9,29 @@ once, so one client cannot take the server's whole connection limit.
 A request's head (request line and headers) may hold at most ``MAX_HEAD_BYTES``: past that
 the answer is a 431, since uvicorn kept headers of any size in memory. A request the HTTP
 parser refuses (a request line over 64 KiB among others) gets a JSON 400 that says what to
-do, like every other error of the service, instead of uvicorn's plain-text one."""
+do, like every other error of the service, instead of uvicorn's plain-text one.
+
+Behind trusted proxies (:mod:`.proxies`) a proxy's connections carry many clients'
+requests: there the cap counts each client's requests under way, by the address the proxy
+forwards, the one the rate limit counts too. At shutdown a request whose body is still
+arriving (a trickling upload, or one held back while it waits its turn) is answered 503 at
+once, and a connection still busy ``graceful_seconds`` later is closed: either held the
+shutdown for uvicorn's whole graceful limit, longer than clients retried."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 from collections import Counter
 from typing import Any
 
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .errors import RESTART_RETRY_SECONDS
+from .logs import log, request_line
+from .proxies import TrustedProxies
 
 HEADER_TIMEOUT_SECONDS = 10.0
 MAX_CONNECTIONS_PER_CLIENT = 128
@@ -27,10 +40,16 @@ MAX_HEAD_BYTES = 256 * 1024
 _BUSY_HEADERS = b"retry-after: 1\r\n"
 _BUSY = ("LimitExceededError", "this client holds too many open connections to the server; reuse connections "
                                "(keep-alive) or close some")
+_BUSY_PROXIED = ("LimitExceededError", "this client has too many requests under way at once through the proxy; "
+                                       "wait for some to end")
+# {docs}: the documentation's path, under the server's root path.
 _HEAD_TOO_LARGE = ("LimitExceededError", f"the request line and headers are over {MAX_HEAD_BYTES // 1024} KiB; "
-                                         "send points and long parameters in a POST body (see /docs)")
+                                         "send points and long parameters in a POST body (see {docs})")
 _UNREADABLE = ("InvalidRequestError", "the request is not valid HTTP/1.1 (a request line over 64 KiB is one "
-                                      "such): send points and long parameters in a POST body (see /docs)")
+                                      "such): send points and long parameters in a POST body (see {docs})")
+_SHUTDOWN_HEADERS = b"retry-after: %d\r\n" % RESTART_RETRY_SECONDS
+_SHUTTING_DOWN = ("ServiceError", "the server is shutting down and this request's body had not all arrived; "
+                                  "send it again once the server is back")
 _REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
@@ -38,35 +57,73 @@ class _HeadTooLarge(Exception):
     pass
 
 
-def _answer(status: int, error: tuple[str, str], extra_headers: bytes = b"") -> bytes:
+def _answer(status: int, error: tuple[str, str], extra_headers: bytes = b"", root_path: str = "") -> bytes:
     """A whole HTTP response with the service's JSON error body, for answers given before
     the app sees the request."""
-    name, description = error
-    body = json.dumps({"description": description, "error": name, "status": status}).encode()
+    body = _body(status, error, root_path)
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d"
             b"\r\n\r\n%s" % (status, _REASONS[status], extra_headers, len(body), body))
 
 
+def _body(status: int, error: tuple[str, str], root_path: str = "") -> bytes:
+    name, description = error
+    return json.dumps({"description": description.replace("{docs}", f"{root_path}/docs"), "error": name,
+                       "status": status}).encode()
+
+
+async def _too_many_requests(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a proxied request past its client's cap, in place of the app's."""
+    body = _body(503, _BUSY_PROXIED)
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"connection", b"close"), (b"retry-after", b"1"),
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a header deadline and a per-client connection cap."""
+    """uvicorn's httptools protocol with a header deadline, a per-client connection cap, the
+    clients of trusted proxies, and a shutdown that no client can hold up."""
 
     header_timeout = HEADER_TIMEOUT_SECONDS
     per_client = MAX_CONNECTIONS_PER_CLIENT
     max_head_bytes = MAX_HEAD_BYTES
+    #: Seconds into a shutdown after which a connection still busy is closed (None: never).
+    graceful_seconds: float | None = None
+    trusted_proxies: TrustedProxies | None = None
     _open: Counter[str] = Counter()  # one event loop per server process: no lock needed
+
+    @classmethod
+    def configured(cls, **settings: Any) -> type[GuardedHttpProtocol]:
+        """This protocol with other class settings (uvicorn makes one object per connection)."""
+        return type(cls.__name__, (cls,), settings)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
+        self._cutoff: asyncio.TimerHandle | None = None
         self._head_bytes: int | None = 0  # bytes received of an incomplete request head; None once it is whole
         self._parsed_head_bytes = 0  # its request line and headers, as parsed
-        self._host = self.client[0] if self.client else ""
-        self._open[self._host] += 1
-        if self._open[self._host] > self.per_client:
+        self._held: collections.deque[str] = collections.deque()  # the client addresses counted for it
+        peer = self.client[0] if self.client else ""
+        # A trusted proxy's connection counts against the client of each request it carries, while it runs.
+        self._proxied = self.trusted_proxies is not None and self.client is not None and peer in self.trusted_proxies
+        if not self._proxied and not self._hold(peer):
             transport.write(_answer(503, _BUSY, _BUSY_HEADERS))
             transport.close()
             return
         self._arm()
+
+    def _hold(self, host: str) -> bool:
+        """Counts this connection against ``host``; whether ``host`` is within its cap."""
+        self._held.append(host)
+        self._open[host] += 1
+        return self._open[host] <= self.per_client
+
+    def _let_go(self) -> None:
+        host = self._held.popleft()
+        self._open[host] -= 1
+        if self._open[host] <= 0:
+            del self._open[host]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -95,18 +152,19 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._parsed_head_bytes > self.max_head_bytes:
             self._refuse_head()
             return
-        self.transport.write(_answer(400, _UNREADABLE))
+        self.transport.write(_answer(400, _UNREADABLE, root_path=self.root_path))
         self.transport.close()
 
     def _refuse_head(self) -> None:
-        self.transport.write(_answer(431, _HEAD_TOO_LARGE))
+        self.transport.write(_answer(431, _HEAD_TOO_LARGE, root_path=self.root_path))
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._open[self._host] -= 1
-        if self._open[self._host] <= 0:
-            del self._open[self._host]
+        if self._cutoff is not None:
+            self._cutoff.cancel()
+        while self._held:
+            self._let_go()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -116,7 +174,53 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         self._head_bytes = None
-        super().on_headers_complete()
+        if not self._proxied:
+            super().on_headers_complete()
+            return
+        # The rate limit, the log and a job's owner read the client from the scope: one address for all.
+        client, scheme = self.trusted_proxies.client(self.client, self.headers)  # type: ignore[union-attr,arg-type]
+        self.scope["client"] = client
+        if scheme is not None:
+            self.scope["scheme"] = scheme
+        if self._hold(client[0]):
+            super().on_headers_complete()
+            return
+        app, self.app = self.app, _too_many_requests  # answered as uvicorn answers past its concurrency limit
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
+
+    def on_response_complete(self) -> None:
+        if self._proxied and self._held:
+            self._let_go()
+        super().on_response_complete()
+
+    def shutdown(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body and not cycle.response_started and not self.transport.is_closing():
+            # Its body is still arriving: answered now, not waited for. The app reads the
+            # body's end as a disconnection; what it answers then goes nowhere.
+            self.transport.write(_answer(503, _SHUTTING_DOWN, _SHUTDOWN_HEADERS))
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self.transport.close()
+            return
+        super().shutdown()  # closes an idle connection; one whose answer is being written, once written
+        if self.graceful_seconds is not None:
+            self._cutoff = self.loop.call_later(self.graceful_seconds, self._cut)
+
+    def _cut(self) -> None:
+        """Closes a connection still open at the end of the graceful time (a request that
+        still runs, an answer its client does not read): its request sees its client gone."""
+        self._cutoff = None
+        unread = self.transport.get_write_buffer_size()
+        if self.cycle is not None and (not self.cycle.response_complete or unread):
+            state = ("its answer unfinished" if not self.cycle.response_complete
+                     else f"{unread:,} bytes of its answer unread")
+            log.warning("%s: closed %g s into the shutdown, %s", request_line(self.cycle.scope), self.graceful_seconds,
+                        state)
+        self.transport.abort()  # close() waits for a reader that does not read
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

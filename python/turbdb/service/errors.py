@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,11 @@ from starlette.responses import Response
 from .. import exceptions as exc
 from .admission import BusyError
 from .head_requests import allowed_methods, request_method
+from .logs import log, request_line
 
-log = logging.getLogger("turbdb.service")
-access_log = logging.getLogger("uvicorn.access")
+#: Seconds a client is asked to wait before sending again what a shutdown cut short: a
+#: restart takes a few (asked again sooner, the request finds the port closed).
+RESTART_RETRY_SECONDS = 2
 
 # Checked in order: subclasses before their bases.
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
@@ -60,13 +62,16 @@ def error_response(status: int, description: str, error: str, retry_after: float
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def turbdb_error_response(error: Exception, hide: Any = None) -> Response:
+def turbdb_error_response(error: Exception, hide: Any = None, request: Request | None = None) -> Response:
     """The JSON answer for a turbdb error. ``hide``: the database's directory, cut out of
-    the message so that answers never show the server's file paths (the log keeps them)."""
+    the message so that answers never show the server's file paths (the log keeps them).
+    A 5xx is logged with its time and ``request``; a busy server's 503 as a warning."""
     status = status_of(error)
     name = type(error).__name__ if type(error).__name__ in exc.__all__ else "ServiceError"
     if status >= 500:
-        log.error("%s: %s", type(error).__name__, error)
+        where = request_line(request.scope) if request is not None else "a request"
+        log.log(logging.WARNING if status == 503 else logging.ERROR, "%s answered %d: %s: %s", where, status,
+                type(error).__name__, error)
     message = str(error)
     if hide is not None:
         for root in sorted({str(Path(hide).resolve()), str(Path(hide))}, key=len, reverse=True):
@@ -83,17 +88,21 @@ def hide_path(message: str, root: str) -> str:
     return re.sub(start + re.escape(root) + end, "the database", message)
 
 
-def log_gone(request: Request) -> None:
-    """The access-log line of a request whose client went away (499): uvicorn writes none
-    for an answer it cannot send, so a query stopped for its client left no trace in the
-    log. Uvicorn's own format and arguments, so its formatter and the token redaction apply."""
-    scope = request.scope
-    client = scope.get("client")
-    path = scope.get("root_path", "") + scope.get("path", "")
-    if scope.get("query_string"):
-        path += "?" + scope["query_string"].decode("latin-1")
-    access_log.info('%s - "%s %s HTTP/%s" %d', f"{client[0]}:{client[1]}" if client else "-",
-                    scope.get("method", "-"), path, scope.get("http_version", "1.1"), 499)
+def shutting_down(request: Request) -> bool:
+    """Whether the server is shutting down: a request whose connection it closed (its body
+    still arriving, or past the graceful time) sees its client gone, and is a 503, not a 499."""
+    backend = getattr(request.app.state, "backend", None)
+    return backend is not None and backend.stopping.is_set()
+
+
+def shutdown_response() -> Response:
+    return error_response(503, "the server is shutting down and this request was cut short; send it again once the "
+                               "server is back", "ServiceError", retry_after=RESTART_RETRY_SECONDS)
+
+
+def docs_path(request: Request) -> str:
+    """The path of the API documentation, under the root path a proxy serves the server under."""
+    return request.scope.get("root_path", "") + "/docs"
 
 
 def _endpoint_without_slash(request: Request) -> str | None:
@@ -112,10 +121,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(exc.TurbdbError)
     async def _turbdb(request: Request, error: exc.TurbdbError) -> Response:
-        response = turbdb_error_response(error, hide=getattr(getattr(app.state, "backend", None), "path", None))
-        if response.status_code == 499:
-            log_gone(request)
-        return response
+        if status_of(error) == 499 and shutting_down(request):
+            return shutdown_response()
+        return turbdb_error_response(error, hide=getattr(getattr(app.state, "backend", None), "path", None),
+                                     request=request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, error: RequestValidationError) -> Response:
@@ -126,16 +135,17 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, error: StarletteHTTPException) -> Response:
         description = str(error.detail)
         headers = dict(error.headers or {})
+        docs = docs_path(request)
         if error.status_code == 404:
-            description = f"no such endpoint {request.url.path!r}; see /docs for the API"
+            description = f"no such endpoint {request.url.path!r}; see {docs} for the API"
             without = _endpoint_without_slash(request)
             if without is not None:
                 description = f"no such endpoint {request.url.path!r}: the endpoint is {without!r}, without the " \
-                              "trailing slash (see /docs)"
+                              f"trailing slash (see {docs})"
         elif error.status_code == 405:
             allowed = headers["Allow"] = allowed_methods(headers.get("Allow", ""))
             description = (f"{request_method(request.scope)} is not allowed on {request.url.path}; "
-                           f"use {allowed or 'another method'} (see /docs)")
+                           f"use {allowed or 'another method'} (see {docs})")
         name = "InvalidRequestError" if error.status_code < 500 else "ServiceError"
         response = error_response(error.status_code, description, name)
         response.headers.update(headers)  # a 405 must say Allow
@@ -145,7 +155,8 @@ def install(app: FastAPI) -> None:
     async def _gone(request: Request, error: ClientDisconnect) -> Response:
         # Nobody is left to read an answer; no traceback in the log either. Counted as 499,
         # as a client gone while its query ran, not as a bad request (a 400 in /metrics).
-        log_gone(request)
+        if shutting_down(request):
+            return shutdown_response()
         return error_response(499, "the client closed the connection before sending the whole body",
                               "InvalidRequestError")
 

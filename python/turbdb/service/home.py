@@ -27,8 +27,10 @@ LINKS = {
 
 def summary(backend: Backend, request: Request) -> dict[str, Any]:
     """What the server is, and the datasets the caller may read (none named to a caller
-    without a token where anonymous use is off)."""
+    without a token where anonymous use is off). Links are under the root path a proxy
+    serves the server under."""
     names = backend.visible_names(request)
+    root = request.scope.get("root_path", "")
     return {
         "service": "turbdb",
         "description": "a turbulence database: point queries (values, gradients, Hessians, Laplacians), cutouts "
@@ -36,8 +38,8 @@ def summary(backend: Backend, request: Request) -> dict[str, Any]:
         "version": __version__,
         "datasets": names or [],
         **({"token_needed": "this server needs a token to list or read its datasets"} if names is None else {}),
-        "links": {key: path for key, (path, _) in LINKS.items()},
-        "clients": "Python: turbdb.connect(url, token=…); JHTDB scripts: see /docs and docs/service.md",
+        "links": {key: root + path for key, (path, _) in LINKS.items()},
+        "clients": f"Python: turbdb.connect(url, token=…); JHTDB scripts: see {root}/docs and docs/service.md",
     }
 
 
@@ -49,8 +51,9 @@ def router(backend: Backend) -> APIRouter:
         about = summary(backend, request)
         if preferred(request, ["application/json", "text/html"]) != "text/html":
             return JSONResponse(about)
-        items = "\n".join(f'<li><a href="{path}">{html.escape(path)}</a>: {html.escape(text)}</li>'
-                          for path, text in LINKS.values())
+        links = {key: html.escape(path) for key, path in about["links"].items()}
+        items = "\n".join(f'<li><a href="{links[key]}">{links[key]}</a>: {html.escape(text)}</li>'
+                          for key, (_, text) in LINKS.items())
         datasets = ", ".join(html.escape(n) for n in about["datasets"]) or (
             "shown with a token" if "token_needed" in about or backend.names() else "none yet")
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>turbdb {__version__}</title></head><body>"

@@ -26,8 +26,9 @@ from ..jhtdb.metadata import PLACEHOLDER, check_position_arguments
 from ..query import point_call
 from ..track import step_count
 from . import json_answers
-from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size
+from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size, track_evaluations
 from .engine_waits import ENCODE_INLINE_POINTS, watch
+from .metrics import endpoint_of
 from .jhtdb_functions import resolve as resolve_function
 from .tokens import JHTDB_TESTING_TOKEN
 
@@ -247,7 +248,7 @@ def router(backend: Backend) -> APIRouter:
                 return np.concatenate(rows)
 
             answer = await backend.run(evaluate, points=len(points) * len(times))
-        backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
+        backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * len(times))
         return json_answers.answer(json_answers.list_chunks(answer), answer.size)
 
     return api
@@ -273,7 +274,7 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     # Several fields (GetVelocityAndPressure) side by side, in the order named; time-major.
     columns = [t.result().reshape(len(points), -1) for t in tasks]
     rows = np.concatenate([np.hstack(columns[k:k + len(fields)]) for k in range(0, len(columns), len(fields))])
-    backend.metrics.points.labels("jhtdb").inc(len(points) * len(times))
+    backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * len(times))
     if len(rows) <= ENCODE_INLINE_POINTS:
         return json_answers.answer(json_answers.list_chunks(rows), rows.size)
     return await anyio.to_thread.run_sync(json_answers.answer, json_answers.list_chunks(rows), rows.size)
@@ -291,5 +292,5 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
         return np.asarray(ds.track(points, start=t, end=end, dt=dt, method=method, cancel=gone)[-1], dtype=np.float32)
 
     answer = await backend.run_track(evaluate)
-    backend.metrics.points.labels("jhtdb").inc(len(points) * steps)
+    backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * track_evaluations(steps, "rk2"))
     return json_answers.answer(json_answers.list_chunks(answer), answer.size)

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from ..cutout import as_filter_width, nodes_read
 from ..jhtdb.cutout import attributes, check_request, giverny_cutout
 from .backend import Backend
+from .metrics import endpoint_of
 
 
 def router(backend: Backend) -> APIRouter:
@@ -58,7 +59,7 @@ def router(backend: Backend) -> APIRouter:
 
         async with backend.limiter.admit(nodes * steps):
             body = await backend.run(answer)
-        backend.metrics.points.labels("jhtdb_cutout").inc(nodes * steps)
+        backend.metrics.points.labels(endpoint_of(request)).inc(nodes * steps)
         return Response(body, media_type="application/json")
 
     return api

@@ -10,7 +10,9 @@ A job is a scheduling hint: answers never depend on it. A server without a node 
 know how the server runs, and answers ``"scheduled": false``: its queries run alone, as
 they would without the job; so does one whose scheduler is not JAWS (only JAWS gates). A job belongs to the token that declared it (to the address,
 for anonymous use): another token's ``job=`` gets 404, as an unknown id does. A job
-unused for :data:`JOB_IDLE_SECONDS` is forgotten. The open jobs of one token may plan
+unused for :data:`JOB_IDLE_SECONDS` is forgotten, and none outlives a restart: job numbers
+start from the server's start time in milliseconds, so a number from before a restart is
+never another job's. The open jobs of one token may plan
 :data:`MAX_PLANNED_PER_OWNER` queries at once (429 past it), those of the server
 :data:`MAX_PLANNED` (503)."""
 
@@ -77,7 +79,11 @@ class JobRegistry:
         self._jobs: dict[int, DeclaredJob] = {}
         self._planned: collections.Counter[str] = collections.Counter()  # reserved and open, by owner
         self._reserved_jobs = 0
-        self._numbers = itertools.count(1)
+        # Numbered from the time the server started, in milliseconds: a number is never that
+        # of another server process's job, so a script's job=… from before a restart is told
+        # apart from a new job, and said to be one (from 1, it was taken as the new job 1).
+        self.first = int(time.time() * 1000)
+        self._numbers = itertools.count(self.first)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -175,6 +181,11 @@ class JobRegistry:
     def _find(self, number: int, owner: str) -> DeclaredJob:
         found = self._jobs.get(number)
         if found is None or found.owner != owner:
+            if number < self.first:
+                raise with_status(UnknownNameError(
+                    f"no job {number} on this server: it numbers its jobs from {self.first}, when it started, so job "
+                    f"{number} was declared before the server restarted (jobs do not outlive a restart) or never; "
+                    "declare it again with POST /v1/jobs"), 404)
             raise with_status(UnknownNameError(
                 f"no job {number} on this server for this token: it was never declared, was closed, or was unused for "
                 f"{self.idle_seconds:.0f} s; declare it with POST /v1/jobs"), 404)

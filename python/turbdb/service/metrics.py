@@ -3,10 +3,12 @@ tests, do not share counters): requests, points, bytes read, latency, work in fl
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST", "endpoint_of"]
 
 # Seconds: from sub-millisecond single points to minutes-long cutouts.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -21,8 +23,8 @@ class Metrics:
                                 ["endpoint", "status"], registry=r)
         self.latency = Histogram("turbdb_request_seconds", "Time to answer a request, by endpoint",
                                  ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.points = Counter("turbdb_points", "Points evaluated (query, JHTDB values, track) or nodes cut out",
-                              ["endpoint"], registry=r)
+        self.points = Counter("turbdb_points", "Points evaluated (queries; tracks: particles times velocity "
+                              "evaluations) or nodes cut out, by endpoint", ["endpoint"], registry=r)
         self.bytes_read = Counter("turbdb_bytes_read", "Decoded bytes of the atoms counted in turbdb_atoms_read",
                                   registry=r)
         self.atoms_read = Counter("turbdb_atoms_read", "Atoms the queries needed that were read from storage, summed "
@@ -38,3 +40,9 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def endpoint_of(request: Any) -> str:
+    """The ``endpoint`` label of a request: its route's path template, as
+    ``turbdb_requests_total`` has it, so that the counters join on it."""
+    return getattr(request.scope.get("route"), "path", "other")

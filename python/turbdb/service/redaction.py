@@ -11,7 +11,7 @@ import re
 #: Query parameters and headers whose values are secrets.
 _SECRET = re.compile(r"(?i)((?:authtoken|token|access_token)=)[^&\s\"']*|(bearer\s+)[^\s\"',]+")
 REDACTED = "[redacted]"
-LOGGERS = ("uvicorn", "uvicorn.access", "uvicorn.error")
+LOGGERS = ("uvicorn", "uvicorn.access", "uvicorn.error", "turbdb.access", "turbdb.service")
 
 
 def redact(text: str) -> str:

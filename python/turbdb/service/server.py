@@ -1,30 +1,33 @@
 """Running the service: bind the socket (port 0 picks a free one), say where it listens,
-serve on uvicorn, and on SIGINT/SIGTERM stop accepting and let requests in progress finish."""
+serve on uvicorn, and on SIGINT/SIGTERM stop accepting and let requests in progress finish
+(for ``graceful_seconds`` at most)."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
-from ..exceptions import ServiceError
-from . import redaction
+from ..exceptions import InvalidRequestError, ServiceError
+from . import logs, redaction
 from .app import create_app
 from .connections import GuardedHttpProtocol
+from .proxies import TrustedProxies
 from .tokens import Tokens, rate_text
 
 # How long shutdown waits for requests in progress before closing their connections.
-GRACEFUL_SHUTDOWN_SECONDS = 30
+GRACEFUL_SHUTDOWN_SECONDS = 30.0
+# Then how long a request whose connection was closed has to end before it is cancelled.
+STRAGGLER_SECONDS = 1.0
 # Open connections beyond which new ones get 503 at once (memory bound on bodies being read).
 MAX_CONNECTIONS = 512
 
@@ -32,14 +35,25 @@ MAX_CONNECTIONS = 512
 def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000, tokens: str | None = None,
           workers: int | None = None, max_points_in_flight: int | None = None, cutout_chunk_bytes: int | None = None,
           log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None,
-          cluster: str | None = None, allow_origins: tuple[str, ...] = ()) -> None:
+          cluster: str | None = None, allow_origins: tuple[str, ...] = (),
+          graceful_seconds: float = GRACEFUL_SHUTDOWN_SECONDS, forwarded_allow_ips: str | Sequence[str] | None = None,
+          root_path: str = "") -> None:
     """Serves the database at ``db`` until interrupted. ``engine``: the node engine's options
     (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`).
     ``cluster``: a Dask scheduler address; the queries then run on that cluster.
-    ``allow_origins``: web pages whose scripts may call the API from a browser (CORS)."""
+    ``allow_origins``: web pages whose scripts may call the API from a browser (CORS).
+    ``graceful_seconds``: how long a shutdown waits for the requests under way (those whose
+    body is still arriving are answered 503 at once). ``forwarded_allow_ips``: the reverse
+    proxies to trust (addresses or networks, comma-separated, or ``*``): a request from one
+    of them counts as its ``X-Forwarded-For`` client; none by default. ``root_path``: the
+    path a proxy serves the server under (``/turbdb``), which its pages and links then name."""
+    graceful_seconds = _graceful(graceful_seconds)
+    root_path = _root_path(root_path)
+    proxies = TrustedProxies(forwarded_allow_ips) if forwarded_allow_ips is not None else None
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
                                  ("cutout_chunk_bytes", cutout_chunk_bytes), ("cluster", cluster)) if v is not None}
     app = create_app(db, tokens, workers=workers, engine=engine, allow_origins=allow_origins, **options)
+    backend = app.state.backend
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,35 +61,77 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
         sock.bind((host, port))
     except OSError as e:
         sock.close()
+        backend.close()
         raise ServiceError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port "
                            "(0 picks a free one) or --host") from None
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}"
-    backend = app.state.backend
     count = len(backend.names())
     behind = f" on the cluster at {cluster}" if cluster else ""
-    print(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
-          f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
-          + node_engine_summary(backend.database, url)
-          + access_summary(backend.tokens, tokens, backend.names())
-          + (f"\nturbdb: web pages that may call the API from a browser: {', '.join(allow_origins)}"
-             if allow_origins else ""), flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, limit_concurrency=MAX_CONNECTIONS,
-                            server_header=False, http=GuardedHttpProtocol)
-    if access_log:  # asked for: logged whatever --log-level says (warning hid every line)
-        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    # Proxies are trusted only for what they forward; uvicorn's own handling (on by default,
+    # trusting 127.0.0.1) let any local process choose its address with X-Forwarded-For.
+    protocol = GuardedHttpProtocol.configured(graceful_seconds=graceful_seconds, trusted_proxies=proxies)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False,
+                            log_config=logs.logging_config(log_level, access_log),
+                            timeout_graceful_shutdown=graceful_seconds + STRAGGLER_SECONDS,  # type: ignore[arg-type]
+                            limit_concurrency=MAX_CONNECTIONS, server_header=False, http=protocol,
+                            proxy_headers=False, root_path=root_path)
     redaction.install()  # after uvicorn configured its loggers: no token in any log line
     server = _GracefulServer(config, on_exit=backend.stopping.set)
     try:
+        _say(f"turbdb: serving {Path(db)} ({count} dataset{'s' if count != 1 else ''}){behind} at {url}\n"
+             f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
+             + node_engine_summary(backend.database, url)
+             + access_summary(backend.tokens, tokens, backend.names())
+             + (f"\nturbdb: web pages that may call the API from a browser: {', '.join(allow_origins)}"
+                if allow_origins else "")
+             + proxy_summary(proxies, root_path))
         server.run(sockets=[sock])
     finally:
         sock.close()
         backend.close()
     if not server.started:
         sys.exit(1)
-    print("turbdb: stopped", flush=True)
+    _say("turbdb: stopped")
+
+
+def _say(text: str) -> None:
+    """Prints a line of the server's own on standard output, naming it when that fails
+    (``> /dev/full`` said "No space left on device" and no more)."""
+    try:
+        print(text, flush=True)
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, "standard output") from None
+
+
+def _graceful(seconds: Any) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 86400:
+        raise InvalidRequestError(f"graceful_seconds must be a number of seconds from 0 to a day, not {seconds!r}")
+    return float(seconds)
+
+
+def _root_path(path: str) -> str:
+    """The root path as uvicorn takes it: ``/a/b``, without a trailing slash ("" for none)."""
+    path = (path or "").rstrip("/")
+    if path and (not path.startswith("/") or any(c in path for c in "?#% \t")):
+        raise InvalidRequestError(f"the root path must be a path such as /turbdb, the one the proxy serves the "
+                                  f"server under, not {path!r}")
+    return path
+
+
+def proxy_summary(proxies: TrustedProxies | None, root_path: str) -> str:
+    """Lines on the proxies trusted and the root path, when there are any."""
+    lines = ""
+    if proxies is not None:
+        lines += (f"\nturbdb: trusted proxies: {proxies}; a request from one counts as coming from the client its "
+                  "X-Forwarded-For names (rate limits, connection caps, the log and jobs go by it)")
+    if root_path:
+        lines += (f"\nturbdb: pages and links name the root path {root_path} (a proxy serves this server under "
+                  f"it, without the prefix): the API docs are at {root_path}/docs through the proxy")
+    return lines
 
 
 def node_engine_summary(database: Any, url: str) -> str:

@@ -109,6 +109,8 @@ class ZarrSource(ArraySource):
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
         self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
                            if a.nchunks_initialized < a.nchunks)
+        self.notes += tuple(note for n, a in zip(names, arrays, strict=True)
+                            if (note := _zero_fill_note(n or str(path), a)))
         if group is not None:
             try:  # a note only: never the reason an ingest fails
                 coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
@@ -139,12 +141,34 @@ def _missing_values(path: Path, name: str, array: zarr.Array) -> list[tuple[str,
     markers = [(attribute, value, f"remove the attribute (python -c \"import zarr; "
                                   f"del zarr.open_array({where!r}, mode='r+').attrs[{attribute!r}]\")")
                for attribute, value in declared_missing(array.attrs)]
-    # A Zarr v2 array that zarr-python made without xarray has fill value 0: no missing mark.
-    if array.metadata.zarr_format == 2 and "_ARRAY_DIMENSIONS" in array.attrs and "_FillValue" not in array.attrs:
+    # A Zarr v2 array that zarr-python made without xarray has fill value 0: no missing mark,
+    # nor when the dimension names were added by hand (a wall of exact zeros is data;
+    # _zero_fill_note says how xarray reads it).
+    if (array.metadata.zarr_format == 2 and "_ARRAY_DIMENSIONS" in array.attrs and "_FillValue" not in array.attrs
+            and not _is_zero(array.fill_value)):
         markers += [("_FillValue", value, f'set "fill_value" to "NaN" in {posixpath.join(where, ".zarray")} '
                                            "(xarray writes the _FillValue there in Zarr v2)")
                     for _, value in declared_missing({"_FillValue": array.fill_value})]
     return markers
+
+
+def _is_zero(value: object) -> bool:
+    try:
+        return float(value) == 0.0  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _zero_fill_note(name: str, array: zarr.Array) -> str | None:
+    """A Zarr v2 array with dimension names (as xarray writes) and fill value 0 (as
+    zarr-python gives every float array): its zeros are stored as zeros, where xarray
+    would read them as missing."""
+    if (array.metadata.zarr_format == 2 and "_ARRAY_DIMENSIONS" in array.attrs and "_FillValue" not in array.attrs
+            and _is_zero(array.fill_value)):
+        return (f"{name} has fill value 0 (zarr-python's default), which xarray reads as a _FillValue: its "
+                "zeros were stored as values, where xarray would read them as missing; if they mark missing "
+                "cells, remove them before ingesting")
+    return None
 
 
 def _absent_chunks(name: str, array: zarr.Array) -> str:

@@ -1,0 +1,88 @@
+"""Reverse proxies the server trusts (``serve(forwarded_allow_ips=…)``): a request that comes
+from one of them is taken to come from the client its ``X-Forwarded-For`` names, over the
+scheme its ``X-Forwarded-Proto`` names. From any other peer those headers are ignored: any
+process that can connect would otherwise choose the address it is rated, logged and owns
+jobs under. None are trusted by default."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from ..exceptions import InvalidRequestError
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class TrustedProxies:
+    """The addresses and networks (``10.0.0.0/8``) of trusted proxies, or every peer (``*``)."""
+
+    def __init__(self, proxies: str | Iterable[str]):
+        entries = proxies.split(",") if isinstance(proxies, str) else list(proxies)
+        entries = [e.strip() for e in entries if e.strip()]
+        if not entries:
+            raise InvalidRequestError("forwarded_allow_ips names no proxy: give their addresses or networks, such as "
+                                      "127.0.0.1 or 10.0.0.0/8 (or * for any peer)")
+        self.any = "*" in entries
+        self.networks: list[Network] = []
+        for entry in entries:
+            if entry == "*":
+                continue
+            try:
+                self.networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                # uvicorn took a typo for a host name that never matched: refused here instead.
+                raise InvalidRequestError(
+                    f"{entry!r} in forwarded_allow_ips is not an IP address or network: give addresses such as "
+                    "127.0.0.1 or ::1, or networks such as 10.0.0.0/8") from None
+
+    def __contains__(self, host: str) -> bool:
+        if self.any:
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:10.0.0.1 on a server bound to ::
+        return any(address in network for network in self.networks)
+
+    def __str__(self) -> str:
+        return "any peer" if self.any else ", ".join(str(n) for n in self.networks)
+
+    def client(self, peer: tuple[str, int],
+               headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, int], str | None]:
+        """The client a request from ``peer`` came from, and the scheme it used (None: as
+        received): the last address in ``X-Forwarded-For`` that is not a trusted proxy
+        (each proxy appends the address it got the request from, so those before it are the
+        client's own word), when ``peer`` is trusted; else ``peer``. With ``*`` the last
+        address, the one the proxy in front of the server saw."""
+        if peer[0] not in self:
+            return peer, None
+        forwarded, scheme = [], None
+        for name, value in headers:
+            if name == b"x-forwarded-for":
+                forwarded.extend(v.strip() for v in value.decode("latin-1").split(","))
+            elif name == b"x-forwarded-proto":
+                proto = value.decode("latin-1").strip().lower()
+                scheme = proto if proto in ("http", "https") else scheme
+        hops = [_host_port(hop) for hop in forwarded if hop]
+        if not hops:
+            return peer, scheme
+        if self.any:  # every peer a proxy: the address the one next to us got it from
+            return hops[-1], scheme
+        for hop in reversed(hops):
+            if hop[0] not in self:
+                return hop, scheme
+        return hops[0], scheme  # every hop a proxy: the first one sent it
+
+
+def _host_port(hop: str) -> tuple[str, int]:
+    """``1.2.3.4``, ``1.2.3.4:5678``, ``::1`` or ``[::1]:5678`` as (host, port; 0 if none)."""
+    if hop.startswith("["):
+        host, _, rest = hop[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        return host, int(port) if port.isdigit() else 0
+    if hop.count(":") == 1:
+        host, _, port = hop.partition(":")
+        return host, int(port) if port.isdigit() else 0
+    return hop, 0
