@@ -117,6 +117,9 @@ def test_a_reader_that_leaves_early_stops_the_output_not_the_work(tmp_path, db, 
     # A failure still exits 1, whatever became of its output.
     failed = _without_reader("info", tmp_path / "nothing", both=True)
     assert failed.returncode == 1
+    # An ASCII stdout, which click writes through its binary buffer (the review found it unguarded).
+    ascii_out = _without_reader("info", db, env={"PYTHONIOENCODING": "ascii"})
+    assert ascii_out.returncode == 0 and "Broken pipe" not in ascii_out.stderr, ascii_out.stderr
 
 
 # --- progress bars ----------------------------------------------------------------------
@@ -246,7 +249,9 @@ def test_points_files_are_read_by_their_content_whatever_their_ending(tmp_path):
         assert message.isprintable(), message  # the archive's bytes filled the message
     for name, text, words in [("pairs.json", "[[1, 2], [3, 4]]", "item 0 of .* is \\[1, 2\\], not \\[x, y, z\\]"),
                               ("object.json", '{"x": 1}', "holds a JSON dict"),
-                              ("broken.json", "[[1, 2, 3]", "is not valid JSON")]:
+                              ("broken.json", "[[1, 2, 3]", "is not valid JSON"),
+                              # Numbers written two ways: line 1 was taken for a header, a point lost.
+                              ("mixed.txt", "1,2,3\n4 5 6\n", "line 1 has 1 value")]:
         (tmp_path / name).write_text(text)
         with pytest.raises(BadParameter, match=words):
             read_points(tmp_path / name)
@@ -313,6 +318,9 @@ def test_rewording_touches_only_the_commands_own_parameters():
     assert reworded("tracking needs time steps 3-5 of velocity", cutout) == "tracking needs time steps 3-5 of velocity"
     assert reworded("filter_width 9 is wider; see u_1.npy", cutout) == "--filter-width 9 is wider; see u_1.npy"
     assert reworded("nu=0.1, dt=0.01", cutout) == "nu=0.1, dt=0.01"
+    # The user's own quoted values stay as given (the review: a dataset named 'filter_width').
+    assert reworded("no dataset 'filter_width' in db; filter_width 3", cutout) == \
+        "no dataset 'filter_width' in db; --filter-width 3"
 
 
 def test_an_xdmf_file_is_no_input_and_the_message_names_its_data(tmp_path, db):

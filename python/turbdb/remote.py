@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import math
 import numbers
 import os
@@ -68,9 +69,35 @@ _BUSY_RETRIES = 8
 DEFAULT_RETRIES, DEFAULT_BACKOFF = 6, 0.25
 # ... and a refused connection (nothing was sent) for at least this long: a server that waits
 # for one slow client stops up to 31 s after its signal (its graceful 30 s, then 1 s for the
-# requests it cut; service/server.py) and starts in 1.5–7.5 s (measured on 2 busy cores, the
+# requests it cut; service/server.py) and starts in 1.6–7.5 s (measured on 2 busy cores, the
 # slowest cold). 16 s of retries gave up on it.
 DEFAULT_RESTART_SECONDS = 45.0
+
+_log = logging.getLogger("turbdb.remote")
+
+
+def _restart_seconds_from_environment() -> float:
+    """``$TURBDB_RESTART_SECONDS`` if set (a script that probes for a server may want 0),
+    else the default."""
+    given = os.environ.get("TURBDB_RESTART_SECONDS")
+    if given is None or not given.strip():
+        return DEFAULT_RESTART_SECONDS
+    try:
+        return float(given)
+    except ValueError:
+        raise exc.InvalidRequestError(f"$TURBDB_RESTART_SECONDS is {given!r}, not a number of seconds") from None
+
+
+def _refused(failure: Exception) -> bool:
+    """Whether a connection failed because the host refused it (ECONNREFUSED)."""
+    seen: BaseException | None = failure
+    for _ in range(8):  # the chain httpx builds is a few links long
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 # The backoff stops doubling at 2**5 of it (8 s by default): a server coming back is found soon.
 _MOST_DOUBLINGS = 5
 # The client paces its requests this fraction below the server's rate and burst: it copies
@@ -86,7 +113,7 @@ _SERVER_PAGE = re.compile(r"/(v1(/(datasets|limits|engine|jobs)(/.*)?)?|docs|red
 def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
             backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
             concurrency: int = batches.CONCURRENCY, progress: bool | None = None,
-            restart_seconds: float = DEFAULT_RESTART_SECONDS) -> RemoteDatabase:
+            restart_seconds: float | None = None) -> RemoteDatabase:
     """The database served at ``url`` (``turbdb serve``; ``http://host:port``, or with the
     path a proxy serves it under). ``token`` defaults to the environment variable
     ``TURBDB_TOKEN``; without one the server's anonymous limits apply.
@@ -97,8 +124,9 @@ def connect(url: str, token: str | None = None, *, timeout: float = 300.0, retri
     sends slowly counts too). Connection failures are retried ``retries`` times, waiting
     about ``backoff``·2ᵏ seconds (by default about 16 s in all; the waits stop doubling at
     8 s), and a refused connection (nothing was sent) until ``restart_seconds`` have passed
-    too (by default 45 s: longer than a server's graceful shutdown and start; with
-    ``retries=0`` nothing is retried); a request that may already have reached the server is
+    too (by default 45 s, or ``$TURBDB_RESTART_SECONDS``: longer than a server's graceful
+    shutdown and start; said once, on the ``turbdb.remote`` logger; with ``retries=0``
+    nothing is retried; an address whose name does not resolve is not waited for); a request that may already have reached the server is
     sent again only if repeating it is harmless (not a job's declaration). A 429 or 503 is
     retried after the ``Retry-After`` the server asks for."""
     return RemoteDatabase(url, token, timeout=timeout, retries=retries, backoff=backoff, transport=transport,
@@ -111,7 +139,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 300.0, retries: int = DEFAULT_RETRIES,
                  backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
                  concurrency: int = batches.CONCURRENCY, progress: bool | None = None,
-                 restart_seconds: float = DEFAULT_RESTART_SECONDS):
+                 restart_seconds: float | None = None):
         self.url = _server_address(url)
         if token is not None and not isinstance(token, str):
             raise exc.InvalidRequestError(f"a token is a string, not {type(token).__name__}")
@@ -119,7 +147,10 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         self.timeout = _seconds("timeout", timeout, zero_allowed=False)
         self.retries = _whole_number("retries", retries, least=0)
         self.backoff = _seconds("backoff", backoff, zero_allowed=True)
+        if restart_seconds is None:
+            restart_seconds = _restart_seconds_from_environment()
         self.restart_seconds = _seconds("restart_seconds", restart_seconds, zero_allowed=True)
+        self._told_restarting = False
         self.concurrency = _whole_number("concurrency", concurrency, least=1)
         if progress is not None and not isinstance(progress, bool):
             raise exc.InvalidRequestError(f"progress is True, False or None, not {progress!r}")
@@ -300,6 +331,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                     raise exc.ServiceError(tls) from None
                 failure, reached = e, False
                 refused_since = time.monotonic() if refused_since is None else refused_since
+                self._say_retrying(e)
             except _BROKEN as e:
                 if not repeatable:
                     raise exc.ServiceError(self._broken_after_sending(method, path, e)) from None
@@ -337,12 +369,25 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
 
     def _restarting(self, failure: Exception, refused_since: float | None) -> bool:
         """Whether a refused connection is tried again past ``retries``: for ``restart_seconds``
-        after the first refusal, the time a server takes to stop and start again."""
-        return (isinstance(failure, _NOT_SENT) and refused_since is not None and self.retries > 0
+        after the first refusal, the time a server takes to stop and start again. Only a
+        refusal (a host that answers, with nothing on the port): a name that does not
+        resolve, or a host that does not answer, is no restart to wait out."""
+        return (_refused(failure) and refused_since is not None and self.retries > 0
                 and time.monotonic() - refused_since < self.restart_seconds)
 
+    def _say_retrying(self, failure: Exception) -> None:
+        """Says once that a connection failed and is being tried again: a silent wait of
+        15–45 s looked like a hang."""
+        if self._told_restarting or self.retries == 0:
+            return
+        self._told_restarting = True
+        wait = max(self.restart_seconds, 16.0) if _refused(failure) else 16.0
+        _log.warning("turbdb: cannot connect to the server at %s (%s); trying again for up to about %.0f s%s "
+                     "(Ctrl-C stops; retries= and restart_seconds=, or $TURBDB_RESTART_SECONDS, set the wait)",
+                     self.url, failure, wait, ", as it may be restarting" if _refused(failure) else "")
+
     def _unreachable(self, failure: Exception, tries: int, refused_since: float | None) -> str:
-        attempts = f"after {tries} attempts"
+        attempts = f"after {tries} attempt{'s' if tries != 1 else ''}"
         if refused_since is not None:
             attempts += f" over {time.monotonic() - refused_since:.0f} s"
         if isinstance(failure, _NOT_SENT):  # "cannot reach" starts it: turbdb.workload.replay stops on it

@@ -135,6 +135,8 @@ def test_the_access_log_never_shows_a_token(service_db, tokens_file, tmp_path, l
                           content="0.1\t0.2\t0.3\n")
         assert response.status_code == 200, response.text
         s.get("/v1/datasets", headers={"Authorization": f"Bearer {FULL}"})
+        # The name percent-encoded: the server reads authToken, the log showed the token (the review).
+        s.get(f"/turbulence-svc/metadata?auth%54oken={FULL}")
     text = log.read_text()
     assert "turbulence-svc/values" in text, "the access log must still name the request"
     assert FULL not in text
@@ -389,6 +391,11 @@ def test_the_client_of_a_trusted_proxy_is_the_last_address_it_does_not_trust():
     assert proxies.client(("127.0.0.1", 5000), []) == (("127.0.0.1", 5000), None)
     assert proxies.client(("127.0.0.1", 5000), [(b"x-forwarded-for", b"[2001:db8::1]:4711")])[0] == ("2001:db8::1", 4711)
     assert TrustedProxies("*").client(("198.51.100.1", 1), forwarded)[0] == ("10.1.2.3", 0)
+    # A hop that is no address ends the chain (the review: "unknown" and a port of 20 digits
+    # became the client, keying its rate limit and its jobs).
+    for text in (b"unknown", b"1.2.3.4:99999999999999999999", b"secret-token"):
+        assert proxies.client(("127.0.0.1", 5000), [(b"x-forwarded-for", text)])[0] == ("127.0.0.1", 5000)
+    assert proxies.client(("127.0.0.1", 5000), [(b"x-forwarded-for", b"unknown, 10.9.9.9")])[0] == ("10.9.9.9", 0)
     for bad in ("localhost", "10.0.0.0/33", " , "):
         with pytest.raises(InvalidRequestError, match="forwarded_allow_ips"):
             TrustedProxies(bad)

@@ -199,6 +199,9 @@ def test_job_numbers_are_not_reused_after_a_restart_and_a_stale_one_is_said_to_b
     answer = httpx.post(server.url + "/v1/datasets/trig/query", params={"field": "velocity", "time": 0.5, "job": 1},
                         json={"points": [[1, 2, 3]]}, headers=AUTH, timeout=10)
     assert answer.status_code == 404 and "restarted" in answer.json()["description"]
+    # Servers started in the same millisecond got the same numbers (the review): random low bits.
+    assert len({JobRegistry().first for _ in range(20)}) > 1
+    assert JobRegistry().first < 2**53  # exact as a JavaScript number
 
 
 def test_a_server_without_an_engine_accepts_jobs_and_says_they_are_not_scheduled(server, local):

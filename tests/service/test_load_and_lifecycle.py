@@ -274,3 +274,12 @@ def test_serve_refuses_settings_it_cannot_use_before_it_starts(service_db):
                            ({"forwarded_allow_ips": "localhost"}, "not an IP address or network")):
         with pytest.raises(InvalidRequestError, match=words):
             serve(service_db, port=0, **options)
+    # From the command line, a malformed option is a usage error (exit 2), as everywhere.
+    from click.testing import CliRunner
+
+    from turbdb.cli import main
+
+    for option, value in (("--root-path", "turbdb"), ("--forwarded-allow-ips", "10.0.0.0/33"),
+                          ("--forwarded-allow-ips", ",")):
+        result = CliRunner().invoke(main, ["serve", str(service_db), option, value])
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output

@@ -221,6 +221,28 @@ def test_a_refused_connection_is_tried_again_past_the_retries_until_the_server_i
     assert time.monotonic() - started < 1  # retries=0: sent once
 
 
+def test_only_a_refusal_is_waited_out_it_is_said_once_and_the_wait_can_be_set(monkeypatch, caplog):
+    # A name that does not resolve is no restart: the review found it waited 45 s, silently.
+    started = time.monotonic()
+    with turbdb.connect("http://no-such-host.invalid:9", retries=1, backoff=0.01, restart_seconds=30) as db, \
+            pytest.raises(turbdb.ServiceError, match="after 2 attempts"):
+        db.datasets  # noqa: B018
+    assert time.monotonic() - started < 10
+    caplog.clear()
+    monkeypatch.setenv("TURBDB_RESTART_SECONDS", "0.5")
+    with caplog.at_level("WARNING", logger="turbdb.remote"), \
+            turbdb.connect("http://127.0.0.1:9", retries=1, backoff=0.01) as db:
+        assert db.restart_seconds == 0.5
+        for _ in range(2):
+            with pytest.raises(turbdb.ServiceError, match="could not connect"):
+                db.datasets  # noqa: B018
+    said = [r.getMessage() for r in caplog.records if r.name == "turbdb.remote"]
+    assert len(said) == 1 and "trying again" in said[0] and "may be restarting" in said[0]
+    monkeypatch.setenv("TURBDB_RESTART_SECONDS", "soon")
+    with pytest.raises(turbdb.InvalidRequestError, match="TURBDB_RESTART_SECONDS is 'soon'"):
+        turbdb.connect("http://127.0.0.1:9")
+
+
 def test_an_https_address_of_a_plain_http_server_fails_at_once_saying_so(server):
     address = server.url.replace("http://", "https://")
     started = time.monotonic()

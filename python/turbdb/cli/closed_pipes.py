@@ -36,7 +36,13 @@ class _WithoutReader:
         except BrokenPipeError:
             _discard(self._stream)
 
-    def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, buffer, …
+    @property
+    def buffer(self) -> Any:
+        """The binary stream below, the same way: click writes there when the text stream's
+        encoding is ASCII (``PYTHONIOENCODING=ascii``)."""
+        return _WithoutReader(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, …
         return getattr(self._stream, name)
 
 

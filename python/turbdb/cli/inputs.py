@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -231,7 +232,10 @@ def _header_rows(lines: list[str], delimiter: str | None) -> int:
     none of its cells is a number (a header such as ``x,y,z``); else 0. A row with a typo
     (``1,2,3e``) is not a header: skipped as one, it lost a point without a word."""
     for number, cells in _rows(lines, delimiter):
-        return 0 if any(_is_number(c) for c in cells) else number
+        # Split on any separator too: "1,2,3" above blank-separated rows is a row of
+        # numbers written differently, never a header (it was skipped as one, a point lost).
+        words = [w for c in cells for w in re.split(r"[,;\s]+", c.strip("\"'")) if w]
+        return 0 if any(_is_number(c) for c in (*cells, *words)) else number
     return 0
 
 

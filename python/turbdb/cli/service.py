@@ -7,8 +7,33 @@ from pathlib import Path
 
 import click
 
+from ..exceptions import TurbdbError
 from .group import main
 from .inputs import ByteSize, ExpandedPath
+from .wording import reworded
+
+
+def _checked(ctx: click.Context, value: str | None, check) -> str | None:
+    """``value`` if ``check`` takes it; else a usage error (exit 2) with its message, as for
+    any malformed option (it was found inside serve, exit 1)."""
+    if value is not None:
+        try:
+            check(value)
+        except TurbdbError as e:
+            raise click.BadParameter(reworded(str(e), ctx.command)) from None
+    return value
+
+
+def _proxies(value: str) -> None:
+    from ..service.proxies import TrustedProxies
+
+    TrustedProxies(value)
+
+
+def _root(value: str) -> None:
+    from ..service.server import _root_path
+
+    _root_path(value)
 
 
 @main.command()
@@ -49,11 +74,11 @@ from .inputs import ByteSize, ExpandedPath
 @click.option("--graceful-seconds", type=click.FloatRange(0, 86400, max_open=True), default=30.0, show_default=True,
               help="How long a shutdown (Ctrl-C, SIGTERM, SIGHUP) waits for the requests in progress before closing "
                    "their connections; requests whose body is still arriving are answered 503 at once.")
-@click.option("--forwarded-allow-ips", default=None, metavar="IPS",
+@click.option("--forwarded-allow-ips", default=None, metavar="IPS", callback=lambda ctx, p, v: _checked(ctx, v, _proxies),
               help="Reverse proxies to trust: comma-separated addresses or networks (127.0.0.1,10.0.0.0/8; * for any "
                    "peer). A request from one counts as coming from the client its X-Forwarded-For names (rate "
                    "limits, connection caps, the log, jobs). Default: none; X-Forwarded-For is ignored.")
-@click.option("--root-path", default="", metavar="PATH",
+@click.option("--root-path", default="", metavar="PATH", callback=lambda ctx, p, v: _checked(ctx, v, _root),
               help="The path a reverse proxy serves the server under, such as /turbdb (the proxy strips it): pages, "
                    "links and /docs then name it.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,

@@ -20,6 +20,8 @@ _KEYWORD = re.compile(r"(?<![\w.$-])([a-z][a-z0-9_]*)=('[^']*'|\([^)]*\)|(?=[\s;
 # Names listed after a verb, as what is taken or needed: "does not take shape (…",
 # "needs dtype and shape (…" (but not "needs time steps 3-5": a list ends at punctuation).
 _LISTED = re.compile(r"\b(takes?|needs?|without) ([a-z][a-z0-9_]*(?:(?:, | and | or )[a-z][a-z0-9_]*)*)(?=\s*[(,;:.)]|$)")
+# A quoted value not after `=`: a name or value the user gave.
+_QUOTED = re.compile(r"(?<!=)'[^']*'")
 # A Python name with an underscore (filter_width, dataset_path) is no word of English.
 _IDENTIFIER = re.compile(r"(?<![\w.$/-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w=/-]|\.\w)")
 
@@ -50,9 +52,18 @@ def reworded(message: str, command: click.Command | None) -> str:
             return match.group(0)
         return f"{match.group(1)} " + "".join(flags[n] if i % 2 == 0 else n for i, n in enumerate(names))
 
-    message = _KEYWORD.sub(keyword, message)
-    message = _LISTED.sub(listed, message)
-    return _IDENTIFIER.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
+    def plain(text: str) -> str:
+        text = _KEYWORD.sub(keyword, text)
+        text = _LISTED.sub(listed, text)
+        return _IDENTIFIER.sub(lambda m: flags.get(m.group(1), m.group(0)), text)
+
+    # A quoted value is the user's (a dataset named 'save_every'), never reworded; a value
+    # quoted after `=` belongs to its keyword (dtype='float32').
+    out, last = [], 0
+    for quoted in _QUOTED.finditer(message):
+        out += [plain(message[last:quoted.start()]), quoted.group(0)]
+        last = quoted.end()
+    return "".join(out) + plain(message[last:])
 
 
 def _flags(command: click.Command | None) -> dict[str, str]:

@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import itertools
 import json
+import random
 import threading
 import time
 from typing import Any
@@ -65,6 +66,10 @@ class DeclaredJob:
     last_used: float
 
 
+#: 2020-01-01 UTC, in seconds since 1970: where job numbers start counting.
+_NUMBERING_EPOCH = 1577836800
+
+
 class JobRegistry:
     """The jobs declared over HTTP, by the number the server gave them, and the queries
     they plan, by owner: a job is admitted (:meth:`reserve`) before the engine is told of
@@ -79,10 +84,13 @@ class JobRegistry:
         self._jobs: dict[int, DeclaredJob] = {}
         self._planned: collections.Counter[str] = collections.Counter()  # reserved and open, by owner
         self._reserved_jobs = 0
-        # Numbered from the time the server started, in milliseconds: a number is never that
-        # of another server process's job, so a script's job=… from before a restart is told
-        # apart from a new job, and said to be one (from 1, it was taken as the new job 1).
-        self.first = int(time.time() * 1000)
+        # Numbered from the time the server started, in milliseconds since 2020, with 12
+        # random bits below (two servers started in the same millisecond got the same
+        # numbers): a number is then not another server process's, so a script's job=… from
+        # before a restart is told apart from a new job, and said to be one (from 1, it was
+        # taken as the new job 1). Below 2⁵³ until about 2089: exact in JavaScript too.
+        started = int((time.time() - _NUMBERING_EPOCH) * 1000)
+        self.first = (started << 12) | random.getrandbits(12)
         self._numbers = itertools.count(self.first)
         self._lock = threading.Lock()
 

@@ -63,4 +63,12 @@ def logging_config(level: str, access_lines: bool) -> dict[str, Any]:
     settings["loggers"]["turbdb.service"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     settings["loggers"]["turbdb.access"] = {"handlers": ["turbdb_access"], "propagate": False,
                                             "level": "INFO" if access_lines else "WARNING"}
+    # Every other logger (asyncio's, the engine's completions) through the same handler: it
+    # fell to logging's last resort, with no time and no redaction. Tokens are taken out by
+    # the handlers, which see the records other loggers pass up (a logger's own filter
+    # does not).
+    settings["root"] = {"handlers": ["default"], "level": "WARNING"}
+    settings.setdefault("filters", {})["redact_tokens"] = {"()": "turbdb.service.redaction.RedactTokens"}
+    for handler in settings["handlers"].values():
+        handler["filters"] = [*handler.get("filters", []), "redact_tokens"]
     return settings

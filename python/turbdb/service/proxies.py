@@ -66,23 +66,34 @@ class TrustedProxies:
                 proto = value.decode("latin-1").strip().lower()
                 scheme = proto if proto in ("http", "https") else scheme
         hops = [_host_port(hop) for hop in forwarded if hop]
-        if not hops:
-            return peer, scheme
-        if self.any:  # every peer a proxy: the address the one next to us got it from
-            return hops[-1], scheme
+        # From the proxy next to us back: a hop that is no IP address ("unknown", text the
+        # client wrote) ends the trusted chain, and the last good one is the client.
+        trusted: list[tuple[str, int]] = []
         for hop in reversed(hops):
-            if hop[0] not in self:
+            if hop is None:
+                break
+            trusted.append(hop)
+            if self.any or hop[0] not in self:  # with *: the address the proxy next to us saw
                 return hop, scheme
-        return hops[0], scheme  # every hop a proxy: the first one sent it
+        if not trusted:
+            return peer, scheme
+        return trusted[-1], scheme  # every hop a proxy: the first one sent it
 
 
-def _host_port(hop: str) -> tuple[str, int]:
-    """``1.2.3.4``, ``1.2.3.4:5678``, ``::1`` or ``[::1]:5678`` as (host, port; 0 if none)."""
+def _host_port(hop: str) -> tuple[str, int] | None:
+    """``1.2.3.4``, ``1.2.3.4:5678``, ``::1`` or ``[::1]:5678`` as (host, port; 0 if none), or
+    None for anything that is not an IP address with a valid port."""
     if hop.startswith("["):
         host, _, rest = hop[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""
-        return host, int(port) if port.isdigit() else 0
-    if hop.count(":") == 1:
+    elif hop.count(":") == 1:
         host, _, port = hop.partition(":")
-        return host, int(port) if port.isdigit() else 0
-    return hop, 0
+    else:
+        host, port = hop, ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return host, int(port) if port else 0

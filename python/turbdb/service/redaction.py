@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import urllib.parse
 
 #: Query parameters and headers whose values are secrets.
 _SECRET = re.compile(r"(?i)((?:authtoken|token|access_token)=)[^&\s\"']*|(bearer\s+)[^\s\"',]+")
@@ -14,9 +15,23 @@ REDACTED = "[redacted]"
 LOGGERS = ("uvicorn", "uvicorn.access", "uvicorn.error", "turbdb.access", "turbdb.service")
 
 
+#: A query parameter, its name as sent (perhaps percent-encoded: ``auth%54oken`` reaches the
+#: server as ``authToken``, and was logged in clear).
+_PARAMETER = re.compile(r"(?<=[?&])([^=&\s?\"']+)=([^&\s\"']*)")
+_SECRET_NAMES = {"authtoken", "token", "access_token"}
+
+
 def redact(text: str) -> str:
     """``text`` with the value of every token parameter or Bearer credential replaced."""
-    return _SECRET.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+    text = _SECRET.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+    if "%" not in text and "+" not in text:
+        return text
+
+    def parameter(m: re.Match[str]) -> str:
+        name = urllib.parse.unquote_plus(m.group(1))
+        return f"{m.group(1)}={REDACTED}" if name.lower() in _SECRET_NAMES else m.group(0)
+
+    return _PARAMETER.sub(parameter, text)
 
 
 class RedactTokens(logging.Filter):
