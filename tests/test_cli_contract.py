@@ -32,14 +32,7 @@ def invoke(*args, **kwargs):
     return CliRunner().invoke(main, [str(a) for a in args], **kwargs)
 
 
-@pytest.fixture
-def db(tmp_path):
-    ds = turbdb.create_dataset(tmp_path / "db", "flow", grid=(16, 16, 16), times=[0, 1], atom=4, partition=8)
-    rng = np.random.default_rng(3)
-    for t in range(2):
-        ds.write("velocity", t, rng.standard_normal((16, 16, 16, 3)))
-        ds.write("pressure", t, rng.standard_normal((16, 16, 16)))
-    return tmp_path / "db"
+from test_cli import db  # noqa: E402,F401  (the CLI tests' two-step 16³ database)
 
 
 @pytest.fixture
@@ -206,8 +199,8 @@ def test_points_come_from_stdin_and_from_pipes(tmp_path, db, points):
     feeder.start()
     assert "at 1 points" in run(*query, "--points", fifo).stdout
     feeder.join()
-    tracked = run("track", db, "flow", "--points", "-", "--start", 0, "--end", 1, "--dt", 0.5,
-                  "--out", tmp_path / "t.npy", input="1 2 3\n")
+    run("track", db, "flow", "--points", "-", "--start", 0, "--end", 1, "--dt", 0.5,
+        "--out", tmp_path / "t.npy", input="1 2 3\n")
     assert np.load(tmp_path / "t.npy").shape == (3, 1, 3)
     # A missing file: only track, which also takes a number of particles, says so.
     missing_query = run(*query, "--points", tmp_path / "nothing.csv", check=False)
@@ -342,17 +335,14 @@ def test_no_color_turns_every_colour_off(tmp_path, db):
     assert verified.exit_code == 0 and " ok" in verified.output and "\x1b[" not in verified.output
 
 
-def test_serve_turns_off_the_colours_of_its_log_under_no_color(monkeypatch, db):
-    import turbdb.service
-    from uvicorn.config import LOGGING_CONFIG
+def test_serve_turns_off_the_colours_of_its_log_under_no_color(monkeypatch):
+    from turbdb.service import logs
 
-    for formatter in LOGGING_CONFIG["formatters"].values():
-        monkeypatch.setitem(formatter, "use_colors", formatter.get("use_colors"))  # restored afterwards
-    seen = []
-    monkeypatch.setattr(turbdb.service, "serve",
-                        lambda *a, **k: seen.extend(f["use_colors"] for f in LOGGING_CONFIG["formatters"].values()))
-    assert invoke("serve", db, env={"NO_COLOR": "1"}).exit_code == 0
-    assert seen and set(seen) == {False}
+    monkeypatch.setenv("NO_COLOR", "1")
+    formatters = logs.logging_config("info", True)["formatters"].values()
+    assert formatters and all(f.get("use_colors") is False for f in formatters)
+    monkeypatch.delenv("NO_COLOR")
+    assert not all(f.get("use_colors") is False for f in logs.logging_config("info", True)["formatters"].values())
 
 
 def test_a_bad_result_limit_in_the_environment_is_one_line(tmp_path, db):

@@ -52,4 +52,4 @@ pub use storage::morton;
 pub use storage::reader::{AtomRequest, AtomSource, FieldReader, OpenedShard};
 pub use storage::shard::{ChunkCodec, IndexLocation, ShardIndex};
 pub use storage::verify::{verify_field, Problem, VerifyReport};
-pub use storage::writer::write_step;
+pub use storage::writer::{write_step, Sample};

@@ -12,7 +12,8 @@ use turbdb_core::time_weights;
 use turbdb_core::{axis_nodes, cutout_shape, human_bytes, read_cutout};
 use turbdb_core::{
     evaluate_within_f32, evaluate_within_f64, Axis, ChunkCodec, Error, FieldGeometry, FieldReader,
-    IndexLocation, Method, Operator, Partitions, QuerySpec, Strategy, StreamStats, Temporal,
+    IndexLocation, Method, Operator, Partitions, QuerySpec, Sample, Strategy, StreamStats,
+    Temporal,
 };
 
 use crate::error::{invalid, to_py, without_gil, Result};
@@ -47,6 +48,28 @@ impl FieldStore {
     /// The field's reader, for the node engine.
     pub fn shared_reader(&self) -> Arc<FieldReader> {
         Arc::clone(&self.reader)
+    }
+
+    /// Writes step `t` from `values` without the GIL, then forgets the shards read so far.
+    fn write_values<T: Sample>(
+        &self,
+        py: Python<'_>,
+        t: usize,
+        values: &[T],
+        sync: bool,
+    ) -> Result<u64> {
+        let written = without_gil(py, || {
+            turbdb_core::write_step(
+                &self.root,
+                &self.geometry,
+                self.reader.field_id(),
+                t,
+                values,
+                sync,
+            )
+        });
+        self.reader.clear_cache();
+        written
     }
 }
 
@@ -116,35 +139,9 @@ impl FieldStore {
             )));
         }
         if let Ok(array) = data.cast::<PyArrayDyn<f32>>() {
-            let view = array.readonly();
-            let slice = view.as_slice()?;
-            let written = without_gil(py, || {
-                turbdb_core::write_step(
-                    &self.root,
-                    &self.geometry,
-                    self.reader.field_id(),
-                    t,
-                    slice,
-                    sync,
-                )
-            });
-            self.reader.clear_cache();
-            written
+            self.write_values(py, t, array.readonly().as_slice()?, sync)
         } else if let Ok(array) = data.cast::<PyArrayDyn<f64>>() {
-            let view = array.readonly();
-            let slice = view.as_slice()?;
-            let written = without_gil(py, || {
-                turbdb_core::write_step(
-                    &self.root,
-                    &self.geometry,
-                    self.reader.field_id(),
-                    t,
-                    slice,
-                    sync,
-                )
-            });
-            self.reader.clear_cache();
-            written
+            self.write_values(py, t, array.readonly().as_slice()?, sync)
         } else {
             Err(invalid(format!(
                 "data must be float32 or float64, not {}",

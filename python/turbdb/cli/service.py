@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -100,11 +99,6 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
     """
     from ..service import serve as run_server
 
-    if os.environ.get("NO_COLOR"):  # uvicorn colours its log on a terminal whatever NO_COLOR says
-        from uvicorn.config import LOGGING_CONFIG
-
-        for formatter in LOGGING_CONFIG["formatters"].values():
-            formatter["use_colors"] = False
     run_server(db, host=host, port=port, tokens=str(tokens_file) if tokens_file else None, workers=workers,
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
                access_log=access_log, cluster=cluster_address, allow_origins=allow_origins,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import http
 import logging
+import os
 import urllib.parse
 from typing import Any
 
@@ -51,13 +52,16 @@ def access(scope: Scope, status: int, sent: int, seconds: float) -> None:
 
 
 def logging_config(level: str, access_lines: bool) -> dict[str, Any]:
-    """uvicorn's logging configuration (as it stands: ``NO_COLOR`` may have turned its
-    colours off) with the time first on every line, and turbdb's loggers added: the access
+    """uvicorn's logging configuration, without colours under ``NO_COLOR``, with the time
+    first on every line, and turbdb's loggers added: the access
     log on stdout, as uvicorn's was, whatever ``level`` says (asked for, it shows)."""
     from uvicorn.config import LOGGING_CONFIG
 
     settings = copy.deepcopy(LOGGING_CONFIG)
     settings["formatters"]["default"].update(fmt=FORMAT, datefmt=DATE_FORMAT)
+    if os.environ.get("NO_COLOR"):  # uvicorn colours its log on a terminal whatever NO_COLOR says
+        for formatter in settings["formatters"].values():
+            formatter["use_colors"] = False
     settings["handlers"]["turbdb_access"] = {"formatter": "default", "class": "logging.StreamHandler",
                                              "stream": "ext://sys.stdout"}
     settings["loggers"]["turbdb.service"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
