@@ -85,6 +85,51 @@ fn two_swapped_atoms_are_refused_and_named_by_verify() {
     assert!(report.complete_steps.is_empty());
 }
 
+/// Rewrites entry `slot` of the shard's index as `(offset, nbytes)`, with the index's
+/// checksum made right again: an index written wrong, not one damaged on disk.
+fn index_entry_rewritten(path: &Path, slot: usize, entry: (u64, u64)) {
+    let g = geometry();
+    let mut bytes = fs::read(path).unwrap();
+    let index_at = bytes.len() - g.index_bytes();
+    let mut index =
+        ShardIndex::decode(&bytes[index_at..], g.chunks_per_shard(), Path::new("x")).unwrap();
+    index.entries[slot] = entry;
+    bytes.truncate(index_at);
+    bytes.extend_from_slice(&index.encode());
+    fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn an_index_entry_past_the_file_or_marking_a_written_atom_absent_is_refused() {
+    // A range of 2⁶² bytes was read into a buffer of that size (the process aborted); an
+    // atom marked absent read as NaN and verify passed the shard.
+    let g = geometry();
+    for (case, entry) in [("past", (0, 1u64 << 62)), ("absent", (u64::MAX, u64::MAX))] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("velocity");
+        written(&root, 1);
+        let path = root.join(g.shard_key(0, [1, 0, 1]));
+        let first = header_len(&fs::read(&path).unwrap()) as u64;
+        let entry = if case == "past" {
+            (first, entry.1)
+        } else {
+            entry
+        };
+        index_entry_rewritten(&path, 0, entry);
+        let err = read_all(&reader(&root), 0, [1, 0, 1]).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{case}: {err}");
+        let wanted = if case == "past" {
+            "outside the file's atoms"
+        } else {
+            "as not stored"
+        };
+        assert!(err.to_string().contains(wanted), "{case}: {err}");
+        let report = verify_field(&reader(&root), 1);
+        assert_eq!(report.problems.len(), 1, "{case}: {:?}", report.problems);
+        assert!(report.complete_steps.is_empty(), "{case}");
+    }
+}
+
 #[test]
 fn a_shard_copied_over_another_step_or_field_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -164,4 +209,28 @@ fn shards_written_before_headers_still_read_and_verify_counts_them_unbound() {
     let err = read_all(&strict, 0, [1, 1, 0]).unwrap_err().to_string();
     assert!(err.contains("no header"), "{err}");
     assert_eq!(verify_field(&strict, 1).problems.len(), 1);
+}
+
+#[test]
+fn a_shard_rewritten_since_its_index_was_read_is_read_with_its_own_index() {
+    // A rewrite renames new shard files over the old ones; a reader that had read the old
+    // index read the new file's atoms with it: values of two versions, or "a swapped or
+    // copied atom" where the old header's checksums caught it.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("velocity");
+    written(&root, 1);
+    let g = geometry();
+    let shard = [1, 1, 0];
+    let reader = reader(&root);
+    let before = read_all(&reader, 0, shard).unwrap();
+    let elsewhere = dir.path().join("rewrite").join("velocity");
+    write_step(&elsewhere, &g, None, 0, &step(5), false).unwrap();
+    fs::rename(
+        elsewhere.join(g.shard_key(0, shard)),
+        root.join(g.shard_key(0, shard)),
+    )
+    .unwrap();
+    let after = read_all(&reader, 0, shard).expect("the new file read with its own index");
+    assert_ne!(after, before);
+    assert_eq!(after, read_all(&self::reader(&root), 0, shard).unwrap());
 }

@@ -1,9 +1,12 @@
 //! Large scratch buffers kept from query to query. A million-point query needs about a
 //! hundred megabytes of them; memory fresh from the kernel costs a page fault and a cleared
 //! page every 4 KiB, which measured about a tenth of such a query. Big new buffers ask
-//! for transparent huge pages too, for fewer TLB misses on the scattered accesses.
+//! for transparent huge pages too, for fewer TLB misses on the scattered accesses. What is
+//! kept is bounded: the buffers of one ten-million-point query (about a gigabyte) kept for
+//! the life of a process, or a server, held memory no later query used.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Buffers smaller than this are left to the allocator.
@@ -11,6 +14,14 @@ const LARGE: usize = 1 << 20;
 
 /// Buffers of one type kept for reuse, at most this many.
 const KEPT: usize = 4;
+
+/// Bytes kept in all pools together, at most: the buffers of a query of a few million
+/// points (about 100 bytes a point). A larger query's buffers go back to the system, and
+/// it pays their page faults again next time (about a tenth of its time).
+const KEPT_BYTES: usize = 384 << 20;
+
+/// Bytes kept in the pools now.
+static KEPT_NOW: AtomicUsize = AtomicUsize::new(0);
 
 /// An element type with a pool of its own.
 pub trait Pooled: Copy + Send + 'static {
@@ -63,7 +74,9 @@ impl<T: Pooled> Buffer<T> {
     fn kept(n: usize) -> Vec<T> {
         let bytes = n * std::mem::size_of::<T>();
         let mut v = if bytes >= LARGE {
-            take_fitting(&mut T::pool().lock().expect("buffer pool"), n)
+            let v = take_fitting(&mut T::pool().lock().expect("buffer pool"), n);
+            KEPT_NOW.fetch_sub(v.capacity() * std::mem::size_of::<T>(), Ordering::Relaxed);
+            v
         } else {
             Vec::new()
         };
@@ -106,10 +119,19 @@ fn take_fitting<T>(pool: &mut Vec<Vec<T>>, n: usize) -> Vec<T> {
 
 impl<T: Pooled> Drop for Buffer<T> {
     fn drop(&mut self) {
-        if self.0.capacity() * std::mem::size_of::<T>() >= LARGE {
+        let bytes = self.0.capacity() * std::mem::size_of::<T>();
+        if bytes >= LARGE {
             let mut pool = T::pool().lock().expect("buffer pool");
-            if pool.len() < KEPT {
+            // Counted under the pool's lock, so a buffer is counted while it is in a pool.
+            let room = KEPT_NOW
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |kept| {
+                    (kept + bytes <= KEPT_BYTES).then_some(kept + bytes)
+                })
+                .is_ok();
+            if pool.len() < KEPT && room {
                 pool.push(std::mem::take(&mut self.0));
+            } else if room {
+                KEPT_NOW.fetch_sub(bytes, Ordering::Relaxed);
             }
         }
     }
@@ -157,6 +179,16 @@ mod tests {
             assert_eq!(v.len(), n);
             assert!(v.iter().all(|&x| x == 0.0), "{n}");
         }
+    }
+
+    #[test]
+    fn the_pools_keep_a_bounded_number_of_bytes() {
+        // A buffer past the bound goes back to the system; smaller ones are still kept.
+        // (Other tests share the pools: only what this test's buffers do is checked.)
+        drop(Buffer::filled(KEPT_BYTES / 8 + 1, 0.0f64));
+        assert!(KEPT_NOW.load(Ordering::Relaxed) <= KEPT_BYTES);
+        let pool = f64::pool().lock().unwrap();
+        assert!(pool.iter().all(|v| v.capacity() * 8 <= KEPT_BYTES));
     }
 
     #[test]

@@ -84,8 +84,15 @@ pub fn read_atoms(
 ) {
     let geometry = reader.geometry();
     let n = geometry.atom_values();
-    // The shard's index and header, checked against this place (field, step, partition).
-    let opened = match reader.shard(t, shard) {
+    // The file first, then its own index and header (checked against this place: field,
+    // step, partition): a rewrite renamed over the path since the index was cached must
+    // not be read with the old index.
+    let path = reader.shard_path(t, shard);
+    let opened = ShardFile::open(&path, t, mode).and_then(|file| {
+        let opened = reader.shard_of_file(t, shard, &file.file, &path)?;
+        Ok((file, opened))
+    });
+    let (file, opened) = match opened {
         Ok(opened) => opened,
         Err(e) => {
             for i in 0..locals.len() {
@@ -116,16 +123,6 @@ pub fn read_atoms(
         return;
     }
     stored.sort_unstable_by_key(|&(offset, ..)| offset);
-    let path = reader.shard_path(t, shard);
-    let file = match ShardFile::open(&path, t, mode) {
-        Ok(file) => file,
-        Err(e) => {
-            for &(_, _, i, _) in &stored {
-                put(i, Err(e.duplicate()));
-            }
-            return;
-        }
-    };
     let mut buffer = READ_BUFFER.take();
     let mut start = 0;
     while start < stored.len() {

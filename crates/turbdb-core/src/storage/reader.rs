@@ -54,6 +54,9 @@ pub struct OpenedShard {
     /// ([`FieldReader::atoms_in_place`]); `None` for compressed atoms, past
     /// [`MAX_MAPPED_SHARDS`], or where mapping failed.
     map: Option<MappedFile>,
+    /// The file's (device, inode): a rewrite renames a new file over the path, whose atoms
+    /// must be read with its own index, not this one ([`FieldReader::shard_of_file`]).
+    file_identity: (u64, u64),
 }
 
 /// Shard files mapped at once in this process, at most: the kernel allows a process about
@@ -219,8 +222,59 @@ impl FieldReader {
         };
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
-        let index = self.read_index(&file, &path)?;
-        let header = self.read_header(&file, &path)?;
+        self.opened_from(t, shard, &file, &path, generation)
+    }
+
+    /// The index and header of the shard file `file`, just opened at the shard's path
+    /// `path`: the cached ones where they were read from this same file, else read from it.
+    /// Atoms read from an open file must be read with that file's own index: a rewrite of
+    /// the step (renamed over the path) since the index was cached gave answers mixing two
+    /// versions, or a false "swapped or copied atom", until the rewrite was announced.
+    pub fn shard_of_file(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        file: &File,
+        path: &Path,
+    ) -> Result<Arc<OpenedShard>> {
+        let identity = file_identity(file, path)?;
+        let generation = {
+            let shards = self.shards.lock().expect("shard cache");
+            if let Some(opened) = shards.get(&(t, shard)) {
+                if opened.file_identity == identity {
+                    return Ok(Arc::clone(opened));
+                }
+            }
+            self.generation.load(Ordering::Acquire)
+        };
+        // The index is read through a file of its own: `file` may be open for direct I/O,
+        // which takes aligned reads only. Renamed over again in between, it is not the same.
+        let own = open_shard(path, t)?;
+        if file_identity(&own, path)? != identity {
+            return Err(Error::io(
+                path,
+                std::io::Error::other(
+                    "the shard was replaced while it was being opened (a rewrite under way); \
+                     ask again",
+                ),
+            ));
+        }
+        self.opened_from(t, shard, &own, path, generation)
+    }
+
+    /// Reads and checks the index and header of `file` (the shard at `path`), maps it where
+    /// it can be read in place, and caches it unless a rewrite was announced since
+    /// `generation` was read.
+    fn opened_from(
+        &self,
+        t: usize,
+        shard: ShardPos,
+        file: &File,
+        path: &Path,
+        generation: u64,
+    ) -> Result<Arc<OpenedShard>> {
+        let index = self.read_index(file, path)?;
+        let header = self.read_header(file, path)?;
         match &header {
             Some(h) => {
                 let id = if self.field_id_known {
@@ -228,23 +282,26 @@ impl FieldReader {
                 } else {
                     h.field_id
                 };
-                h.check_place(&self.field, id, t, shard, &path)?
+                h.check_place(&self.field, id, t, shard, path)?
             }
             None if self.headers_required => {
                 return Err(Error::corrupt(
-                    &path,
+                    path,
                     "shard has no header binding it to its place, though every shard of this \
                      field was written with one",
                 ))
             }
             None => {}
         }
+        self.check_index(&index, header.as_ref(), file, path)?;
+        let file_identity = file_identity(file, path)?;
         let opened = Arc::new(OpenedShard {
             index: Arc::new(index),
             header,
             map: (!self.codec.zstd)
-                .then(|| MappedFile::map(&file, self.geometry.atoms_per_side().pow(3)))
+                .then(|| MappedFile::map(file, self.geometry.atoms_per_side().pow(3)))
                 .flatten(),
+            file_identity,
         });
         let mut shards = self.shards.lock().expect("shard cache");
         // Opened before a rewrite was announced: used for this read, not kept.
@@ -252,6 +309,59 @@ impl FieldReader {
             shards.insert((t, shard), Arc::clone(&opened));
         }
         Ok(opened)
+    }
+
+    /// Fails unless every stored atom of `index` lies within the file, between its header
+    /// and its index, and every atom the header records as written is stored: an index
+    /// whose checksum is right can still have been written wrong, and a range past the file
+    /// would be read into a buffer of its announced size (2⁶² bytes aborted the process),
+    /// an atom marked absent would read as NaN.
+    fn check_index(
+        &self,
+        index: &ShardIndex,
+        header: Option<&ShardHeader>,
+        file: &File,
+        path: &Path,
+    ) -> Result<()> {
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let index_bytes = self.geometry.index_bytes() as u64;
+        let (first, end) = match self.location {
+            IndexLocation::End => (header.map_or(0, |h| h.len() as u64), len - index_bytes),
+            IndexLocation::Start => (index_bytes, len),
+        };
+        for slot in 0..index.entries.len() {
+            match index.range(slot) {
+                Some((offset, nbytes)) => {
+                    let inside = offset
+                        .checked_add(nbytes)
+                        .is_some_and(|e| offset >= first && e <= end);
+                    if !inside {
+                        return Err(Error::corrupt(
+                            path,
+                            format!(
+                                "the shard index puts atom {slot} at bytes {offset}..+{nbytes}, \
+                                 outside the file's atoms ({first}..{end})"
+                            ),
+                        ));
+                    }
+                }
+                None => {
+                    if let Some(crc) = header
+                        .and_then(|h| h.atom_crcs.get(slot))
+                        .filter(|&&c| c != 0)
+                    {
+                        return Err(Error::corrupt(
+                            path,
+                            format!(
+                                "the shard index marks atom {slot} as not stored, but the shard's \
+                                 header records it written (checksum {crc:08x}): a damaged index"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Forgets cached indexes (after a shard was rewritten).
@@ -323,9 +433,9 @@ impl FieldReader {
         atoms: &[AtomRequest],
         out: &mut [f32],
     ) -> Result<()> {
-        let opened = self.shard(t, shard)?;
         let path = self.shard_path(t, shard);
         let file = open_shard(&path, t)?;
+        let opened = self.shard_of_file(t, shard, &file, &path)?;
         let n = self.geometry.atom_values();
         // (offset, nbytes, destination slot, index slot)
         let mut stored: Vec<(u64, u64, usize, usize)> = Vec::with_capacity(atoms.len());
@@ -665,6 +775,13 @@ impl AtomSource for FieldReader {
     ) -> Result<bool> {
         FieldReader::atoms_in_place(self, t, shard, atoms, put)
     }
+}
+
+/// The (device, inode) of an open file.
+fn file_identity(file: &File, path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 fn open_shard(path: &Path, t: usize) -> Result<File> {
