@@ -147,21 +147,65 @@ def read_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides
     info = dataset.metadata
     if filter_width == 1 and len(set(strides)) == 1:
         return read_nodes(dataset, field, t_index, ranges, strides[0], out)
-    values = _read_box(dataset, info, field, t_index, ranges, strides, filter_width)
+    if filter_width == 1:
+        if out is None:
+            out = np.empty(output_shape(ranges, strides) + (info.fields[field].ncomp,), dtype=np.float32)
+        _read_strided(dataset, field, t_index, ranges, strides, out)
+        return out
+    values = _read_filtered(dataset, info, field, t_index, ranges, strides, filter_width)
     if out is None:
         return values
     out[...] = values
     return out
 
 
-def _read_box(dataset: Dataset, info: DatasetInfo, field: str, t_index: int, ranges: Ranges, strides: Strides,
-              filter_width: int) -> np.ndarray:
-    """:func:`read_box` of a filtered box or one with different strides per axis."""
-    if filter_width == 1:
-        step = math.gcd(*strides)
-        data = read_nodes(dataset, field, t_index, ranges, step)
-        sx, sy, sz = (s // step for s in strides)
-        return np.ascontiguousarray(data[::sz, ::sy, ::sx])
+def _read_strided(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides: Strides,
+                  out: np.ndarray) -> None:
+    """The nodes kept by different strides per axis, into ``out`` (any layout whose last axis
+    is contiguous). The store reads with one stride: read at the strides' gcd, a box of
+    stride (2, 1, 1) read twice its nodes and one of (128, 1, 1) 128 times. So an axis that
+    keeps one node is read as that node alone, and an axis whose stride skips whole atoms is
+    read plane by plane (each kept plane alone touches fewer atoms than the box at the gcd);
+    what is left is read at the gcd and copied once."""
+    kept = [node_count(start, stop, s) for (start, stop), s in zip(ranges, strides)]
+    ranges = tuple(r if n > 1 else (r[0], r[0] + 1) for r, n in zip(ranges, kept))  # type: ignore[assignment]
+    many = [a for a in range(3) if kept[a] > 1]
+    if len({strides[a] for a in many}) <= 1:  # one stride wherever more than one node is kept
+        step = strides[many[0]] if many else 1
+        if out.flags.c_contiguous:
+            read_nodes(dataset, field, t_index, ranges, step, out)
+        else:
+            _copy_nodes(out, read_nodes(dataset, field, t_index, ranges, step))
+        return
+    atom = dataset.metadata.atom
+    skipping = [a for a in many if strides[a] >= atom]
+    if not skipping:
+        step = math.gcd(*(strides[a] for a in many))
+        sx, sy, sz = (max(1, s // step) for s in strides)
+        _copy_nodes(out, read_nodes(dataset, field, t_index, ranges, step)[::sz, ::sy, ::sx])
+        return
+    axis = max(skipping, key=lambda a: strides[a])  # x, y, z: array axis 2 - axis
+    start, stop = ranges[axis]
+    for k, at in enumerate(range(start, stop, strides[axis])):
+        plane = tuple((at, at + 1) if a == axis else ranges[a] for a in range(3))
+        _read_strided(dataset, field, t_index, plane, strides,  # type: ignore[arg-type]
+                      out[(slice(None),) * (2 - axis) + (slice(k, k + 1),)])
+
+
+def _copy_nodes(target: np.ndarray, source: np.ndarray) -> None:
+    """``target[...] = source`` a node (its components) at a time: numpy copies a strided
+    ``(…, 3)`` float32 array 2–3 times faster as 12-byte items than as 4-byte ones."""
+    if source.dtype == target.dtype and source.strides[-1] == source.itemsize \
+            and target.strides[-1] == target.itemsize:
+        node = np.dtype((np.void, source.shape[-1] * source.itemsize))
+        target.view(node)[...] = source.view(node)
+    else:
+        target[...] = source
+
+
+def _read_filtered(dataset: Dataset, info: DatasetInfo, field: str, t_index: int, ranges: Ranges, strides: Strides,
+                   filter_width: int) -> np.ndarray:
+    """:func:`read_box` of a filtered box."""
     windows = [_windows(a, b, s, filter_width, n, periodic)
                for (a, b), s, n, periodic in zip(ranges, strides, info.grid, info.periodic)]
     read = tuple((w.lo, w.hi) for w in windows)
@@ -222,29 +266,43 @@ def cutout_array(dataset_name: str, info: DatasetInfo, field: str, data: np.ndar
                  strides: Any, t_index: int | Sequence[int], filter_width: int = 1) -> xarray.DataArray:
     """The cutout ``data`` as the DataArray :meth:`turbdb.Dataset.cutout` returns (also built
     by the remote client): dims ``(z, y, x, component)``, with a leading ``time`` dim when
-    ``t_index`` is a sequence; physical and index coordinates."""
+    ``t_index`` is a sequence; physical and index coordinates. One time is also a scalar
+    ``time`` and ``time_index`` coordinate, as ``isel`` leaves of several, so that both
+    shapes concatenate, select and export alike (the ``time``/``time_index`` attributes stay
+    for code that reads them). ``units`` attributes: the field's on the array, the
+    dataset's length and time units on x, y, z and time, where known."""
     import xarray
 
     strides = as_strides(strides)
+    length_units, time_units = (_units(info.units.get(kind)) for kind in ("length", "time"))
     coords: dict[str, Any] = {}
     many = not np.isscalar(t_index) and np.ndim(t_index) == 1
     if many:
         indices = np.asarray(t_index, dtype=np.int64)
-        coords["time"] = ("time", info.times[indices])
+        coords["time"] = ("time", info.times[indices], time_units)
         coords["time_index"] = ("time", indices)
+    else:
+        coords["time"] = ((), float(info.times[int(t_index)]), time_units)
+        coords["time_index"] = ((), int(t_index))
     for (start, stop), s, name, o, d, n, periodic in zip(ranges, strides, "xyz", info.origin, info.spacing,
                                                          info.grid, info.periodic):
         index = np.arange(start, stop, s)
-        coords[name] = (name, o + d * index)
+        coords[name] = (name, o + d * index, length_units)
         coords[f"{name}_index"] = (name, np.mod(index, n) if periodic else index)
     coords["component"] = ("component", info.fields[field].components)
-    attrs: dict[str, Any] = {"dataset": dataset_name}
+    attrs: dict[str, Any] = {"dataset": dataset_name, **_units(info.fields[field].units)}
     if not many:
         attrs.update(time=float(info.times[int(t_index)]), time_index=int(t_index))
     attrs["stride"] = strides[0] if len(set(strides)) == 1 else list(strides)
     attrs["filter_width"] = int(filter_width)
     dims = (("time",) if many else ()) + ("z", "y", "x", "component")
     return xarray.DataArray(data, dims=dims, coords=coords, name=field, attrs=attrs)
+
+
+def _units(units: str | None) -> dict[str, str]:
+    """The ``units`` attribute for ``units``; none where the dataset does not say (CF
+    readers take a missing attribute as unknown, an empty one as dimensionless)."""
+    return {"units": units} if units else {}
 
 
 # -- arguments ---------------------------------------------------------------------------------
@@ -290,7 +348,7 @@ def nodes_read(info: DatasetInfo, ranges: Ranges, strides: Strides, width: int) 
         return math.prod(output_shape(ranges, strides))
     half, total = (width - 1) // 2, 1
     for (start, stop), stride, n, periodic in zip(ranges, strides, info.grid, info.periodic):
-        count = len(range(start, stop, stride))
+        count = node_count(start, stop, stride)
         lo, hi = start - half, start + (count - 1) * stride - half + width
         total *= (min(hi, n) - max(lo, 0)) if not periodic else hi - lo
     return total
@@ -298,8 +356,15 @@ def nodes_read(info: DatasetInfo, ranges: Ranges, strides: Strides, width: int) 
 
 def output_shape(ranges: Ranges, strides: Strides) -> tuple[int, int, int]:
     """``(nz, ny, nx)`` of a box."""
-    nx, ny, nz = (len(range(a, b, s)) for (a, b), s in zip(ranges, strides))
+    nx, ny, nz = (node_count(a, b, s) for (a, b), s in zip(ranges, strides))
     return nz, ny, nx
+
+
+def node_count(start: int, stop: int, stride: int) -> int:
+    """``len(range(start, stop, stride))`` for a positive stride, by arithmetic: ``len`` of a
+    range over more than 2**63 nodes (ends within ±2**62) raised a bare OverflowError where
+    the request's size should be refused against its limit."""
+    return max(0, (stop - start + stride - 1) // stride)
 
 
 def time_index(dataset: Dataset, field: str, time: float) -> int:

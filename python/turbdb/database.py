@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import json
 import math
 import os
-import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from .exceptions import (
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
 from .process_engines import HoldsEngine, settings_of, shared_engine
+from .output_files import _sweep_left_behind as sweep_left_behind, replacing as replaced_directory
 from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
@@ -81,6 +82,9 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         self._closed_engine = False  # whether close() let an engine go
         # Datasets opened to plan jobs (see _planned_dataset); they follow their metadata.
         self._planning: dict[str, Dataset] = {}
+        # Datasets opened by look-up, each handed out as a copy sharing its opened stores
+        # (see __getitem__); they follow their metadata as the server's do.
+        self._opened: dict[str, Dataset] = {}
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
             self._engine = shared_engine(
                 self.path,
@@ -131,6 +135,7 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         without an engine holds nothing. Its datasets are still read, without the engine."""
         self._closed_engine = self._closed_engine or self._engine is not None
         self._engine = None
+        self._opened.clear()
 
     def __enter__(self) -> Database:
         # `with turbdb.open(...) as db:` reads the same whether db is local, remote or a cluster.
@@ -148,18 +153,31 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         """Names of the datasets, sorted."""
         if self.only is not None:
             return [self.only]
+        # Hidden names are never datasets' (they start with a letter): a dataset being
+        # replaced, or what a replacement killed halfway left (see create_dataset).
         return sorted(
             entry.name
             for entry in os.scandir(self.path)
-            if entry.is_dir() and (Path(entry.path) / ZARR_JSON).is_file() and _is_dataset(Path(entry.path))
+            if not entry.name.startswith(".") and entry.is_dir() and (Path(entry.path) / ZARR_JSON).is_file()
+            and _is_dataset(Path(entry.path))
         )
 
     def __getitem__(self, name: str) -> Dataset:
         # Only the named directory is looked at, its metadata read once: listing every
-        # dataset (reading each one's) made a look-up cost 0.2 ms with two datasets.
+        # dataset (reading each one's) made a look-up cost 0.2 ms with two datasets. A
+        # dataset opened before is handed out again as a shallow copy, which shares its
+        # opened field stores (shards mapped and checked) and keeps its own
+        # last_query_stats, as the server does per request: `db[name].query(...)` opened,
+        # checked and unmapped every shard it touched on each call, 12-28x the query on a
+        # dataset of many shards. The copy follows a dataset written or made again under
+        # the name as any open dataset does (its metadata is looked at on every query).
         if isinstance(name, str) and self._may_hold(name):
+            opened = self._opened.get(name)
+            if opened is not None and opened._engine is self.engine:
+                return copy.copy(opened)
             try:
-                return Dataset(self.path / name, engine=self.engine)
+                opened = self._opened[name] = Dataset(self.path / name, engine=self.engine)
+                return copy.copy(opened)
             except DamagedMetadataError:
                 raise
             except (FormatError, StorageError):  # not a turbdb dataset: not in self.datasets
@@ -300,7 +318,9 @@ def create_dataset(
     ``grid`` is ``(nx, ny, nz)``; ``spacing`` defaults to ``2π/n`` per axis (the periodic
     box ``[0, 2π)³``); ``times`` are the stored times (more can be appended later);
     ``fields`` maps a field name to its number of components, or to
-    ``{"ncomp": n, "units": "…"}``. ``atom`` and ``partition`` are the sides of an atom
+    ``{"ncomp": n, "units": "…", "every_step": False}`` (``every_step`` False: the field
+    is written at some steps only, on purpose; ``verify`` then takes no step that other
+    fields have for one it lost). ``atom`` and ``partition`` are the sides of an atom
     (inner chunk) and a partition (shard) in voxels.
     """
     check_name("dataset", name)
@@ -324,7 +344,7 @@ def create_dataset(
         raise InvalidRequestError(f"atom ({atom}) must not be larger than partition ({partition})")
     times_a = uniform_times(times)
     field_specs = _field_specs({"velocity": 3, "pressure": 1} if fields is None else fields)
-    for ncomp, _ in field_specs.values():
+    for ncomp, _, _ in field_specs.values():
         try:
             _core.check_layout(grid_t, ncomp, atom, partition)  # the sizes the store can address
         except OverflowError:
@@ -338,7 +358,8 @@ def create_dataset(
         "origin": list(origin_t),
         "periodic": [bool(p) for p in periodic],
         "times": [float(t) for t in times_a],
-        "fields": {f: {"ncomp": n, "units": u} for f, (n, u) in field_specs.items()},
+        "fields": {f: {"ncomp": n, "units": u, **({} if every else {"every_step": False})}
+                   for f, (n, u, every) in field_specs.items()},
         "atom": atom,
         "partition": partition,
         "units": dict(units or {}),
@@ -361,6 +382,8 @@ def create_dataset(
             db.mkdir(parents=True, exist_ok=True)
             if not (db / ZARR_JSON).exists():
                 write_json_atomic(db / ZARR_JSON, group_document({"turbdb_database": {"format_version": FORMAT_VERSION}}))
+            sweep_left_behind(db)  # what a replacement killed halfway left (the old dataset, the new one)
+            target = path
             if path.exists():
                 if not overwrite:
                     raise DatasetExistsError(f"dataset {name!r} already exists in {db}; pass overwrite=True to replace it")
@@ -368,51 +391,53 @@ def create_dataset(
                     raise StorageError(f"{path} is not a dataset's directory (a file or a link), so it is not replaced; "
                                        "move it away or choose another name")
                 # Held until the new dataset is whole: replacing a dataset an ingest is writing
-                # lost the ingest's steps, and its cleanup then deleted the new dataset.
+                # lost the ingest's steps, and its cleanup then deleted the new one.
                 if not writer_lock_held(path):
-                    replacing.enter_context(writer_lock(path))
-                _empty_keeping_writer_lock(path)
+                    replacing.enter_context(writer_lock(path, then="replace it"))
+                # Made whole beside the old one, then renamed over it: a process killed while
+                # deleting the old one in place left a directory that was neither dataset.
+                (target,) = replacing.enter_context(replaced_directory(path))
+                target.mkdir()
+                _share_writer_lock(path, target)
         except OSError as e:
             if isinstance(e, TurbdbError):
                 raise
             raise storage_error(e, path) from None
 
         # Arrays first, the group document last: a dataset is only listed once it is whole.
-        for field, (ncomp, _) in field_specs.items():
+        for field, (ncomp, _, _) in field_specs.items():
             document = field_document(
                 nt=len(times_a), grid=grid_t, ncomp=ncomp, atom=atom, partition=partition, field=field
             )
-            write_json_atomic(path / field / ZARR_JSON, document)
+            write_json_atomic(target / field / ZARR_JSON, document)
         for axis, n, o, d in zip("xyz", grid_t, origin_t, spacing_t):
-            write_coordinate(path, axis, o + d * np.arange(n))
-        write_coordinate(path, "time", times_a, chunk=TIME_CHUNK)
-        write_json_atomic(path / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(path)))
+            write_coordinate(target, axis, o + d * np.arange(n))
+        write_coordinate(target, "time", times_a, chunk=TIME_CHUNK)
+        write_json_atomic(target / ZARR_JSON, group_document({"turbdb": metadata}, consolidated_metadata(target)))
     return Dataset(path)
 
 
-def _empty_keeping_writer_lock(path: Path) -> None:
-    """Removes ``path`` (a dataset to be created again), all but its writer lock file: a
-    writer that holds the lock (``turbdb simulate`` replacing an interrupted run) keeps
+def _share_writer_lock(old: Path, new: Path) -> None:
+    """Gives the new dataset the old one's writer lock file, the same file (a hard link):
+    a writer holding the lock (``turbdb simulate`` replacing an interrupted run) keeps
     holding it for the new dataset, which another writer could otherwise lock between the
-    creation and the first write."""
-    (path / ZARR_JSON).unlink(missing_ok=True)  # first: a dataset half emptied is no longer listed
-    for entry in os.scandir(path):
-        if entry.name == WRITER_LOCK_FILE and entry.is_file(follow_symlinks=False):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+    creation and the first write. Where links cannot be made, the new one makes its own."""
+    with contextlib.suppress(OSError):
+        os.link(old / WRITER_LOCK_FILE, new / WRITER_LOCK_FILE)
 
 
-def _field_specs(fields: Mapping[str, int | Mapping[str, Any]]) -> dict[str, tuple[int, str]]:
+def _field_specs(fields: Mapping[str, int | Mapping[str, Any]]) -> dict[str, tuple[int, str, bool]]:
+    """Per field: components, units and whether it is written at every step."""
     if not fields:
         raise InvalidRequestError("a dataset needs at least one field, e.g. fields={'velocity': 3}")
     specs = {}
     for field, spec in fields.items():
         check_name("field", field)
-        ncomp, units = (spec, "") if isinstance(spec, int) else (spec.get("ncomp"), spec.get("units", ""))
+        ncomp, units, every = ((spec, "", True) if isinstance(spec, int)
+                               else (spec.get("ncomp"), spec.get("units", ""), spec.get("every_step", True)))
         if not (isinstance(ncomp, int) and not isinstance(ncomp, bool) and ncomp >= 1):
             raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {spec!r}")
-        specs[field] = (ncomp, str(units))
+        if not isinstance(every, bool):
+            raise InvalidRequestError(f"field {field!r}: every_step must be True or False, not {every!r}")
+        specs[field] = (ncomp, str(units), every)
     return specs

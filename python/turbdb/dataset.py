@@ -4,28 +4,35 @@ Reading metadata and writing time steps; queries build on it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import math
 import os
+import re
+import socket
+import stat
+import sys
 import threading
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from . import _core, engine_futures, submission
 from .exceptions import (
-    DamagedMetadataError, DatasetBusyError, FormatError, InvalidRequestError, StorageError, TurbdbError,
-    UnknownNameError,
+    DamagedMetadataError, DatasetBusyError, Float32PrecisionWarning, FormatError, InvalidRequestError, StorageError,
+    TurbdbError, UnknownNameError,
 )
 from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
 from .process_engines import HoldsEngine, settings_of, shared_engine
 from .query import point_call
 from .metadata_check import metadata_problems
+from .output_files import _running as process_running
 from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
 from .zarr_meta import (
     ZARR_JSON,
@@ -35,6 +42,7 @@ from .zarr_meta import (
     parse_atom_codecs,
     read_json,
     storage_error,
+    TEMP_PREFIX,
     TIME_CHUNK,
     write_coordinate,
     write_json_atomic,
@@ -45,6 +53,10 @@ LOCK_FILE = ".turbdb.lock"
 WRITER_LOCK_FILE = ".turbdb-writer.lock"
 #: The dataset attribute holding the ingest journal (``turbdb.ingest.pipeline`` writes it).
 JOURNAL_KEY = "ingest"
+#: The dataset attribute naming the stored steps being written again, ``{field: {step:
+#: "PID@HOST"}}``: a writer killed halfway leaves such a step mixing two versions of its
+#: shards, and nothing else on disk tells (``verify`` names it).
+REWRITING_KEY = "rewriting"
 #: The fields ``turbdb simulate`` writes at every step (simulation_run.py).
 SIMULATED_FIELDS = ("velocity", "pressure")
 
@@ -86,6 +98,8 @@ class Dataset(HoldsEngine):
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
         #: (``kernel``): proof of what the engine did.
         self.last_query_stats: dict[str, Any] = {}
+        #: The fields :meth:`write` warned about losing float64 precision (once each).
+        self._precision_warned: set[str] = set()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a spawn-based multiprocessing Pool): opened again where it is unpickled,
@@ -93,7 +107,7 @@ class Dataset(HoldsEngine):
         return _reopened, (str(self.path), settings_of(self._engine))
 
     def __repr__(self) -> str:
-        info = self.info
+        info = self.metadata  # not info: its scan of every shard made print(ds) take seconds
         nx, ny, nz = info.grid
         return f"<turbdb.Dataset {self.name!r} {nx}x{ny}x{nz}, {info.nt} times, fields {list(info.fields)}>"
 
@@ -105,11 +119,18 @@ class Dataset(HoldsEngine):
         opened field is not yet the one it describes (see :meth:`_drop_replaced_stores`)."""
         try:
             key = _stat_key(self._metadata_file)
+        except FileNotFoundError:
+            raise self._gone() from None
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         cached = self._cache[0]
         if cached is None or cached[0] != key:
-            document = read_json(self.path / ZARR_JSON)
+            try:
+                document = read_json(self.path / ZARR_JSON)
+            except StorageError:
+                if not os.path.lexists(self._metadata_file):  # gone since the stat
+                    raise self._gone() from None
+                raise
             attrs = _turbdb_attrs(document)
             if attrs is None:
                 raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
@@ -123,6 +144,15 @@ class Dataset(HoldsEngine):
                 self._catch_up(field, counts.get(field, {}))
             cached = self._cache[0] = (key if settled else None, attrs, info, described)
         return cached[1]
+
+    def _gone(self) -> UnknownNameError:
+        """The error of a dataset whose metadata vanished since it was opened: deleted, or
+        being created again (``overwrite=True``, a copy put back): the same as a dataset
+        never there, and a 404 from the service (it answered 500)."""
+        error = UnknownNameError(f"dataset {self.name!r} is no longer in {self.path.parent} (deleted, or being "
+                                 "replaced: open it again)")
+        error.status = 404  # type: ignore[attr-defined]  # as the service answers an unknown name
+        return error
 
     def _catch_up(self, field: str, now: dict[int, int]) -> None:
         """Makes the opened store of ``field``, and the engine, drop what they cached of its
@@ -167,7 +197,9 @@ class Dataset(HoldsEngine):
 
     @property
     def info(self) -> DatasetInfo:
-        """All metadata, including which time steps of each field are written."""
+        """All metadata, including which time steps of each field are written: found by
+        looking at every shard file (about 5 µs each, so seconds on a dataset of millions of
+        shards); :attr:`metadata` is the rest, at once."""
         attrs = self._attrs()
         grid = tuple(attrs["grid"])
         partition = attrs["partition"]
@@ -188,9 +220,11 @@ class Dataset(HoldsEngine):
         return tuple(sorted(present))
 
     def writer_lock(self) -> contextlib.AbstractContextManager[None]:
-        """One writer per dataset: an advisory lock held for a whole ingest. Two ingests into
-        one dataset would otherwise interleave their steps and journals; the second is
-        refused with :class:`DatasetBusyError` at once instead of waiting."""
+        """One writer per dataset: an advisory lock held for a whole ingest or simulation,
+        and by each :meth:`write`, :meth:`append_times`, :meth:`add_field`, … made outside
+        one. Two ingests into one dataset would otherwise interleave their steps and
+        journals; the second is refused with :class:`DatasetBusyError` at once instead of
+        waiting."""
         return writer_lock(self.path)
 
     @contextlib.contextmanager
@@ -203,13 +237,15 @@ class Dataset(HoldsEngine):
         path = self.path / LOCK_FILE
         try:
             if reading and (path.exists() or self.path.stat().st_uid != os.geteuid()):
-                lock = open(path, "rb")  # noqa: SIM115 - closed by the with below
+                lock = open_lock_file(path, writing=False)
             else:
                 try:
-                    lock = open(path, "a")  # noqa: SIM115 - closed by the with below
+                    lock = open_lock_file(path, writing=True)
                 except PermissionError:  # flock needs no write access: someone else's file locks too
-                    lock = open(path, "rb")  # noqa: SIM115 - closed by the with below
+                    lock = open_lock_file(path, writing=False)
         except OSError as e:
+            if isinstance(e, StorageError):
+                raise
             raise storage_error(e, path) from None
         with lock:
             try:  # shared for a reader: on NFS an exclusive lock needs a file open for writing
@@ -242,7 +278,13 @@ class Dataset(HoldsEngine):
                     f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
                 )
             array_json = self.path / field / ZARR_JSON
-            layout = parse_atom_codecs(read_json(array_json), array_json)
+            try:
+                array_document = read_json(array_json)
+            except StorageError:
+                if not os.path.lexists(self._metadata_file):  # the dataset went since _attrs
+                    raise self._gone() from None
+                raise
+            layout = parse_atom_codecs(array_document, array_json)
             store = _core.FieldStore(
                 str(self.path / field),
                 tuple(attrs["grid"]),
@@ -267,8 +309,13 @@ class Dataset(HoldsEngine):
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
         """Stores time step ``time_index`` of ``field`` from ``data`` of shape
         ``(nz, ny, nx, ncomp)`` (or ``(nz, ny, nx)`` for a scalar), any float dtype.
-        Each shard is written aside and renamed, so a crash leaves the step either absent
-        or complete. Returns the bytes written. ``sync=True`` also fsyncs every shard."""
+        Each shard is written aside and renamed, so a crash during a first write leaves the
+        step absent or with shards missing (``turbdb verify`` names them), never a wrong
+        shard. A crash while a stored step is written again leaves it mixing old and new
+        shards: the rewrite is recorded as under way before the shards are written, so
+        ``verify`` names that step until it is written again. Holds the dataset's writer
+        lock meanwhile (:class:`DatasetBusyError` while another process writes it).
+        Returns the bytes written. ``sync=True`` also fsyncs every shard."""
         store = self.field_store(field)
         ncomp = self._stores[field][1]
         info_attrs = self._attrs()
@@ -289,19 +336,56 @@ class Dataset(HoldsEngine):
             )
         if not np.issubdtype(data.dtype, np.floating):
             raise FormatError(f"{field} data has dtype {data.dtype}; give floating-point values")
+        lost = float32_precision_lost(data)
+        if lost is not None and field not in self._precision_warned:
+            # Once per field: a loop writing every step of the same data would repeat it.
+            self._precision_warned.add(field)
+            warnings.warn(Float32PrecisionWarning(f"{field}, time index {time_index}: {lost}"), stacklevel=2)
         if data.dtype not in (np.float32, np.float64):
             data = data.astype(np.float32)
         t = int(time_index)
-        rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
-        if rewrite:
-            rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
-        written = store.write_step(t, np.require(data, requirements=["C", "A"]), sync)  # aligned: see query_points
-        if rewrite:
-            if self.engine is not None:
-                self.engine.invalidate(store, t)  # at once; other processes learn it from the count
-            self.update_attrs(lambda attrs: count_rewrite(attrs, field, t))
-            self._attrs()  # this process's other stores drop the step too
+        with self._writing("write to it again"):
+            rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
+            if rewrite:
+                rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
+                rewrites_under_way(info_attrs, self._metadata_file)
+                # Announced before the shards change too: readers drop what they cached at
+                # once (a writer killed halfway never announced it, and a server kept
+                # answering the old values), and verify knows the step may mix two versions.
+                self._announce_rewrite(store, field, t, under_way=True)
+            finished = False
+            try:
+                written = store.write_step(t, np.require(data, requirements=["C", "A"]), sync)  # aligned: see query_points
+                finished = True
+            except InvalidRequestError:  # refused before any shard was written (a NaN)
+                finished = True
+                raise
+            finally:
+                if rewrite:  # and again after: what was read meanwhile may mix the two
+                    self._announce_rewrite(store, field, t, under_way=not finished)
         return written
+
+    def _announce_rewrite(self, store: Any, field: str, t: int, *, under_way: bool) -> None:
+        """Counts a rewrite of step ``t`` of ``field`` (one metadata update), recording it as
+        ``under_way`` or finished, and makes this process's stores and engine drop the step;
+        other processes drop it when they see the count change."""
+        if self.engine is not None:
+            self.engine.invalidate(store, t)
+
+        def change(attrs: dict[str, Any]) -> None:
+            count_rewrite(attrs, field, t)
+            _mark_rewrite(attrs, field, t, under_way)
+
+        self.update_attrs(change)
+        self._attrs()  # this process's other stores drop the step too
+
+    def _writing(self, then: str) -> contextlib.AbstractContextManager[None]:
+        """The writer lock for one change made by this process, unless this thread holds it
+        already (an ingest or a simulation, which call the writers below). ``then``: what
+        to do once the other writer is done, for the refusal."""
+        if writer_lock_held(self.path):
+            return contextlib.nullcontext()
+        return writer_lock(self.path, then=then)
 
     def append_times(self, times: Any) -> range:
         """Grows the time axis of every field by ``times`` (strictly after the last stored
@@ -320,7 +404,8 @@ class Dataset(HoldsEngine):
             self._set_times(attrs, combined)
             result.append(range(len(old), len(combined)))
 
-        self.update_attrs(change)
+        with self._writing("append them again"):
+            self.update_attrs(change)
         return result[0]
 
     def drop_unwritten_times(self, keep: int) -> None:
@@ -336,7 +421,8 @@ class Dataset(HoldsEngine):
             if nt < len(times):
                 self._set_times(attrs, times[:nt])
 
-        self.update_attrs(change)
+        with self._writing("run this again"):
+            self.update_attrs(change)
 
     def _set_times(self, attrs: dict[str, Any], times: np.ndarray) -> None:
         """Makes ``times`` the stored times: the metadata, every field's time axis and the
@@ -352,11 +438,13 @@ class Dataset(HoldsEngine):
         document["shape"][0] = nt
         write_json_atomic(path, document)
 
-    def add_field(self, field: str, ncomp: int, *, units: str = "") -> None:
-        """Adds an (empty) field array to the dataset."""
+    def add_field(self, field: str, ncomp: int, *, units: str = "", every_step: bool = True) -> None:
+        """Adds an (empty) field array to the dataset. ``every_step=False``: the field is
+        written at some of the dataset's steps only, on purpose (see :meth:`set_every_step`)."""
         check_name("field", field)
         if not (isinstance(ncomp, int) and not isinstance(ncomp, bool) and 1 <= ncomp < 2**32):
             raise InvalidRequestError(f"field {field!r} needs a positive number of components, not {ncomp!r}")
+        _check_every_step(field, every_step)
 
         def change(attrs: dict[str, Any]) -> None:
             if field in attrs["fields"]:
@@ -371,9 +459,29 @@ class Dataset(HoldsEngine):
                 field=field,
             )
             write_json_atomic(self.path / field / ZARR_JSON, document)
-            attrs["fields"][field] = {"ncomp": ncomp, "units": units}
+            attrs["fields"][field] = {"ncomp": ncomp, "units": units, **({} if every_step else {"every_step": False})}
 
-        self.update_attrs(change)
+        with self._writing("add the field again"):
+            self.update_attrs(change)
+
+    def set_every_step(self, field: str, every_step: bool) -> None:
+        """Says whether ``field`` is written at every step of the dataset (the default) or,
+        with False, at some steps only, on purpose (pressure saved every other step):
+        :meth:`verify` then takes no step that other fields have for one this field lost
+        (a step its ingest journal records stays checked). Kept in the dataset's metadata
+        (``fields[field]["every_step"]``, see docs/format.md)."""
+        _check_every_step(field, every_step)
+
+        def change(attrs: dict[str, Any]) -> None:
+            if field not in attrs["fields"]:
+                raise UnknownNameError(f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}")
+            if every_step:
+                attrs["fields"][field].pop("every_step", None)
+            else:
+                attrs["fields"][field]["every_step"] = False
+
+        with self._writing("run this again"):
+            self.update_attrs(change)
 
     def remove_empty_field(self, field: str) -> None:
         """Removes ``field`` if none of its steps is stored: what a failed first ingest of a
@@ -387,7 +495,8 @@ class Dataset(HoldsEngine):
             # Before the consolidated metadata is listed again from the folders.
             shutil.rmtree(self.path / field, ignore_errors=True)
 
-        self.update_attrs(change)
+        with self._writing("run this again"):
+            self.update_attrs(change)
         self._stores.pop(field, None)
 
     # -- querying -----------------------------------------------------------------------
@@ -427,7 +536,8 @@ class Dataset(HoldsEngine):
         query of, and ``cancel`` a ``threading.Event`` that, once set (from another thread),
         abandons the query — the engine drops its pending work — with
         :class:`QueryCancelledError`. Without an engine, ``job`` changes nothing and
-        ``cancel`` is looked at only before the query starts.
+        ``cancel`` stops the evaluation too: the kernel looks at it before each cell it
+        sums, so a large query ends soon after it is set (:mod:`turbdb.stoppable`).
         """
         from .query import query
 
@@ -521,8 +631,11 @@ class Dataset(HoldsEngine):
         shards written before shards carried a header binding them to their place, and
         ``unwritten_between`` the steps with no shard between written ones (lost, or never
         written: nothing on disk tells which, except an ingest's journal, whose steps are
-        problems when missing). :meth:`verify_metadata` checks what other Zarr readers
-        go by."""
+        problems when missing). A step is also a problem where another field has it that
+        this one must have had (see below), unless this field is written at some steps only
+        (:meth:`set_every_step`); so is a step whose rewrite was interrupted (its shards mix
+        two versions) and a temporary file a killed write left. :meth:`verify_metadata`
+        checks what other Zarr readers go by."""
         attrs = self._attrs()
         nt = len(attrs["times"])
         reports = {field: self.field_store(field).verify(nt) for field in attrs["fields"]}
@@ -530,14 +643,23 @@ class Dataset(HoldsEngine):
         present = {field: set(r["complete_steps"]) | {t for _, t, _ in r["problems"] if t >= 0}
                    for field, r in reports.items()}
         nx, ny, nz = attrs["grid"]
+        now, shapes = self._metadata_and_shapes(list(reports))
+        under_way = rewrites_under_way(now, self._metadata_file)
+        journaled: dict[str, set[int]] = {}  # the steps each field's ingest journal says it stored
         for field, report in reports.items():
             # Other Zarr readers go by the array's own shape: it must say what the dataset does.
-            shape = read_json(self.path / field / ZARR_JSON).get("shape")
-            expected = [nt, nz, ny, nx, attrs["fields"][field]["ncomp"]]
+            shape = shapes[field]
+            expected = [len(now["times"]), nz, ny, nx, attrs["fields"][field]["ncomp"]]
             if shape != expected:
                 report["problems"].append((f"{field}/zarr.json", -1, f"the array's shape is {shape}, but the dataset "
                                            f"holds {expected} (time, z, y, x, component): other Zarr readers would "
                                            "read it wrongly"))
+            for t, who in sorted(under_way.get(field, {}).items()):
+                if _interrupted_rewrite(who):  # a rewrite still running is no problem
+                    report["problems"].append((f"{field}/c/{t}", t, f"the rewrite of step {t} of {field} was "
+                                               f"interrupted (process {who}): its shards mix two versions; write it "
+                                               "again"))
+            report["problems"] += _left_temporaries(self.path / field)
             # A step with no shard at all reads as "not written"; where an ingest recorded it
             # as stored, its shards are lost (with one shard a step, verify said "ok").
             journal = attrs.get(JOURNAL_KEY, {}).get(field, {})
@@ -546,42 +668,182 @@ class Dataset(HoldsEngine):
                 if t < nt:
                     report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
                                                "ingest journal says it was stored"))
+            journaled[field] = stored
             report["unwritten_between"] = [t for t in range(min(present[field], default=0),
                                                             max(present[field], default=0))
                                            if t not in present[field] and t not in stored]
         # A hole in one field where another field has the step (as every simulated dataset
-        # writes all its fields each step) is a loss too; a simulation writes every field at
-        # every step, so there a field missing a later step that another has lost it too.
+        # writes all its fields each step) is a loss too. So is a step missing before a
+        # field's first one that a field listed after it has, where the two share later
+        # steps (written side by side): fields are listed in the order they were made, so
+        # this one existed when that step was written, where a field listed before it may
+        # have had the step before this one was added (a field added for the later steps
+        # only); fields sharing no step were written apart on purpose (one step each). A
+        # field holding no step is not written yet, as far as the disk tells. A simulation
+        # writes every field at every step: there a field missing any step that another
+        # has lost it, every step included.
         simulated = str(attrs.get("provenance", {}).get("generator", "")).startswith("turbdb simulate")
         newest = max((max(p, default=-1) for p in present.values()), default=-1)
-        for field, report in reports.items():
+        order = list(reports)
+        for i, field in enumerate(order):
+            report = reports[field]
+            if attrs["fields"][field].get("every_step", True) is False:
+                continue  # written at some steps only, on purpose: other fields' steps say nothing
             elsewhere = set().union(*(present[f] for f in reports if f != field))
-            lost = [t for t in report["unwritten_between"] if t in elsewhere]
+            lost = {t: "other fields of this dataset have it" for t in report["unwritten_between"] if t in elsewhere}
+            first = min(present[field], default=nt)
+            for later in reversed(order[i + 1:]):
+                if present[later] & present[field]:
+                    lost.update({t: f"{later}, a field made after this one and written with it, has it"
+                                 for t in present[later] if t < first})
             if simulated and field in SIMULATED_FIELDS:
                 # The simulation writes its fields one after the other: while it runs (its
                 # last time not reached) the newest step may lack a field for a moment.
                 running = newest < nt - 1
-                lost += [t for t in sorted(set().union(*(present[f] for f in SIMULATED_FIELDS if f in present)))
-                         if t > max(present[field], default=-1) and not (running and t == newest)]
-            for t in lost:
+                lost.update({t: "the simulation's other field has it" for t in
+                             set().union(*(present[f] for f in SIMULATED_FIELDS if f in present and f != field))
+                             if t not in present[field] and not (running and t == newest)})
+            for t in sorted(set(lost) - journaled[field]):  # a journaled step is named above already
                 if t in report["unwritten_between"]:
                     report["unwritten_between"].remove(t)
-                report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, though "
-                                           "other fields of this dataset have it"))
+                report["problems"].append((f"{field}/c/{t}", t, f"every shard of this step is missing, though {lost[t]} "
+                                           f"(if {field} is written at some steps only on purpose, mark it: "
+                                           f"turbdb.open(DB)[{self.name!r}].set_every_step({field!r}, False))"))
         return reports
+
+    def _metadata_and_shapes(self, fields: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The metadata and each field array's shape, read together under the metadata
+        lock: a dataset that grew while verify scanned its shards (seconds) holds more times
+        by now, in its metadata and its arrays alike (the arrays were compared with the
+        metadata read before the scan: 14 of 60 runs called a growing dataset's shape wrong)."""
+        with contextlib.ExitStack() as stack:
+            with contextlib.suppress(StorageError):  # no lock file: no writer since it was made
+                stack.enter_context(self._metadata_lock(reading=True))
+            attrs = self._attrs()
+            return attrs, {field: read_json(self.path / field / ZARR_JSON).get("shape") for field in fields}
 
     def verify_metadata(self) -> list[tuple[str, str]]:
         """``(file, message)`` for each way the metadata misleads xarray or zarr-python: a
         stale consolidated copy, coordinates that do not match the attributes or do not
         read, a field array's dimension names or fill value, arrays the dataset does not
         list (:mod:`turbdb.metadata_check`)."""
+        # A FIFO in place of a file made the reads below wait forever: named, not opened.
+        strange = [(f"{path.relative_to(self.path)}", f"is {kind}, not a regular file: turbdb and Zarr readers "
+                    "would wait on it forever; remove it (a lock file is made again) or restore the file")
+                   for path, kind in _irregular_files(self.path, (LOCK_FILE, WRITER_LOCK_FILE, *COORDINATES))]
+        if any(not path.endswith(".lock") for path, _ in strange):
+            return strange  # the checks below would read the coordinates
         with contextlib.ExitStack() as stack:
             # Under the writers' lock, so that a growing dataset's coordinate and attributes
             # agree; a dataset without the lock file has had no writer since it was made
             # (nor has a read-only database).
-            with contextlib.suppress(StorageError):
-                stack.enter_context(self._metadata_lock(reading=True))
-            return metadata_problems(self.path, self._attrs())
+            if not strange:
+                with contextlib.suppress(StorageError):
+                    stack.enter_context(self._metadata_lock(reading=True))
+            return strange + metadata_problems(self.path, self._attrs())
+
+
+def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int, str]]:
+    """The steps of each field whose rewrite began and did not finish, with the process
+    (``PID@HOST``) that began it; a misshapen attribute is a :class:`DamagedMetadataError`."""
+    stored = attrs.get(REWRITING_KEY, {})
+    try:
+        return {str(field): {int(step): str(who) for step, who in steps.items()} for field, steps in stored.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise DamagedMetadataError(f"{where}: the {REWRITING_KEY!r} attribute must map fields to {{step: process}}, "
+                                   f"not {stored!r}; the metadata is damaged") from None
+
+
+def _mark_rewrite(attrs: dict[str, Any], field: str, t: int, under_way: bool) -> None:
+    """Records in ``attrs`` (under the metadata lock) that the rewrite of step ``t`` of
+    ``field`` began (by this process), or clears the record once it finished."""
+    steps = attrs.setdefault(REWRITING_KEY, {}).setdefault(field, {})
+    if under_way:
+        steps[str(t)] = f"{os.getpid()}@{socket.gethostname()}"
+        return
+    steps.pop(str(t), None)
+    if not steps:
+        del attrs[REWRITING_KEY][field]
+    if not attrs[REWRITING_KEY]:
+        del attrs[REWRITING_KEY]
+
+
+def _interrupted_rewrite(who: str) -> bool:
+    """Whether the process ``PID@HOST`` that began a rewrite is gone: on this machine, when
+    no such process runs (a rewrite under way is no problem); another machine's cannot be
+    asked, so its record counts."""
+    pid, _, host = who.partition("@")
+    return host != socket.gethostname() or not _running(pid)
+
+
+def _running(pid: str) -> bool:
+    """Whether the process numbered ``pid`` (digits from a name) runs on this machine."""
+    return pid.isdigit() and 0 < int(pid) < 2**22 and process_running(int(pid))  # 2²²: Linux's largest pid
+
+
+#: A shard's temporary (the Rust writer's): ``.turbdb-tmp-<shard file>-<pid>``.
+_SHARD_TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + r".+-(\d+)")
+
+
+def _left_temporaries(field_dir: Path) -> list[tuple[str, int, str]]:
+    """The shard temporaries below ``field_dir`` whose writer no longer runs (a write
+    killed between writing a shard and renaming it into place), as verify problems. A
+    running writer's are its write under way."""
+    found = []
+    for directory, _, files in os.walk(field_dir / "c"):
+        for name in files:
+            left = _SHARD_TEMPORARY.fullmatch(name)
+            if left is None or _running(left[1]):
+                continue
+            where = Path(directory, name).relative_to(field_dir.parent)
+            step = where.parts[2] if len(where.parts) > 2 and where.parts[2].isdigit() else "-1"
+            found.append((str(where), int(step), f"a temporary file left by a write that was killed (process "
+                          f"{left[1]} is gone): it is no part of the dataset; delete it"))
+    return found
+
+
+def _check_every_step(field: str, every_step: Any) -> None:
+    if not isinstance(every_step, bool):
+        raise InvalidRequestError(f"field {field!r}: every_step must be True or False, not {every_step!r}")
+
+
+#: float32's smallest normal magnitude: below it values keep fewer digits, or become 0.
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+#: float32's relative step (2⁻²³).
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
+#: Fewer float32 steps than this across a step's values: their variation keeps under three digits.
+_FEWEST_LEVELS = 1000
+
+
+def float32_precision_lost(data: np.ndarray) -> str | None:
+    """What storing ``data`` (more precise than float32) as float32 loses, in words, or
+    None: values that vary by too little for float32 around their size (an absolute
+    pressure, 101325 + 1e-3·sin x, became a constant), or values below float32's normal
+    range (1e-46 became 0). A min and a max of the whole step (a few ms for 128³×3): the
+    rare tiny step is looked at closer."""
+    if data.size == 0 or np.finfo(data.dtype).nmant <= np.finfo(np.float32).nmant:
+        return None
+    low, high = float(data.min()), float(data.max())
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None  # NaN and infinities: the writer refuses them, naming them
+    largest = max(abs(low), abs(high))
+    if 0 < largest < _FLOAT32_TINY / _FLOAT32_EPS:
+        with np.errstate(under="ignore"):
+            small = int(np.count_nonzero((np.abs(data) < _FLOAT32_TINY) & (data != 0)))
+        if small:
+            return (f"{small} value(s) lie below {_FLOAT32_TINY:.3g}, float32's smallest normal number (the largest "
+                    f"is {largest:.3g}): stored as float32 they become 0 or keep fewer digits. Store the field in "
+                    "other units (scaled up)")
+    with np.errstate(over="ignore"):  # beyond float32's range: the writer's to refuse, by name
+        step = float(np.spacing(np.float32(largest)))
+    if high > low and math.isfinite(step):
+        levels = (high - low) / step
+        if levels < _FEWEST_LEVELS:
+            return (f"the values vary by only {high - low:.3g} around {largest:.7g}, where float32, in which turbdb "
+                    f"stores them, steps by {step:.3g}: the variation (and its gradients) is "
+                    f"{'lost' if levels < 2 else 'kept with ' + format(levels, '.0f') + ' levels only'}. Subtract a "
+                    "mean or reference value (e.g. the ambient pressure) before storing")
+    return None
 
 
 def directory_identity(path: Path) -> tuple[int, int, int | None]:
@@ -641,6 +903,64 @@ def _count_shards(step_dir: str, shards: tuple[int, int, int]) -> int:
     return count
 
 
+def open_lock_file(path: Path, *, writing: bool) -> IO[bytes]:
+    """A lock file, opened (and with ``writing`` created) without blocking: a FIFO in its
+    place made ``open`` wait forever for a writer that never comes. Anything but a regular
+    file is a :class:`StorageError` naming it."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND) if writing else os.O_RDONLY
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a FIFO no process reads: opening it for writing is refused so
+            raise _not_a_regular_file(path, "a FIFO") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_a_regular_file(path, _file_kind(mode))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "ab" if writing else "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+#: The coordinate arrays of a dataset, which :meth:`Dataset.verify_metadata` reads.
+COORDINATES = ("x", "y", "z", "time")
+
+
+def _irregular_files(root: Path, names: tuple[str, ...]) -> list[tuple[Path, str]]:
+    """Each file below ``root / name`` (a file, or an array directory walked whole) that is
+    not a regular file, with what it is; stat'ed only, never opened."""
+    found = []
+    for name in names:
+        top = root / name
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.stat(top).st_mode
+            if not stat.S_ISDIR(mode):
+                found += [(top, _file_kind(mode))] if not stat.S_ISREG(mode) else []
+                continue
+            for directory, _, files in os.walk(top):
+                for file in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        mode = os.stat(os.path.join(directory, file)).st_mode
+                        if not stat.S_ISREG(mode):
+                            found.append((Path(directory, file), _file_kind(mode)))
+    return found
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _not_a_regular_file(path: Path | str, kind: str) -> StorageError:
+    return StorageError(f"{path} is {kind}, not a regular file: reading it could wait forever, so turbdb does not "
+                        "open it; remove it (turbdb makes its lock files again) or restore the file from a copy")
+
+
 #: The writer locks each thread holds (their datasets' real paths).
 _WRITER_LOCKS_HELD = threading.local()
 
@@ -654,21 +974,30 @@ def writer_lock_held(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def writer_lock(path: Path) -> Iterator[None]:
+def writer_lock(path: Path, *, then: str = "run this again: steps already stored are skipped") -> Iterator[None]:
     """The writer lock of the dataset at ``path`` (:meth:`Dataset.writer_lock`), also for a
-    directory whose metadata is not written yet (a creation that was interrupted)."""
+    directory whose metadata is not written yet (a creation that was interrupted). Refused
+    with :class:`DatasetBusyError` naming the process that holds it, and saying to wait for
+    it, ``then`` (what the refused command should do next)."""
+    file = path / WRITER_LOCK_FILE
     try:
-        lock = open(path / WRITER_LOCK_FILE, "a")  # noqa: SIM115 - closed by the with below
+        try:
+            lock = open_lock_file(file, writing=True)
+        except PermissionError:  # flock needs no write access: someone else's file locks too
+            lock = open_lock_file(file, writing=False)
     except OSError as e:
-        raise storage_error(e, path / WRITER_LOCK_FILE) from None
+        if isinstance(e, StorageError):
+            raise
+        raise storage_error(e, file) from None
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DatasetBusyError(
-                f"another process is writing dataset {path.name!r} (turbdb ingest or simulate); wait for it to "
-                "finish, then run this again: steps already stored are skipped"
+                f"another process is writing dataset {path.name!r}{_lock_holder(file)}; wait for it to finish, then "
+                f"{then}"
             ) from None
+        _record_holder(lock)
         held = _WRITER_LOCKS_HELD.__dict__.setdefault("paths", set())
         key = os.path.realpath(path)
         held.add(key)
@@ -677,6 +1006,43 @@ def writer_lock(path: Path) -> Iterator[None]:
         finally:
             held.discard(key)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def writer_lock_lent(path: Path) -> Iterator[None]:
+    """Counts the writer lock of ``path`` as held by this thread, which writes for the
+    thread that holds it (``turbdb simulate`` stores its steps on a worker thread): its
+    writes would otherwise be refused like another writer's."""
+    held = _WRITER_LOCKS_HELD.__dict__.setdefault("paths", set())
+    key = os.path.realpath(path)
+    lent = key not in held
+    held.add(key)
+    try:
+        yield
+    finally:
+        if lent:
+            held.discard(key)
+
+
+def _record_holder(lock: IO[bytes]) -> None:
+    """Writes who holds the writer lock into its file, for the refusal of another writer
+    (best effort: a lock file opened read-only keeps the last holder's line)."""
+    command = " ".join([os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python", *sys.argv[1:]])
+    with contextlib.suppress(OSError, ValueError):
+        os.ftruncate(lock.fileno(), 0)
+        lock.write(f"{os.getpid()} {command[:200]}\n".encode(errors="replace"))
+        lock.flush()
+
+
+def _lock_holder(file: Path) -> str:
+    """`` (process PID: COMMAND)`` of the writer lock's holder, as its line records it ('' unknown)."""
+    try:
+        with open_lock_file(file, writing=False) as f:
+            line = f.read(512).decode(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+    pid, _, command = line.partition(" ")
+    return f" (process {pid}: {command})" if pid.isdigit() else ""
 
 
 def _reopened(path: str, settings: dict[str, Any] | None) -> Dataset:

@@ -143,3 +143,8 @@ class QueryCancelledError(TurbdbError, CancelledError):
 
 class ServiceError(TurbdbError, OSError):
     """The remote service could not be reached, or failed while answering."""
+
+
+class Float32PrecisionWarning(UserWarning):
+    """Float64 values written lose what they hold in float32, the type turbdb stores: their
+    variation, or values too small for it (see docs/format.md)."""

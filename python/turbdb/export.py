@@ -94,12 +94,58 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     return [path]
 
 
-def _steps(cut: xarray.DataArray) -> list[tuple[int, float, np.ndarray]]:
-    """(time index, time, values (z, y, x, component)) of every time in the cutout."""
+def _node_array(cut: xarray.DataArray) -> xarray.DataArray:
+    """``cut`` with dims ``([time,] z, y, x, component)``: one component where it has no
+    component dim (``cut.sel(component="ux")``, a scalar computed from a cutout), a single
+    node where x, y or z is only a scalar coordinate (``cut.isel(z=0)``, a plane)."""
+    cut = cut.expand_dims([a for a in "zyx" if a not in cut.dims and a in cut.coords])
+    if "component" not in cut.dims:
+        cut = cut.expand_dims("component", axis=cut.ndim)
+    wanted = ("time",) * ("time" in cut.dims) + ("z", "y", "x", "component")
+    if set(cut.dims) != set(wanted):
+        extra, missing = sorted(set(cut.dims) - set(wanted)), sorted(set(wanted) - set(cut.dims))
+        raise InvalidRequestError(
+            f"HDF5/XDMF holds arrays of dims ([time,] z, y, x[, component]); this one has dims {tuple(cut.dims)}"
+            + (f" (no {', '.join(missing)})" if missing else "")
+            + (f": select or reduce {', '.join(extra)} first (.isel/.sel/.mean)" if extra else "")
+            + ", or save it as .nc or .zarr, which hold any dims")
+    return cut.transpose(*wanted)
+
+
+def _labels(cut: xarray.DataArray) -> list[tuple[int, float]] | None:
+    """(stored step, time) of every time in the cutout, from its ``time_index`` and ``time``
+    coordinates (xarray carries these through isel, sel, arithmetic and concat, and drops
+    them where a result has no single time: a mean over time, a difference of two times).
+    None for an array without them, which is written unlabelled. The ``time`` attributes
+    are not read: xarray copies them unchanged, so a mean over a concatenation of cutouts
+    still says the first one's time."""
+    index, time = cut.coords.get("time_index"), cut.coords.get("time")
     if "time" in cut.dims:
-        return [(int(i), float(t), cut.values[k])
-                for k, (i, t) in enumerate(zip(cut["time_index"].values, cut["time"].values))]
-    return [(int(cut.attrs.get("time_index", 0)), float(cut.attrs.get("time", 0.0)), cut.values)]
+        if index is None or index.dims != ("time",) or time is None:
+            raise InvalidRequestError(
+                "the cutout's time dimension has no time_index coordinate along it, which names its steps in HDF5 "
+                "(velocity_0001 for stored step 0): concatenate cutouts with xarray.concat(cuts, dim='time', "
+                "coords='different'), which keeps it, or set it: cut.assign_coords(time_index=('time', steps))")
+        return [(int(i), float(t)) for i, t in zip(index.values, time.values)]
+    if index is None and time is None:
+        return None
+    if index is None or time is None or index.ndim or time.ndim:
+        raise InvalidRequestError(
+            f"the cutout has a {'time' if index is None else 'time_index'} coordinate but no single "
+            f"{'time_index' if index is None else 'time'}: set both "
+            "(cut.assign_coords(time=t, time_index=step)), or drop both to write it without a time")
+    return [(int(index), float(time))]
+
+
+def _steps(cut: xarray.DataArray) -> list[tuple[str, float | None, np.ndarray]]:
+    """(HDF5 dataset name, time, values (z, y, x, component)) of every time in ``cut`` (a
+    :func:`_node_array`); one unlabelled step, named after the field, if it has no time."""
+    field = str(cut.name or "values")
+    labels = _labels(cut)
+    if labels is None:
+        return [(field, None, cut.values)]
+    values = cut.values if "time" in cut.dims else cut.values[np.newaxis]
+    return [(_dataset_name(field, i), t, v) for (i, t), v in zip(labels, values)]
 
 
 def _dataset_name(field: str, t_index: int) -> str:
@@ -112,7 +158,11 @@ def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     """Writes the cutout as plain HDF5: ``xcoor``, ``ycoor``, ``zcoor`` (physical node
     coordinates), ``time`` and one dataset per time step, ``<field>_<time index + 1:04d>``,
     shaped ``(nz, ny, nx, ncomp)`` (``(nz, ny, nx)`` for a scalar), as JHTDB's cutouts.
-    An existing file is replaced once the new one is complete."""
+    The steps are read from the ``time_index`` and ``time`` coordinates; an array without
+    them (a mean over time) is one dataset named after the field, with no ``time``. Each
+    carries its ``units`` where the cutout has them. An existing file is replaced once the
+    new one is complete."""
+    cut = _node_array(cut)
     with replacing(path) as (temporary,):
         _write_hdf5(cut, temporary)
     return [Path(path)]
@@ -121,35 +171,51 @@ def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
 def _write_hdf5(cut: xarray.DataArray, path: Path) -> None:
     import h5py
 
-    field = str(cut.name or "values")
     steps = _steps(cut)
-    repeated = sorted({i for i, _, _ in steps if sum(j == i for j, _, _ in steps) > 1})
+    names = [name for name, _, _ in steps]
+    repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise InvalidRequestError(f"the cutout holds time step(s) {', '.join(map(str, repeated))} more than once, and "
+        raise InvalidRequestError(f"the cutout holds time step(s) {', '.join(repeated)} more than once, and "
                                   "HDF5 names its datasets by step: ask for each time once")
     with h5py.File(path, "w") as f:
         for axis in "xyz":
-            f.create_dataset(f"{axis}coor", data=np.asarray(cut[axis].values, dtype=np.float64))
-        f.create_dataset("time", data=np.array([t for _, t, _ in steps]))
-        for t_index, _, values in steps:
+            node = f.create_dataset(f"{axis}coor", data=np.asarray(cut[axis].values, dtype=np.float64))
+            _copy_units(cut[axis].attrs, node)
+        if steps[0][1] is not None:
+            _copy_units(cut["time"].attrs, f.create_dataset("time", data=np.array([t for _, t, _ in steps])))
+        for name, _, values in steps:
             data = values[..., 0] if values.shape[-1] == 1 else values
-            f.create_dataset(_dataset_name(field, t_index), data=np.ascontiguousarray(data, dtype=np.float32))
+            _copy_units(cut.attrs, f.create_dataset(name, data=np.ascontiguousarray(data, dtype=np.float32)))
+        # The time attributes are those of the steps written (a concatenation keeps the first
+        # cutout's; a mean over time keeps them with no time left).
         for key, value in cut.attrs.items():
-            f.attrs[key] = value
+            if key not in ("time", "time_index"):
+                f.attrs[key] = value
+        labels = _labels(cut)
+        if labels is not None and len(labels) == 1:
+            f.attrs["time_index"], f.attrs["time"] = labels[0]
+
+
+def _copy_units(attrs: dict, node: object) -> None:
+    """The ``units`` attribute of ``attrs``, if any, on the HDF5 dataset ``node``."""
+    if attrs.get("units"):
+        node.attrs["units"] = str(attrs["units"])  # type: ignore[attr-defined]
 
 
 def xdmf(cut: xarray.DataArray, path: str | os.PathLike[str], h5: str | os.PathLike[str] | None = None) -> list[Path]:
     """Writes the cutout for ParaView and VisIt: the HDF5 file ``h5`` (:func:`hdf5`;
     default ``path`` with ``.h5``) and its XDMF description ``path`` (open this one): a
     temporal collection of 3DRectMesh grids, node coordinates from
-    ``xcoor``/``ycoor``/``zcoor``, the field as a node-centred attribute. Returns both paths.
+    ``xcoor``/``ycoor``/``zcoor``, the field as a node-centred attribute; an array without
+    a time (a mean over time) is one grid with no ``<Time>``. Returns both paths.
     Both are written under temporary names and renamed into place once complete, the
     ``.h5`` first."""
     path = Path(path)
     h5 = Path(h5) if h5 is not None else path.with_suffix(".h5")
     h5_name = h5.name if h5.parent.resolve() == path.parent.resolve() else str(h5.resolve())
+    cut = _node_array(cut)
     field = str(cut.name or "values")
-    steps = [(_dataset_name(field, t_index), time) for t_index, time, _ in _steps(cut)]
+    steps = [(name, time) for name, time, _ in _steps(cut)]
     shape = tuple(cut.sizes[a] for a in "zyx")
     ncomp = cut.sizes["component"]
     with replacing(h5, path) as (h5_temporary, xmf_temporary):
@@ -158,32 +224,37 @@ def xdmf(cut: xarray.DataArray, path: str | os.PathLike[str], h5: str | os.PathL
     return [h5, path]
 
 
-def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, float]], h5_name: str,
+def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, float | None]], h5_name: str,
               coordinates: tuple[str, str, str] = ("xcoor", "ycoor", "zcoor"), coordinate_precision: int = 8) -> str:
     """The XDMF document of an HDF5 file holding the node coordinates ``coordinates`` (x, y,
     z; 1-D) and, per time step, a dataset of ``value_shape``, ``(nz, ny, nx[, ncomp])``:
-    ``steps`` lists each one's name and time."""
+    ``steps`` lists each one's name and time (None: no ``<Time>``, for an array that has
+    none, which ParaView shows as a single, untimed grid)."""
     nz, ny, nx = value_shape[:3]
     h5_name = escape(h5_name)  # a file named a&b<c.h5 made the document not XML
     kind = _ATTRIBUTE_TYPES.get(value_shape[3] if len(value_shape) > 3 else 1, "Matrix")
     value_dims = " ".join(map(str, value_shape))
-    lines = ['<?xml version="1.0" ?>', '<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>', '<Xdmf Version="3.0">', "  <Domain>",
-             f'    <Grid Name={quoteattr(field)} GridType="Collection" CollectionType="Temporal">']
+    # An array without a time is one grid: in a temporal collection, ParaView would give it time 0.
+    timed = any(time is not None for _, time in steps)
+    pad = "      " if timed else "    "
+    lines = ['<?xml version="1.0" ?>', '<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>', '<Xdmf Version="3.0">', "  <Domain>"]
+    if timed:
+        lines.append(f'    <Grid Name={quoteattr(field)} GridType="Collection" CollectionType="Temporal">')
     for name, time in steps:
-        lines += [
-            f"      <Grid Name={quoteattr(name)} GridType=\"Uniform\">",
-            f'        <Time Value="{time!r}"/>',
-            f'        <Topology TopologyType="3DRectMesh" Dimensions="{nz} {ny} {nx}"/>',
-            '        <Geometry GeometryType="VXVYVZ">',
-            *(f'          <DataItem Name="{c}" Dimensions="{n}" NumberType="Float" '
+        lines += [pad + line for line in [
+            f"<Grid Name={quoteattr(name)} GridType=\"Uniform\">",
+            *([] if time is None else [f'  <Time Value="{time!r}"/>']),
+            f'  <Topology TopologyType="3DRectMesh" Dimensions="{nz} {ny} {nx}"/>',
+            '  <Geometry GeometryType="VXVYVZ">',
+            *(f'    <DataItem Name="{c}" Dimensions="{n}" NumberType="Float" '
               f'Precision="{coordinate_precision}" Format="HDF">{h5_name}:/{c}</DataItem>'
               for c, n in zip(coordinates, (nx, ny, nz))),
-            "        </Geometry>",
-            f'        <Attribute Name={quoteattr(field)} AttributeType="{kind}" Center="Node">',
-            f'          <DataItem Dimensions="{value_dims}" NumberType="Float" Precision="4" Format="HDF">'
+            "  </Geometry>",
+            f'  <Attribute Name={quoteattr(field)} AttributeType="{kind}" Center="Node">',
+            f'    <DataItem Dimensions="{value_dims}" NumberType="Float" Precision="4" Format="HDF">'
             f"{h5_name}:/{name}</DataItem>",
-            "        </Attribute>",
-            "      </Grid>",
-        ]
-    lines += ["    </Grid>", "  </Domain>", "</Xdmf>", ""]
+            "  </Attribute>",
+            "</Grid>",
+        ]]
+    lines += ["    </Grid>"] * timed + ["  </Domain>", "</Xdmf>", ""]
     return "\n".join(lines)

@@ -52,12 +52,15 @@ def check_name(kind: str, name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class FieldInfo:
-    """One stored field: its components and units."""
+    """One stored field: its components and units. ``every_step`` False: the field is
+    written at some of the dataset's steps only, on purpose (verify then takes no step
+    another field has for one it lost)."""
 
     name: str
     ncomp: int
     units: str = ""
     steps_present: tuple[int, ...] = ()
+    every_step: bool = True
 
     @property
     def components(self) -> list[str]:
@@ -129,7 +132,8 @@ class DatasetInfo:
             "origin": list(self.origin),
             "periodic": list(self.periodic),
             "times": [float(t) for t in self.times],
-            "fields": {n: {"ncomp": f.ncomp, "units": f.units} for n, f in self.fields.items()},
+            "fields": {n: {"ncomp": f.ncomp, "units": f.units, **({} if f.every_step else {"every_step": False})}
+                       for n, f in self.fields.items()},
             "atom": self.atom,
             "partition": self.partition,
             "units": self.units,
@@ -159,7 +163,8 @@ class DatasetInfo:
                 periodic=tuple(bool(p) for p in attrs["periodic"]),
                 times=np.asarray(attrs["times"], dtype=np.float64),
                 fields={
-                    n: FieldInfo(n, int(f["ncomp"]), f.get("units", ""), tuple(steps.get(n, ())))
+                    n: FieldInfo(n, int(f["ncomp"]), f.get("units", ""), tuple(steps.get(n, ())),
+                                 every_step=_flag(f.get("every_step", True), f"field {n!r}'s every_step"))
                     for n, f in attrs["fields"].items()
                 },
                 atom=int(attrs["atom"]),
@@ -213,10 +218,18 @@ class DatasetInfo:
                 f"  field       {f.name:<14} {f.ncomp} component{'s' if f.ncomp > 1 else ''}"
                 f"{' [' + f.units + ']' if f.units else ''}   {len(present)}/{self.nt} steps written"
                 f"{f' ({index_ranges(present, most=6)})' if present else ''}"
+                f"{'' if f.every_step else ', at some steps only'}"
             )
         for key, value in self.provenance.items():
             lines.append(f"  {key:<11} {value}")
         return "\n".join(lines)
+
+
+def _flag(value: Any, what: str) -> bool:
+    """A stored boolean; anything else is damaged metadata (``"false"`` would read as True)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} must be true or false, not {value!r}")
+    return value
 
 
 def index_ranges(indices: Iterable[int], most: int | None = None) -> str:

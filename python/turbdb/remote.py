@@ -224,7 +224,9 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         if not is_plain_name(name):
             raise exc.UnknownNameError(f"no dataset {name!r} at {self.url}: dataset names are a letter followed by "
                                        "letters, digits, '_', '-' or '.'")
-        return RemoteDataset(self, name, self.document("GET", f"/v1/datasets/{_quote(name)}"))
+        # Without the steps written, which the server finds by looking at every shard file
+        # (seconds on a large dataset); `info` asks for them.
+        return RemoteDataset(self, name, self.document("GET", f"/v1/datasets/{_quote(name)}", params={"steps": "false"}))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
@@ -519,11 +521,13 @@ class RemoteDataset:
               temporal: str = "none", dtype: Any = np.float32, strategy: str = "streaming",
               job: RemoteJob | int | None = None, cancel: Any = None) -> np.ndarray:
         """See :meth:`turbdb.Dataset.query`; evaluated on the server, in batches within the
-        token's point limit. ``job``: the job (:meth:`RemoteDatabase.job`) this query is the
-        next query of — one per time; when a query is split into several requests, the
-        first of each time goes as the job's query and the rest run ungated beside it.
-        ``cancel``: a ``threading.Event`` looked at before each request; once it is set the
-        requests not yet sent are dropped and :class:`QueryCancelledError` is raised."""
+        token's point limit: a time series of few points goes in one request, or a few (points
+        × times within the limit), many points time by time. ``job``: the job
+        (:meth:`RemoteDatabase.job`) this query is the next query of — one per time, sent one
+        request per time; when a time's points are split into several requests, the first
+        goes as the job's query and the rest run ungated beside it. ``cancel``: a
+        ``threading.Event`` looked at before each request; once it is set the requests not yet
+        sent are dropped and :class:`QueryCancelledError` is raised."""
         job_id = job.id if isinstance(job, RemoteJob) else job_number(job)
         _check_cancel(cancel, "query")
         # Checked as locally: a list would go as repeated parameters, of which the server takes
@@ -535,32 +539,43 @@ class RemoteDataset:
         strategy = choice("strategy", strategy, STRATEGIES)
         xyz = query_points(points, self.metadata)  # float32 points on a wall put on it, as locally
         dtype = result_dtype(dtype)
-        times = time_list(time)
+        times = [repr(t) for t in time_list(time)]
         # Only what differs from the server's defaults: every parameter costs on both sides.
         for key, value, default in (("method", method, "lag6"), ("operator", operator, "field"),
                                     ("temporal", temporal, "none"), ("dtype", dtype.name, "float32"),
                                     ("strategy", strategy, "streaming")):
             if value != default:
                 base[key] = value
-        pieces = batches.spans(len(xyz), self.database.limits.batch_points)
+        limits = self.database.limits
+        # A job plans one query per time, each gated at its turn in the server's engine, so its
+        # queries go time by time (the server refuses several times with job=); so does a
+        # series to a server older than several times per request.
+        if job_id is None and limits.time_series_queries:
+            pieces = batches.series_pieces(len(xyz), times, limits.batch_points)
+        else:
+            pieces = [(k, k + 1, a, b) for k in range(len(times))
+                      for a, b in batches.spans(len(xyz), limits.batch_points)]
 
-        def ask(t: float, start: int, stop: int) -> Any:
-            params = {**base, "time": repr(t)}
+        def ask(t0: int, t1: int, start: int, stop: int) -> Any:
+            params = {**base, "time": ",".join(times[t0:t1])}
             if job_id is not None and start == 0:
                 params["job"] = job_id
             def send() -> np.ndarray:
                 _check_cancel(cancel, "query")
                 with _numbered_from(start):
-                    return _array(self.database.request(
+                    values = _array(self.database.request(
                         "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
                         headers={"Content-Type": NPY, "Accept": NPY}))
+                return values if t1 - t0 > 1 else values[np.newaxis]  # one time is answered (N, …)
             return send
 
-        tasks = [ask(t, a, b) for t in times for a, b in pieces]
-        answers = self.database.run_batches(tasks, [b - a for _ in times for a, b in pieces], "points",
+        answers = self.database.run_batches([ask(*piece) for piece in pieces],
+                                            [(t1 - t0) * (b - a) for t0, t1, a, b in pieces], "points",
                                             f"{self.name} {operator} of {field}")
-        per_time = [np.concatenate(answers[k * len(pieces):(k + 1) * len(pieces)]) for k in range(len(times))]
-        return per_time[0] if np.ndim(time) == 0 else np.stack(per_time)
+        series = np.empty((len(times), len(xyz)) + answers[0].shape[2:], dtype=answers[0].dtype)
+        for (t0, t1, a, b), values in zip(pieces, answers):
+            series[t0:t1, a:b] = values
+        return series[0] if np.ndim(time) == 0 else series
 
     def cutout(self, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None, stride: Any = 1,
                filter_width: int = 1) -> Any:

@@ -25,6 +25,10 @@ T = TypeVar("T")
 BATCH_CAP = 1_000_000
 # Requests in flight at once by default.
 CONCURRENCY = 4
+# Characters of one request's list of times (time=0.1,0.2,…): with the path and the other
+# parameters, within nginx's default 8 KiB request line (large_client_header_buffers) and
+# far below the server's own 64 KiB. About 270 times of 21 digits.
+TIME_LIST_CHARS = 6000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,9 @@ class ServerLimits:
     burst: float
     max_track_rows: int
     max_track_steps: int = 2**62
+    #: Whether the query endpoint takes several times in one request (an older server
+    #: refuses ``time=0.1,0.2`` with a 400; its /v1/limits does not say this).
+    time_series_queries: bool = False
 
     @classmethod
     def unknown(cls) -> ServerLimits:
@@ -49,7 +56,8 @@ class ServerLimits:
             return cls(max_points=int(document["max_points"]), requests_per_minute=float(document["requests_per_minute"]),
                        burst=float(document.get("burst", document["requests_per_minute"])),
                        max_track_rows=int(document.get("max_track_rows", 2**62)),
-                       max_track_steps=int(document.get("max_track_steps", 2**62)))
+                       max_track_steps=int(document.get("max_track_steps", 2**62)),
+                       time_series_queries=document.get("time_series_queries") is True)
         except (KeyError, TypeError, ValueError) as e:
             raise ServiceError(f"the server's /v1/limits answer is not understood ({type(e).__name__}: {e})") from None
 
@@ -114,6 +122,24 @@ class Pacer:
 def spans(total: int, size: int) -> list[tuple[int, int]]:
     """``[start, stop)`` pieces of ``range(total)`` of at most ``size`` each."""
     return [(start, min(total, start + size)) for start in range(0, total, max(1, size))] or [(0, 0)]
+
+
+def series_pieces(points: int, times: Sequence[str], size: int) -> list[tuple[int, int, int, int]]:
+    """``(t0, t1, a, b)``: times ``t0:t1`` of points ``a:b``, the requests of a query of
+    ``points`` points at ``times`` (as sent), each of at most ``size`` points × times. As
+    many times as fit with all the points, their list within :data:`TIME_LIST_CHARS`; one
+    time at a time, its points in spans of ``size``, when the points alone fill a request."""
+    per_request = size // max(points, 1)
+    if per_request <= 1:
+        return [(k, k + 1, a, b) for k in range(len(times)) for a, b in spans(points, size)]
+    pieces, first, chars = [], 0, 0
+    for k, text in enumerate(times):
+        if k > first and (k - first == per_request or chars + 1 + len(text) > TIME_LIST_CHARS):
+            pieces.append((first, k, 0, points))
+            first, chars = k, 0
+        chars += len(text) + (k > first)
+    pieces.append((first, len(times), 0, points))
+    return pieces
 
 
 def boxes(shape: tuple[int, int, int], limit: int, strides: tuple[int, int, int] = (1, 1, 1),

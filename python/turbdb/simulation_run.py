@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .database import create_dataset
 from .database import open as open_db
-from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock
+from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock, writer_lock_lent
 from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, TurbdbError
 from .info import check_name
 from .progress_bars import bar_disabled
@@ -80,9 +80,12 @@ def run_simulation(
                                          f"{_how_to_go_on(existing, grid, steps, provenance)}")
             if existing is not None or interrupted:
                 # Nobody may be writing what is to be replaced (make demo started twice deleted
-                # the steps the first run was storing). create_dataset keeps the lock file, so
-                # the lock is held on, for the new dataset, until its steps are stored.
-                lock.enter_context(writer_lock(db / name))
+                # the steps the first run was storing). create_dataset gives the new dataset the
+                # same lock file, so the lock is held on, for it, until its steps are stored.
+                # Said for the command refused: --overwrite replaces, it skips no stored step.
+                then = ("run this again to replace it" if not if_missing else
+                        "run this again: a complete dataset is kept, an incomplete one simulated again")
+                lock.enter_context(writer_lock(db / name, then=then))
                 locked = True
             if if_missing:
                 say(f"{db / name} is incomplete (an interrupted run?); simulating it again")
@@ -184,8 +187,10 @@ def _record_window(dataset: Dataset, window: list[dict[str, float]]) -> None:
 
 
 def _store(dataset: Dataset, step: int, velocity: np.ndarray, pressure: np.ndarray) -> None:
-    dataset.write("velocity", step, velocity)
-    dataset.write("pressure", step, pressure)
+    # On the writer thread, for the main thread that holds the writer lock.
+    with writer_lock_lent(dataset.path):
+        dataset.write("velocity", step, velocity)
+        dataset.write("pressure", step, pressure)
 
 
 def _how_to_go_on(existing: Dataset | None, grid: int, steps: int, provenance: dict[str, Any]) -> str:

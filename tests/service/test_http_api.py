@@ -170,7 +170,7 @@ BAD_REQUESTS = [
     ("cutout above the limit", "post", "/v1/datasets/trig/cutout", V, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "nodes"),
     ("filter reads above the limit", "post", "/v1/datasets/trig/cutout", {**V, "x": "0,4", "y": "0,4", "z": "0,4", "filter_width": 3}, {}, {"Authorization": f"Bearer {SMALL}"}, 413, "LimitExceededError", "asks for 216 nodes read by the box filter"),
     ("wrong token", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": "Bearer guess"}, 401, "AccessDeniedError", "not recognised"),
-    ("token for another dataset", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": f"Bearer {OTHER_ONLY}"}, 403, "AccessDeniedError", "may not read dataset 'trig'"),
+    ("token for another dataset", "post", QUERY, V, {"json": {"points": [[1, 2, 3]]}}, {"Authorization": f"Bearer {OTHER_ONLY}"}, 404, "UnknownNameError", "no dataset 'trig' on this server that token"),
 ]
 
 

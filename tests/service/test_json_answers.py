@@ -14,8 +14,14 @@ from servicekit import FULL, random_points
 
 
 def whole(values):
-    """The answer as it was encoded before: the whole list at once."""
-    return json.dumps({"shape": list(values.shape), "dtype": str(values.dtype), "values": values.tolist()}).encode()
+    """The answer as it was encoded before: the whole list at once, with what JSON cannot
+    hold (NaN, infinities) written as null and counted."""
+    document = {"shape": list(values.shape), "dtype": str(values.dtype)}
+    missing = int(values.size - np.count_nonzero(np.isfinite(values)))
+    if missing:
+        document.update(non_finite=missing, non_finite_note=json_answers.NON_FINITE_NOTE)
+    document["values"] = values.tolist()
+    return json_answers.with_nulls(json.dumps(document)).encode()
 
 
 @pytest.mark.parametrize("shape", [(50, 3), (50, 3, 3), (3, 40, 3), (2, 3, 40), (0, 3), (7,), ()])
@@ -26,7 +32,15 @@ def test_the_chunks_are_byte_for_byte_the_whole_encoding(monkeypatch, shape, dty
     if values.size > 3:
         values.flat[:3] = (np.nan, np.inf, -0.0)
     assert b"".join(json_answers.array_chunks(values)) == whole(values)
-    assert b"".join(json_answers.list_chunks(values)) == json.dumps(values.tolist()).encode()
+    nulls = not np.isfinite(values).all()
+    assert b"".join(json_answers.list_chunks(values, nulls)) == json_answers.with_nulls(json.dumps(values.tolist())).encode()
+    # Valid JSON for a strict parser: no NaN or Infinity.
+    json.loads(b"".join(json_answers.array_chunks(values)), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_a_lone_non_finite_value_is_null_too():
+    assert json_answers.with_nulls(json.dumps(float("nan"))) == "null"
+    assert b"".join(json_answers.array_chunks(np.array(np.inf, np.float32))).endswith(b'"values": null}')
 
 
 def test_a_large_answer_is_encoded_in_a_few_megabytes_not_a_hundred():

@@ -15,7 +15,8 @@ from click.core import ParameterSource
 from ..exceptions import TurbdbError
 from .group import main
 from .format_options import format_options
-from .inputs import ExpandedPath, existing_dataset_name, new_dataset_name, periodic_axes, xyz_floats
+from .inputs import ExpandedPath, existing_dataset_name, is_url, new_dataset_name, periodic_axes, token_option, xyz_floats
+from .inputs import database as open_database
 
 
 @main.command()
@@ -60,9 +61,12 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 
 def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
     """Directories of the database that hold field arrays (``*/zarr.json``) but no
-    ``zarr.json`` of their own: datasets whose metadata was lost, which listing skips."""
+    ``zarr.json`` of their own: datasets whose metadata was lost, which listing skips. Hidden
+    ones are a replacement under way or interrupted (``create_dataset(overwrite=True)``
+    builds the new dataset beside the old), not a dataset."""
     return sorted(entry.name for entry in os.scandir(path)
-                  if entry.is_dir() and entry.name not in names and not (Path(entry.path) / "zarr.json").exists()
+                  if entry.is_dir() and not entry.name.startswith(".") and entry.name not in names
+                  and not (Path(entry.path) / "zarr.json").exists()
                   and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
 
 
@@ -105,7 +109,9 @@ def _database_metadata_problem(path: Path) -> str | None:
 @click.option("--field", required=True, help="Field the inputs hold, e.g. velocity or pressure.")
 @format_options
 @click.option("--axes", default=None, help="Axis letters of the input array as read (t z y x c), e.g. czyx; default zyxc (C) or xyzc (F).")
-@click.option("--dt", type=float, default=None, help="Time between appended steps (default: the dataset's; for a dataset of one time, the --dt its ingest was given; else 1).")
+@click.option("--dt", type=float, default=None, help="Time between appended steps (default: the dataset's; for a dataset of one time, the --dt its ingest was "
+                   "given; else 1; required for a dataset of non-uniform times). Steps that take times the dataset "
+                   "has already keep them: a --dt disagreeing with those is refused.")
 @click.option("--t0", type=float, default=0.0, show_default=True, help="New dataset: time of its first step.")
 @click.option("--spacing", default=None, help="New dataset: grid spacing dx,dy,dz (default 2π/n: the box [0, 2π)³).")
 @click.option("--origin", default="0,0,0", show_default=True, help="New dataset: position of the first node x,y,z.")
@@ -144,27 +150,46 @@ def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str |
     )
 
 
+def _directory_or_url(ctx: click.Context, param: click.Parameter, db: str) -> Path | str:
+    """A database directory (``~`` expanded), or a server's http(s):// address kept as it
+    is: made a path, it read "no database at …/http:/127.0.0.1:18300"."""
+    return db if is_url(db) else ExpandedPath(file_okay=False, path_type=Path).convert(db, param, ctx)
+
+
+def _directory(ctx: click.Context, param: click.Parameter, db: str) -> Path:
+    """A database directory: verify reads the shard files themselves, which a server does
+    not hand out."""
+    if is_url(db):
+        raise click.BadParameter(f"{db} is a server's address: verify reads every shard file, so run it where the "
+                                 "database is stored, on its directory (`turbdb info URL` describes a served dataset)",
+                                 ctx=ctx, param=param)
+    return ExpandedPath(file_okay=False, path_type=Path).convert(db, param, ctx)
+
+
 @main.command()
-@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.argument("db", metavar="DB_OR_URL", callback=_directory_or_url)
 @click.argument("name", required=False, callback=existing_dataset_name)
 @click.option("--json", "as_json", is_flag=True, help="Print the metadata as JSON.")
-def info(db: Path, name: str | None, as_json: bool) -> None:
-    """Describe the datasets in DB (or only NAME): grid, times, fields, steps written."""
-    from ..database import open as open_db
+@token_option
+def info(db: Path | str, name: str | None, as_json: bool, token: str | None) -> None:
+    """Describe the datasets in DB_OR_URL (or only NAME): grid, times, fields, steps written.
 
-    database = open_db(db)
-    names = [name] if name else database.datasets
-    if not names:
-        click.echo(f"{db}: no datasets yet (create one with turbdb simulate or turbdb ingest)")
-        return
-    infos, damaged = [], {}
-    for n in names:  # one damaged dataset must not hide the others
-        try:
-            infos.append(database[n].info)
-        except TurbdbError as e:
-            if name:  # the one dataset asked for: its error is the answer
-                raise
-            damaged[n] = str(e)
+    DB_OR_URL is a database directory, or the http:// address of a turbdb server (turbdb
+    serve), which describes the datasets the token may read.
+    """
+    with open_database(str(db), token) as database:  # a server's connections are closed after
+        names = [name] if name else database.datasets
+        if not names:
+            click.echo(f"{db}: no datasets yet (create one with turbdb simulate or turbdb ingest)")
+            return
+        infos, damaged = [], {}
+        for n in names:  # one damaged dataset must not hide the others
+            try:
+                infos.append(database[n].info)
+            except TurbdbError as e:
+                if name:  # the one dataset asked for: its error is the answer
+                    raise
+                damaged[n] = str(e)
     if as_json:
         out = {i.name: {**i.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in i.fields.items()}} for i in infos}
         out.update({n: {"damaged": message} for n, message in damaged.items()})
@@ -176,7 +201,7 @@ def info(db: Path, name: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("db", type=ExpandedPath(file_okay=False, path_type=Path))
+@click.argument("db", callback=_directory)
 @click.argument("name", required=False, callback=existing_dataset_name)
 def verify(db: Path, name: str | None) -> None:
     """Check every shard of every field: index checksums, chunk ranges, atom checksums;
@@ -227,15 +252,18 @@ def verify(db: Path, name: str | None) -> None:
                        f"{len(report['complete_steps'])} complete steps: {status}")
             for path, t, message in problems:
                 click.echo(f"  {path}{f' (time step {t})' if t >= 0 else ''}: {message}")
+            info = database[n].metadata
+            if not info.fields[field].every_step:
+                continue  # written at some steps only, on purpose: its holes are no news
             if report.get("unwritten_between"):
                 click.echo(f"  note: time step(s) {index_ranges(report['unwritten_between'])} hold no data, between "
                            "written ones: lost, if they were written")
-            info = database[n].metadata
             after = [t for t in range(max(report["complete_steps"], default=-1) + 1, info.nt)]
             if after:  # declared, never written: a run stopped, or one still writing
                 simulated = str(info.provenance.get("generator", "")).startswith("turbdb simulate")
                 how = ("`turbdb simulate … --if-missing` completes an interrupted simulation" if simulated
-                       else "running the same ingest again completes an interrupted one")
+                       else "running the same ingest again, or the same Dataset.write calls, completes an "
+                            "interrupted one")
                 click.echo(f"  note: time step(s) {index_ranges(after)} of {info.nt} are declared but hold no data "
                            f"yet (a run still writing, or one that stopped: {how})")
     if bad:

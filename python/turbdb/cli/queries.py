@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
+from ..progress_bars import bar_disabled
 from .group import main
 from ..times import format_time
 from .inputs import (ExpandedPath, database, existing_dataset_name, is_url, local_path, option_given, output_file,
@@ -50,7 +52,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     values = dataset.query(field, given, time=time_, method=method, operator=operator, temporal=temporal, dtype=dtype)
     with replacing(out) as (temporary,):
         if out.suffix.lower() == ".csv":
-            from ..service.jhtdb import columns
+            from ..jhtdb.columns import columns
 
             names = columns(field, values.shape[1], operator.lower())
             # Enough digits to read back the same value: 9 for float32, 17 for float64.
@@ -115,7 +117,9 @@ def track(db: str, name: str, points_spec: str, start: float, end: float, dt: fl
     given = None if points_spec.isdigit() else read_points(points_spec, or_count=True)
     dataset = database(db, token)[name]
     points = random_points(dataset.metadata, int(points_spec), seed) if given is None else given
-    options = {} if is_url(db) else {"progress": not quiet}  # the server reports no progress
+    # The server reports no progress; progress=True draws wherever it is asked, so the
+    # command asks only where its bars belong (a terminal, not --quiet or $TQDM_DISABLE).
+    options = {} if is_url(db) else {"progress": bar_disabled(quiet) is None and sys.stderr.isatty()}
     began = time.perf_counter()
     result = dataset.track(points, start=start, end=end, dt=dt, method=method, field=field, integrator=integrator,
                            return_velocity=with_velocity, **options)

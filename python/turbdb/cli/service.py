@@ -80,11 +80,18 @@ def _root(value: str) -> None:
 @click.option("--root-path", default="", metavar="PATH", callback=lambda ctx, p, v: _checked(ctx, v, _root),
               help="The path a reverse proxy serves the server under, such as /turbdb (the proxy strips it): pages, "
                    "links and /docs then name it.")
+@click.option("--body-idle-seconds", type=click.FloatRange(0.5, 3600), default=10.0, show_default=True,
+              help="How long a request body may stop arriving while the server reads it; past that, or once it "
+                   "averages under 16 KiB/s after that long, the request is answered 408, its connection closed "
+                   "and its share of --max-inflight-points released.")
+@click.option("--send-idle-seconds", type=click.FloatRange(0.5, 3600), default=30.0, show_default=True,
+              help="How long an answer may make no progress because its client reads nothing; past that, its "
+                   "connection is closed and its work dropped.")
 def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int | None, max_inflight_points: int | None,
           cutout_chunk_bytes: int | None, scheduler: str | None, cache_bytes: int | None, cache_policy: str | None,
           io: str | None, log_level: str, access_log: bool, allow_origins: tuple[str, ...],
           cluster_address: str | None, graceful_seconds: float, forwarded_allow_ips: str | None,
-          root_path: str) -> None:
+          root_path: str, body_idle_seconds: float, send_idle_seconds: float) -> None:
     """Serve the datasets in DB over HTTP until interrupted (Ctrl-C or SIGTERM let the
     requests in progress finish, for up to --graceful-seconds).
 
@@ -103,7 +110,8 @@ def serve(db: Path, host: str, port: int, tokens_file: Path | None, workers: int
                max_points_in_flight=max_inflight_points, cutout_chunk_bytes=cutout_chunk_bytes, log_level=log_level,
                access_log=access_log, cluster=cluster_address, allow_origins=allow_origins,
                engine={"scheduler": scheduler, "cache_bytes": cache_bytes, "cache_policy": cache_policy, "io": io},
-               graceful_seconds=graceful_seconds, forwarded_allow_ips=forwarded_allow_ips, root_path=root_path)
+               graceful_seconds=graceful_seconds, forwarded_allow_ips=forwarded_allow_ips, root_path=root_path,
+               body_idle_seconds=body_idle_seconds, send_idle_seconds=send_idle_seconds)
 
 
 @main.command()

@@ -4,6 +4,7 @@ given against those it declares, and call its reader."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ def open_source(
                                "unquoted so that the shell lists the files it matches")
         raise StorageError(f"input {p} does not exist; check the path")
     try:
+        mode = p.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO: reading it waited forever
+            raise StorageError(f"input {p} is not a regular file (a FIFO, socket or device): turbdb reads inputs in "
+                               "place, by offset; write the data to a file first")
         return _open(p, format=format, axes=axes, options=options)
     except TurbdbError:
         raise

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,10 +22,12 @@ from tqdm import tqdm
 from ..database import create_dataset
 from ..database import open as open_db
 from ..dataset import JOURNAL_KEY, Dataset, directory_identity
-from ..exceptions import DatasetBusyError, FormatError, InvalidRequestError, TurbdbError, UnknownNameError
+from ..exceptions import (
+    DatasetBusyError, Float32PrecisionWarning, FormatError, InvalidRequestError, TurbdbError, UnknownNameError,
+)
 from ..info import check_name
 from ..progress_bars import bar_disabled
-from ..times import time_grid
+from ..times import format_time, time_grid
 from .opening import open_sources
 from .source import Source, StepRef
 
@@ -72,27 +75,30 @@ def ingest_inputs(
     options = {k: v for k, v in (source_options or {}).items() if v is not None}
     inputs = in_time_order([Path(p) for p in inputs], sort)
     sources = open_sources(inputs, **options)
-    for note in (note for source in sources for note in source.notes):
-        tqdm.write(f"note: {note}", file=sys.stderr)
-    dataset, created, added = _target(db, name, field, sources[0], spacing=spacing, origin=origin,
-                                      periodic=periodic, units=units)
+    said = _say_new_notes(sources, {})
+    # Checked before the field is added: a refused option left the new field behind, whose
+    # units then refused the corrected command.
+    dataset, created, added = _target(
+        db, name, field, sources[0], spacing=spacing, origin=origin, periodic=periodic, units=units,
+        check=lambda existing: _check_given(existing, field, given, t0=t0, spacing=spacing, origin=origin,
+                                            periodic=periodic, units=units))
     # What this call made, told apart from what another process may make in its place.
     made = directory_identity(dataset.path / field) if added else None
-    if not created:
-        _check_given(dataset, field, given, t0=t0, spacing=spacing, origin=origin, periodic=periodic, units=units)
     how = json.dumps(options, sort_keys=True, default=str)
     with dataset.writer_lock():  # one writer per dataset; the journal is read under the lock
         if made is not None and directory_identity(dataset.path / field) != made:
             raise DatasetBusyError(f"another process replaced dataset {name!r} while this ingest was creating it; "
                                    "nothing was stored: run this again")
         try:
-            return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet, how=how, replace=replace)
+            return _append(dataset, name, field, sources, dt=dt, t0=t0, quiet=quiet, how=how, replace=replace,
+                           said=said)
         except BaseException:
             # A dataset (or field) this call created and could not store a step in is removed
             # again, so that the corrected command starts afresh instead of meeting a dataset of
             # the wrong grid or a field of the wrong units or components. Only under the lock
             # and while it is still the one made here: the cleanup once deleted a dataset
             # another process had created over this one meanwhile.
+            _say_new_notes(sources, said)  # what reading the steps found before it failed
             if made is not None and directory_identity(dataset.path / field) == made:
                 if created and not any(f.steps_present for f in dataset.info.fields.values()):
                     shutil.rmtree(dataset.path, ignore_errors=True)
@@ -101,25 +107,35 @@ def ingest_inputs(
             raise
 
 
+def _say_new_notes(sources: list[Source], said: dict[int, int]) -> dict[int, int]:
+    """Prints the notes of ``sources`` not printed yet: ``said`` counts those printed per
+    source (by id), and is returned updated. Readers add notes as they read steps."""
+    for source in sources:
+        notes = source.notes  # once: the reading thread may add one meanwhile
+        for note in notes[said.get(id(source), 0):]:
+            tqdm.write(f"note: {note}", file=sys.stderr)
+        said[id(source)] = len(notes)
+    return said
+
+
 def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, dt: float | None, t0: float,
-            quiet: bool, how: str, replace: bool) -> Dataset:
+            quiet: bool, how: str, replace: bool, said: dict[int, int]) -> Dataset:
     """Appends the steps of ``sources`` not yet in the journal (the caller holds the writer
     lock); steps stored before that now read differently are refused or, with ``replace``,
-    stored again at their time index."""
+    stored again at their time index. Notes the reading adds are printed as they come
+    (``said``: see :func:`_say_new_notes`)."""
     _remove_stale_temporaries(dataset.path / field)
     journal = _journal(dataset, field)
+    given_dt = dt
     if dt is not None:
-        info = dataset.metadata
-        if info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=0):
-            tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform",
-                       file=sys.stderr)
         journal["dt"] = dt  # kept, so that a later ingest without --dt steps on by it
-    if dt is None and dataset.metadata.dt is None:  # a single time (or none) has no dt of its own
+    if dt is None and dataset.metadata.nt < 2:  # a single time (or none) has no dt of its own
         dt = _given_dt(dataset, journal)
     say = (lambda line: None) if quiet else tqdm.write
     total = sum(s.n_steps for s in sources)
     before = json.dumps(journal, sort_keys=True)
     todo, unchanged = _steps_to_store(dataset, field, sources, journal, how=how, replace=replace, say=say)
+    _check_new_times(dataset, field, journal["next"], sum(again is None for _, _, again in todo), given_dt)
     if not todo:
         say(f"all {total} input steps are already in {name}/{field}; nothing to do")
         if json.dumps(journal, sort_keys=True) != before:  # unchanged steps under their new identities
@@ -139,6 +155,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
         upcoming = reader.submit(_read_with_digest, *todo[0][:2])
         for i, (source, ref, again) in enumerate(todo):
             data, digest = upcoming.result()
+            _say_new_notes(sources, said)
             if i + 1 < len(todo):
                 upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
             earlier = moved_from.get(_moved_key(ref, digest)) if again is None else None
@@ -150,13 +167,13 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
                 bar.update(step_bytes)
                 continue
             if again is None and digest in digests:
-                tqdm.write(f"note: {_describe(ref)} holds exactly the values stored at time index "
-                           f"{digests[digest]} of {name}/{field}: the same data stored twice?", file=sys.stderr)
+                tqdm.write(f"note: {_describe(ref)} {_same_values(data, f'time index {digests[digest]} of {name}/{field}')}",
+                           file=sys.stderr)
             t = journal["next"] if again is None else again
             stored_times = dataset.metadata.nt
             _ensure_time(dataset, t, dt, t0)
             try:
-                dataset.write(field, t, data)
+                _write_saying_precision_lost(dataset, field, t, data, ref)
             except TurbdbError as e:
                 # Refused (a NaN, a full disk): the time appended for it goes again. An
                 # interrupted write keeps it, and the rerun rewrites the step there.
@@ -177,6 +194,64 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     stored = f"stored {len(todo) - replaced - moved} step(s)" + (f", replaced {replaced}" if replaced else "")
     say(f"{name}/{field}: {stored}; {len(dataset.info.steps_present(field))} of {dataset.info.nt} present")
     return dataset
+
+
+def _check_new_times(dataset: Dataset, field: str, first: int, count: int, dt: float | None) -> None:
+    """Refuses new steps whose times ``dt`` (as given, or None) cannot give: the ``count``
+    steps from time index ``first`` on take the dataset's times there (steps never go
+    between stored times), which another ``--dt`` contradicts (it was ignored, and a note
+    said the times became non-uniform); and steps appended to non-uniform times without
+    ``--dt``, which were stepped on by 1 in silence."""
+    info = dataset.metadata
+    if count == 0:
+        return
+    # Where this field has a step before them, the first new one follows it by dt too.
+    start, end = max(first - 1, 0), min(first + count, info.nt)
+    taken = info.times[start:end]
+    if dt is not None and len(taken) > 1 and not np.allclose(np.diff(taken), dt, rtol=1e-9, atol=0):
+        shown = ", ".join(format_time(t) for t in taken[:6]) + (", …" if len(taken) > 6 else "")
+        spacing = np.diff(taken)
+        instead = "leave --dt out" + (f" (or give --dt {format_time(float(spacing[0]))})"
+                                      if np.allclose(spacing, spacing[0], rtol=1e-9, atol=0) else "")
+        raise InvalidRequestError(
+            f"--dt {dt:g} does not fit the times the new steps of {field} take: they go to time indices "
+            f"{first}-{end - 1} of dataset {dataset.name!r}, which already has the times {shown} at indices "
+            f"{start}-{end - 1}{' (from the last step of ' + field + ' on)' if first > 0 else ''}, and steps are "
+            f"never put between stored times. To store them at those times, {instead}; else ingest into a new "
+            "dataset. Nothing was stored")
+    if first + count > info.nt:
+        if dt is None and info.nt >= 2 and info.dt is None:
+            steps = ", ".join(format_time(float(d)) for d in np.diff(info.times)[-3:])
+            raise InvalidRequestError(
+                f"dataset {dataset.name!r} has non-uniform times (its last steps {steps}): give --dt, the time "
+                f"between the {count} step(s) appended after {format_time(float(info.times[-1]))}; nothing was stored")
+        if dt is not None and info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=0):
+            tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform",
+                       file=sys.stderr)
+
+
+def _write_saying_precision_lost(dataset: Dataset, field: str, t: int, data: np.ndarray, ref: StepRef) -> None:
+    """Writes the step; what storing float64 inputs as float32 loses (a warning of
+    :meth:`Dataset.write`) is a note naming the input, like the readers' notes."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", Float32PrecisionWarning)
+        dataset.write(field, t, data)
+    for warning in caught:
+        if issubclass(warning.category, Float32PrecisionWarning):
+            tqdm.write(f"note: {_describe(ref)}: {warning.message}", file=sys.stderr)
+        else:  # not ours to reword
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+
+
+def _same_values(data: np.ndarray, stored: str) -> str:
+    """How a step relates to the ``stored`` one whose float32 values (digest) it shares:
+    float64 inputs that differ only before the cast to float32 are no data stored twice."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        exact = data.dtype == np.float32 or np.array_equal(data.astype(np.float32).astype(data.dtype), data)
+    if exact:
+        return f"holds exactly the values stored at {stored}: the same data stored twice?"
+    return (f"holds other values than the step stored at {stored}, but the same as float32, in which both are "
+            "stored")
 
 
 def _steps_to_store(dataset: Dataset, field: str, sources: list[Source], journal: dict[str, Any], *, how: str,
@@ -351,9 +426,9 @@ def _describe(ref: StepRef) -> str:
 
 
 def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, origin: Any,
-            periodic: Any, units: str) -> tuple[Dataset, bool, bool]:
-    """The dataset to append to, existing (checked against the input) or new, whether it is
-    new and whether the field is."""
+            periodic: Any, units: str, check: Callable[[Dataset], None]) -> tuple[Dataset, bool, bool]:
+    """The dataset to append to, existing (checked against the input, and by ``check``
+    before anything is added to it) or new, whether it is new and whether the field is."""
     try:
         dataset = open_db(db)[name]
     except (UnknownNameError, OSError):
@@ -367,6 +442,7 @@ def _target(db: Path, name: str, field: str, source: Source, *, spacing: Any, or
         raise FormatError(
             f"{source.path} holds grid (nx, ny, nz) = {source.grid} but dataset {name!r} has {info.grid}"
         )
+    check(dataset)
     if field not in info.fields:
         dataset.add_field(field, source.ncomp, units=units)
         return dataset, False, True

@@ -50,7 +50,8 @@ class Source(ABC):
     ncomp: int
     dtype: np.dtype
     n_steps: int
-    #: What the user should know about the input before it is stored (printed by the ingest).
+    #: What the user should know about the input (printed by the ingest): found on opening
+    #: it, and some only on reading a step (a reader adds those as it reads them).
     notes: tuple[str, ...] = ()
 
     @abstractmethod

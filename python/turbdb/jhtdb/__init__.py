@@ -105,7 +105,8 @@ def getData(cube: turb_dataset, var: str, timepoint_original: float, temporal_me
     ``trace_memory`` is accepted and ignored."""
     import pandas as pd
 
-    from ..service.jhtdb import columns, jhtdb_name, series_length, series_times
+    from ..service.jhtdb import jhtdb_name, series_length, series_times
+    from .columns import columns
 
     started = _time.perf_counter()
     _say(verbose, "getData is processing...")

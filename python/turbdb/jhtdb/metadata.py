@@ -58,7 +58,7 @@ def check_position_arguments(method: str, operator: str, temporal: str, delta_t:
 
 def component_codes(field: str, ncomp: int) -> list[str]:
     """JHTDB's names of a field's components (ux, uy, uz; p; …)."""
-    from ..service.jhtdb import columns
+    from .columns import columns
 
     return columns(field, ncomp, "field")
 

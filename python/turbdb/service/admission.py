@@ -19,18 +19,39 @@ class BusyError(TurbdbError):
         self.retry_after = retry_after
 
 
+# Requests of at most this many points are small (JHTDB's limit without a token, and the
+# anonymous one here): they always find budget, in a share of it that larger ones never take.
+SMALL_REQUEST_POINTS = 4096
+# The share of the budget only small requests may use: 500 000 points of the default 4·10⁶,
+# room for 122 anonymous requests at their limit while tracks and series hold the rest.
+SMALL_RESERVE_FRACTION = 8
+
+
+def small_reserve(capacity: int) -> int:
+    """Points of a budget of ``capacity`` that only small requests may hold: an eighth, and
+    room for one small request at its largest where the budget allows it."""
+    return min(capacity // 2, max(capacity // SMALL_RESERVE_FRACTION, SMALL_REQUEST_POINTS))
+
+
 class PointsLimiter:
-    """At most ``capacity`` points admitted at once. A request larger than the capacity is
-    admitted alone (its weight is capped), so every request can eventually run. Waiting is
-    in arrival order: a large request is not starved by a stream of small ones. Lives on the
+    """At most ``capacity`` points admitted at once, in two lanes. Small requests (at most
+    ``SMALL_REQUEST_POINTS``) may use the whole budget; larger ones all but
+    :func:`small_reserve` of it, and a request larger than that is admitted alone among the
+    large (its weight is capped), so every request can eventually run. One anonymous track
+    held the whole budget for 70 s, and every query behind it waited 60 s for its 503.
+    Waiting is in arrival order within each lane; while a large request waits, small ones
+    use only the reserve, so a stream of small requests does not starve it. Lives on the
     event loop: no locks."""
 
     def __init__(self, capacity: int, timeout: float = 60.0, on_change=None):
         self.capacity = int(capacity)
+        self.reserve = small_reserve(self.capacity)
         self.timeout = timeout
         self.used = 0
+        self.small_used = 0  # of ``used``, what small requests hold
         self.peak = 0
-        self._queue: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._large_queue: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._queue: collections.deque[tuple[int, asyncio.Future]] = collections.deque()  # small requests
         self._on_change = on_change
 
     @contextlib.asynccontextmanager
@@ -46,70 +67,91 @@ class PointsLimiter:
         """An admission of ``points`` not yet acquired (see :class:`Admission`)."""
         return Admission(self, points)
 
-    def _weight(self, points: int) -> int:
-        return min(max(int(points), 1), self.capacity)
+    @staticmethod
+    def is_small(points: int) -> bool:
+        return points <= SMALL_REQUEST_POINTS
 
-    async def _acquire(self, weight: int) -> None:
-        if not self._queue and self.used + weight <= self.capacity:
-            self._take(weight)
+    def _weight(self, points: int) -> int:
+        most = self.capacity if self.is_small(points) else self.capacity - self.reserve
+        return min(max(int(points), 1), most)
+
+    def _fits(self, weight: int, small: bool) -> bool:
+        if small:
+            return self.used + weight <= self.capacity and (
+                not self._large_queue or self.small_used + weight <= self.reserve)
+        # The reserve is what small requests hold first: theirs within it takes nothing from large ones.
+        large_used = self.used - self.small_used
+        return large_used + weight <= self.capacity - self.reserve and self.used + weight <= self.capacity
+
+    async def _acquire(self, weight: int, small: bool | None = None) -> None:
+        small = self.is_small(weight) if small is None else small
+        queue = self._queue if small else self._large_queue
+        if not queue and self._fits(weight, small):
+            self._take(weight, small)
             return
         future = asyncio.get_running_loop().create_future()
         entry = (weight, future)
-        self._queue.append(entry)
+        queue.append(entry)
         try:
             await asyncio.wait_for(future, self.timeout)
         except TimeoutError:
-            self._abandon(entry)
+            self._abandon(entry, small)
             raise BusyError(
                 f"the server is at capacity ({self.capacity:,} points in flight) and this request waited "
                 f"{self.timeout:g} s; retry later or send smaller batches", retry_after=min(30.0, self.timeout)) from None
         except BaseException:  # the client went away while waiting
-            self._abandon(entry)
+            self._abandon(entry, small)
             raise
 
-    def _abandon(self, entry: tuple[int, asyncio.Future]) -> None:
+    def _abandon(self, entry: tuple[int, asyncio.Future], small: bool) -> None:
         weight, future = entry
         if future.done() and not future.cancelled():
-            self._release(weight)  # admitted just as the wait ended
+            self._release(weight, small)  # admitted just as the wait ended
             return
         with contextlib.suppress(ValueError):
-            self._queue.remove(entry)
+            (self._queue if small else self._large_queue).remove(entry)
         self._wake()  # a large request leaving the head may let others in
 
-    def _take(self, weight: int) -> None:
+    def _take(self, weight: int, small: bool = False) -> None:
         self.used += weight
+        self.small_used += weight if small else 0
         self.peak = max(self.peak, self.used)
         if self._on_change:
             self._on_change(self.used, self.peak)
 
-    def _release(self, weight: int) -> None:
+    def _release(self, weight: int, small: bool = False) -> None:
         self.used -= weight
+        self.small_used -= weight if small else 0
         if self._on_change:
             self._on_change(self.used, self.peak)
         self._wake()
 
     def _wake(self) -> None:
-        while self._queue and self.used + self._queue[0][0] <= self.capacity:
-            weight, future = self._queue.popleft()
-            if future.done():
-                continue
-            self._take(weight)
-            future.set_result(None)
+        # Large first: while one waits, small requests are held to the reserve anyway.
+        for queue, small in ((self._large_queue, False), (self._queue, True)):
+            while queue and (queue[0][1].done() or self._fits(queue[0][0], small)):
+                weight, future = queue.popleft()
+                if future.done():
+                    continue
+                self._take(weight, small)
+                future.set_result(None)
 
 
 class Admission:
     """Points admitted by a :class:`PointsLimiter`, acquired once and released once. A
     request whose points are in its body is admitted on what its body declares, before it
     is read (a body read and then held while waiting is memory outside the budget), and
-    :meth:`resize`\ d to what it holds once it is."""
+    resized to what it holds once it is (:meth:`resize`), or given more, in its turn, once
+    its body tells how many points are evaluated how many times (:meth:`hold`)."""
 
     def __init__(self, limiter: PointsLimiter, points: int):
         self._limiter = limiter
+        self.small = limiter.is_small(points)
         self.weight = limiter._weight(points)
         self._held = False
 
     async def acquire(self) -> None:
-        await self._limiter._acquire(self.weight)
+        await self._limiter._acquire(self.weight, self.small)
         self._held = True
 
     def resize(self, points: int) -> None:
@@ -117,12 +159,24 @@ class Admission:
         (the estimate was low, and the points are already in memory)."""
         weight = self._limiter._weight(points)
         if self._held and weight < self.weight:
-            self._limiter._release(self.weight - weight)
+            self._limiter._release(self.weight - weight, self.small)
         elif self._held and weight > self.weight:
-            self._limiter._take(weight - self.weight)
+            self._limiter._take(weight - self.weight, self.small)
         self.weight = weight
+
+    async def hold(self, points: int) -> None:
+        """Holds ``points`` instead, waiting its turn for more than it holds (a track's
+        steps, a series' times): admitted on the points of its body alone, a stalled upload
+        declaring one particle of 10⁵ steps held the whole budget. What it held is let go
+        while it waits, so that no two requests each hold part and wait for the rest."""
+        if self._limiter._weight(points) <= self.weight:
+            self.resize(points)
+            return
+        self.release()
+        self.small, self.weight = self._limiter.is_small(points), self._limiter._weight(points)
+        await self.acquire()
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._limiter._release(self.weight)
+            self._limiter._release(self.weight, self.small)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import io
 import itertools
 import os
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import numpy as np
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
@@ -29,23 +30,25 @@ from .. import __version__, _core
 from ..arguments import known_field
 from ..exceptions import InvalidRequestError, TurbdbError
 from ..query import evaluate_call, point_call
-from ..track import step_count
 from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api, logs
-from .backend import INLINE_POINTS, Backend, check_track_size, parse_range, track_evaluations
+from .admission import SMALL_REQUEST_POINTS
+from .backend import INLINE_POINTS, Backend, check_track_size, parse_range, track_evaluations, track_steps
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import CONTENT_TYPE_LATEST, Metrics, endpoint_of
 from .head_requests import HEAD_REQUEST, HeadAsGet
 from .negotiation import preferred
+from .numerals import check_plain_number, check_plain_numbers, plain_numeric_parameters
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
 
 NPZ = "application/x-npz"
 #: turbdb's own answer headers a page's script may read (CORS hides all others but a few).
-EXPOSED_HEADERS = ["X-Turbdb-Time", "X-Turbdb-Time-Index", "X-Turbdb-Shape", "Retry-After", "Content-Disposition"]
+EXPOSED_HEADERS = ["X-Turbdb-Time", "X-Turbdb-Time-Index", "X-Turbdb-Shape", "Retry-After", "Content-Disposition",
+                   json_answers.NON_FINITE_HEADER]
 DEFAULT_MAX_POINTS_IN_FLIGHT = 4_000_000
 DEFAULT_CUTOUT_CHUNK_BYTES = 16 * 2**20
 
@@ -145,6 +148,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         # A trailing slash answered 307 with an empty body, which `curl -f -X POST` saved as
         # the answer; the 404 names the path without it instead (errors.py).
         redirect_slashes=False,
+        dependencies=[Depends(plain_numeric_parameters)],  # time=1_0 was read as 10
     )
     app.state.backend = backend
     _describe_bearer_tokens(app)
@@ -152,9 +156,10 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.add_middleware(_Instrument, metrics=metrics)
     app.add_middleware(HeadAsGet)
     if origins:  # added last, so outermost: a preflight OPTIONS is answered before routing
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "HEAD", "POST", "DELETE"],
+        app.add_middleware(_JsonCors, allow_origins=origins, allow_methods=["GET", "HEAD", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Accept"], expose_headers=EXPOSED_HEADERS,
                            max_age=600)
+    app.add_middleware(_SecurityHeaders)  # outermost: on every answer, a refused preflight's too
     app.include_router(home.router(backend))
     app.include_router(limits_api.router(backend))
     app.include_router(jhtdb.router(backend))
@@ -185,10 +190,15 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         return {"datasets": [_metadata_json(backend, n) for n in backend.names() if limits.allows(n)]}
 
     @app.get("/v1/datasets/{name}", tags=["datasets"], summary="metadata of one dataset, with the steps written")
-    async def get_dataset(name: str, request: Request) -> dict[str, Any]:
+    async def get_dataset(name: str, request: Request, steps: bool = Query(
+            True, description="list the steps written of each field (steps_present): this looks at every shard "
+                              "file, about 5 µs each, seconds on a dataset of a million shards; false answers the "
+                              "metadata alone, at once")) -> dict[str, Any]:
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
+        if not steps:
+            return ds.metadata.to_attrs()
         info = await backend.run(lambda: ds.info)
         return {**info.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in info.fields.items()}}
 
@@ -198,37 +208,48 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         name: str,
         request: Request,
         field: str = Query(..., description="e.g. velocity, pressure"),
-        time: float = Query(..., description="physical time"),
+        time: str = Query(..., description="physical time; or several, comma-separated (0.1,0.2,0.3): a time "
+                                           "series, answered (times, N, …) in one request, its points × times "
+                                           "counted against the token's limit"),
         method: str = Query("lag6", description="none, lag4, lag6, lag8, fd4noint, fd6noint, fd8noint, fd4lag4, "
                                                  "m1q4, m2q8"),
         operator: str = Query("field", description="field, gradient, hessian, laplacian"),
         temporal: str = Query("none", description="none (nearest stored time) or pchip"),
         dtype: Literal["float32", "float64"] = Query("float32", description="dtype of the answer"),
         strategy: str = Query("streaming", description="streaming, or the sorted/direct baselines"),
-        job: int | None = Query(None, description="the job (POST /v1/jobs) this query is the next query of"),
+        job: int | None = Query(None, description="the job (POST /v1/jobs) this query is the next query of (one "
+                                                   "time)"),
     ) -> Response:
+        times = query_times(time)  # before anything else, as when FastAPI read one float
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
+        if len(times) > 1:
+            if job is not None:  # a job plans one query per time, each gated at its turn in the engine
+                raise InvalidRequestError(f"a query with job={job} is one query of the job, at one time; send one "
+                                          f"request per time with job=, or the {len(times)} times without it")
+            limits.check_points(len(times), "point-times (points × times)")
         engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
         encode = _encoder(request)
         known_field(name, ds.metadata.fields, field)  # before the admission: a refused request must not wait its turn
         async with backend.admitted(request, limits) as admission:
             points = await backend.points(request, limits)
-            admission.resize(len(points))
-            call = None
+            evaluations = len(points) * len(times)
+            if len(times) > 1:
+                limits.check_points(evaluations, "point-times (points × times)")
+            await admission.hold(evaluations)
+            calls = None
             if backend.waits is not None:
-                call = point_call(ds, field, points, time=time, method=method, operator=operator, temporal=temporal,
-                                  dtype=dtype, strategy=strategy, job=engine_job)
-                if call.through_engine(ds):
+                calls = [point_call(ds, field, points, time=t, method=method, operator=operator, temporal=temporal,
+                                    dtype=dtype, strategy=strategy, job=engine_job) for t in times]
+                if calls[0].through_engine(ds):
                     # Awaited on the event loop: no thread held while the engine batches it, and a
                     # client that goes away cancels its pending work.
                     async with watch(request) as gone:
-                        values = await backend.waits.query(ds, call, gone)
-                        backend.record_reads(ds, field)
-                        response = (encode(values) if len(points) <= ENCODE_INLINE_POINTS
+                        values = await _through_engine(backend, ds, field, calls, gone)
+                        response = (encode(values) if evaluations <= ENCODE_INLINE_POINTS
                                     else await anyio.to_thread.run_sync(encode, values))
-                    backend.metrics.points.labels(endpoint_of(request)).inc(len(points))
+                    backend.metrics.points.labels(endpoint_of(request)).inc(evaluations)
                     return response
             # Here with a node engine only for the sorted/direct baselines, which look at the
             # client's disconnection before they start. Without one, a streaming query is
@@ -237,19 +258,23 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             stop = _core.StopFlag()
 
             def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
-                checked = call or point_call(ds, field, points, time=time, method=method, operator=operator,
-                                             temporal=temporal, dtype=dtype, strategy=strategy, job=engine_job)
-                values = evaluate_call(ds, checked, cancel=gone, stop=stop)
-                backend.record_reads(ds, field)
-                return encode(values)
+                answers = []
+                for k, t in enumerate(times):  # one time after another, as Dataset.query(time=[…]) goes
+                    checked = calls[k] if calls else point_call(
+                        ds, field, points, time=t, method=method, operator=operator, temporal=temporal, dtype=dtype,
+                        strategy=strategy, job=engine_job)
+                    answers.append(evaluate_call(ds, checked, cancel=gone, stop=stop))
+                    backend.record_reads(ds, field)
+                return encode(answers[0] if len(times) == 1 else np.stack(answers))
 
-            if len(points) <= INLINE_POINTS:  # answered on the event loop, at once
-                response = await backend.run(answer, points=len(points))
+            # Answered on the event loop, at once; a series goes to a thread: each time is a query of its own.
+            if evaluations <= INLINE_POINTS and len(times) == 1:
+                response = await backend.run(answer, points=evaluations)
             else:
                 async with watch(request) as left:
                     left.add_done_callback(lambda _: stop.set())
-                    response = await backend.run(answer, points=len(points))
-        backend.metrics.points.labels(endpoint_of(request)).inc(len(points))
+                    response = await backend.run(answer, long=evaluations > SMALL_REQUEST_POINTS)
+        backend.metrics.points.labels(endpoint_of(request)).inc(evaluations)
         return response
 
     @app.post("/v1/datasets/{name}/cutout", tags=["queries"], summary="the stored values on a box of nodes, "
@@ -274,6 +299,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits.check_dataset(name)
         fmt = format or ("netcdf" if preferred(request, [NPY, NETCDF]) == NETCDF else "npy")
         ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
+        check_plain_numbers("stride", stride)
         strides, width = parse_strides(stride), as_filter_width(filter_width)
         plan = await backend.run(lambda: cutouts.plan(ds, field, time=time, strides=strides, filter_width=width,
                                                       chunk_bytes=backend.cutout_chunk_bytes, **ranges))
@@ -301,7 +327,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
-        steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
+        steps = track_steps(ds, start, end, dt)  # counted, not listed: a tiny dt must not allocate
         check_track_size(0, steps)  # the steps before the admission: a refused track must not wait its turn
         binary = preferred(request, ["application/json", NPY, NPZ]) != "application/json"
         encode = _encoder(request)
@@ -321,16 +347,52 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                                      json_answers.array_chunks(velocities), [b"}"])
             return json_answers.answer(pieces, positions.size + velocities.size)
 
-        async with backend.admitted(request, limits, times=steps + 1) as admission:
+        async with backend.admitted(request, limits) as admission:
             points = await backend.points(request, limits)
             check_track_size(len(points), steps)
-            admission.resize(len(points) * (steps + 1))
+            await admission.hold(len(points) * (steps + 1))
             response = await backend.run_track(evaluate)
         backend.metrics.points.labels(endpoint_of(request)).inc(
             len(points) * track_evaluations(steps, integrator, return_velocity))
         return response
 
     return app
+
+
+def query_times(text: str) -> list[float]:
+    """The query endpoint's ``time``: one time, or several comma-separated (a time series,
+    answered in one request: one request per time was 100 requests for a 100-time series,
+    43 s under the anonymous rate of 60 a minute). Each checked as FastAPI's float was
+    (plain ASCII digits; not finite is refused by the query, with its name)."""
+    times = []
+    for part in text.split(","):
+        check_plain_number("time", part)
+        try:
+            times.append(float(part))
+        except ValueError:
+            raise InvalidRequestError(f"invalid parameters: time: {text[:80]!r} is not a number, nor numbers "
+                                      "separated by commas (a time series, such as 0.1,0.2,0.3)") from None
+    return times
+
+
+async def _through_engine(backend: Backend, ds: Any, field: str, calls: list[Any], gone: Any) -> np.ndarray:
+    """The answer of the point queries ``calls`` (one per time) from the node engine: one
+    alone, or several handed over at once, so that the engine batches them, stacked
+    ``(times, N, …)``; one that fails cancels the others' pending work. A dataset copy per
+    query keeps its own counters for :meth:`Backend.record_reads`."""
+    if len(calls) == 1:
+        values = await backend.waits.query(ds, calls[0], gone)
+        backend.record_reads(ds, field)
+        return values
+    copies = [copy.copy(ds) for _ in calls]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(backend.waits.query(d, call, gone)) for d, call in zip(copies, calls)]
+    except ExceptionGroup as failed:  # the first failure answers, as when they ran one by one
+        raise failed.exceptions[0] from None
+    for d in copies:
+        backend.record_reads(d, field)
+    return np.stack([task.result() for task in tasks])
 
 
 def _origins(origins: Sequence[str]) -> list[str]:
@@ -356,7 +418,8 @@ def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
     try:
         return backend.dataset(name).metadata.to_attrs()
     except TurbdbError as e:
-        return {"name": name, "error": type(e).__name__, "description": str(e)}
+        # Without the server's paths, as every error answer (a damaged zarr.json named its own).
+        return {"name": name, "error": type(e).__name__, "description": errors.without_paths(str(e), backend.path)}
 
 
 def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
@@ -364,6 +427,46 @@ def _encoder(request: Request) -> Callable[[np.ndarray], Response]:
     if preferred(request, ["application/json", NPY]) == NPY:
         return lambda values: Response(encode_npy(values), media_type=NPY)
     return json_answers.array_answer
+
+
+class _JsonCors(CORSMiddleware):
+    """CORS, whose refused preflight has the service's JSON error shape (starlette's is
+    plain text) and says what was refused."""
+
+    def preflight_response(self, request_headers: Any) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = response.body.decode(errors="replace")
+        answer = errors.error_response(400, f"{refused}: this server's --allow-origin does not let this page make "
+                                            "this request from a browser", "InvalidRequestError")
+        for name, value in response.headers.items():
+            if name not in ("content-type", "content-length"):
+                answer.headers[name] = value
+        return answer
+
+
+#: Sent with every answer: no page may frame the server's (clickjacking), browsers take
+#: each answer as the type it says, and no page address leaks in a Referer.
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
+                    (b"referrer-policy", b"no-referrer")]
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 class _Instrument:

@@ -23,14 +23,17 @@ from starlette.requests import Request
 from ..database import Database
 from ..database import open as open_database
 from ..dataset import Dataset
-from ..exceptions import FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
+from ..exceptions import AccessDeniedError, FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
 from ..info import is_plain_name
-from ..arguments import as_points, node_range
+from ..arguments import as_points, finite_number, node_range
+from ..times import format_time, range_tolerance
+from ..track import step_count
 from ..zarr_meta import ZARR_JSON
-from .admission import Admission, BusyError, PointsLimiter
+from .admission import SMALL_REQUEST_POINTS, Admission, BusyError, PointsLimiter
 from .engine_waits import EngineWaits
 from .metrics import Metrics
-from .tokens import JHTDB_TESTING_TOKEN, Limits, Tokens
+from .numerals import check_plain_numbers
+from .tokens import JHTDB_TESTING_TOKEN, Limits, Tokens, client_key
 from .transport import NPY, decode_npy
 
 T = TypeVar("T")
@@ -97,6 +100,7 @@ class Backend:
         metrics.in_flight_limit.set(max_points_in_flight)
         self._datasets: dict[str, Dataset] = {}
         self._engine: anyio.CapacityLimiter | None = None
+        self._long: anyio.CapacityLimiter | None = None  # made with ``_engine``, lazily (no loop yet)
         self._clustered = cluster is not None
         # A local node engine's point queries are awaited on the event loop.
         engine = getattr(self.database, "engine", None) if cluster is None else None
@@ -136,6 +140,9 @@ class Backend:
         ``last_query_stats``). Names are checked against the pattern of dataset names and
         the database's listing before any path is built, so ``../x`` never reaches the
         file system."""
+        if limits is not None and not limits.allows(name):
+            # The same 404 as an absent name: a 403 here told a token which hidden names exist.
+            raise self._no_such_dataset(name, limits)
         opened = self._datasets.get(name)
         if opened is not None and not _still_on_disk(opened):
             # Deleted or renamed under the server: a 404 like any unknown name (its reads
@@ -144,11 +151,19 @@ class Backend:
             opened = None
         if opened is None:
             if not is_plain_name(name) or name not in self.names():
-                # Only the names the caller may read: a 404 must not reveal the others.
-                available = ", ".join(n for n in self.names() if limits is None or limits.allows(n)) or "none"
-                raise with_status(UnknownNameError(f"no dataset {name!r} on this server; available: {available}"), 404)
-            opened = self._datasets.setdefault(name, self.database[name])
+                raise self._no_such_dataset(name, limits)
+            try:
+                opened = self._datasets.setdefault(name, self.database[name])
+            except UnknownNameError:  # listed, then gone (being replaced): a 404 too, not a 400
+                raise self._no_such_dataset(name, limits) from None
         return copy.copy(opened)
+
+    def _no_such_dataset(self, name: str, limits: Limits | None) -> Exception:
+        """The 404 of a name absent or hidden from the caller, listing only the names the
+        caller may read: it must not tell the others apart."""
+        available = ", ".join(n for n in self.names() if limits is None or limits.allows(n)) or "none"
+        whose = "" if limits is None else f" that {limits.name_phrase} may read"
+        return with_status(UnknownNameError(f"no dataset {name!r} on this server{whose}; available: {available}"), 404)
 
     def close(self) -> None:
         """Lets go of the cluster, if there is one."""
@@ -162,8 +177,13 @@ class Backend:
         """The caller's limits (from ``token``, else the request's Bearer token) after
         counting this request against its rate. Anonymous callers are rated per address,
         so one busy anonymous client does not use up everyone's requests."""
-        limits = self.tokens.identify(token if token is not None else self.bearer(request))
-        client = request.client.host if request.client else ""
+        client = client_key(request.client.host if request.client else "")
+        try:
+            limits = self.tokens.identify(token if token is not None else self.bearer(request))
+        except AccessDeniedError as refused:
+            if refused.status == 401:  # guesses at a secret are rated per address too
+                self.tokens.take_failure(client)
+            raise
         self.tokens.take(limits, key=f"{limits.name}@{client}" if limits is self.tokens.anonymous else None)
         return limits
 
@@ -202,13 +222,14 @@ class Backend:
             f"{limits.max_points:,} (turbdb.connect does this by itself; GET /v1/limits tells the limits)")
 
     @contextlib.asynccontextmanager
-    async def admitted(self, request: Request, limits: Limits, times: int = 1,
-                       text: bool = False) -> AsyncIterator[Admission]:
+    async def admitted(self, request: Request, limits: Limits, text: bool = False) -> AsyncIterator[Admission]:
         """Admission against the points-in-flight budget of a request whose points are in
-        its body (each evaluated ``times`` times: a track's steps, a series' times; ``text``:
-        JHTDB's lines, else .npy or JSON), before the body is read: on the points its
-        ``Content-Length`` may hold (at most the token's limit), to be
-        :meth:`Admission.resize`\ d once they are read. Read first,
+        its body (``text``: JHTDB's lines, else .npy or JSON), before the body is read: on
+        the points its ``Content-Length`` may hold (at most the token's limit), to be
+        resized once they are read (:meth:`Admission.resize`), or given the points times
+        the times each is evaluated (a track's steps, a series' times) in their turn
+        (:meth:`Admission.hold`): admitted on that product before its body, one stalled
+        track of 1 000 declared bytes held the whole budget. Read first,
         the bodies of requests waiting their turn were memory outside the budget: 16
         waiting 10⁶-point queries took 700 MB. A client waits with its body unsent (TCP
         holds it back); one that waits too long gets 503, its body read and dropped first
@@ -225,7 +246,7 @@ class Backend:
         if length is not None and length > limits.max_points * most_bytes + BODY_SLACK:
             raise self._too_many_points(limits, length, most_bytes, encoding)
         most = UNKNOWN_LENGTH_POINTS if length is None else length // admitted_bytes
-        admission = self.limiter.admission(min(most, limits.max_points) * max(times, 1))
+        admission = self.limiter.admission(min(most, limits.max_points))
         try:
             await admission.acquire()
         except BusyError:
@@ -269,29 +290,40 @@ class Backend:
     # -- running the engine -----------------------------------------------------------------
 
     async def run_track(self, fn: Callable[[], T]) -> T:
-        """:meth:`run` for a track given :meth:`track_disconnection`: one that stopped because
-        the server is shutting down answers 503, to be sent again once it is back."""
+        """:meth:`run` for a track given :meth:`track_disconnection`, as long work: one that
+        stopped because the server is shutting down answers 503, to be sent again once it is
+        back."""
         try:
-            return await self.run(fn)
+            return await self.run(fn, long=True)
         except QueryCancelledError:
             if self.stopping.is_set():
                 raise BusyError("the server is shutting down, and this track was stopped; send it again once the "
                                 "server is back", retry_after=10.0) from None
             raise
 
-    async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, points: int | None = None, long: bool = False) -> T:
         """Runs a blocking engine call in the pool of ``workers`` threads, or right here
         when it is a query of at most ``INLINE_POINTS`` points: a millisecond at most, less
         than the hop to a thread and back costs in latency. With a node engine every call
         goes to a thread (a query may wait for a batch) and up to ``ENGINE_WAITERS`` wait
         at once; on a cluster too, since a query waits for its workers (a stopped worker
-        kept a 100-point query, and the whole event loop with it, waiting)."""
+        kept a 100-point query, and the whole event loop with it, waiting).
+
+        ``long`` work (a track; a call of more than ``SMALL_REQUEST_POINTS`` points) holds
+        one of ``workers - 1`` threads as well (at least one): eight anonymous tracks held
+        every thread, and a 4×4×4 cutout waited 8.3 s for one. Short work always finds a
+        thread, one more than long work may take where there is a single worker."""
         shared = self.database.engine is not None
         if points is not None and points <= INLINE_POINTS and not shared and not self._clustered:
             return fn(*args)
         if self._engine is None:
-            self._engine = anyio.CapacityLimiter(max(self.workers, ENGINE_WAITERS) if shared else self.workers)
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
+            self._long = anyio.CapacityLimiter(long_work_threads(self.workers))
+            threads = max(self.workers, self._long.total_tokens + 1)
+            self._engine = anyio.CapacityLimiter(max(threads, ENGINE_WAITERS) if shared else threads)
+        if not (long or (points is not None and points > SMALL_REQUEST_POINTS)):
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
+        async with self._long:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._engine)
 
     def track_disconnection(self, request: Request) -> Disconnection:
         """What a track looks at between its evaluations to learn that its client went
@@ -339,6 +371,12 @@ class Disconnection:
         return self.gone
 
 
+def long_work_threads(workers: int) -> int:
+    """Threads long work (tracks, series, large queries) may hold at once: all but one of
+    the ``workers``, so that a short request never waits behind them for a thread."""
+    return max(1, workers - 1)
+
+
 def media_type(request: Request) -> str:
     """The request body's media type, lower case, without parameters ("" when none)."""
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -366,6 +404,31 @@ def parse_json_points(body: bytes) -> np.ndarray:
     return as_points(document["points"])
 
 
+def track_steps(dataset: Dataset, start: float, end: float, dt: float,
+                names: tuple[str, str, str] = ("start", "end", "dt")) -> int:
+    """The steps of a track from ``start`` to ``end``, counted, not listed, after checking
+    that both ends are stored times (a span from -2e16 to 5e231 was refused for its steps,
+    not for lying outside the data) and against this server's :data:`MAX_TRACK_STEPS` (the
+    message named the library's 2**31 instead). ``names``: the parameters, as the request
+    spells them."""
+    for name, value in zip(names, (start, end, dt)):
+        finite_number(name, value)
+    stored = dataset.metadata.times
+    if len(stored):
+        first, last = float(stored[0]), float(stored[-1])
+        tolerance = range_tolerance(stored)
+        for name, t in zip(names, (start, end)):
+            if not first - tolerance <= t <= last + tolerance:
+                raise InvalidRequestError(f"{name} = {format_time(t)} is outside the stored times "
+                                          f"[{format_time(first)}, {format_time(last)}] of dataset {dataset.name!r}")
+    if dt > 0 and not abs(end - start) / dt <= MAX_TRACK_STEPS + 1:  # also an infinite ratio
+        raise LimitExceededError(
+            f"tracking from {start:g} to {end:g} in steps of {names[2]}={dt:g} takes {abs(end - start) / dt:.3g} "
+            f"steps; one request may take {MAX_TRACK_STEPS:,}: use a larger {names[2]}, or split the time span into "
+            "several requests (each starting where the last ended)")
+    return step_count(start, end, dt)
+
+
 def check_track_size(particles: int, steps: int) -> None:
     if steps > MAX_TRACK_STEPS:
         raise LimitExceededError(
@@ -388,6 +451,7 @@ def parse_range(name: str, value: str | None) -> tuple[int, int] | None:
     whole axis."""
     if value is None:
         return None
+    check_plain_numbers(name, value)  # int() read x=٣,٤ as 3,4
     try:
         start, stop = (int(v) for v in value.replace(":", ",").split(","))
     except ValueError:

@@ -25,6 +25,15 @@ from .logs import log, request_line
 #: Seconds a client is asked to wait before sending again what a shutdown cut short: a
 #: restart takes a few (asked again sooner, the request finds the port closed).
 RESTART_RETRY_SECONDS = 2
+#: The scope key :mod:`.connections` sets on a request whose body stopped arriving (its
+#: answer's description): the app, which then sees its client gone, logs and counts a 408.
+BODY_TIMEOUT_SCOPE_KEY = "turbdb.body_timeout"
+
+
+def body_timeout_description(idle_seconds: float, min_rate: float, received: int) -> str:
+    return (f"the request body stopped arriving ({received:,} bytes came; a body may pause {idle_seconds:g} s at most, "
+            f"and must come at {min_rate / 1024:g} KiB/s on average): it was dropped and its admission released; "
+            "send it again in one go")
 
 # Checked in order: subclasses before their bases.
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
@@ -72,11 +81,15 @@ def turbdb_error_response(error: Exception, hide: Any = None, request: Request |
         where = request_line(request.scope) if request is not None else "a request"
         log.log(logging.WARNING if status == 503 else logging.ERROR, "%s answered %d: %s: %s", where, status,
                 type(error).__name__, error)
-    message = str(error)
+    return error_response(status, without_paths(str(error), hide), name, getattr(error, "retry_after", None))
+
+
+def without_paths(message: str, hide: Any) -> str:
+    """``message`` with the database's directory ``hide`` (as given and resolved) cut out."""
     if hide is not None:
         for root in sorted({str(Path(hide).resolve()), str(Path(hide))}, key=len, reverse=True):
             message = hide_path(message, root.rstrip("/") or "/")
-    return error_response(status, message, name, getattr(error, "retry_after", None))
+    return message
 
 
 def hide_path(message: str, root: str) -> str:
@@ -112,8 +125,29 @@ def _endpoint_without_slash(request: Request) -> str | None:
     if not stripped or stripped == path:
         return None
     scope = {**request.scope, "path": stripped}
-    found = any(route.matches(scope)[0] != Match.NONE for route in request.app.router.routes)
+    found = any(route.matches(scope)[0] != Match.NONE for route in _every_route(request.app.router.routes))
     return stripped if found else None
+
+
+def _methods_on_path(request: Request) -> str:
+    """Every method of every route on the request's path: starlette's 405 names only the
+    first route's (``PUT /v1/jobs`` said "use POST", though ``GET /v1/jobs`` exists too)."""
+    methods: list[str] = []
+    for route in _every_route(request.app.router.routes):
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods += [m for m in sorted(getattr(route, "methods", None) or ()) if m not in methods]
+    return ", ".join(methods)
+
+
+def _every_route(routes: Any) -> Any:
+    """The routes, those of included routers among them (FastAPI keeps an included router
+    as one entry; ours are included without a prefix)."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _every_route(included.routes)
+        else:
+            yield route
 
 
 def install(app: FastAPI) -> None:
@@ -143,7 +177,7 @@ def install(app: FastAPI) -> None:
                 description = f"no such endpoint {request.url.path!r}: the endpoint is {without!r}, without the " \
                               f"trailing slash (see {docs})"
         elif error.status_code == 405:
-            allowed = headers["Allow"] = allowed_methods(headers.get("Allow", ""))
+            allowed = headers["Allow"] = allowed_methods(_methods_on_path(request) or headers.get("Allow", ""))
             description = (f"{request_method(request.scope)} is not allowed on {request.url.path}; "
                            f"use {allowed or 'another method'} (see {docs})")
         name = "InvalidRequestError" if error.status_code < 500 else "ServiceError"
@@ -157,11 +191,49 @@ def install(app: FastAPI) -> None:
         # as a client gone while its query ran, not as a bad request (a 400 in /metrics).
         if shutting_down(request):
             return shutdown_response()
+        timed_out = request.scope.get(BODY_TIMEOUT_SCOPE_KEY)
+        if timed_out is not None:
+            return error_response(408, timed_out, "ServiceError")  # sent already by the connection; logged here
         return error_response(499, "the client closed the connection before sending the whole body",
                               "InvalidRequestError")
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, error: Exception) -> Response:
         log.exception("internal error answering %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error ({type(error).__name__}); the server log has the details",
-                              "ServiceError")
+        return internal_error_response(error)
+
+    app.add_middleware(_InternalErrors)  # before the other middleware: innermost, so they see its 500
+
+
+def internal_error_response(error: Exception) -> Response:
+    return error_response(500, f"internal error ({type(error).__name__}); the server log has the details",
+                          "ServiceError")
+
+
+class _InternalErrors:
+    """Answers an unexpected exception with the JSON 500 inside the middleware stack.
+    Starlette answers it from its outermost layer and then raises it again: the traceback
+    was logged twice (once more by uvicorn), the access line said 0 B sent, and uvicorn
+    closed the connection, so a keep-alive client's next request was reset."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watching_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watching_send)
+        except Exception as error:
+            if started:  # half an answer is out: only closing the connection can tell the client
+                raise
+            log.exception("internal error answering %s", request_line(scope))
+            await internal_error_response(error)(scope, receive, send)

@@ -25,6 +25,11 @@ LINKS = {
 }
 
 
+# The home page is text and links: it loads nothing, runs nothing and posts nothing (the
+# links, /docs among them, are navigations, which this does not restrict).
+HOME_PAGE_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+
 def summary(backend: Backend, request: Request) -> dict[str, Any]:
     """What the server is, and the datasets the caller may read (none named to a caller
     without a token where anonymous use is off). Links are under the root path a proxy
@@ -61,6 +66,6 @@ def router(backend: Backend) -> APIRouter:
                 f"<p>Datasets: {datasets}.</p><ul>{items}</ul>"
                 f"<p>From Python: <code>turbdb.connect(\"{html.escape(str(request.base_url).rstrip('/'))}\")</code>.</p>"
                 "</body></html>")
-        return HTMLResponse(page)
+        return HTMLResponse(page, headers={"Content-Security-Policy": HOME_PAGE_POLICY})
 
     return api

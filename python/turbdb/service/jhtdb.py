@@ -22,11 +22,12 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
+from ..jhtdb.columns import columns  # noqa: F401 - JHTDB's column names, named here too
 from ..jhtdb.metadata import PLACEHOLDER, check_position_arguments
 from ..query import point_call
 from ..track import step_count
 from . import json_answers
-from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size, track_evaluations
+from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_track_size, track_evaluations, track_steps
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import endpoint_of
 from .jhtdb_functions import resolve as resolve_function
@@ -61,29 +62,7 @@ JHTDB_NAMES: dict[str, dict[str, str]] = {
 # JHTDB's spline family, MmQq (smoothness m 1…4, q 4…14 points), by name and pyJHTDB's code
 # (100·m + q); turbdb implements M1Q4 and M2Q8 of it.
 _SPLINES = re.compile(r"m[1-4]q(4|6|8|10|12|14)|[1-4](04|06|08|10|12|14)")
-# JHTDB's symbol of each variable in column names (duxdx, dpdx, d2bxdxdy, …).
-SYMBOLS = {"velocity": "u", "magneticfield": "b", "vectorpotential": "a", "force": "f", "pressure": "p",
-           "temperature": "t", "energy": "e", "density": "rho"}
-HESSIAN_PAIRS = ("xx", "xy", "xz", "yy", "yz", "zz")
 TESTING_TOKEN_LIMIT = 4096
-
-
-def columns(field: str, ncomp: int, operator: str) -> list[str]:
-    """JHTDB's column names for ``operator`` of ``field``, in the order of the values of
-    ``Dataset.query(...).reshape(N, -1)``: gradient ``[:, c, a]`` is row-major over c, a
-    (duxdx, duxdy, duxdz, duydx, …), Hessian per component xx, xy, xz, yy, yz, zz."""
-    if field == "position":
-        return ["x", "y", "z"]
-    symbol = SYMBOLS.get(field, field)
-    comps = [f"{symbol}{a}" for a in "xyz"] if ncomp == 3 else [symbol] if ncomp == 1 else \
-        [f"{symbol}{i}" for i in range(ncomp)]
-    if operator == "field":
-        return comps
-    if operator == "gradient":
-        return [f"d{c}d{a}" for c in comps for a in "xyz"]
-    if operator == "hessian":
-        return [f"d2{c}d{a}d{b}" for c in comps for a, b in HESSIAN_PAIRS]
-    return [f"grad2{c}" for c in comps]
 
 
 def jhtdb_name(kind: str, value: str | int) -> str:
@@ -147,6 +126,9 @@ def parse_points(body: bytes) -> np.ndarray:
         text = body.decode("ascii")
     except UnicodeDecodeError:
         raise InvalidRequestError("the points must be plain text, one 'x<TAB>y<TAB>z' line per point") from None
+    if "_" in text:  # float() read 1_0 as 10
+        raise InvalidRequestError("the points must be numbers written with plain digits (no '_'), one "
+                                  "'x<TAB>y<TAB>z' line per point")
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise InvalidRequestError("the body holds no points: send one 'x<TAB>y<TAB>z' line per point")
@@ -209,7 +191,8 @@ def router(backend: Backend) -> APIRouter:
                 raise InvalidRequestError("var=position needs timepoint_end (the end time) and delta_t (the time step)")
             check_position_arguments(method, operator, temporal, delta_t)
         if tracking:
-            steps = step_count(t, timepoint_end, delta_t)  # counted, not listed: a tiny dt must not allocate
+            # counted, not listed: a tiny dt must not allocate
+            steps = track_steps(ds, t, timepoint_end, delta_t, ("t", "timepoint_end", "delta_t"))
             check_track_size(0, steps)  # before the admission: a refused request must not wait its turn
             evaluations = steps + 1
         else:  # counted before the times are listed: a tiny delta_t must not allocate gigabytes
@@ -219,7 +202,7 @@ def router(backend: Backend) -> APIRouter:
                 if field not in ds.metadata.fields:
                     raise UnknownNameError(f"{field!r} is not a variable of dataset {dataset!r}; it has "
                                            f"{', '.join(ds.metadata.fields)}, position")
-        async with backend.admitted(request, limits, times=evaluations, text=True) as admission:
+        async with backend.admitted(request, limits, text=True) as admission:
             body = await backend.body(request, limits, JSON_BYTES_PER_POINT, "text")
             points = await anyio.to_thread.run_sync(parse_points, body) if len(body) > INLINE_JSON_BYTES \
                 else parse_points(body)
@@ -227,12 +210,12 @@ def router(backend: Backend) -> APIRouter:
             if tracking:
                 limits.check_points(len(points))
                 check_track_size(len(points), steps)
-                admission.resize(len(points) * evaluations)
+                await admission.hold(len(points) * evaluations)
                 return await _position(backend, request, ds, points, t, timepoint_end, delta_t, method)
             limits.check_points(len(points) * evaluations, "point-times (points × times)")
             times = series_times(t, timepoint_end, delta_t)
             limits.check_points(len(points) * len(times), "point-times (points × times)")
-            admission.resize(len(points) * len(times))
+            await admission.hold(len(points) * len(times))
             if backend.waits is not None:
                 return await _through_engine(backend, request, ds, points, fields, times, method, operator, temporal)
 
@@ -249,7 +232,7 @@ def router(backend: Backend) -> APIRouter:
 
             answer = await backend.run(evaluate, points=len(points) * len(times))
         backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * len(times))
-        return json_answers.answer(json_answers.list_chunks(answer), answer.size)
+        return json_answers.list_answer(answer)
 
     return api
 
@@ -276,8 +259,8 @@ async def _through_engine(backend: Backend, request: Request, ds, points: np.nda
     rows = np.concatenate([np.hstack(columns[k:k + len(fields)]) for k in range(0, len(columns), len(fields))])
     backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * len(times))
     if len(rows) <= ENCODE_INLINE_POINTS:
-        return json_answers.answer(json_answers.list_chunks(rows), rows.size)
-    return await anyio.to_thread.run_sync(json_answers.answer, json_answers.list_chunks(rows), rows.size)
+        return json_answers.list_answer(rows)
+    return await anyio.to_thread.run_sync(json_answers.list_answer, rows)
 
 
 async def _position(backend: Backend, request: Request, ds, points: np.ndarray, t: float, end: float,
@@ -293,4 +276,4 @@ async def _position(backend: Backend, request: Request, ds, points: np.ndarray, 
 
     answer = await backend.run_track(evaluate)
     backend.metrics.points.labels(endpoint_of(request)).inc(len(points) * track_evaluations(steps, "rk2"))
-    return json_answers.answer(json_answers.list_chunks(answer), answer.size)
+    return json_answers.list_answer(answer)

@@ -10,14 +10,18 @@ the stored steps numbered 1…n, every ``stridet``-th; ``filter_width`` box-filt
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from ..cutout import as_filter_width, nodes_read
+from ..arguments import MAX_INDEX
+from ..cutout import as_filter_width, node_count, nodes_read
+from ..exceptions import InvalidRequestError
 from ..jhtdb.cutout import attributes, check_request, giverny_cutout
 from .backend import Backend
+from .json_answers import NON_FINITE_HEADER, non_finite_count, with_nulls
 from .metrics import endpoint_of
 
 
@@ -40,14 +44,20 @@ def router(backend: Backend) -> APIRouter:
         token: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),
     ) -> Response:
         limits = backend.authorize(request, token or None)
-        ds = backend.dataset(dataset)
+        ds = backend.dataset(dataset, limits)
         limits.check_dataset(dataset)
+        numbers = {"xs": xs, "xe": xe, "ys": ys, "ye": ye, "zs": zs, "ze": ze, "ts": ts, "te": te, "stridex": stridex,
+                   "stridey": stridey, "stridez": stridez, "stridet": stridet}
+        for key, value in numbers.items():  # beyond int64 np.array raised OverflowError: a 500
+            if abs(value) > MAX_INDEX:
+                raise InvalidRequestError(f"{key} = {value} is beyond any grid (at most ±2**62)")
         space, time_range, strides = check_request(
             np.array([[xs, xe], [ys, ye], [zs, ze], [ts, te]], dtype=np.int64),
             np.array([stridex, stridey, stridez, stridet], dtype=np.int64))
         width = as_filter_width(filter_width)
-        nodes = int(np.prod([len(range(a - 1, b, s)) for (a, b), s in zip(space, strides[:3])]))
-        steps = len(range(int(time_range[0]), int(time_range[1]) + 1, int(strides[3])))
+        # Counted, not listed: a span of 2**63 nodes is within the bounds but beyond len(range).
+        nodes = math.prod(node_count(int(a) - 1, int(b), int(s)) for (a, b), s in zip(space, strides[:3]))
+        steps = node_count(int(time_range[0]), int(time_range[1]) + 1, int(strides[3]))
         read = nodes_read(ds.metadata, tuple((int(a) - 1, int(b)) for a, b in space),
                           tuple(int(s) for s in strides[:3]), width)
         limits.check_points(read * steps, "nodes × times" if width == 1 else "nodes read by the box filter × times")
@@ -55,11 +65,14 @@ def router(backend: Backend) -> APIRouter:
         def answer() -> bytes:
             result = giverny_cutout(ds, function, space, time_range, strides, width)
             result.attrs.update(attributes(dataset, space, time_range, strides, width))
-            return json.dumps(result.to_dict(data="list"), default=int).encode()
+            text = json.dumps(result.to_dict(data="list"), default=int)
+            missing = sum(non_finite_count(np.asarray(v.values)) for v in result.data_vars.values())
+            return (with_nulls(text) if missing else text).encode(), missing
 
         async with backend.limiter.admit(nodes * steps):
-            body = await backend.run(answer)
+            body, missing = await backend.run(answer)
         backend.metrics.points.labels(endpoint_of(request)).inc(nodes * steps)
-        return Response(body, media_type="application/json")
+        return Response(body, media_type="application/json",
+                        headers={NON_FINITE_HEADER: str(missing)} if missing else None)
 
     return api

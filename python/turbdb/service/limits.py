@@ -21,7 +21,10 @@ def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
         "anonymous": anonymous,
         "allowed": True,
         "max_points": limits.max_points,
-        "counts": "query points (× times for a JHTDB time series), cutout nodes (× times), tracked particles",
+        "counts": "query points (× times for a time series), cutout nodes (× times), tracked particles",
+        # The v1 query endpoint takes several comma-separated times (time=0.1,0.2): a client
+        # sends a series in one request where the server says so, else one per time.
+        "time_series_queries": True,
         "requests_per_minute": limits.requests_per_minute,
         # The token bucket holds a minute's worth: that many requests may come at once.
         "burst": max(1.0, limits.requests_per_minute),

@@ -20,7 +20,7 @@ import uvicorn
 from ..exceptions import InvalidRequestError, ServiceError
 from . import logs, redaction
 from .app import create_app
-from .connections import GuardedHttpProtocol
+from .connections import BODY_IDLE_SECONDS, SEND_IDLE_SECONDS, GuardedHttpProtocol
 from .proxies import TrustedProxies
 from .tokens import Tokens, rate_text
 
@@ -37,7 +37,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
           log_level: str = "info", access_log: bool = False, engine: dict[str, Any] | None = None,
           cluster: str | None = None, allow_origins: tuple[str, ...] = (),
           graceful_seconds: float = GRACEFUL_SHUTDOWN_SECONDS, forwarded_allow_ips: str | Sequence[str] | None = None,
-          root_path: str = "") -> None:
+          root_path: str = "", body_idle_seconds: float = BODY_IDLE_SECONDS,
+          send_idle_seconds: float = SEND_IDLE_SECONDS) -> None:
     """Serves the database at ``db`` until interrupted. ``engine``: the node engine's options
     (``scheduler``, ``cache_bytes``, ``cache_policy``, ``io``; see :func:`turbdb.open`).
     ``cluster``: a Dask scheduler address; the queries then run on that cluster.
@@ -46,8 +47,14 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     body is still arriving are answered 503 at once). ``forwarded_allow_ips``: the reverse
     proxies to trust (addresses or networks, comma-separated, or ``*``): a request from one
     of them counts as its ``X-Forwarded-For`` client; none by default. ``root_path``: the
-    path a proxy serves the server under (``/turbdb``), which its pages and links then name."""
+    path a proxy serves the server under (``/turbdb``), which its pages and links then name.
+    ``body_idle_seconds``: how long a request body may stop arriving (and the grace before
+    it must average 16 KiB/s) before it is answered 408 and its admission released.
+    ``send_idle_seconds``: how long an answer may stay unread (its client reading nothing)
+    before its connection is closed and its work dropped."""
     graceful_seconds = _graceful(graceful_seconds)
+    body_idle_seconds = _seconds("body_idle_seconds", body_idle_seconds, low=0.5, high=3600)
+    send_idle_seconds = _seconds("send_idle_seconds", send_idle_seconds, low=0.5, high=3600)
     root_path = _root_path(root_path)
     proxies = TrustedProxies(forwarded_allow_ips) if forwarded_allow_ips is not None else None
     options = {k: v for k, v in (("max_points_in_flight", max_points_in_flight),
@@ -71,7 +78,9 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     behind = f" on the cluster at {cluster}" if cluster else ""
     # Proxies are trusted only for what they forward; uvicorn's own handling (on by default,
     # trusting 127.0.0.1) let any local process choose its address with X-Forwarded-For.
-    protocol = GuardedHttpProtocol.configured(graceful_seconds=graceful_seconds, trusted_proxies=proxies)
+    protocol = GuardedHttpProtocol.configured(graceful_seconds=graceful_seconds, trusted_proxies=proxies,
+                                              body_idle_seconds=body_idle_seconds,
+                                              send_idle_seconds=send_idle_seconds)
     config = uvicorn.Config(app, log_level=log_level, access_log=False,
                             log_config=logs.logging_config(log_level, access_log),
                             timeout_graceful_shutdown=graceful_seconds + STRAGGLER_SECONDS,  # type: ignore[arg-type]
@@ -84,6 +93,7 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
              f"turbdb: API docs at {url}/docs (work offline); {backend.workers} engine threads; Ctrl-C stops\n"
              + node_engine_summary(backend.database, url)
              + access_summary(backend.tokens, tokens, backend.names())
+             + tokens_file_warning(tokens, backend.tokens)
              + (f"\nturbdb: web pages that may call the API from a browser: {', '.join(allow_origins)}"
                 if allow_origins else "")
              + proxy_summary(proxies, root_path))
@@ -110,6 +120,12 @@ def _say(text: str) -> None:
 def _graceful(seconds: Any) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 86400:
         raise InvalidRequestError(f"graceful_seconds must be a number of seconds from 0 to a day, not {seconds!r}")
+    return float(seconds)
+
+
+def _seconds(name: str, seconds: Any, low: float, high: float) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not low <= seconds <= high:
+        raise InvalidRequestError(f"{name} must be a number of seconds from {low:g} to {high:g}, not {seconds!r}")
     return float(seconds)
 
 
@@ -147,6 +163,22 @@ def node_engine_summary(database: Any, url: str) -> str:
 
 def _gib(nbytes: int) -> str:
     return f"{nbytes / (1 << 30):.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def tokens_file_warning(path: str | None, tokens: Tokens) -> str:
+    """A warning when the tokens file holds secrets in plain text and other users of the
+    machine may read it (``turbdb token alice >> tokens.toml`` makes a file of mode 644)."""
+    if not path or not tokens.plaintext:
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    if not mode & 0o044:  # readable by group or others
+        return ""
+    return (f"\nturbdb: warning: {path} holds {tokens.plaintext} secret(s) in plain text and other users of this "
+            f"machine may read it (mode {mode & 0o777:o}): run chmod 600 {path}, or keep only digests "
+            "(turbdb token NAME --hashed)")
 
 
 def access_summary(tokens: Tokens, path: str | None, datasets: list[str] | None = None) -> str:

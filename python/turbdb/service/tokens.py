@@ -19,8 +19,10 @@ A tokens file::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
+import ipaddress
 import math
 import os
 import re
@@ -35,8 +37,14 @@ from ..exceptions import AccessDeniedError, FormatError, LimitExceededError
 # JHTDB answers up to 4096 points without a personal token.
 ANONYMOUS_MAX_POINTS = 4096
 ANONYMOUS_REQUESTS_PER_MINUTE = 60
-# Rate-limit buckets kept before the full (idle) ones are dropped.
+# Rate-limit buckets kept; past this, the one used longest ago is forgotten (its address
+# starts afresh). Pruned as a whole, the dict cost 20 ms a request once it held 100 000.
 MAX_BUCKETS = 100_000
+# Requests with a wrong token an address may send a minute (a minute's worth in a burst):
+# refused with 401 before the rate limit, guesses at a secret were never slowed.
+FAILED_TOKENS_PER_MINUTE = 30
+# An IPv6 client is counted by its /64: one host is given a whole /64 and picks addresses in it.
+IPV6_CLIENT_PREFIX = 64
 # The token every JHTDB client script ships with: treated as no token at all.
 JHTDB_TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
 # What a caller without a token is told where anonymous use is off.
@@ -87,15 +95,22 @@ class Tokens:
     def __init__(self, tokens: Iterable[tuple[str, Limits]] = (), anonymous: Limits | None = None,
                  anonymous_allowed: bool = True):
         self._by_digest: dict[str, Limits] = {}
+        self.plaintext = 0  #: tokens whose secret is written in the file (not its digest)
         for secret, limits in tokens:
             digest = secret[7:] if secret.startswith("sha256:") else _digest(secret)
+            if secret.startswith("sha256:") and not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise FormatError(f"token {limits.name!r} is given as sha256:{digest[:16]}…, which is not a SHA-256 "
+                                  "digest (64 lower-case hexadecimal digits), so no token could match it; write the "
+                                  "secret as token = \"…\", or its digest as sha256 = \"<hex>\" (turbdb token NAME "
+                                  "--hashed)")
+            self.plaintext += not secret.startswith("sha256:")
             if digest in self._by_digest:
                 raise FormatError(f"tokens {self._by_digest[digest].name!r} and {limits.name!r} have the same secret; "
                                   "give each token its own")
             self._by_digest[digest] = limits
         self.anonymous = anonymous or Limits("anonymous", ANONYMOUS_MAX_POINTS, ANONYMOUS_REQUESTS_PER_MINUTE)
         self.anonymous_allowed = anonymous_allowed
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: collections.OrderedDict[str, _Bucket] = collections.OrderedDict()  # least recent first
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None) -> Tokens:
@@ -181,20 +196,34 @@ class Tokens:
     def take(self, limits: Limits, now: float | None = None, key: str | None = None) -> None:
         """Counts one request against the token's rate (or the rate of ``key``, for
         anonymous callers by address); LimitExceededError when over it."""
-        now = time.monotonic() if now is None else now
-        key = key or limits.name
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            if len(self._buckets) >= MAX_BUCKETS:  # many anonymous addresses: forget the refilled ones
-                self._buckets = {k: b for k, b in self._buckets.items() if b.stamp is None or now - b.stamp < 60}
-            bucket = self._buckets[key] = _Bucket(limits.requests_per_minute)
-        wait = bucket.take(now)
+        wait = self._wait(key or limits.name, limits.requests_per_minute, now)
         if wait > 0:
             raise LimitExceededError(
                 f"{limits.name_phrase} may send {rate_text(limits.requests_per_minute)} requests per minute; "
                 f"wait {wait:.1f} s, or send fewer, larger batches",
                 retry_after=wait,
             )
+
+    def take_failure(self, client: str, now: float | None = None) -> None:
+        """Counts a request with a wrong token against its address's
+        ``FAILED_TOKENS_PER_MINUTE``; LimitExceededError (429) when over it."""
+        wait = self._wait(f"failed-token@{client}", FAILED_TOKENS_PER_MINUTE, now)
+        if wait > 0:
+            raise LimitExceededError(
+                f"this address sent too many requests with a token this server does not know (at most "
+                f"{FAILED_TOKENS_PER_MINUTE} a minute); wait {wait:.1f} s and check the token", retry_after=wait)
+
+    def _wait(self, key: str, per_minute: float, now: float | None) -> float:
+        """Takes one request from the bucket of ``key``: the seconds to wait, 0 when it may go."""
+        now = time.monotonic() if now is None else now
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= MAX_BUCKETS:
+                self._buckets.popitem(last=False)
+            bucket = self._buckets[key] = _Bucket(per_minute)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.take(now)
 
 
 class _Bucket:
@@ -220,6 +249,20 @@ def rate_text(per_minute: float) -> str:
     """A rate as written in a tokens file and said in messages: every digit of a whole
     number (``:g`` turned 1234567 into 1.23457e+06, which the file then granted)."""
     return str(int(per_minute)) if float(per_minute).is_integer() else repr(float(per_minute))
+
+
+def client_key(host: str) -> str:
+    """The client a limit counts: an IPv4 address as it is, an IPv6 one by its /64 (a
+    host picks any address of its /64, each a fresh rate and connection count)."""
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host.split("%")[0])
+    except ValueError:
+        return host
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return f"{ipaddress.IPv6Network((address, IPV6_CLIENT_PREFIX), strict=False)}"
 
 
 def unsendable(token: str) -> str | None:

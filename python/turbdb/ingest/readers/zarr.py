@@ -15,6 +15,7 @@ from turbdb.ingest.coordinates import AXES, coordinate_note
 from turbdb.ingest.format_spec import Format
 from turbdb.ingest.missing_values import check_missing, declared_missing
 from turbdb.ingest.source import ArraySource, float_dtype
+from turbdb.ingest.store_files import check_blosc_chunks, check_regular_files
 from turbdb.ingest.variables import VARIABLES, choose_arrays
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class ZarrSource(ArraySource):
     ) -> None:
         import zarr
 
+        check_regular_files(path)
         # zarr-python rather than xarray: xarray refuses a whole store if one of its arrays
         # lacks dimension names, which stores not written by xarray usually do. Consolidated
         # metadata is a copy that appending (use_consolidated=False, zarr-python's default)
@@ -82,6 +84,9 @@ class ZarrSource(ArraySource):
                     f"array {n!r} of {path} is CF-packed ({', '.join(packed)}), which this reader "
                     "does not decode; store it unpacked as floating point"
                 )
+        for n, a in zip(names, arrays, strict=True):
+            if _chunks_are_blosc_frames(a):
+                check_blosc_chunks(path / n if n else path, what=f"array {n!r}" if n else "")
         dims = _dimension_names(arrays[0])
         if len({(a.shape, tuple(_dimension_names(a) or ())) for a in arrays}) > 1:
             raise FormatError(
@@ -109,8 +114,9 @@ class ZarrSource(ArraySource):
         super().__init__(path, key=",".join(names), layout=layout, dtype=np.result_type(*dtypes))
         self.notes = tuple(_absent_chunks(n or str(path), a) for n, a in zip(names, arrays, strict=True)
                            if a.nchunks_initialized < a.nchunks)
-        self.notes += tuple(note for n, a in zip(names, arrays, strict=True)
-                            if (note := _zero_fill_note(n or str(path), a)))
+        # Said once a step read holds a zero, not for every such array: most hold none.
+        self._zero_notes = {n: note for n, a in zip(names, arrays, strict=True)
+                            if (note := _zero_fill_note(n or str(path), a))}
         if group is not None:
             try:  # a note only: never the reason an ingest fails
                 coordinates = {n: group[n] for n in (*AXES, "time") if n in group and isinstance(group[n], zarr.Array)}
@@ -129,8 +135,20 @@ class ZarrSource(ArraySource):
             array = zarr.open_array(store=str(self.path), path=n, mode="r")
             block = np.asarray(array[key])
             check_missing(block, self._missing[n], what=f"array {n!r} of {self.path}" if n else f"Zarr array {self.path}")
+            if n in self._zero_notes and block.dtype.kind == "f" and not block.all():
+                self.notes += (self._zero_notes.pop(n),)
             blocks.append(block)
         return blocks
+
+
+def _chunks_are_blosc_frames(array: zarr.Array) -> bool:
+    """Whether each chunk file of ``array`` is one Blosc frame, whose header gives its length:
+    a Zarr v2 Blosc compressor, or Blosc the last codec of a v3 array (not sharded: a shard
+    holds many frames behind an index)."""
+    if array.metadata.zarr_format == 2:
+        return getattr(array.metadata.compressor, "codec_id", None) == "blosc"
+    codecs = [codec.to_dict().get("name") for codec in array.metadata.codecs]
+    return bool(codecs) and codecs[-1] in ("blosc", "numcodecs.blosc")
 
 
 def _missing_values(path: Path, name: str, array: zarr.Array) -> list[tuple[str, float, str]]:
@@ -162,7 +180,7 @@ def _is_zero(value: object) -> bool:
 def _zero_fill_note(name: str, array: zarr.Array) -> str | None:
     """A Zarr v2 array with dimension names (as xarray writes) and fill value 0 (as
     zarr-python gives every float array): its zeros are stored as zeros, where xarray
-    would read them as missing."""
+    would read them as missing (the note for the ingest to print once it stored one)."""
     if (array.metadata.zarr_format == 2 and "_ARRAY_DIMENSIONS" in array.attrs and "_FillValue" not in array.attrs
             and _is_zero(array.fill_value)):
         return (f"{name} has fill value 0 (zarr-python's default), which xarray reads as a _FillValue: its "
