@@ -203,3 +203,22 @@ def test_repr_and_track_do_not_count_every_shard(tmp_path, monkeypatch):
     (tmp_path / "u" / "velocity" / "c" / "2" / "0" / "0" / "0" / "0").unlink()
     with pytest.raises(turbdb.exceptions.TurbdbError, match="time step 2 is not stored: .*does not exist"):
         turbdb.open(tmp_path)["u"].track([[1.0, 1.0, 1.0]], start=0.1, end=0.2, dt=0.05)
+
+
+def test_uniform_times_far_from_zero_are_uniform_for_dt_checks(tmp_path):
+    # 86400 + k·0.001: the times' own rounding (1.5e-11) is above 1e-9 of the spacing, and
+    # such a dataset was taken for non-uniform: a second field with the same --dt, and an
+    # append without --dt, were refused.
+    from turbdb.ingest.pipeline import ingest_inputs
+
+    files = []
+    for k in range(4):
+        files.append(tmp_path / f"u_{k}.npy")
+        np.save(files[-1], np.full((8, 8, 8), float(k), np.float32))
+    db = tmp_path / "db"
+    ingest_inputs(db, "a", "u", files[:3], dt=0.001, t0=86400.0, quiet=True)
+    ds = turbdb.open(db)["a"]
+    assert ds.metadata.dt == pytest.approx(0.001)
+    ingest_inputs(db, "a", "p", files[:3], dt=0.001, quiet=True)
+    ingest_inputs(db, "a", "u", files[3:], quiet=True)
+    assert turbdb.open(db)["a"].metadata.nt == 4

@@ -236,3 +236,25 @@ def test_python_writes_are_refused_while_another_process_holds_the_writer_lock(t
     assert (after.nt, list(after.fields), after.fields["velocity"].steps_present) == (2, ["velocity"], (0,))
     assert float(ds.cutout("velocity", time=0).values.min()) == 1.0
     ds.write("velocity", 1, flat(1.0))  # once it is let go, the write goes through
+
+
+def test_threads_of_one_process_write_steps_at_once_and_under_its_held_lock(tmp_path):
+    # The lock is the process's: threads writing separate steps (a thread pool, Dask's
+    # threaded scheduler) refused each other, naming their own process as "another".
+    import concurrent.futures
+
+    ds = turbdb.create_dataset(tmp_path, "a", grid=(8, 8, 8), times=np.arange(6) * 0.1, fields={"p": 1})
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda t: ds.write("p", t, np.full((8, 8, 8), float(t))), range(6)))
+    assert ds.info.steps_present("p") == list(range(6))
+    with ds.writer_lock(), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(ds.write, "p", 0, np.full((8, 8, 8), 9.0)).result()
+    np.testing.assert_array_equal(ds.cutout("p", time=0.0).values, 9.0)
+
+
+def test_float64_values_that_float32_holds_exactly_are_not_warned_about():
+    from turbdb.dataset import float32_precision_lost
+
+    upcast = (101325 + np.arange(64) / 128).astype(np.float64)  # float32 output saved as float64
+    assert float32_precision_lost(upcast) is None
+    assert float32_precision_lost(101325 + 1e-3 * np.sin(np.arange(64.0))) is not None

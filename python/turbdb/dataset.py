@@ -380,12 +380,10 @@ class Dataset(HoldsEngine):
         self._attrs()  # this process's other stores drop the step too
 
     def _writing(self, then: str) -> contextlib.AbstractContextManager[None]:
-        """The writer lock for one change made by this process, unless this thread holds it
-        already (an ingest or a simulation, which call the writers below). ``then``: what
-        to do once the other writer is done, for the refusal."""
-        if writer_lock_held(self.path):
-            return contextlib.nullcontext()
-        return writer_lock(self.path, then=then)
+        """The writer lock for one change made by this process, shared with any hold of it
+        (an ingest or a simulation, which call the writers below; threads writing steps at
+        once). ``then``: what to do once the other writer is done, for the refusal."""
+        return shared_writer_lock(self.path, then=then)
 
     def append_times(self, times: Any) -> range:
         """Grows the time axis of every field by ``times`` (strictly after the last stored
@@ -815,6 +813,13 @@ _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _FEWEST_LEVELS = 1000
 
 
+def _exact_in_float32(data: np.ndarray) -> bool:
+    """Whether float32 holds every value of ``data`` exactly (float32 output saved as
+    float64 loses nothing): looked at only where a loss is suspected."""
+    with np.errstate(over="ignore", under="ignore"):
+        return bool(np.array_equal(data.astype(np.float32), data))
+
+
 def float32_precision_lost(data: np.ndarray) -> str | None:
     """What storing ``data`` (more precise than float32) as float32 loses, in words, or
     None: values that vary by too little for float32 around their size (an absolute
@@ -830,7 +835,7 @@ def float32_precision_lost(data: np.ndarray) -> str | None:
     if 0 < largest < _FLOAT32_TINY / _FLOAT32_EPS:
         with np.errstate(under="ignore"):
             small = int(np.count_nonzero((np.abs(data) < _FLOAT32_TINY) & (data != 0)))
-        if small:
+        if small and not _exact_in_float32(data):
             return (f"{small} value(s) lie below {_FLOAT32_TINY:.3g}, float32's smallest normal number (the largest "
                     f"is {largest:.3g}): stored as float32 they become 0 or keep fewer digits. Store the field in "
                     "other units (scaled up)")
@@ -838,7 +843,7 @@ def float32_precision_lost(data: np.ndarray) -> str | None:
         step = float(np.spacing(np.float32(largest)))
     if high > low and math.isfinite(step):
         levels = (high - low) / step
-        if levels < _FEWEST_LEVELS:
+        if levels < _FEWEST_LEVELS and not _exact_in_float32(data):
             return (f"the values vary by only {high - low:.3g} around {largest:.7g}, where float32, in which turbdb "
                     f"stores them, steps by {step:.3g}: the variation (and its gradients) is "
                     f"{'lost' if levels < 2 else 'kept with ' + format(levels, '.0f') + ' levels only'}. Subtract a "
@@ -962,23 +967,81 @@ def _not_a_regular_file(path: Path | str, kind: str) -> StorageError:
 
 
 #: The writer locks each thread holds (their datasets' real paths).
-_WRITER_LOCKS_HELD = threading.local()
+#: The writer locks this process holds: the dataset's real path → [its open lock file, how
+#: many holds, the thread that took it explicitly (an ingest, a simulation, a replacement;
+#: None for the single changes of :func:`shared_writer_lock`)]. A second ``flock`` on
+#: another open of the same file is refused even within one process, so holds are counted
+#: here: threads writing separate steps at once (a thread pool, Dask's threaded scheduler,
+#: simulate's writer thread) refused each other, naming their own process.
+_WRITER_LOCKS_HELD: dict[str, list[Any]] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _forget_writer_locks_after_fork() -> None:
+    # A forked child shares its parent's lock (the same open file): it must not write as
+    # though it held it, so it takes its own, which the parent's hold refuses.
+    global _WRITER_LOCKS_GUARD
+    _WRITER_LOCKS_HELD.clear()
+    _WRITER_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writer_locks_after_fork)
 
 
 def writer_lock_held(path: Path) -> bool:
-    """Whether this thread holds the writer lock of the dataset at ``path``: ``turbdb
+    """Whether this thread took the writer lock of the dataset at ``path``: ``turbdb
     simulate`` holds it while it replaces the dataset through ``create_dataset``, where a
-    second ``flock`` would be refused like another process's (and another thread of this
-    process must be refused: it is another writer)."""
-    return os.path.realpath(path) in getattr(_WRITER_LOCKS_HELD, "paths", ())
+    second ``flock`` would be refused like another process's."""
+    entry = _WRITER_LOCKS_HELD.get(os.path.realpath(path))
+    return entry is not None and entry[2] == threading.get_ident()
 
 
 @contextlib.contextmanager
 def writer_lock(path: Path, *, then: str = "run this again: steps already stored are skipped") -> Iterator[None]:
     """The writer lock of the dataset at ``path`` (:meth:`Dataset.writer_lock`), also for a
-    directory whose metadata is not written yet (a creation that was interrupted). Refused
-    with :class:`DatasetBusyError` naming the process that holds it, and saying to wait for
-    it, ``then`` (what the refused command should do next)."""
+    directory whose metadata is not written yet (a creation that was interrupted): one
+    writer at a time, another process or another thread of this one (an ingest, a
+    simulation, a replacement) refused with :class:`DatasetBusyError` naming the holder and
+    saying to wait for it, ``then`` (what the refused command should do next); the holder
+    itself checks :func:`writer_lock_held` rather than taking it again."""
+    with _held(path, then, shared=False):
+        yield
+
+
+def shared_writer_lock(path: Path, *, then: str) -> contextlib.AbstractContextManager[None]:
+    """The writer lock for one change (:meth:`Dataset.write`, :meth:`Dataset.append_times`,
+    …): shared with any hold of this process (the steps a thread pool writes, the writer
+    thread of a simulation, a change made during an ingest of this process), taken for the
+    change otherwise, refused while another process holds it."""
+    return _held(path, then, shared=True)
+
+
+@contextlib.contextmanager
+def _held(path: Path, then: str, shared: bool) -> Iterator[None]:
+    key = os.path.realpath(path)
+    me = threading.get_ident()
+    with _WRITER_LOCKS_GUARD:
+        entry = _WRITER_LOCKS_HELD.get(key)
+        if entry is None:
+            entry = _WRITER_LOCKS_HELD[key] = [_take_writer_lock(path, then), 0, None if shared else me]
+        elif not shared:  # one ingest, simulation or replacement at a time, also within a process
+            raise DatasetBusyError(f"another writer of this process is writing dataset {path.name!r}; wait for it to "
+                                   f"finish, then {then}")
+        entry[1] += 1
+    try:
+        yield
+    finally:
+        with _WRITER_LOCKS_GUARD:
+            entry[1] -= 1
+            if entry[1] == 0 and _WRITER_LOCKS_HELD.get(key) is entry:
+                del _WRITER_LOCKS_HELD[key]
+                with contextlib.suppress(OSError):
+                    fcntl.flock(entry[0], fcntl.LOCK_UN)
+                entry[0].close()
+
+
+def _take_writer_lock(path: Path, then: str) -> IO[bytes]:
+    """The dataset's writer lock file, opened and locked by this process (see :func:`writer_lock`)."""
     file = path / WRITER_LOCK_FILE
     try:
         try:
@@ -989,39 +1052,16 @@ def writer_lock(path: Path, *, then: str = "run this again: steps already stored
         if isinstance(e, StorageError):
             raise
         raise storage_error(e, file) from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DatasetBusyError(
-                f"another process is writing dataset {path.name!r}{_lock_holder(file)}; wait for it to finish, then "
-                f"{then}"
-            ) from None
-        _record_holder(lock)
-        held = _WRITER_LOCKS_HELD.__dict__.setdefault("paths", set())
-        key = os.path.realpath(path)
-        held.add(key)
-        try:
-            yield
-        finally:
-            held.discard(key)
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def writer_lock_lent(path: Path) -> Iterator[None]:
-    """Counts the writer lock of ``path`` as held by this thread, which writes for the
-    thread that holds it (``turbdb simulate`` stores its steps on a worker thread): its
-    writes would otherwise be refused like another writer's."""
-    held = _WRITER_LOCKS_HELD.__dict__.setdefault("paths", set())
-    key = os.path.realpath(path)
-    lent = key not in held
-    held.add(key)
     try:
-        yield
-    finally:
-        if lent:
-            held.discard(key)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise DatasetBusyError(
+            f"another process is writing dataset {path.name!r}{_lock_holder(file)}; wait for it to finish, then "
+            f"{then}"
+        ) from None
+    _record_holder(lock)
+    return lock
 
 
 def _record_holder(lock: IO[bytes]) -> None:

@@ -70,6 +70,14 @@ class FieldInfo:
         return [f"{prefix}{s}" if s else self.name for s in suffixes]
 
 
+def spacing_tolerance(times: Any) -> float:
+    """How far apart two time steps may be and still count as one spacing, beyond 1e-9 of
+    it: the rounding of the times themselves (16 float64 steps at their size), which far
+    from zero exceeds 1e-9 of a small spacing (86400 + k·0.001 read as non-uniform)."""
+    times = np.asarray(times, dtype=np.float64)
+    return 16 * float(np.spacing(np.max(np.abs(times)))) if times.size else 0.0
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class DatasetInfo:
     """Everything known about a dataset; ``fields[name].steps_present`` says which time
@@ -106,7 +114,7 @@ class DatasetInfo:
         if self.nt < 2:
             return None
         steps = np.diff(self.times)
-        return float(steps[0]) if np.allclose(steps, steps[0], rtol=1e-9, atol=0) else None
+        return float(steps[0]) if np.allclose(steps, steps[0], rtol=1e-9, atol=spacing_tolerance(self.times)) else None
 
     @property
     def domain(self) -> tuple[tuple[float, float], ...]:

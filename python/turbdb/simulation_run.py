@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .database import create_dataset
 from .database import open as open_db
-from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock, writer_lock_lent
+from .dataset import LOCK_FILE, WRITER_LOCK_FILE, Dataset, writer_lock
 from .exceptions import DatasetExistsError, InvalidRequestError, StorageError, TurbdbError
 from .info import check_name
 from .progress_bars import bar_disabled
@@ -187,10 +187,9 @@ def _record_window(dataset: Dataset, window: list[dict[str, float]]) -> None:
 
 
 def _store(dataset: Dataset, step: int, velocity: np.ndarray, pressure: np.ndarray) -> None:
-    # On the writer thread, for the main thread that holds the writer lock.
-    with writer_lock_lent(dataset.path):
-        dataset.write("velocity", step, velocity)
-        dataset.write("pressure", step, pressure)
+    # On the writer thread; the writer lock the main thread holds is this process's.
+    dataset.write("velocity", step, velocity)
+    dataset.write("pressure", step, pressure)
 
 
 def _how_to_go_on(existing: Dataset | None, grid: int, steps: int, provenance: dict[str, Any]) -> str:

@@ -185,7 +185,7 @@ def test_a_second_writer_is_refused_while_an_ingest_holds_the_dataset(tmp_path):
     dataset = ingest_inputs(tmp_path / "db", "run", "velocity", paths[:1], quiet=True)
     before = shard_bytes(dataset.path, "velocity")
     with dataset.writer_lock():  # what a running ingest holds
-        with pytest.raises(turbdb.DatasetBusyError, match="another process is writing"):
+        with pytest.raises(turbdb.DatasetBusyError, match="is writing dataset 'run'"):
             ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)
     assert shard_bytes(dataset.path, "velocity") == before, "the refused writer must not have written"
     ingest_inputs(tmp_path / "db", "run", "velocity", paths, quiet=True)  # free again: it completes

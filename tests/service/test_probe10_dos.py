@@ -211,3 +211,24 @@ def test_a_refused_cors_preflight_has_the_json_error_shape(service_db):
     answer = asyncio.run(preflight())
     assert answer.status_code == 400 and answer.json()["error"] == "InvalidRequestError"
     assert "Disallowed CORS origin" in answer.json()["description"]
+
+
+def test_a_slow_reader_that_keeps_reading_is_not_cut_by_the_send_deadline(service_db, tmp_path):
+    # The deadline ran from the moment the buffer filled until it had nearly drained: a
+    # client reading a large answer steadily but slowly was cut as if it read nothing.
+    with running_serve(service_db, tmp_path / "slow.log", send_idle_seconds=1) as s:
+        get = b"GET /static-offline-docs/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n"
+        whole = len(httpx.get(s.url + "/static-offline-docs/swagger-ui-bundle.js").content)
+        reader = _raw(s.url, get * 4, rcvbuf=4096)
+        reader.settimeout(10)
+        received, began = 0, time.monotonic()
+        while received < 4 * whole and time.monotonic() - began < 60:
+            chunk = reader.recv(16384)
+            if not chunk:
+                break
+            received += len(chunk)
+            time.sleep(0.002)  # about 8 MB/s at most, in small reads
+        reader.close()
+        log = s.log.read_text()
+    assert received >= 4 * whole, (received, 4 * whole, time.monotonic() - began)
+    assert "read nothing of the answer" not in log

@@ -25,7 +25,7 @@ from ..dataset import JOURNAL_KEY, Dataset, directory_identity
 from ..exceptions import (
     DatasetBusyError, Float32PrecisionWarning, FormatError, InvalidRequestError, TurbdbError, UnknownNameError,
 )
-from ..info import check_name
+from ..info import check_name, spacing_tolerance
 from ..progress_bars import bar_disabled
 from ..times import format_time, time_grid
 from .opening import open_sources
@@ -208,11 +208,12 @@ def _check_new_times(dataset: Dataset, field: str, first: int, count: int, dt: f
     # Where this field has a step before them, the first new one follows it by dt too.
     start, end = max(first - 1, 0), min(first + count, info.nt)
     taken = info.times[start:end]
-    if dt is not None and len(taken) > 1 and not np.allclose(np.diff(taken), dt, rtol=1e-9, atol=0):
+    atol = spacing_tolerance(info.times)
+    if dt is not None and len(taken) > 1 and not np.allclose(np.diff(taken), dt, rtol=1e-9, atol=atol):
         shown = ", ".join(format_time(t) for t in taken[:6]) + (", …" if len(taken) > 6 else "")
         spacing = np.diff(taken)
         instead = "leave --dt out" + (f" (or give --dt {format_time(float(spacing[0]))})"
-                                      if np.allclose(spacing, spacing[0], rtol=1e-9, atol=0) else "")
+                                      if np.allclose(spacing, spacing[0], rtol=1e-9, atol=atol) else "")
         raise InvalidRequestError(
             f"--dt {dt:g} does not fit the times the new steps of {field} take: they go to time indices "
             f"{first}-{end - 1} of dataset {dataset.name!r}, which already has the times {shown} at indices "
@@ -225,7 +226,7 @@ def _check_new_times(dataset: Dataset, field: str, first: int, count: int, dt: f
             raise InvalidRequestError(
                 f"dataset {dataset.name!r} has non-uniform times (its last steps {steps}): give --dt, the time "
                 f"between the {count} step(s) appended after {format_time(float(info.times[-1]))}; nothing was stored")
-        if dt is not None and info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=0):
+        if dt is not None and info.dt is not None and not np.isclose(dt, info.dt, rtol=1e-9, atol=atol):
             tqdm.write(f"note: --dt {dt:g} is not the dataset's dt {info.dt:g}: its times become non-uniform",
                        file=sys.stderr)
 

@@ -324,7 +324,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self._send_stalled is None:
-            self._send_stalled = self.loop.call_later(self.send_idle_seconds, self._drop_unread_answer)
+            # Whose answer it is, now: by the deadline a pipelined request may be the cycle.
+            where = request_line(self.cycle.scope) if self.cycle is not None else "a connection"
+            self._watch_send(self.transport.get_write_buffer_size(), where)
+
+    def _watch_send(self, unread: int, where: str) -> None:
+        self._send_stalled = self.loop.call_later(self.send_idle_seconds, self._look_at_send, unread, where)
 
     def resume_writing(self) -> None:
         if self._send_stalled is not None:
@@ -332,12 +337,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._send_stalled = None
         super().resume_writing()
 
-    def _drop_unread_answer(self) -> None:
+    def _look_at_send(self, unread_before: int, where: str) -> None:
         """Closes a connection whose client has read nothing of its answer for
-        ``send_idle_seconds``: its request sees its client gone and stops."""
+        ``send_idle_seconds`` (its request sees its client gone and stops); one that read
+        some, however slowly, is given as long again. The buffer drains to its low mark
+        before writing resumes, so a slow honest reader of a large answer (24 MB at 400 kB/s)
+        stays paused longer than the deadline while it reads."""
         self._send_stalled = None
         unread = self.transport.get_write_buffer_size()
-        where = request_line(self.cycle.scope) if self.cycle is not None else "a connection"
+        if unread < unread_before:
+            self._watch_send(unread, where)
+            return
         log.warning("%s: closed, its client read nothing of the answer for %g s (%s bytes unread)", where,
                     self.send_idle_seconds, f"{unread:,}")
         self.transport.abort()

@@ -54,9 +54,10 @@ pub struct OpenedShard {
     /// ([`FieldReader::atoms_in_place`]); `None` for compressed atoms, past
     /// [`MAX_MAPPED_SHARDS`], or where mapping failed.
     map: Option<MappedFile>,
-    /// The file's (device, inode): a rewrite renames a new file over the path, whose atoms
-    /// must be read with its own index, not this one ([`FieldReader::shard_of_file`]).
-    file_identity: (u64, u64),
+    /// The file's identity ([`file_identity`]): a rewrite renames a new file over the path,
+    /// whose atoms must be read with its own index, not this one
+    /// ([`FieldReader::shard_of_file`]).
+    file_identity: FileIdentity,
 }
 
 /// Shard files mapped at once in this process, at most: the kernel allows a process about
@@ -777,12 +778,23 @@ impl AtomSource for FieldReader {
     }
 }
 
-/// The (device, inode) of an open file.
-fn file_identity(file: &File, path: &Path) -> Result<(u64, u64)> {
+/// What tells one file at a path from the next: device and inode, and the size and the
+/// modification time, since a file system reuses the inode of a file deleted (the shard
+/// before the last rewrite) for the next one it makes.
+fn file_identity(file: &File, path: &Path) -> Result<FileIdentity> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    Ok((meta.dev(), meta.ino()))
+    Ok([
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime() as u64,
+        meta.mtime_nsec() as u64,
+    ])
 }
+
+/// See [`file_identity`].
+type FileIdentity = [u64; 5];
 
 fn open_shard(path: &Path, t: usize) -> Result<File> {
     File::open(path).map_err(|e| match e.kind() {

@@ -3,6 +3,7 @@
 //! written in its slot. Reports problems instead of stopping at the first.
 
 use std::fs;
+use std::io::Read;
 use std::path::PathBuf;
 
 use crate::error::Error;
@@ -100,8 +101,12 @@ fn check_shard(
     out: &mut [f32],
 ) -> Result<(usize, bool), Error> {
     let path = reader.shard_path(t, shard);
-    let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    let opened = reader.shard(t, shard)?;
+    // The bytes and the index of one file: a rewrite may rename another over the path.
+    let mut file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io(&path, e))?;
+    let opened = reader.shard_of_file(t, shard, &file, &path)?;
     let header_len = opened.header.as_ref().map_or(0, |h| h.len() as u64);
     let mut atoms = 0;
     for slot in 0..opened.index.entries.len() {
