@@ -80,8 +80,6 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
                                f"{self.path.parent}) instead")
         self._engine: Any = None
         self._closed_engine = False  # whether close() let an engine go
-        # Datasets opened to plan jobs (see _planned_dataset); they follow their metadata.
-        self._planning: dict[str, Dataset] = {}
         # Datasets opened by look-up, each handed out as a copy sharing its opened stores
         # (see __getitem__); they follow their metadata as the server's do.
         self._opened: dict[str, Dataset] = {}
@@ -119,15 +117,9 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         :data:`turbdb.jobs.MAX_JOB_QUERIES` queries; without a node engine the job is inert."""
         from .jobs import declare, plan_of
 
-        return declare(self.engine, plan_of(self._planned_dataset, plan))
-
-    def _planned_dataset(self, name: str) -> Dataset:
-        """The dataset ``name`` for planning jobs, kept: opening it again for every job
-        (its metadata and its field's read again) cost half a millisecond a job."""
-        dataset = self._planning.get(name)
-        if dataset is None:
-            dataset = self._planning[name] = self[name]
-        return dataset
+        # A look-up is a copy of the dataset opened first, its metadata parsed once: opening
+        # it again for every job cost half a millisecond a job.
+        return declare(self.engine, plan_of(self.__getitem__, plan))
 
     def close(self) -> None:
         """Lets go of the node engine (its cache and I/O threads go once the datasets

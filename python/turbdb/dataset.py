@@ -236,18 +236,10 @@ class Dataset(HoldsEngine):
         theirs to write)."""
         path = self.path / LOCK_FILE
         try:
-            if reading and (path.exists() or self.path.stat().st_uid != os.geteuid()):
-                lock = open_lock_file(path, writing=False)
-            else:
-                try:
-                    lock = open_lock_file(path, writing=True)
-                except PermissionError:  # flock needs no write access: someone else's file locks too
-                    lock = open_lock_file(path, writing=False)
+            writing = not (reading and (path.exists() or self.path.stat().st_uid != os.geteuid()))
         except OSError as e:
-            if isinstance(e, StorageError):
-                raise
             raise storage_error(e, path) from None
-        with lock:
+        with _lock_file(path, writing) as lock:
             try:  # shared for a reader: on NFS an exclusive lock needs a file open for writing
                 fcntl.flock(lock, fcntl.LOCK_SH if reading else fcntl.LOCK_EX)
             except OSError as e:
@@ -1040,18 +1032,26 @@ def _held(path: Path, then: str, shared: bool) -> Iterator[None]:
                 entry[0].close()
 
 
+def _lock_file(path: Path, writing: bool) -> IO[bytes]:
+    """A lock file opened to ``flock``: for writing where asked and allowed (another
+    account's file is opened read-only: flock needs no write access), read-only else."""
+    try:
+        if writing:
+            try:
+                return open_lock_file(path, writing=True)
+            except PermissionError:
+                pass
+        return open_lock_file(path, writing=False)
+    except StorageError:
+        raise
+    except OSError as e:
+        raise storage_error(e, path) from None
+
+
 def _take_writer_lock(path: Path, then: str) -> IO[bytes]:
     """The dataset's writer lock file, opened and locked by this process (see :func:`writer_lock`)."""
     file = path / WRITER_LOCK_FILE
-    try:
-        try:
-            lock = open_lock_file(file, writing=True)
-        except PermissionError:  # flock needs no write access: someone else's file locks too
-            lock = open_lock_file(file, writing=False)
-    except OSError as e:
-        if isinstance(e, StorageError):
-            raise
-        raise storage_error(e, file) from None
+    lock = _lock_file(file, writing=True)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
