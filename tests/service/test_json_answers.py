@@ -1,5 +1,6 @@
-"""Arrays answered as JSON: encoded a slice at a time, byte for byte what json.dumps of the
-whole list wrote, so that a large answer does not hold every number as a Python float."""
+"""Arrays answered as JSON: encoded a slice at a time, the very numbers json.dumps of the
+whole list wrote, so that a large answer does not hold every number as a Python float, and
+fast (orjson)."""
 
 import io
 import json
@@ -14,7 +15,7 @@ from servicekit import FULL, random_points
 
 
 def whole(values):
-    """The answer as it was encoded before: the whole list at once, with what JSON cannot
+    """The answer as json.dumps encoded it: the whole list at once, with what JSON cannot
     hold (NaN, infinities) written as null and counted."""
     document = {"shape": list(values.shape), "dtype": str(values.dtype)}
     missing = int(values.size - np.count_nonzero(np.isfinite(values)))
@@ -26,16 +27,30 @@ def whole(values):
 
 @pytest.mark.parametrize("shape", [(50, 3), (50, 3, 3), (3, 40, 3), (2, 3, 40), (0, 3), (7,), ()])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_chunks_are_byte_for_byte_the_whole_encoding(monkeypatch, shape, dtype):
+def test_the_chunks_hold_the_very_numbers_of_the_whole_encoding(monkeypatch, shape, dtype):
     monkeypatch.setattr(json_answers, "CHUNK_VALUES", 7)  # many chunks, rows larger than one
     values = np.random.default_rng(1).normal(size=shape).astype(dtype)
     if values.size > 3:
         values.flat[:3] = (np.nan, np.inf, -0.0)
-    assert b"".join(json_answers.array_chunks(values)) == whole(values)
+    if values.size > 6:
+        values.flat[3:6] = (1e-5, 3e38, np.finfo(dtype).tiny)  # exponents both ways, the smallest normal
+    # Valid JSON for a strict parser (no NaN or Infinity), and the same document, number for
+    # number (float64 equality, the sign of zero too), as json.dumps wrote.
+    strict = {"parse_constant": lambda c: pytest.fail(f"{c} in JSON")}
+    answered = json.loads(b"".join(json_answers.array_chunks(values)), **strict)
+    expected = json.loads(whole(values))
+    assert answered == expected
+    assert np.array_equal(np.signbit(np.array(answered["values"], dtype=float)),
+                          np.signbit(np.array(expected["values"], dtype=float)))
     nulls = not np.isfinite(values).all()
-    assert b"".join(json_answers.list_chunks(values, nulls)) == json_answers.with_nulls(json.dumps(values.tolist())).encode()
-    # Valid JSON for a strict parser: no NaN or Infinity.
-    json.loads(b"".join(json_answers.array_chunks(values)), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    listed = json.loads(b"".join(json_answers.list_chunks(values, nulls)), **strict)
+    assert listed == json.loads(json_answers.with_nulls(json.dumps(values.tolist())))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.float16])
+def test_other_dtypes_are_written_as_json_dumps_writes_them(dtype):
+    values = (np.arange(12).reshape(4, 3) % 3).astype(dtype)
+    assert json.loads(b"".join(json_answers.list_chunks(values))) == values.tolist()
 
 
 def test_a_lone_non_finite_value_is_null_too():

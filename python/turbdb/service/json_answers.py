@@ -3,6 +3,10 @@
 117 MiB of server memory against 22 MiB for the same answer as ``.npy``. The text here is
 byte for byte what ``json.dumps`` writes (each number the ``repr`` of its float64 value, so
 a float32 reads back exactly), sent in pieces of about :data:`CHUNK_VALUES` numbers.
+orjson writes the numbers, about 30× faster than ``json.dumps(values.tolist())`` (0.5 s for
+a 10⁵-point gradient, ten times the time of the query itself); the text differs from
+``json.dumps``'s only in its separators and exponents (``,`` for ``, ``, ``0.00001`` for
+``1e-05``): the same numbers.
 
 JSON has no NaN or infinities: ``json.dumps`` wrote ``NaN`` and ``Infinity``, which
 ``JSON.parse``, jq and Go refuse. Non-finite values are written as ``null``; a turbdb answer
@@ -16,6 +20,7 @@ import re
 from collections.abc import Iterator
 
 import numpy as np
+import orjson
 from starlette.responses import Response, StreamingResponse
 
 JSON = "application/json"
@@ -52,26 +57,39 @@ def array_chunks(values: np.ndarray) -> Iterator[bytes]:
     yield b"}"
 
 
+def list_text(values: np.ndarray, nulls: bool = False) -> bytes:
+    """The numbers of ``json.dumps(values.tolist())`` as JSON text, non-finite ones null
+    (``nulls``: some are not finite)."""
+    if values.ndim and values.size and values.dtype.kind in "fiub":  # orjson refuses empty arrays, lists a scalar
+        # float32 as its float64 value, which tolist gave.
+        wide = np.float64 if values.dtype.kind == "f" else None
+        try:
+            return orjson.dumps(np.ascontiguousarray(values, dtype=wide), option=orjson.OPT_SERIALIZE_NUMPY)
+        except orjson.JSONEncodeError:  # a dtype orjson does not take (float16, uint64 past int64): as before
+            pass
+    text = json.dumps(values.tolist())
+    return (with_nulls(text) if nulls else text).encode()
+
+
 def list_chunks(values: np.ndarray, nulls: bool = False) -> Iterator[bytes]:
-    """``json.dumps(values.tolist())``, in pieces: rows of the first axis a chunk's worth at a
-    time, or each row in pieces when one row holds more than a chunk. ``nulls``: some values
-    are not finite, written as null."""
-    dumps = (lambda v: with_nulls(json.dumps(v))) if nulls else json.dumps
+    """``json.dumps(values.tolist())``'s numbers (:func:`list_text`), in pieces: rows of the
+    first axis a chunk's worth at a time, or each row in pieces when one row holds more than a
+    chunk. ``nulls``: some values are not finite, written as null."""
     if values.ndim == 0 or values.size <= CHUNK_VALUES:
-        yield dumps(values.tolist()).encode()
+        yield list_text(values, nulls)
         return
     yield b"["
     per_row = values[0].size
     if per_row > CHUNK_VALUES:
         for i, row in enumerate(values):
             if i:
-                yield b", "
+                yield b","
             yield from list_chunks(row, nulls)
     else:
         rows = CHUNK_VALUES // max(1, per_row)
         for start in range(0, len(values), rows):
-            text = dumps(values[start:start + rows].tolist())[1:-1]  # the rows, without the list's brackets
-            yield (", " + text if start else text).encode()
+            text = list_text(values[start:start + rows], nulls)[1:-1]  # the rows, without the list's brackets
+            yield b"," + text if start else text
     yield b"]"
 
 
