@@ -12,6 +12,7 @@ from starlette.responses import StreamingResponse
 from ..arguments import known_field
 from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
+from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
 
@@ -136,4 +137,5 @@ async def respond(backend: Backend, plan: CutoutPlan, fmt: str) -> StreamingResp
 async def _read(backend: Backend, plan: CutoutPlan, z: tuple[int, int]) -> np.ndarray:
     nodes = len(range(z[0], z[1], plan.strides[2])) * plan.shape[1] * plan.shape[2]
     async with backend.limiter.admit(nodes):
-        return await backend.run(plan.read, z)
+        # A large slab is long work: large cutouts side by side must leave a thread to small requests.
+        return await backend.run(plan.read, z, long=nodes > SMALL_REQUEST_POINTS)

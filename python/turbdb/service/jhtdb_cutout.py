@@ -20,6 +20,7 @@ from ..arguments import MAX_INDEX
 from ..cutout import as_filter_width, node_count, nodes_read
 from ..exceptions import InvalidRequestError
 from ..jhtdb.cutout import attributes, check_request, giverny_cutout
+from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
 from .json_answers import NON_FINITE_HEADER, non_finite_count, with_nulls
 from .metrics import endpoint_of
@@ -70,7 +71,7 @@ def router(backend: Backend) -> APIRouter:
             return (with_nulls(text) if missing else text).encode(), missing
 
         async with backend.limiter.admit(nodes * steps):
-            body, missing = await backend.run(answer)
+            body, missing = await backend.run(answer, long=read * steps > SMALL_REQUEST_POINTS)
         backend.metrics.points.labels(endpoint_of(request)).inc(nodes * steps)
         return Response(body, media_type="application/json",
                         headers={NON_FINITE_HEADER: str(missing)} if missing else None)
