@@ -438,6 +438,11 @@ def test_query_says_which_stored_step_answered_a_time_between_steps(tmp_path, db
     between = run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "p.csv", "--time", "0.7",
                   "--out", tmp_path / "p.npy").stdout
     assert "t = 0.7 (the nearest stored step, t = 1)" in between
+    # Halfway between two steps the later one answers (as the engine reads): it named the earlier.
+    tie = run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "p.csv", "--time", "0.5",
+              "--out", tmp_path / "tie.npy").stdout
+    assert "t = 0.5 (the nearest stored step, t = 1)" in tie
+    np.testing.assert_array_equal(np.load(tmp_path / "tie.npy"), np.load(tmp_path / "p.npy"))
     on_a_step = run("query", db, "flow", "--field", "pressure", "--points", tmp_path / "p.csv", "--time", "1",
                     "--out", tmp_path / "p.npy").stdout
     assert "t = 1, " in on_a_step and "nearest" not in on_a_step

@@ -9,7 +9,7 @@ import click
 
 from ..progress_bars import bar_disabled
 from .group import main
-from ..times import format_time
+from ..times import format_time, nearest_stored_index
 from .inputs import (ExpandedPath, database, existing_dataset_name, is_url, local_path, option_given, output_file,
                      read_points, token_option)
 from .interrupts import work_done
@@ -65,7 +65,7 @@ def query(db_or_url: str, name: str, field: str, points_file: Path, time_: float
     if choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES) == "none":
         # The nearest stored step answers: say which, where it is not the time asked.
         times = np.asarray(dataset.metadata.times, dtype=float)
-        stored = float(times[int(abs(times - time_).argmin())])
+        stored = float(times[nearest_stored_index(times, time_)])  # the later on a tie, as the engine reads
         when += f" (the nearest stored step, t = {format_time(stored)})" if stored != time_ else ""
     click.echo(f"{name}: {operator} of {field} at {len(points)} points, {when}, {method}: wrote {out} "
                f"{values.shape} {values.dtype}")
