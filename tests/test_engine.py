@@ -248,6 +248,12 @@ def test_the_same_points_at_another_time_reuse_their_cut_and_a_moved_point_does_
         (dict(cache_policy="arc"), turbdb.UnknownNameError, "valid cache policy names: lru, lruk, slru, urc"),
         (dict(io="mmap"), turbdb.UnknownNameError, "valid io modes: buffered, direct"),
         (dict(cache_bytes=-1), turbdb.InvalidRequestError, "must not be negative"),
+        # Only None means the default: these made a jaws/urc/buffered engine for someone meaning none.
+        (dict(scheduler=False), turbdb.UnknownNameError, "unknown scheduler False"),
+        (dict(scheduler=""), turbdb.UnknownNameError, "unknown scheduler ''"),
+        (dict(scheduler=0), turbdb.UnknownNameError, "unknown scheduler 0"),
+        (dict(cache_policy=""), turbdb.UnknownNameError, "unknown cache policy name ''"),
+        (dict(io=False), turbdb.UnknownNameError, "unknown io mode False"),
     ],
 )
 def test_bad_engine_options_are_refused_with_a_message(database, options, error, message):

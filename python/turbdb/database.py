@@ -84,12 +84,13 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         # (see __getitem__); they follow their metadata as the server's do.
         self._opened: dict[str, Dataset] = {}
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
+            # Only None is the default: scheduler=False or "" made a jaws engine for someone meaning none.
             self._engine = shared_engine(
                 self.path,
-                scheduler=choice("scheduler", scheduler or "jaws", SCHEDULERS),
+                scheduler=choice("scheduler", "jaws" if scheduler is None else scheduler, SCHEDULERS),
                 cache_bytes=_cache_bytes(cache_bytes),
-                cache_policy=choice("cache policy name", cache_policy or "urc", CACHE_POLICIES),
-                io=choice("io mode", io or "buffered", IO_MODES),
+                cache_policy=choice("cache policy name", "urc" if cache_policy is None else cache_policy, CACHE_POLICIES),
+                io=choice("io mode", "buffered" if io is None else io, IO_MODES),
             )
 
     def __reduce__(self) -> tuple[Any, ...]:
