@@ -98,9 +98,10 @@ def test_concatenated_single_time_cutouts_export_each_step(ds, tmp_path):
 def test_a_single_component_or_a_plane_exports_and_other_dims_are_refused_clearly(ds, tmp_path):
     one = ds.cutout("velocity", time=0.24, **BOX)
     export.write(one.sel(component="ux"), tmp_path / "ux.h5")
-    with h5py.File(tmp_path / "ux.h5") as f:
-        np.testing.assert_array_equal(f["velocity_0003"][...], one.sel(component="ux").values)
-    assert ET.parse(tmp_path / "ux.xmf").getroot().find(".//Attribute").get("AttributeType") == "Scalar"
+    with h5py.File(tmp_path / "ux.h5") as f:  # named with its component: velocity_0003 said nothing of ux
+        np.testing.assert_array_equal(f["velocity_ux_0003"][...], one.sel(component="ux").values)
+    attribute = ET.parse(tmp_path / "ux.xmf").getroot().find(".//Attribute")
+    assert (attribute.get("Name"), attribute.get("AttributeType")) == ("velocity_ux", "Scalar")
     export.write(one.isel(z=0), tmp_path / "plane.h5")
     with h5py.File(tmp_path / "plane.h5") as f:
         assert f["velocity_0003"].shape == (1, 3, 4, 3) and f["zcoor"][()].tolist() == [float(one.z[0])]

@@ -197,7 +197,7 @@ def test_repr_and_track_do_not_count_every_shard(tmp_path, monkeypatch):
     assert counted == []
     # A step gone is still refused before any work, by its number.
     shutil.rmtree(tmp_path / "t" / "velocity" / "c" / "3")
-    with pytest.raises(turbdb.exceptions.InvalidRequestError, match="step 3 is not stored"):
+    with pytest.raises(turbdb.exceptions.InvalidRequestError, match=r"time index 3 \(t = 0.3\) is not stored"):
         ds.track([[1.0, 1.0, 1.0]], start=0.1, end=0.2, dt=0.05)
     # One shard of a step gone: the engine names it when it reads it.
     (tmp_path / "u" / "velocity" / "c" / "2" / "0" / "0" / "0" / "0").unlink()

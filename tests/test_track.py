@@ -268,7 +268,7 @@ def test_unwritten_steps_are_refused_before_any_work(tmp_path):
     for k in range(4):
         ds.write("velocity", k, np.ones((16, 16, 16, 3)))
     np.testing.assert_allclose(ds.track([[1.0, 1.0, 1.0]], start=0.0, end=0.25, dt=0.05)[-1], [[1.25] * 3])
-    with pytest.raises(turbdb.InvalidRequestError, match="needs time steps 2-5 of velocity; steps 4, 5 are not stored"):
+    with pytest.raises(turbdb.InvalidRequestError, match=r"needs time indices 2-5 of velocity; time index 4 \(t = 0.5\), time index 5 \(t = 0.625\) are not stored"):
         ds.track([[1.0, 1.0, 1.0]], start=0.375, end=0.5625, dt=0.05)
 
 

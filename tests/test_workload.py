@@ -283,7 +283,7 @@ def test_a_replay_paced_by_the_servers_rate_limit_says_so():
              "busy": 2, "busy_seconds": 0.5}
     lines = throttling_lines(waits, seconds=10.0, clients=8)
     assert lines[0] == "  rate limit: 40 requests held back by the client and 1 answered 429, 30.0 s waited in all"
-    assert lines[1] == "  engine busy: 2 answers of 503 (queue full) retried, 0.5 s waited in all"
+    assert lines[1] == "  server busy: 2 answers of 503 retried, 0.5 s waited in all"  # causes not known
     assert "set the pace of this replay" in lines[2] and "--requests-per-minute" in lines[2]
     # A few short waits are reported without the warning; none, nothing.
     assert len(throttling_lines({**waits, "paced_seconds": 2.0, "rate_limited_seconds": 0.0}, 10.0, 8)) == 2

@@ -33,6 +33,9 @@ from .exceptions import (
 from .info import DatasetInfo, FieldInfo
 from .size_limit import max_result_bytes, set_max_result_bytes
 
+#: The name pairing ``set_max_result_bytes`` (and the extension's own): the same as ``max_result_bytes``.
+get_max_result_bytes = max_result_bytes
+
 __all__ = [
     "__version__",
     "open",
@@ -45,6 +48,7 @@ __all__ = [
     "DatasetInfo",
     "FieldInfo",
     "max_result_bytes",
+    "get_max_result_bytes",
     "set_max_result_bytes",
     "TurbdbError",
     "Float32PrecisionWarning",

@@ -19,6 +19,8 @@ import numpy as np
 from .arguments import MAX_INDEX, axes_of, known_field, node_range, time_list
 from .exceptions import InvalidRequestError, OutOfDomainError
 from .size_limit import check_result_bytes, check_work_bytes
+from .written_steps import naming_the_step
+from .step_versions import StepVersions, read_consistently
 
 if TYPE_CHECKING:
     import xarray
@@ -52,18 +54,34 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     check_result_bytes(len(t_indices) * math.prod(shape) * 4, f"a cutout of {' x '.join(map(str, shape[2::-1]))} nodes",
                        "ask for a smaller box, a larger stride, or split the box into several cutouts")
     data = np.empty((len(t_indices),) + shape, dtype=np.float32)
+    slabs = list(z_slabs(ranges, strides, width, info.fields[field].ncomp))
     for k, t_index in enumerate(t_indices):
-        for (z0, z1), (k0, k1) in z_slabs(ranges, strides, width, info.fields[field].ncomp):
-            read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width, out=data[k, k0:k1])
+        # Each step read whole from one version of it: again if a rewrite overlapped the read.
+        read_consistently(dataset, StepVersions.of(dataset, field, [t_index]),
+                          lambda _, k=k, t_index=t_index: _read_step(dataset, field, t_index, ranges, strides, width,
+                                                                   slabs, data[k]))
     return cutout_array(dataset.name, info, field, data if np.ndim(time) else data[0], ranges, strides,
                         t_indices if np.ndim(time) else t_indices[0], width)
 
 
+def _read_step(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strides: Strides, width: int,
+               slabs: list[tuple[tuple[int, int], tuple[int, int]]], out: np.ndarray) -> None:
+    """The box at one step into ``out``, z-slab by z-slab (:func:`z_slabs`)."""
+    for (z0, z1), (k0, k1) in slabs:
+        read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width, out=out[k0:k1])
+
+
 def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> None:
     """Lets the engine check a box with its own messages (empty range, outside a
-    non-periodic axis, step not written) by reading a single node: a stride longer than
-    every range keeps only each first node."""
-    read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+    non-periodic axis, step not written: named by its time index and time) by reading a
+    single node: a stride longer than every range keeps only each first node."""
+    try:
+        read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+    except InvalidRequestError as e:
+        named = naming_the_step(e, dataset.metadata.times, field)
+        if named is e:
+            raise
+        raise named from None
 
 
 def check_ranges(info: DatasetInfo, ranges: Ranges) -> None:

@@ -26,6 +26,7 @@ from .exceptions import (
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
 from .process_engines import HoldsEngine, settings_of, shared_engine
 from .output_files import _sweep_left_behind as sweep_left_behind, replacing as replaced_directory
+from .permissions import permission_denied, unreadable
 from .size_limit import human_bytes
 from .zarr_meta import (
     ZARR_JSON,
@@ -148,9 +149,13 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
             return [self.only]
         # Hidden names are never datasets' (they start with a letter): a dataset being
         # replaced, or what a replacement killed halfway left (see create_dataset).
+        try:
+            entries = list(os.scandir(self.path))
+        except PermissionError:
+            raise unreadable(self.path, what="database") from None
         return sorted(
             entry.name
-            for entry in os.scandir(self.path)
+            for entry in entries
             if not entry.name.startswith(".") and entry.is_dir() and (Path(entry.path) / ZARR_JSON).is_file()
             and _is_dataset(Path(entry.path))
         )
@@ -173,8 +178,9 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
                 return copy.copy(opened)
             except DamagedMetadataError:
                 raise
-            except (FormatError, StorageError):  # not a turbdb dataset: not in self.datasets
-                pass
+            except (FormatError, StorageError) as e:  # not a turbdb dataset: not in self.datasets
+                if permission_denied(e):  # listed as unreadable, and said so: not "no dataset"
+                    raise
         raise UnknownNameError(f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}")
 
     def _may_hold(self, name: str) -> bool:
@@ -195,14 +201,15 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
 
 
 def _is_dataset(path: Path) -> bool:
-    """A group with turbdb attributes; one whose metadata is damaged is listed too, so that
-    opening it reports the damage instead of the dataset silently vanishing."""
+    """A group with turbdb attributes; one whose metadata is damaged, or that this account
+    may not read, is listed too, so that opening it says so instead of the dataset silently
+    vanishing ("no datasets yet")."""
     try:
         attributes = read_json(path / ZARR_JSON).get("attributes")
     except FormatError:
         return True
-    except OSError:
-        return False
+    except OSError as e:
+        return permission_denied(e)
     return isinstance(attributes, dict) and "turbdb" in attributes
 
 
@@ -240,7 +247,7 @@ def open(  # noqa: A001 - the public name is turbdb.open
     with the same options in this process (one cache, one scheduler; it goes when none of
     them is left): ``scheduler`` noshare, liferaft or jaws (the
     default); ``cache_bytes`` of decoded atoms, an integer or a size such as ``"2GiB"``
-    (default a quarter of RAM, at most 4 GiB);
+    (default a quarter of the memory the process may use — RAM, or a container's limit — at most 4 GiB);
     ``cache_policy`` lru, lruk, slru or urc (the default); ``io`` buffered (the default)
     or direct (reads bypass the OS page cache). Without them each query runs alone.
 
@@ -269,24 +276,25 @@ def _reopened(path: str, settings: dict[str, Any]) -> Database:
 
 
 def _cache_bytes(value: int | str | None) -> int | None:
-    """The engine's cache size; more than the machine's memory is refused (the cache holds
+    """The engine's cache size; more than the memory this process may use is refused (the cache holds
     decoded atoms in memory: it would swap, then be killed)."""
     if value is None:
         return None
     size = parse_byte_size(value, "cache_bytes")
-    memory = _physical_memory()
+    memory = _usable_memory()
     if memory and size > memory:
-        raise InvalidRequestError(f"cache_bytes {value!r} is more than this machine's memory ({human_bytes(memory)}): "
+        raise InvalidRequestError(f"cache_bytes {value!r} is more than the memory this process may use ({human_bytes(memory)}: the machine's, or its container's limit): "
                                   "the engine's cache holds decoded atoms in memory; give at most a part of it (the "
                                   "default is a quarter, at most 4 GiB)")
     return size
 
 
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not on this platform
-        return None
+def _usable_memory() -> int | None:
+    """The memory this process may use: the machine's, or its container's or batch job's
+    (cgroup) limit where smaller."""
+    from . import _core
+
+    return _core.usable_memory()
 
 
 def create_dataset(

@@ -33,7 +33,13 @@ from .process_engines import HoldsEngine, settings_of, shared_engine
 from .query import point_call
 from .metadata_check import metadata_problems
 from .output_files import _running as process_running
+from .permissions import (
+    EFFECTIVE_IDS, account, cannot_read, first_unreadable, settle, settle_step, settle_tree, unreadable, unwritable,
+)
 from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
+from .written_steps import (
+    RECORD_KEY, cut_at, forget_field, holds, record_step, recorded_runs, steps_of, steps_on_disk,
+)
 from .zarr_meta import (
     ZARR_JSON,
     consolidated_metadata,
@@ -113,18 +119,22 @@ class Dataset(HoldsEngine):
 
     # -- metadata -----------------------------------------------------------------------
 
-    def _attrs(self) -> dict[str, Any]:
+    def _attrs(self, fresh: bool = False) -> dict[str, Any]:
         """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
         of it is a rename, which changes its inode and time), or at every look while an
-        opened field is not yet the one it describes (see :meth:`_drop_replaced_stores`)."""
+        opened field is not yet the one it describes (see :meth:`_drop_replaced_stores`).
+        ``fresh``: re-read in any case (a read that found the file's bytes changed under an
+        unchanged stat: see :mod:`turbdb.step_versions`)."""
         try:
             key = _stat_key(self._metadata_file)
         except FileNotFoundError:
             raise self._gone() from None
+        except PermissionError:
+            raise unreadable(self._metadata_file, what=f"dataset {self.name!r}:") from None
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         cached = self._cache[0]
-        if cached is None or cached[0] != key:
+        if fresh or cached is None or cached[0] != key:
             try:
                 document = read_json(self.path / ZARR_JSON)
             except StorageError:
@@ -197,14 +207,22 @@ class Dataset(HoldsEngine):
 
     @property
     def info(self) -> DatasetInfo:
-        """All metadata, including which time steps of each field are written: found by
-        looking at every shard file (about 5 µs each, so seconds on a dataset of millions of
-        shards); :attr:`metadata` is the rest, at once."""
+        """All metadata, including which time steps of each field are written: those the
+        metadata records (``steps_written``, :mod:`turbdb.written_steps`) whose directory is
+        there, one listing a field. A field written before the record existed has its
+        steps found by looking at every shard file (about 5 µs each, so seconds on a
+        dataset of millions of shards) until its next write records them."""
         attrs = self._attrs()
         grid = tuple(attrs["grid"])
         partition = attrs["partition"]
         shards = tuple(-(-n // partition) for n in grid)  # per axis x, y, z
-        steps = {f: self._steps_written(f, len(attrs["times"]), shards) for f in attrs["fields"]}
+        nt = len(attrs["times"])
+        recorded = recorded_runs(attrs, self._metadata_file)
+        try:
+            steps = {f: steps_on_disk(recorded[f], self.path / f, nt) if f in recorded
+                     else self._steps_written(f, nt, shards) for f in attrs["fields"]}
+        except PermissionError as e:  # a read problem: not "use one you can write"
+            raise unreadable(e.filename or self.path, what=f"dataset {self.name!r}:") from None
         return DatasetInfo.from_attrs(attrs, steps, name=self.name)
 
     def _steps_written(self, field: str, nt: int, shards: tuple[int, int, int]) -> tuple[int, ...]:
@@ -355,7 +373,28 @@ class Dataset(HoldsEngine):
             finally:
                 if rewrite:  # and again after: what was read meanwhile may mix the two
                     self._announce_rewrite(store, field, t, under_way=not finished)
+            # The shards and directories were made with this process's umask: a group
+            # member's 077 made a shared dataset's new step unreadable to the group.
+            settle_step(self.path / field, t)
+            self._record_written(field, t)
         return written
+
+    def _record_written(self, field: str, t: int) -> None:
+        """Records step ``t`` of ``field`` as written (its shards are all in place), under
+        the metadata lock; a step recorded already (a rewrite) changes nothing."""
+        runs = self.metadata.fields[field].recorded
+        if runs is not None and holds(runs, t):
+            return
+
+        with self._metadata_lock():
+            document = read_json(self.path / ZARR_JSON)
+            attrs = document["attributes"]["turbdb"]
+            if field not in attrs["fields"]:  # a field removed meanwhile
+                return
+            shards = tuple(-(-n // attrs["partition"]) for n in attrs["grid"])
+            if record_step(attrs, field, t, lambda: self._steps_written(field, len(attrs["times"]), shards)):
+                # No array changed: the consolidated copy stays as it is (not read again).
+                write_json_atomic(self.path / ZARR_JSON, document)
 
     def _announce_rewrite(self, store: Any, field: str, t: int, *, under_way: bool) -> None:
         """Counts a rewrite of step ``t`` of ``field`` (one metadata update), recording it as
@@ -418,6 +457,7 @@ class Dataset(HoldsEngine):
         """Makes ``times`` the stored times: the metadata, every field's time axis and the
         time coordinate."""
         attrs["times"] = [float(t) for t in times]
+        cut_at(attrs, len(times))
         for field in attrs["fields"]:
             self._resize_field(field, len(times))
         write_coordinate(self.path, "time", times, chunk=TIME_CHUNK)
@@ -449,6 +489,7 @@ class Dataset(HoldsEngine):
                 field=field,
             )
             write_json_atomic(self.path / field / ZARR_JSON, document)
+            settle_tree(self.path / field, self.path)  # the dataset's permissions, not the umask
             attrs["fields"][field] = {"ncomp": ncomp, "units": units, **({} if every_step else {"every_step": False})}
 
         with self._writing("add the field again"):
@@ -482,6 +523,7 @@ class Dataset(HoldsEngine):
                 raise InvalidRequestError(f"field {field!r} of dataset {self.name!r} has stored steps; not removed")
             attrs["fields"].pop(field, None)
             attrs.get(JOURNAL_KEY, {}).pop(field, None)
+            forget_field(attrs, field)
             # Before the consolidated metadata is listed again from the folders.
             shutil.rmtree(self.path / field, ignore_errors=True)
 
@@ -528,6 +570,11 @@ class Dataset(HoldsEngine):
         :class:`QueryCancelledError`. Without an engine, ``job`` changes nothing and
         ``cancel`` stops the evaluation too: the kernel looks at it before each cell it
         sums, so a large query ends soon after it is set (:mod:`turbdb.stoppable`).
+
+        A query never mixes two versions of a step another process rewrites meanwhile: it
+        is evaluated again when a rewrite of a step it reads overlapped it, and waits for a
+        rewrite under way; after 5 s of this, :class:`DatasetBusyError`
+        (:mod:`turbdb.step_versions`). Cutouts (per step) and tracks (per evaluation) too.
         """
         from .query import query
 
@@ -546,6 +593,8 @@ class Dataset(HoldsEngine):
         (up to 4 096 in flight; more wait their turn); otherwise, or with ``cancel=``, up to
         64 run at a time on a pool of threads. ``options`` are those of :meth:`query`
         (``cancel=`` an event still abandons it)."""
+        if (wrong := submission.options_error(self.query, options)) is not None:
+            return submission.failed(wrong)
         if self.engine is not None and options.get("cancel") is None and np.ndim(options.get("time")) == 0:
             try:
                 call = point_call(self, field, points, **{k: v for k, v in options.items() if k != "cancel"})
@@ -617,18 +666,28 @@ class Dataset(HoldsEngine):
     def verify(self) -> dict[str, Any]:
         """Checks every shard checksum, that every atom decodes and lies where it was
         written, per field. Returns ``{field: {"shards", "atoms", "complete_steps",
-        "unbound_shards", "problems", "unwritten_between"}}``; ``unbound_shards`` counts
-        shards written before shards carried a header binding them to their place, and
-        ``unwritten_between`` the steps with no shard between written ones (lost, or never
-        written: nothing on disk tells which, except an ingest's journal, whose steps are
-        problems when missing). A step is also a problem where another field has it that
-        this one must have had (see below), unless this field is written at some steps only
+        "unbound_shards", "problems", "unwritten_between", "unrecorded"}}``;
+        ``unbound_shards`` counts shards written before shards carried a header binding them
+        to their place, ``unwritten_between`` the steps with no shard between written ones
+        (never written, or lost from a field written before the record of steps written
+        existed: a step the record or an ingest's journal lists is a problem when its shards
+        are gone), and ``unrecorded`` the steps whole on disk that the record does not list
+        (a write stopped before recording it). A step is also a problem where another field
+        has it that this one must have had (see below), unless this field is written at some steps only
         (:meth:`set_every_step`); so is a step whose rewrite was interrupted (its shards mix
-        two versions) and a temporary file a killed write left. :meth:`verify_metadata`
-        checks what other Zarr readers go by."""
+        two versions) and a temporary file a killed write left. What this account may not
+        read (a shard, a step's directory, the field's ``c``) is listed apart, under
+        ``"unreadable"`` as ``(path, step, message)`` (step -1: every step): not checked, and
+        never taken for lost data. :meth:`verify_metadata` checks what other Zarr readers go
+        by."""
         attrs = self._attrs()
         nt = len(attrs["times"])
+        recorded = recorded_runs(attrs, self._metadata_file)
         reports = {field: self.field_store(field).verify(nt) for field in attrs["fields"]}
+        # What this account may not read was not checked: said so, never called lost (the
+        # Rust check counts a directory it cannot list as empty), and none of its steps is
+        # missing for the rules below.
+        blocked = {field: self._unreadable_parts(field, report, nt) for field, report in reports.items()}
         # Steps with something on disk: whole, or damaged (a problem names them already).
         present = {field: set(r["complete_steps"]) | {t for _, t, _ in r["problems"] if t >= 0}
                    for field, r in reports.items()}
@@ -654,14 +713,24 @@ class Dataset(HoldsEngine):
             # as stored, its shards are lost (with one shard a step, verify said "ok").
             journal = attrs.get(JOURNAL_KEY, {}).get(field, {})
             stored = set(journal.get("done", {}).values()) | {int(e.split()[0]) for e in journal.get("steps", {}).values()}
-            for t in sorted(stored - present[field]):
+            # So are the steps the record lists (read before the scan: their shards were in
+            # place then), every step of a field included.
+            listed = set(steps_of(recorded.get(field, ()), below=nt))
+            for t in sorted((stored | listed) - present[field] - blocked[field]):
                 if t < nt:
-                    report["problems"].append((f"{field}/c/{t}", t, "every shard of this step is missing, and the "
-                                               "ingest journal says it was stored"))
-            journaled[field] = stored
+                    said = ("the ingest journal says it was stored" if t in stored else
+                            f"the dataset records it as written ({RECORD_KEY})")
+                    report["problems"].append((f"{field}/c/{t}", t, f"every shard of this step is missing, and {said}"))
+            journaled[field] = stored | listed
             report["unwritten_between"] = [t for t in range(min(present[field], default=0),
                                                             max(present[field], default=0))
-                                           if t not in present[field] and t not in stored]
+                                           if t not in present[field] and t not in journaled[field]
+                                           and t not in blocked[field]]
+            # Whole on disk but not recorded: a write stopped between its last shard and its
+            # record (or one under way); info does not list it until it is written again.
+            now_recorded = recorded_runs(now, self._metadata_file).get(field)
+            report["unrecorded"] = [] if now_recorded is None else [
+                t for t in report["complete_steps"] if t < len(now["times"]) and not holds(now_recorded, t)]
         # A hole in one field where another field has the step (as every simulated dataset
         # writes all its fields each step) is a loss too. So is a step missing before a
         # field's first one that a field listed after it has, where the two share later
@@ -693,13 +762,62 @@ class Dataset(HoldsEngine):
                 lost.update({t: "the simulation's other field has it" for t in
                              set().union(*(present[f] for f in SIMULATED_FIELDS if f in present and f != field))
                              if t not in present[field] and not (running and t == newest)})
-            for t in sorted(set(lost) - journaled[field]):  # a journaled step is named above already
+            for t in sorted(set(lost) - journaled[field] - blocked[field]):  # a journaled step is named above already
                 if t in report["unwritten_between"]:
                     report["unwritten_between"].remove(t)
                 report["problems"].append((f"{field}/c/{t}", t, f"every shard of this step is missing, though {lost[t]} "
                                            f"(if {field} is written at some steps only on purpose, mark it: "
                                            f"turbdb.open(DB)[{self.name!r}].set_every_step({field!r}, False))"))
         return reports
+
+    def _unreadable_parts(self, field: str, report: dict[str, Any], nt: int) -> set[int]:
+        """Moves what of ``field`` this account may not read out of ``report["problems"]``
+        (a shard the Rust check could not open or reach) into ``report["unreadable"]``, with
+        each step directory it may not look into (which the check saw as holding no shard),
+        and returns those steps: every step where the field's ``c`` directory itself is
+        unreadable. Only steps the check did not find whole are looked at."""
+        chunks = self.path / field / "c"
+        parts: list[tuple[str, int, str]] = []
+        steps: set[int] = set()
+
+        def unreadable_part(path: Path | str, t: int, blocking: Path | None = None) -> None:
+            where = os.path.relpath(path, self.path)
+            beyond = f", at {os.path.relpath(blocking, self.path)}" if blocking not in (None, Path(path)) else ""
+            parts.append((where, t, f"cannot be read by account {account()} (permission denied{beyond}), so it was "
+                          "not checked: the data may well be intact. Make it readable (chmod -R g+rX or o+rX, as "
+                          "its owner) or run verify as an account that may read it"))
+            steps.add(t)
+
+        named = set()
+        for problem in list(report["problems"]):
+            path = Path(problem[0]) if os.path.isabs(problem[0]) else self.path / problem[0]
+            t = problem[1]
+            if t >= 0 and cannot_read(path):
+                report["problems"].remove(problem)
+                # A directory on the way this account may not enter is named once, not each shard below it.
+                closed = next((p for p in reversed(path.parents) if p.is_relative_to(chunks)
+                               and not os.access(p, os.X_OK, effective_ids=EFFECTIVE_IDS)), path)
+                if closed not in named:
+                    named.add(closed)
+                    unreadable_part(closed, t)
+        whole = set(report["complete_steps"])
+        try:
+            with os.scandir(chunks) as entries:
+                names = [e.name for e in entries if e.name.isdigit() and int(e.name) < nt]
+            if not os.access(chunks, os.X_OK, effective_ids=EFFECTIVE_IDS):
+                raise PermissionError
+        except PermissionError:
+            unreadable_part(chunks, -1)
+            steps.update(range(nt))
+            names = []
+        except OSError:
+            names = []
+        for t in sorted(int(name) for name in names if int(name) not in whole | steps):
+            blocking = first_unreadable(chunks / str(t))
+            if blocking is not None:
+                unreadable_part(chunks / str(t), t, blocking)
+        report["unreadable"] = sorted(parts, key=lambda part: (part[1], part[0]))
+        return steps
 
     def _metadata_and_shapes(self, fields: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The metadata and each field array's shape, read together under the metadata
@@ -906,6 +1024,7 @@ def open_lock_file(path: Path, *, writing: bool) -> IO[bytes]:
     file is a :class:`StorageError` naming it."""
     flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND) if writing else os.O_RDONLY
     try:
+        made = writing and not os.path.lexists(path)
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as e:
         if e.errno == errno.ENXIO:  # a FIFO no process reads: opening it for writing is refused so
@@ -915,6 +1034,9 @@ def open_lock_file(path: Path, *, writing: bool) -> IO[bytes]:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise _not_a_regular_file(path, _file_kind(mode))
+        if made:  # readable by whoever reads the dataset, as a reader opens it to lock
+            with contextlib.suppress(OSError):
+                settle(path, os.stat(path.parent))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "ab" if writing else "rb")
     except BaseException:
@@ -1034,16 +1156,21 @@ def _held(path: Path, then: str, shared: bool) -> Iterator[None]:
 
 def _lock_file(path: Path, writing: bool) -> IO[bytes]:
     """A lock file opened to ``flock``: for writing where asked and allowed (another
-    account's file is opened read-only: flock needs no write access), read-only else."""
+    account's file is opened read-only: flock needs no write access), read-only else. One
+    this account may not make (a dataset it may not write in) is refused as such: the
+    read-only retry's "No such file" hid it."""
     try:
         if writing:
             try:
                 return open_lock_file(path, writing=True)
             except PermissionError:
-                pass
+                if not os.path.lexists(path):
+                    raise unwritable(path.parent, what="dataset") from None
         return open_lock_file(path, writing=False)
     except StorageError:
         raise
+    except PermissionError:
+        raise (unwritable(path.parent, what="dataset") if writing else unreadable(path)) from None
     except OSError as e:
         raise storage_error(e, path) from None
 
@@ -1051,6 +1178,10 @@ def _lock_file(path: Path, writing: bool) -> IO[bytes]:
 def _take_writer_lock(path: Path, then: str) -> IO[bytes]:
     """The dataset's writer lock file, opened and locked by this process (see :func:`writer_lock`)."""
     file = path / WRITER_LOCK_FILE
+    # Refused up front, naming the dataset: a lock file already there opens read-only, and the
+    # writer then failed at its first file, naming that.
+    if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK, effective_ids=EFFECTIVE_IDS):
+        raise unwritable(path, what="dataset")
     lock = _lock_file(file, writing=True)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

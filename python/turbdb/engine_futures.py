@@ -15,9 +15,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from . import engine_completions
+from . import engine_completions, submission
 from .exceptions import EngineBusyError, QueryCancelledError
-from .query import PointCall
+from .query import PointCall, evaluate_call
+from .step_versions import REWRITE_ERRORS
 
 #: Queries handed to the engine and not yet answered, at most; the others wait their turn.
 MAX_IN_FLIGHT = 4096
@@ -110,9 +111,25 @@ class EngineFutures:
         try:
             values, counters = pending.result()
             job.future.set_result(job.call.answer(job.dataset, values, counters))
+        except REWRITE_ERRORS as e:
+            if job.call.versions.spoiled(job.dataset, e):
+                # A rewrite overlapped it: evaluated again on a thread, which may wait for the rewrite.
+                again = submission.submit(lambda: evaluate_call(job.dataset, job.call.renewed(job.dataset)))
+                again.add_done_callback(lambda done: _pass_on(done, job.future))
+            else:
+                job.future.set_exception(e)
         except BaseException as e:
             job.future.set_exception(e)
         self._start_waiting()
+
+
+def _pass_on(done: Future, future: Future) -> None:
+    """Sets ``future`` as ``done`` ended."""
+    error = done.exception()
+    if error is None:
+        future.set_result(done.result())
+    else:
+        future.set_exception(error)
 
 
 _futures: weakref.WeakKeyDictionary[Any, EngineFutures] = weakref.WeakKeyDictionary()

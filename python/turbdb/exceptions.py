@@ -17,7 +17,8 @@ catch for that kind of problem, so ``except KeyError`` works as well as
     ├── CorruptDataError (OSError)            a checksum that fails, an atom that does not decode or
     │                                         does not belong where it is stored
     ├── StorageError (OSError)                the store could not be read or written (full or read-only disk)
-    │   └── DatasetBusyError                  another process is writing the dataset (ingest, simulate)
+    │   └── DatasetBusyError                  another process is writing the dataset (ingest, simulate), or
+    │                                         a read waited 5 s for rewrites of a step it reads
     ├── DatasetExistsError (FileExistsError)  creating a dataset that is already there
     ├── AccessDeniedError (PermissionError)   the service refused the token (missing, unknown, not for that dataset)
     ├── LimitExceededError (ValueError)       a request above a limit: the token's (points, requests per
@@ -99,7 +100,8 @@ class StorageError(TurbdbError, OSError):
 
 class DatasetBusyError(StorageError):
     """Another process is writing the dataset (``turbdb ingest``, ``turbdb simulate``): one
-    writer per dataset at a time."""
+    writer per dataset at a time. Also a read that waited 5 s for a rewrite of a step it
+    reads to end (:mod:`turbdb.step_versions`): retry."""
 
 
 class DatasetExistsError(TurbdbError, FileExistsError):

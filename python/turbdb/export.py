@@ -4,7 +4,11 @@ open JHTDB's cutouts) and ``.npy``. :func:`write` picks the format from the file
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
@@ -12,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from .exceptions import InvalidRequestError
-from .output_files import replacing, save_npy
+from .output_files import check_room, check_writable, replacing, save_npy
 
 if TYPE_CHECKING:
     import xarray
@@ -28,8 +32,10 @@ FORMATS = {
     ".xdmf": "XDMF + HDF5 (.h5 beside it, for ParaView/VisIt)",
     ".npy": "NumPy .npy (the values only)",
 }
-# XDMF's name for a node value of n components.
-_ATTRIBUTE_TYPES = {1: "Scalar", 3: "Vector", 6: "Tensor6", 9: "Tensor"}
+# XDMF's name for a node value of n components. Other counts are written one Scalar per
+# component: VTK read a "Matrix" of 2 components on a 16³ grid as 256 tuples of 32, and
+# expanded "Tensor6" to nine with a symmetric layout the field need not have.
+_ATTRIBUTE_TYPES = {1: "Scalar", 3: "Vector", 9: "Tensor"}
 
 
 def format_of(path: str | os.PathLike[str]) -> str:
@@ -58,6 +64,9 @@ def check_target(path: str | os.PathLike[str]) -> str:
                                       "another name")
     elif path.is_dir():
         raise InvalidRequestError(f"{str(path)!r} is a directory; give a file name")
+    check_writable(path)
+    if suffix in (".h5", ".hdf5", ".xmf", ".xdmf"):
+        check_hdf5_reference(path.with_suffix(".h5").name if suffix in (".xmf", ".xdmf") else path.name)
     companion = {".h5": ".xmf", ".hdf5": ".xmf", ".xmf": ".h5", ".xdmf": ".h5"}.get(suffix)
     if companion and path.with_suffix(companion).is_dir():  # found only after the first file was written
         raise InvalidRequestError(f"{str(path.with_suffix(companion))!r}, written beside {str(path)!r}, is a "
@@ -79,7 +88,7 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
         return xdmf(cut, path)
     with replacing(path) as (temporary,):
         if suffix in (".nc", ".netcdf"):
-            cut.to_netcdf(temporary, engine="h5netcdf")
+            write_netcdf4(cut, temporary)
         elif suffix == ".zarr":
             # Format 2 with consolidated metadata: every Zarr and xarray version opens it without
             # a warning (format 3 has no specified string type yet for the component names).
@@ -92,6 +101,62 @@ def write(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
         else:
             save_npy(temporary, cut.values)
     return [path]
+
+
+def write_netcdf4(data: xarray.DataArray | xarray.Dataset, path: str | os.PathLike[str]) -> None:
+    """Writes ``data`` to ``path`` as NetCDF-4 (through h5netcdf, as
+    ``to_netcdf(engine="h5netcdf")``), in place. The HDF5 file is opened and closed here,
+    not by h5netcdf: on a full disk h5netcdf's close failed half-way, and when its file
+    object was collected it flushed the half-closed file again, which crashed the process
+    (a segmentation fault after the error: h5py issues 914 and 2160). Given an open file,
+    h5netcdf leaves closing it to its owner, which never touches it after a failed close."""
+    import h5py
+
+    check_room(path, _file_bytes(data))
+    with _hdf5_errors(path), h5py.File(path, "w", track_order=True) as f:  # track_order: as h5netcdf opens it
+        data.to_netcdf(f, engine="h5netcdf")
+
+
+def _file_bytes(data: xarray.DataArray | xarray.Dataset, values_bytes: int | None = None, datasets: int = 0) -> int:
+    """A generous bound on the size of the HDF5 file of ``data``: its values
+    (``values_bytes`` if they are written in another type) and coordinates, and room for
+    the file's metadata and that of each variable (and of ``datasets`` more)."""
+    arrays = list(data.variables.values()) if hasattr(data, "data_vars") else [data, *data.coords.values()]
+    if values_bytes is not None:
+        arrays = arrays[1:]
+    return sum(a.nbytes for a in arrays) + (values_bytes or 0) + 32 * 1024 + 4 * 1024 * (len(arrays) + datasets)
+
+
+# HDF5's own report of a failed write: "... errno = 28, error message = 'No space left ..."
+_HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
+
+
+@contextlib.contextmanager
+def _hdf5_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An HDF5 write or close that the operating system refused (h5py raises some of them as
+    a bare ``RuntimeError``, "Disable slist on flush dest failure failed") is the
+    ``OSError`` of its errno, on ``path``: a full disk says so, in one line, as the other
+    formats do."""
+    try:
+        yield
+    except (RuntimeError, OSError) as e:
+        found = _HDF5_ERRNO.search(str(e))
+        number = (e.errno if isinstance(e, OSError) else None) or (int(found[1]) if found else None)
+        if number in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(number, os.strerror(number), str(path)) from None
+        if number is not None and isinstance(e, RuntimeError):
+            raise OSError(number, f"{os.strerror(number)} ({str(e).splitlines()[0]})", str(path)) from None
+        raise
+
+
+def check_hdf5_reference(h5_name: str) -> None:
+    """Refuses an HDF5 file name that XDMF cannot refer to: its data items say
+    ``file.h5:/dataset``, and readers (VTK, so ParaView and VisIt) split that at the first
+    colon, so ``run_12:30.h5`` was written whole and could not be opened."""
+    if ":" in h5_name:
+        raise InvalidRequestError(f"the HDF5 file {h5_name!r} has a ':' in its name, which XDMF readers (ParaView, "
+                                  "VisIt) take as the end of the file name in 'file.h5:/dataset': choose a name "
+                                  "without ':'")
 
 
 def _node_array(cut: xarray.DataArray) -> xarray.DataArray:
@@ -137,10 +202,26 @@ def _labels(cut: xarray.DataArray) -> list[tuple[int, float]] | None:
     return [(int(index), float(time))]
 
 
-def _steps(cut: xarray.DataArray) -> list[tuple[str, float | None, np.ndarray]]:
-    """(HDF5 dataset name, time, values (z, y, x, component)) of every time in ``cut`` (a
-    :func:`_node_array`); one unlabelled step, named after the field, if it has no time."""
+def _field_label(cut: xarray.DataArray) -> str:
+    """The name the field's HDF5 datasets and XDMF attribute take: the array's, with the
+    component where one was selected (``cut.sel(component="uy")``: ``velocity_uy``; the file
+    said only ``velocity``)."""
     field = str(cut.name or "values")
+    component = cut.coords.get("component")
+    if "component" not in cut.dims and component is not None and component.ndim == 0:
+        return f"{field}_{component.item()}"
+    return field
+
+
+def _value_dtype(cut: xarray.DataArray) -> np.dtype:
+    """float64 for values that float32 would round (float64, large integers), else float32,
+    the size of a stored field: a float64 result lost its 1e-9 detail, and 1e39 became inf."""
+    return np.dtype(np.float64 if np.result_type(cut.dtype, np.float32) == np.float64 else np.float32)
+
+
+def _steps(cut: xarray.DataArray, field: str) -> list[tuple[str, float | None, np.ndarray]]:
+    """(HDF5 dataset name, time, values (z, y, x, component)) of every time in ``cut`` (a
+    :func:`_node_array`); one unlabelled step, named ``field``, if it has no time."""
     labels = _labels(cut)
     if labels is None:
         return [(field, None, cut.values)]
@@ -160,24 +241,28 @@ def hdf5(cut: xarray.DataArray, path: str | os.PathLike[str]) -> list[Path]:
     shaped ``(nz, ny, nx, ncomp)`` (``(nz, ny, nx)`` for a scalar), as JHTDB's cutouts.
     The steps are read from the ``time_index`` and ``time`` coordinates; an array without
     them (a mean over time) is one dataset named after the field, with no ``time``. Each
-    carries its ``units`` where the cutout has them. An existing file is replaced once the
-    new one is complete."""
+    carries its ``units`` where the cutout has them; float64 values stay float64 (a
+    selected component is named with it: ``velocity_uy_0001``). An existing file is
+    replaced once the new one is complete; a disk without room for it is refused first."""
+    field = _field_label(cut)
     cut = _node_array(cut)
     with replacing(path) as (temporary,):
-        _write_hdf5(cut, temporary)
+        _write_hdf5(cut, field, temporary)
     return [Path(path)]
 
 
-def _write_hdf5(cut: xarray.DataArray, path: Path) -> None:
+def _write_hdf5(cut: xarray.DataArray, field: str, path: Path) -> None:
     import h5py
 
-    steps = _steps(cut)
+    steps = _steps(cut, field)
     names = [name for name, _, _ in steps]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise InvalidRequestError(f"the cutout holds time step(s) {', '.join(repeated)} more than once, and "
                                   "HDF5 names its datasets by step: ask for each time once")
-    with h5py.File(path, "w") as f:
+    dtype = _value_dtype(cut)
+    check_room(path, _file_bytes(cut, cut.size * dtype.itemsize, len(steps)))
+    with _hdf5_errors(path), h5py.File(path, "w") as f:
         for axis in "xyz":
             node = f.create_dataset(f"{axis}coor", data=np.asarray(cut[axis].values, dtype=np.float64))
             _copy_units(cut[axis].attrs, node)
@@ -185,7 +270,7 @@ def _write_hdf5(cut: xarray.DataArray, path: Path) -> None:
             _copy_units(cut["time"].attrs, f.create_dataset("time", data=np.array([t for _, t, _ in steps])))
         for name, _, values in steps:
             data = values[..., 0] if values.shape[-1] == 1 else values
-            _copy_units(cut.attrs, f.create_dataset(name, data=np.ascontiguousarray(data, dtype=np.float32)))
+            _copy_units(cut.attrs, f.create_dataset(name, data=np.ascontiguousarray(data, dtype=dtype)))
         # The time attributes are those of the steps written (a concatenation keeps the first
         # cutout's; a mean over time keeps them with no time left).
         for key, value in cut.attrs.items():
@@ -213,27 +298,53 @@ def xdmf(cut: xarray.DataArray, path: str | os.PathLike[str], h5: str | os.PathL
     path = Path(path)
     h5 = Path(h5) if h5 is not None else path.with_suffix(".h5")
     h5_name = h5.name if h5.parent.resolve() == path.parent.resolve() else str(h5.resolve())
+    field = _field_label(cut)
     cut = _node_array(cut)
-    field = str(cut.name or "values")
-    steps = [(name, time) for name, time, _ in _steps(cut)]
+    steps = [(name, time) for name, time, _ in _steps(cut, field)]
     shape = tuple(cut.sizes[a] for a in "zyx")
     ncomp = cut.sizes["component"]
+    check_hdf5_reference(h5_name)
     with replacing(h5, path) as (h5_temporary, xmf_temporary):
-        _write_hdf5(cut, h5_temporary)
-        xmf_temporary.write_text(xdmf_text(field, shape + ((ncomp,) if ncomp > 1 else ()), steps, h5_name))
+        _write_hdf5(cut, field, h5_temporary)
+        xmf_temporary.write_text(xdmf_text(field, shape + ((ncomp,) if ncomp > 1 else ()), steps, h5_name,
+                                           precision=_value_dtype(cut).itemsize,
+                                           components=[str(c) for c in cut["component"].values]))
     return [h5, path]
 
 
 def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, float | None]], h5_name: str,
-              coordinates: tuple[str, str, str] = ("xcoor", "ycoor", "zcoor"), coordinate_precision: int = 8) -> str:
+              coordinates: tuple[str, str, str] = ("xcoor", "ycoor", "zcoor"), coordinate_precision: int = 8,
+              precision: int = 4, components: Sequence[str] | None = None) -> str:
     """The XDMF document of an HDF5 file holding the node coordinates ``coordinates`` (x, y,
-    z; 1-D) and, per time step, a dataset of ``value_shape``, ``(nz, ny, nx[, ncomp])``:
-    ``steps`` lists each one's name and time (None: no ``<Time>``, for an array that has
-    none, which ParaView shows as a single, untimed grid)."""
+    z; 1-D) and, per time step, a dataset of ``value_shape``, ``(nz, ny, nx[, ncomp])``, of
+    floats of ``precision`` bytes: ``steps`` lists each one's name and time (None: no
+    ``<Time>``, for an array that has none, which ParaView shows as a single, untimed
+    grid). A value of 1, 3 or 9 components is one Scalar, Vector or Tensor attribute named
+    ``field``; any other count is one Scalar attribute per component, ``field_<label>``
+    (``components``; default its number), read from the dataset as a hyperslab."""
     nz, ny, nx = value_shape[:3]
+    check_hdf5_reference(h5_name)
     h5_name = escape(h5_name)  # a file named a&b<c.h5 made the document not XML
-    kind = _ATTRIBUTE_TYPES.get(value_shape[3] if len(value_shape) > 3 else 1, "Matrix")
+    ncomp = value_shape[3] if len(value_shape) > 3 else 1
+    labels = list(components) if components is not None and len(components) == ncomp else list(map(str, range(ncomp)))
     value_dims = " ".join(map(str, value_shape))
+
+    def attributes(name: str) -> list[str]:
+        values = f'NumberType="Float" Precision="{precision}" Format="HDF">{h5_name}:/{escape(name)}</DataItem>'
+        if ncomp in _ATTRIBUTE_TYPES:
+            return [f'  <Attribute Name={quoteattr(field)} AttributeType="{_ATTRIBUTE_TYPES[ncomp]}" Center="Node">',
+                    f'    <DataItem Dimensions="{value_dims}" {values}',
+                    "  </Attribute>"]
+        lines = []
+        for k, label in enumerate(labels):
+            lines += [f'  <Attribute Name={quoteattr(f"{field}_{label}")} AttributeType="Scalar" Center="Node">',
+                      f'    <DataItem ItemType="HyperSlab" Dimensions="{nz} {ny} {nx} 1">',
+                      f'      <DataItem Dimensions="3 4" Format="XML">0 0 0 {k} 1 1 1 1 {nz} {ny} {nx} 1</DataItem>',
+                      f'      <DataItem Dimensions="{value_dims}" {values}',
+                      "    </DataItem>",
+                      "  </Attribute>"]
+        return lines
+
     # An array without a time is one grid: in a temporal collection, ParaView would give it time 0.
     timed = any(time is not None for _, time in steps)
     pad = "      " if timed else "    "
@@ -250,10 +361,7 @@ def xdmf_text(field: str, value_shape: tuple[int, ...], steps: list[tuple[str, f
               f'Precision="{coordinate_precision}" Format="HDF">{h5_name}:/{c}</DataItem>'
               for c, n in zip(coordinates, (nx, ny, nz))),
             "  </Geometry>",
-            f'  <Attribute Name={quoteattr(field)} AttributeType="{kind}" Center="Node">',
-            f'    <DataItem Dimensions="{value_dims}" NumberType="Float" Precision="4" Format="HDF">'
-            f"{h5_name}:/{name}</DataItem>",
-            "  </Attribute>",
+            *attributes(name),
             "</Grid>",
         ]]
     lines += ["    </Grid>"] * timed + ["  </Domain>", "</Xdmf>", ""]

@@ -15,6 +15,7 @@ import numpy as np
 from . import _core
 from .exceptions import DamagedMetadataError, InvalidRequestError, TurbdbError
 from .times import format_time
+from .written_steps import Runs, recorded_runs
 
 FORMAT_VERSION = 1
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
@@ -54,13 +55,16 @@ def check_name(kind: str, name: str) -> str:
 class FieldInfo:
     """One stored field: its components and units. ``every_step`` False: the field is
     written at some of the dataset's steps only, on purpose (verify then takes no step
-    another field has for one it lost)."""
+    another field has for one it lost). ``recorded``: the runs ``(first, last)`` of time
+    indices the metadata records as written (:mod:`turbdb.written_steps`), None for a
+    field written before the record existed."""
 
     name: str
     ncomp: int
     units: str = ""
     steps_present: tuple[int, ...] = ()
     every_step: bool = True
+    recorded: Runs | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def components(self) -> list[str]:
@@ -163,6 +167,7 @@ class DatasetInfo:
                     f"dataset {attrs.get('name')!r} has format version {attrs['format_version']!r}; "
                     "upgrade turbdb to read it"
                 )
+            recorded = recorded_runs(attrs, f"dataset {attrs.get('name') if name is None else name!r}")
             info = cls(
                 name=attrs["name"] if name is None else name,
                 grid=tuple(int(n) for n in attrs["grid"]),
@@ -172,7 +177,8 @@ class DatasetInfo:
                 times=np.asarray(attrs["times"], dtype=np.float64),
                 fields={
                     n: FieldInfo(n, int(f["ncomp"]), f.get("units", ""), tuple(steps.get(n, ())),
-                                 every_step=_flag(f.get("every_step", True), f"field {n!r}'s every_step"))
+                                 every_step=_flag(f.get("every_step", True), f"field {n!r}'s every_step"),
+                                 recorded=recorded.get(n))
                     for n, f in attrs["fields"].items()
                 },
                 atom=int(attrs["atom"]),

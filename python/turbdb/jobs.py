@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .arguments import TEMPORAL_ALIASES, TEMPORALS, choice, finite_number, known_field
 from .exceptions import InvalidRequestError, LimitExceededError
+from .written_steps import stencil_times
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -81,10 +82,12 @@ def planned_query(entry: Any) -> tuple[str, str, float, str]:
 
 
 def steps_read(dataset: Dataset, field: str, time: float, temporal: str = "none") -> list[int]:
-    """The time indices a query of ``field`` at ``time`` reads (one, or pchip's four)."""
+    """The time indices a query of ``field`` at ``time`` reads (one, or pchip's four, of
+    the steps the field has: :func:`~turbdb.written_steps.stencil_times`)."""
     info = dataset.metadata
     known_field(dataset.name, info.fields, field)
-    return [i for i, _ in dataset.field_store(field).time_levels(info.times, time, temporal)]
+    times = stencil_times(info.times, info.fields[field].recorded, time, temporal)
+    return [i for i, _ in dataset.field_store(field).time_levels(times, time, temporal)]
 
 
 def job_number(job: Any) -> int | None:

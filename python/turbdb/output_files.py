@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,20 +32,28 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
     that writers that go by the ending (``np.save``, ``savefig``) write the same format.
     A directory replaces a directory only: callers check first that the old one may go."""
     given = [Path(t).expanduser() for t in targets]  # "~/q.csv" was a directory named ~ here
-    places = [_place(t) for t in given]
-    for target in places:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    for folder in {target.parent for target in places}:
-        _sweep_left_behind(folder)
     # Written in place, as before, where a rename cannot do: a device or pipe (a link to
     # /dev/null: the rename replaced the device node with a file), a folder the user may
     # not write in (only the file is theirs).
     # (Through the name given, a link included: np.save adds .npy to a device's name.)
-    in_place = [_in_place(target) for target in places]
+    devices = [_is_device(t) for t in given]
+    places = [t if device else _place(t) for t, device in zip(given, devices)]
+    for target, device in zip(places, devices):
+        if not device:
+            target.parent.mkdir(parents=True, exist_ok=True)
+    for folder in {target.parent for target, device in zip(places, devices) if not device}:
+        _sweep_left_behind(folder)
+    in_place = [device or _in_unwritable_folder(target) for target, device in zip(places, devices)]
     temporaries = [t if kept else _beside(target, t.name) for t, target, kept in zip(given, places, in_place)]
     leftovers = [t for t, kept in zip(temporaries, in_place) if not kept]
     try:
-        yield temporaries
+        try:
+            yield temporaries
+        except OSError as e:
+            named = _named_for_target(e, temporaries, given)
+            if named is e:
+                raise
+            raise named from None
         with _interrupts_held():  # all the outputs in place, and nothing they replaced left behind
             for temporary, target, kept in zip(temporaries, places, in_place):
                 if not kept:
@@ -54,20 +63,90 @@ def replacing(*targets: str | os.PathLike[str]) -> Iterator[list[Path]]:
         _remove_all(leftovers)
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuses, before any work, an output in a folder this account may not write in (the
+    error came after the work, naming the hidden temporary), unless the output is a file it
+    may write there (written in place, see :func:`replacing`) or a pipe or device."""
+    target = Path(path).expanduser()
+    if _is_device(target):
+        return
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:  # made by replacing
+        folder = folder.parent
+    if not folder.is_dir():  # a file in the way: the write names it
+        return
+    if os.access(folder, os.W_OK | os.X_OK) or (target.is_file() and os.access(target, os.W_OK)):
+        return
+    raise PermissionError(errno.EACCES, f"permission denied: this account may not write in {folder or '.'}",
+                          str(target))
+
+
+def check_room(path: str | os.PathLike[str], nbytes: int) -> None:
+    """Refuses to write ``nbytes`` to the file ``path`` (a temporary of :func:`replacing`)
+    when its disk has less free space: HDF5 that meets a full disk part-way may crash the
+    process (a failed write in its metadata cache, or a second close of the half-closed
+    file: h5py issues 914 and 2160), so its writers ask first. A pipe or device is not
+    asked (it holds no files); a disk that fills meanwhile is still met."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return
+    except FileNotFoundError:
+        pass
+    try:
+        disk = os.statvfs(Path(path).parent)
+    except (OSError, AttributeError):  # no statvfs (Windows), or a folder the writer will name
+        return
+    if disk.f_bavail * disk.f_frsize < nbytes:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
 def save_npy(path: str | os.PathLike[str], values: Any) -> None:
     """``np.save`` under exactly the name given: given a name, np.save adds .npy to one
     that does not end in it (``c.NPY``, a device), and the file was not where it was said to be."""
     import numpy as np
 
     with open(path, "wb") as f:
-        np.save(f, values)
+        # Into a pipe (``--out`` linked to /dev/stdout), through its write alone: numpy
+        # writes a real file by its descriptor, which needs a position a pipe has not.
+        np.save(f if f.seekable() else _Writes(f.write), values)
 
 
-def _in_place(target: Path) -> bool:
-    """Whether ``target`` is written where it is rather than renamed over (see replacing)."""
-    if target.exists() and not (target.is_file() or target.is_dir()):
-        return True
+class _Writes:
+    """A file that only writes (see save_npy)."""
+
+    def __init__(self, write: Any):
+        self.write = write
+
+
+def _is_device(target: Path) -> bool:
+    """Whether ``target``, links followed by the system (``os.stat``), is neither a file nor
+    a directory: a pipe, a terminal, a device, a socket, written in place. Resolving a link
+    to /dev/stdout by its path gave /proc/PID/fd/pipe:[N], which does not exist: the
+    output was taken for a new file, its temporary went to /proc, and it failed after the work."""
+    try:
+        mode = os.stat(target).st_mode
+    except (OSError, ValueError):  # none yet (or a loop of links, named by _place)
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _in_unwritable_folder(target: Path) -> bool:
+    """Whether ``target`` is a file the user may write in a folder they may not (see replacing)."""
     return target.is_file() and not os.access(target.parent, os.W_OK) and os.access(target, os.W_OK)
+
+
+def _named_for_target(error: OSError, temporaries: list[Path], targets: list[Path]) -> OSError:
+    """``error`` of a write to one of ``temporaries``, naming the output it stands for (the
+    user never gave the hidden name): a full disk is the system's one line on that output
+    (h5py's said "Can't synchronously write data (file write failed: … filename =
+    '….turbdb-tmp-…-old.h5' …"); another error on a temporary keeps its words."""
+    named = [target for temporary, target in zip(temporaries, targets)
+             if str(temporary) == str(error.filename) or temporary.name in str(error)]
+    if error.errno in (errno.ENOSPC, errno.EDQUOT) and (named or error.filename is None):
+        return OSError(error.errno, os.strerror(error.errno), str((named or targets)[0]))
+    if named and error.filename is not None:
+        return OSError(error.errno, error.strerror, str(named[0]))
+    return error
 
 
 @contextlib.contextmanager

@@ -16,6 +16,9 @@ from .arguments import (
 )
 from .exceptions import QueryCancelledError
 from .jobs import job_number
+from .size_limit import check_answer_bytes
+from .written_steps import stencil_times
+from .step_versions import REWRITE_ERRORS, StepVersions, steps_read
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -39,7 +42,10 @@ def query(
     cancel: threading.Event | None = None,
 ) -> np.ndarray:
     """See :meth:`turbdb.Dataset.query`."""
-    if is_series(time):  # one evaluation per time, stacked
+    if is_series(time):  # one evaluation per time, stacked; the whole answer checked first
+        times = time_list(time)
+        point_call(dataset, field, points, time=times[0], method=method, operator=operator, temporal=temporal,
+                   dtype=dtype, strategy=strategy, job=job, series=len(times))
         return np.stack([query(dataset, field, points, time=t, method=method, operator=operator, temporal=temporal,
                                dtype=dtype, strategy=strategy, job=job, cancel=cancel) for t in time_list(time)])
     call = point_call(dataset, field, points, time=time, method=method, operator=operator, temporal=temporal,
@@ -52,7 +58,19 @@ def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | N
     """The answer to a checked point query (:func:`point_call`): through the dataset's node
     engine or its store, as the call's strategy says; ``cancel`` as in :func:`query`.
     ``stop``: a ``_core.StopFlag`` that stops a streaming evaluation by the dataset's own
-    store, between cells (the service sets it when the client goes away)."""
+    store, between cells (the service sets it when the client goes away). Evaluated again
+    while a rewrite of a step it reads overlapped it (:mod:`turbdb.step_versions`)."""
+    call = call.settled(dataset)
+    while True:
+        try:
+            return _evaluate(dataset, call, cancel, stop)
+        except REWRITE_ERRORS as error:
+            if not call.versions.spoiled(dataset, error):
+                raise
+        call = call.renewed(dataset)
+
+
+def _evaluate(dataset: Dataset, call: PointCall, cancel: threading.Event | None, stop: Any) -> np.ndarray:
     if cancel is not None and cancel.is_set():
         raise QueryCancelledError("the query was cancelled before it started")
     points = len(call.points)
@@ -91,6 +109,8 @@ class PointCall:
     strategy: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    #: The rewrite counts of the steps it reads, noted before it runs.
+    versions: StepVersions
 
     def through_engine(self, dataset: Dataset) -> bool:
         """Whether the dataset's node engine evaluates it (the streaming strategy does)."""
@@ -102,15 +122,37 @@ class PointCall:
 
     def answer(self, dataset: Dataset, values: np.ndarray, counters: dict[str, Any]) -> np.ndarray:
         """The answer from what the evaluation returned; its counters become the
-        dataset's ``last_query_stats``."""
+        dataset's ``last_query_stats``. :class:`StepRewrittenError` where a rewrite of a
+        step it read overlapped the evaluation: the values may mix two versions (the
+        callers evaluate it again, :meth:`renewed`)."""
+        self.versions.check(dataset)
         dataset.last_query_stats = counters
         return values.reshape(self.shape).astype(self.dtype, copy=False)
+
+    def settled(self, dataset: Dataset) -> PointCall:
+        """This call, or once no rewrite of a step it reads is under way, one noting the
+        steps' versions then (blocking: sleeps meanwhile)."""
+        if self.versions.rewriter() is None:
+            return self
+        return dataclasses.replace(self, versions=self.versions.settled(dataset))
+
+    def renewed(self, dataset: Dataset) -> PointCall:
+        """This call to evaluate again, after a rewrite overlapped it: the caches caught up,
+        waiting for a rewrite still under way; :class:`DatasetBusyError` after
+        :data:`~turbdb.step_versions.BUSY_SECONDS` of this."""
+        return self.again(self.versions.renewed(dataset).settled(dataset))
+
+    def again(self, versions: StepVersions) -> PointCall:
+        """This call to evaluate again, noting ``versions``: ungated, since a job's plan
+        counts its queries and this one was counted (answers do not depend on it)."""
+        return dataclasses.replace(self, versions=versions, engine_options={**self.engine_options, "job": None})
 
 
 def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: str = "lag6",
                operator: str = "field", temporal: str = "none", dtype: Any = np.float32,
-               strategy: str = "streaming", job: Any = None) -> PointCall:
-    """Checks a point query at one time (see :meth:`turbdb.Dataset.query`)."""
+               strategy: str = "streaming", job: Any = None, series: int = 1) -> PointCall:
+    """Checks a point query at one time (see :meth:`turbdb.Dataset.query`); ``series``: the
+    number of times of the series it is the first of, whose whole answer is sized."""
     job = job_number(job)
     info = dataset.metadata
     known_field(dataset.name, info.fields, field)
@@ -122,15 +164,21 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     time = finite_number("time", time)
     xyz = query_points(points, info)
     ncomp = info.fields[field].ncomp
+    # pchip over the steps the field has: its last interval as at the end of the data.
+    times = stencil_times(info.times, info.fields[field].recorded, time, temporal)
     # A float32 answer lets the engine sum a field's stored float32 rows in float32, as the
     # streaming executor does (about 2e-7 of the largest value: float32's own rounding).
     narrow = np.dtype(dtype) == np.float32
     shape = (len(xyz), ncomp) if SLOTS[operator] == 1 else (len(xyz), ncomp, SLOTS[operator])
+    # Before the store's own check (a node engine has none), in words that say how to raise the limit.
+    check_answer_bytes(len(xyz), ncomp * SLOTS[operator], dtype, series, summed_in_float64=True)
     return PointCall(
         store=dataset.field_store(field), points=xyz,
-        options={"axes": axes_of(info), "times": info.times, "time": time, "method": method, "operator": operator,
+        options={"axes": axes_of(info), "times": times, "time": time, "method": method, "operator": operator,
                  "temporal": temporal},
-        engine_options={"job": job, "narrow": narrow}, strategy=strategy, shape=shape, dtype=np.dtype(dtype))
+        engine_options={"job": job, "narrow": narrow}, strategy=strategy, shape=shape, dtype=np.dtype(dtype),
+        # Noted after the store caught up (field_store): the engine has dropped what they replaced.
+        versions=StepVersions.of(dataset, field, steps_read(times, time, temporal)))
 
 
 def query_points(points: Any, info: Any) -> np.ndarray:

@@ -33,9 +33,10 @@ from . import exceptions as exc
 from . import remote_batches as batches
 from . import submission
 from .arguments import (
-    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, choice, field_name,
-    finite_number, result_dtype, time_list,
+    METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS, choice,
+    field_name, finite_number, result_dtype, time_list,
 )
+from .busy_causes import busy_cause
 from .cutout import (
     as_filter_width, as_strides, box_ranges, check_filter_width, check_ranges, cutout_array, output_shape,
 )
@@ -45,7 +46,7 @@ from .jobs import job_number, planned_query
 from .query import query_points
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
-from .size_limit import check_result_bytes
+from .size_limit import check_answer_bytes, check_result_bytes
 from .track import INTEGRATORS, step_count
 
 # Transport failures after which the request certainly did not reach the server (refused,
@@ -291,13 +292,15 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         thread: requests held back to stay under the token's rate limit, and answers of
         429 (rate limited) or 503 (busy) retried after their ``Retry-After``."""
         with self._waits_lock:
-            return dataclasses.replace(self._waits)
+            return dataclasses.replace(self._waits, busy_causes=dict(self._waits.busy_causes))
 
-    def _waited(self, **amounts: float) -> None:
-        """Adds to the waits' counts and seconds (from any thread)."""
+    def _waited(self, cause: str | None = None, **amounts: float) -> None:
+        """Adds to the waits' counts and seconds (from any thread), and a 503's ``cause``."""
         with self._waits_lock:
             for name, value in amounts.items():
                 setattr(self._waits, name, getattr(self._waits, name) + value)
+            if cause is not None:
+                self._waits.busy_causes[cause] = self._waits.busy_causes.get(cause, 0) + 1
 
     def document(self, method: str, path: str, **kwargs: Any) -> Any:
         """:meth:`request`'s answer read as JSON."""
@@ -352,7 +355,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                         if status == 429:
                             self._waited(rate_limited=1, rate_limited_seconds=wait)
                         else:
-                            self._waited(busy=1, busy_seconds=wait)
+                            self._waited(busy=1, busy_seconds=wait, cause=busy_cause(_json_or_none(response)))
                         continue
                 elif status in _GATEWAY and repeatable and failures < self.retries:
                     batches.pause(wait if wait is not None and wait <= _MAX_RETRY_AFTER else self._backoff(failures))
@@ -436,8 +439,10 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
 class Throttling:
     """Waits on a server's limits (:meth:`RemoteDatabase.throttling`): requests the client
     held back under the token's rate limit (``paced``), answers of 429 retried
-    (``rate_limited``) and of 503, the engine's queue full (``busy``), each with the
-    seconds waited."""
+    (``rate_limited``) and of 503, the server busy (``busy``), each with the seconds
+    waited; ``busy_causes`` counts the 503s by what their answers said was full
+    (:data:`turbdb.busy_causes.BUSY_CAUSES`: the engine's queue, the connections of one
+    address, …)."""
 
     paced: int = 0
     paced_seconds: float = 0.0
@@ -445,10 +450,13 @@ class Throttling:
     rate_limited_seconds: float = 0.0
     busy: int = 0
     busy_seconds: float = 0.0
+    busy_causes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __sub__(self, other: Throttling) -> Throttling:
+        causes = {k: n - other.busy_causes.get(k, 0) for k, n in self.busy_causes.items()}
         return Throttling(**{f.name: getattr(self, f.name) - getattr(other, f.name)
-                             for f in dataclasses.fields(self)})
+                             for f in dataclasses.fields(self) if f.name != "busy_causes"},
+                          busy_causes={k: n for k, n in causes.items() if n})
 
 
 class RemoteJob:
@@ -515,6 +523,8 @@ class RemoteDataset:
         """:meth:`query` without waiting, as :meth:`turbdb.Dataset.submit`: a
         :class:`concurrent.futures.Future` of the answer at once; queries submitted
         together are in flight together, so the server's node engine shares their reads."""
+        if (wrong := submission.options_error(self.query, options)) is not None:
+            return submission.failed(wrong)
         return submission.submit(self.query, field, points, **options)
 
     def query(self, field: str, points: Any, *, time: Any, method: str = "lag6", operator: str = "field",
@@ -524,7 +534,8 @@ class RemoteDataset:
         token's point limit: a time series of few points goes in one request, or a few (points
         × times within the limit), many points time by time. ``job``: the job
         (:meth:`RemoteDatabase.job`) this query is the next query of — one per time, sent one
-        request per time; when a time's points are split into several requests, the first
+        request per time, each once the one before is answered (the server takes only the
+        plan's next query); when a time's points are split into several requests, the first
         goes as the job's query and the rest run ungated beside it. ``cancel``: a
         ``threading.Event`` looked at before each request; once it is set the requests not yet
         sent are dropped and :class:`QueryCancelledError` is raised."""
@@ -546,6 +557,9 @@ class RemoteDataset:
                                     ("strategy", strategy, "streaming")):
             if value != default:
                 base[key] = value
+        if base["field"] in self.metadata.fields:  # else the server names the fields
+            # Checked before anything is sent, as locally: the answer is put together here.
+            check_answer_bytes(len(xyz), self.metadata.fields[base["field"]].ncomp * SLOTS[operator], dtype, len(times))
         limits = self.database.limits
         # A job plans one query per time, each gated at its turn in the server's engine, so its
         # queries go time by time (the server refuses several times with job=); so does a
@@ -569,9 +583,12 @@ class RemoteDataset:
                 return values if t1 - t0 > 1 else values[np.newaxis]  # one time is answered (N, …)
             return send
 
-        answers = self.database.run_batches([ask(*piece) for piece in pieces],
-                                            [(t1 - t0) * (b - a) for t0, t1, a, b in pieces], "points",
-                                            f"{self.name} {operator} of {field}")
+        # A job's queries go one after another, each once the one before is answered: the server
+        # takes only the plan's next query (sent together, they arrived in any order: a 400).
+        rounds = [[p for p in pieces if p[0] == k] for k in range(len(times))] if job_id is not None else [pieces]
+        answers = [answer for group in rounds for answer in self.database.run_batches(
+            [ask(*piece) for piece in group], [(t1 - t0) * (b - a) for t0, t1, a, b in group], "points",
+            f"{self.name} {operator} of {field}")]
         series = np.empty((len(times), len(xyz)) + answers[0].shape[2:], dtype=answers[0].dtype)
         for (t0, t1, a, b), values in zip(pieces, answers):
             series[t0:t1, a:b] = values
@@ -658,12 +675,15 @@ class RemoteDataset:
         params = {"start": _time_param("start", start), "end": _time_param("end", end), "dt": _time_param("dt", dt),
                   "method": method, "field": field, "integrator": integrator,
                   "return_velocity": "true" if return_velocity else "false"}
-        limits = self.database.limits
         steps = step_count(start, end, dt)  # counted, not listed: a tiny dt must not allocate
+        limits = self.database.limits
         if steps > limits.max_track_steps:
             raise exc.LimitExceededError(f"tracking over {steps:,} steps; one request to this server may take "
                                      f"{limits.max_track_steps:,}: use a larger dt, or split the time span into "
                                      "several tracks (each starting where the last ended)")
+        rows = (steps + 1) * len(xyz)  # the positions (and velocities) of every step come back, as locally
+        check_result_bytes(rows * 24 * (2 if return_velocity else 1), f"{rows:,} particle positions",
+                           "track fewer particles per call, or split the time span into several calls")
         per_request = min(limits.batch_points, max(1, limits.max_track_rows // (steps + 1)))
 
         done, done_lock = [0], threading.Lock()
@@ -825,6 +845,14 @@ def _address(response: httpx.Response) -> str:
 def _damaged(response: httpx.Response, error: Exception) -> exc.ServiceError:
     return exc.ServiceError(f"the answer of {_address(response)} is damaged ({error}): it was cut short or changed "
                             "on the way; send the request again")
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    """The answer's JSON body (None if it has none)."""
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def _retry_after(response: httpx.Response) -> float | None:

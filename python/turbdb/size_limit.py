@@ -65,6 +65,34 @@ def check_result_bytes(nbytes: int, what: str, split: str) -> None:
     _check(nbytes, f"{what} would take", "return", split)
 
 
+def check_answer_bytes(points: int, values: int, dtype: Any, times: int = 1, *,
+                       summed_in_float64: bool = False) -> None:
+    """Refuses a point query's answer — ``times`` × ``points`` × ``values`` (per point) of
+    ``dtype`` — above the limit, saying how many points a call may take.
+    ``summed_in_float64``: the local engine also refuses a query whose float64 sums at one
+    time (8 bytes a value, whatever the answer's dtype) exceed the limit; checked here first,
+    so that its refusal says how to raise the limit and sizes the answer in its own dtype."""
+    dtype = np.dtype(dtype)
+    limit = max_result_bytes()
+    answer = times * points * values * dtype.itemsize
+    sums = points * values * 8 if summed_in_float64 else 0
+    if max(answer, sums) <= limit:
+        return
+    at = f" at {times:,} times" if times > 1 else ""
+    said = f"the answer for {points:,} points{at} would take {human_bytes(answer)} of {dtype.name}"
+    if sums > answer:
+        said += f", and the engine sums it in float64 ({human_bytes(sums)})"
+    most = limit // max(times * values * dtype.itemsize, values * 8 if summed_in_float64 else 0)
+    if most >= 1:
+        advice = f"send batches of at most {most:,} points" + (", or fewer times" if times > 1 else "")
+    elif times > 1:
+        advice = "ask for fewer times per call"
+    else:
+        advice = "raise the limit"
+    raise LimitExceededError(f"{said}; one call may return at most {human_bytes(limit)} (turbdb.set_max_result_bytes): "
+                             f"{advice}")
+
+
 def check_work_bytes(nbytes: int, what: str, smaller: str) -> None:
     """Refuses work space of ``nbytes`` (``what`` needs it) above the same limit: a request
     with a small answer can still need too much memory on the way."""

@@ -22,7 +22,9 @@ from .exceptions import (
 from .jobs import MAX_JOB_QUERIES, declare
 from .query import query_points, unless_cancelled
 from .size_limit import check_result_bytes
+from .step_versions import StepVersions, read_consistently, steps_read
 from .times import format_time, range_tolerance
+from .written_steps import stencil_times, step_named
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -181,11 +183,14 @@ class _Evaluator:
 
     def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str, planned: Iterable[float],
                  cancel: Any = None):
+        self.dataset = dataset
+        self.field = field
         self.store = dataset.field_store(field)
         self.engine = dataset.engine
         self.cancel = cancel
         self.axes = axes_of(info)
         self.times = np.ascontiguousarray(info.times, dtype=np.float64)
+        self.recorded = info.fields[field].recorded
         self.method = method
         self.stats = {"queries": 0, "points": 0, "atoms_read": 0, "read_calls": 0, "contributions": 0,
                       "engine_seconds": 0.0}
@@ -194,7 +199,7 @@ class _Evaluator:
             levels: dict[float, list[int]] = {}
             for t in itertools.islice(planned, MAX_JOB_QUERIES):
                 if t not in levels:
-                    levels[t] = [i for i, _ in self.store.time_levels(self.times, t, "pchip")]
+                    levels[t] = [i for i, _ in self.store.time_levels(self.stencil(t), t, "pchip")]
                 regions.append((self.store, levels[t]))
         self.job = declare(self.engine, regions)
 
@@ -202,23 +207,11 @@ class _Evaluator:
         began = _time.perf_counter()
         if self.cancel is not None and self.cancel.is_set():
             raise QueryCancelledError(f"the track was cancelled at time {format_time(t)}")
+        # Each evaluation sees one version of each step it reads (a rewrite under way is
+        # waited for); evaluations apart may see a step before and after a rewrite.
+        versions = StepVersions.of(self.dataset, self.field, steps_read(self.stencil(t), t, "pchip"))
         try:
-            if self.engine is not None and self.cancel is not None:
-                pending = self.engine.submit(
-                    self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
-                    operator="field", temporal="pchip", job=self.job.id,
-                )
-                values, counters = unless_cancelled(pending, self.cancel)
-            elif self.engine is not None:
-                values, counters = self.engine.query(
-                    self.store, x, axes=self.axes, times=self.times, time=float(t), method=self.method,
-                    operator="field", temporal="pchip", job=self.job.id,
-                )
-            else:
-                values, counters = self.store.query(
-                    x, axes=self.axes, times=self.times, time=float(t), method=self.method, operator="field",
-                    temporal="pchip", strategy="streaming",
-                )
+            values, counters = read_consistently(self.dataset, versions, lambda again: self._evaluate(x, t, again))
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
             if moved == START:
                 raise OutOfDomainError(f"a particle starts outside the domain, at time {format_time(t)} ({e})") from None
@@ -235,6 +228,31 @@ class _Evaluator:
         for key, value in counters.items():
             stats[key] = value if isinstance(value, str) else stats.get(key, 0) + value
         return values.reshape(len(x), 3)
+
+    def stencil(self, t: float) -> np.ndarray:
+        """The stored times pchip at ``t`` interpolates over: up to the field's last written
+        step at or before it (:func:`~turbdb.written_steps.stencil_times`)."""
+        return stencil_times(self.times, self.recorded, float(t), "pchip")
+
+    def _evaluate(self, x: np.ndarray, t: float, again: bool) -> tuple[np.ndarray, dict[str, Any]]:
+        """The engine's (or the store's) values and counters at ``x``, ``t``; made ``again``
+        after a rewrite overlapped it, ungated (the job counted it already)."""
+        job = None if again else self.job.id
+        if self.engine is not None and self.cancel is not None:
+            pending = self.engine.submit(
+                self.store, x, axes=self.axes, times=self.stencil(t), time=float(t), method=self.method,
+                operator="field", temporal="pchip", job=job,
+            )
+            return unless_cancelled(pending, self.cancel)
+        if self.engine is not None:
+            return self.engine.query(
+                self.store, x, axes=self.axes, times=self.stencil(t), time=float(t), method=self.method,
+                operator="field", temporal="pchip", job=job,
+            )
+        return self.store.query(
+            x, axes=self.axes, times=self.stencil(t), time=float(t), method=self.method, operator="field",
+            temporal="pchip", strategy="streaming",
+        )
 
 
 def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.ndarray) -> None:
@@ -253,7 +271,9 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     # Exactly the steps the engine will read: the pchip levels of every step time (the
     # predictor is evaluated at step times too).
     store = dataset.field_store(field)
-    needed = sorted({i for t in np.unique(times) for i, _ in store.time_levels(stored, float(t), "pchip")})
+    recorded = info.fields[field].recorded
+    needed = sorted({i for t in np.unique(times)
+                     for i, _ in store.time_levels(stencil_times(stored, recorded, float(t), "pchip"), float(t), "pchip")})
     # A step's directory, not dataset.info: that counted every shard of every step (160 ms
     # a track on 128³ in 8³ partitions, seconds on big datasets). A step missing only some
     # shards is named by the engine when it reads them.
@@ -261,8 +281,8 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
     missing = [i for i in needed if not (steps / str(i)).is_dir()]
     if missing:
         raise InvalidRequestError(
-            f"tracking from {format_time(times[0])} to {format_time(times[-1])} needs time steps {needed[0]}-{needed[-1]} of {field}; "
-            f"step{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:5]))}"
+            f"tracking from {format_time(times[0])} to {format_time(times[-1])} needs time indices {needed[0]}-{needed[-1]} "
+            f"of {field}; {', '.join(step_named(stored, i) for i in missing[:5])}"
             f"{' …' if len(missing) > 5 else ''} {'are' if len(missing) > 1 else 'is'} not stored"
         )
 

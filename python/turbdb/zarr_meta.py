@@ -1,6 +1,7 @@
 """Zarr v3 metadata documents of a turbdb database, written atomically (aside, then rename)
-so that a reader never sees half a ``zarr.json``. Files are created with the process's
-umask, like the shards, so that whoever may read the shards may read the metadata."""
+so that a reader never sees half a ``zarr.json``. A file rewritten keeps its permissions
+and group (the writer's umask would narrow them: :mod:`turbdb.permissions`); a new file is
+created with the process's umask, like the shards of a new dataset."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import IO, Any
 import numpy as np
 
 from .exceptions import DamagedMetadataError, FormatError, StorageError
+from .permissions import keep_permissions, unreadable
 
 TEMP_PREFIX = ".turbdb-tmp-"
 
@@ -35,14 +37,17 @@ INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name
 
 
 @contextlib.contextmanager
-def replacing(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """A file to write ``path``'s new content to: created beside it with mode 0o666 less
-    the umask, renamed over ``path`` when the block ends, removed if it fails. A full or
-    read-only disk is a :class:`StorageError` that says so."""
+def replacing(path: Path, mode: str = "w", *, like: Path | None = None) -> Iterator[IO[Any]]:
+    """A file to write ``path``'s new content to: created beside it with the permissions
+    and group of ``path`` where it exists, else of ``like`` (a sibling) where given and
+    there, else mode 0o666 less the umask; renamed over ``path`` when the block ends,
+    removed if it fails. A full or read-only disk is a :class:`StorageError` that says so."""
     tmp = path.parent / f"{TEMP_PREFIX}{path.name}-{secrets.token_hex(6)}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), mode) as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, mode) as f:
+            keep_permissions(fd, path if os.path.lexists(path) or like is None else like)
             yield f
         os.replace(tmp, path)
     except BaseException as e:
@@ -74,6 +79,8 @@ def read_json(path: Path) -> dict[str, Any]:
         document = json.loads(path.read_text())
     except FileNotFoundError:
         raise StorageError(f"{path} does not exist") from None
+    except PermissionError:  # not missing, not damaged: said as what it is
+        raise unreadable(path) from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise DamagedMetadataError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
     except OSError as e:
@@ -183,7 +190,8 @@ def write_coordinate(group: Path, name: str, values: np.ndarray, *, chunk: int |
         piece = values[i * size:(i + 1) * size]
         if chunk:  # every chunk whole: the last padded
             piece = np.pad(piece, (0, size - len(piece)), constant_values=np.nan)
-        with replacing(directory / "c" / str(i), "wb") as f:
+        # A chunk the time axis grows into takes chunk 0's permissions, as a rewrite keeps them.
+        with replacing(directory / "c" / str(i), "wb", like=directory / "c" / "0") as f:
             f.write(piece.tobytes())
     write_json_atomic(directory / ZARR_JSON, coordinate_document(name, len(values), size))
     for stale in (directory / "c").glob("*"):

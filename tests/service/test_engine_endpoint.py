@@ -96,6 +96,9 @@ def check_metrics_match_the_engine_endpoint(url):
     # Histograms: cumulative buckets ending in +Inf at the total count.
     assert value("turbdb_engine_batch_atoms_bucket", le="+Inf") == state["batches"] == sum(state["batch_sizes"])
     assert value("turbdb_engine_batch_atoms_bucket", le="1.0") == state["batch_sizes"][0]
+    # With its sum and count, so that Prometheus can give the mean atoms a batch.
+    assert value("turbdb_engine_batch_atoms_count") == state["batches"]
+    assert value("turbdb_engine_batch_atoms_sum") == state["batch_atoms_sum"] >= state["batches"]
     answered = 0
     for size, h in state["response"].items():
         assert value("turbdb_engine_response_seconds_count", size=size) == h["count"]

@@ -18,11 +18,13 @@ from servicekit import FULL, SMALL, TIMES, running_server
 from turbdb.cli import main
 from turbdb.exceptions import EngineBusyError, LimitExceededError, UnknownNameError
 from turbdb.jobs import Job
-from turbdb.service.jobs import MAX_PLANNED_PER_OWNER, JobRegistry
+from turbdb.service.jobs import MAX_PLANNED_PER_OWNER, JobRegistry, PlannedRead
 from turbdb.service.transport import encode_npy
 from turbdb.workload import generate, replay, write_trace
 
 AUTH = {"Authorization": f"Bearer {FULL}"}
+#: What a planned query reads, for the registry on its own (a server works it out from the dataset).
+READ = PlannedRead("trig", "velocity", 0.5, "none", (1,))
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +160,7 @@ def test_the_servers_open_jobs_and_their_planned_queries_are_bounded():
     numbers = []
     for owner in "abc":
         registry.reserve(owner, 2)
-        numbers.append(registry.add(owner, Job(None, None, 2)))
+        numbers.append(registry.add(owner, Job(None, None, 2), [READ] * 2))
     with pytest.raises(EngineBusyError, match="holds 3 open jobs"):
         registry.reserve("d", 1)
     registry.remove(numbers[0], "a")
@@ -170,18 +172,18 @@ def test_an_idle_job_is_forgotten_even_if_nobody_declares_another():
     # It was expired only by a new declaration: a query revived it, and its plan kept counting.
     registry = JobRegistry(idle_seconds=0.05)
     registry.reserve("a", 2)
-    number = registry.add("a", Job(None, None, 2))
-    assert registry.engine_job(number, "a") is None and registry.planned("a") == 2  # no engine: no engine job
+    number = registry.add("a", Job(None, None, 2), [READ] * 2)
+    assert registry.engine_job(number, "a", READ) is None and registry.planned("a") == 2  # no engine: no engine job
     time.sleep(0.1)
     with pytest.raises(UnknownNameError, match=f"no job {number} .* unused for 0 s"):
-        registry.engine_job(number, "a")
+        registry.engine_job(number, "a", READ)
     assert registry.planned("a") == 0
     registry.reserve("a", 1)
-    other = registry.add("a", Job(None, None, 1))
+    other = registry.add("a", Job(None, None, 1), [READ])
     time.sleep(0.1)
     assert registry.planned("a") == 0 and len(registry) == 0  # counted as forgotten when asked, too
     with pytest.raises(UnknownNameError):
-        registry.engine_job(other, "a")
+        registry.engine_job(other, "a", READ)
 
 
 def test_job_numbers_are_not_reused_after_a_restart_and_a_stale_one_is_said_to_be(server):
@@ -189,13 +191,13 @@ def test_job_numbers_are_not_reused_after_a_restart_and_a_stale_one_is_said_to_b
     # no word of the restart, or was silently taken as another new job's.
     before = JobRegistry()  # the server's registry before a restart...
     before.reserve("a", 1)
-    stale = before.add("a", Job(None, None, 1))
+    stale = before.add("a", Job(None, None, 1), [READ])
     time.sleep(0.01)
     after = JobRegistry()  # ...and after it
     after.reserve("a", 1)
-    assert after.add("a", Job(None, None, 1)) > stale
+    assert after.add("a", Job(None, None, 1), [READ]) > stale
     with pytest.raises(UnknownNameError, match=f"no job {stale} on this server: .* before the server restarted"):
-        after.engine_job(stale, "a")
+        after.engine_job(stale, "a", READ)
     answer = httpx.post(server.url + "/v1/datasets/trig/query", params={"field": "velocity", "time": 0.5, "job": 1},
                         json={"points": [[1, 2, 3]]}, headers=AUTH, timeout=10)
     assert answer.status_code == 404 and "restarted" in answer.json()["description"]

@@ -15,6 +15,7 @@
 pub mod engine;
 pub mod error;
 pub mod interp;
+pub mod memory;
 pub mod routing;
 pub mod storage;
 

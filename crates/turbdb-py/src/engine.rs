@@ -380,6 +380,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &EngineStats) -> PyResult<Bound<'py, PyDi
     d.set_item("bytes_read", s.bytes_read)?;
     d.set_item("batches", s.batches)?;
     d.set_item("batch_sizes", s.batch_sizes.counts.clone())?;
+    d.set_item("batch_atoms_sum", s.batch_sizes.sum)?;
     // Upper bounds of the histograms' buckets (the last bucket, past them, is unbounded).
     d.set_item("batch_size_bounds", BATCH_BOUNDS.to_vec())?;
     d.set_item("response_bounds_seconds", RESPONSE_BOUNDS.to_vec())?;

@@ -59,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reach::stencil_reach, m)?)?;
     m.add_function(wrap_pyfunction!(routing::split_points, m)?)?;
     m.add_function(wrap_pyfunction!(limits::get_max_result_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(limits::usable_memory, m)?)?;
     m.add_function(wrap_pyfunction!(limits::set_max_result_bytes, m)?)?;
     Ok(add_names(m)?)
 }

@@ -1,6 +1,7 @@
 //! The most bytes one call may hand back to Python (a cutout, a query's values), so that a
 //! request too large for this machine is refused with a way to split it before anything is
-//! allocated, instead of aborting the interpreter. Default: half the machine's memory, or
+//! allocated, instead of aborting the interpreter. Default: half the memory the process may use
+//! (the machine's, or its container's or batch job's limit where smaller), or
 //! `TURBDB_MAX_RESULT_BYTES`; `turbdb.set_max_result_bytes` changes it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,18 +29,15 @@ fn default_limit() -> u64 {
     {
         return bytes;
     }
-    // SAFETY: sysconf only reads system configuration.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages > 0 && page > 0 {
-        (pages as u64).saturating_mul(page as u64) / 2
-    } else {
-        8 << 30
-    }
+    // Half the memory a container or batch job allows, where it is less than the machine's.
+    turbdb_core::memory::usable_memory().map_or(8 << 30, |bytes| bytes / 2)
+}
+
+/// The bytes of memory this process may use: the machine's, or its control group's limit
+/// (a container, a batch job) where smaller; None where neither is known.
+#[pyfunction]
+pub fn usable_memory() -> Option<u64> {
+    turbdb_core::memory::usable_memory()
 }
 
 /// The most bytes one call may return (a cutout, a query's values).
@@ -49,7 +47,7 @@ pub fn get_max_result_bytes() -> u64 {
 }
 
 /// Sets the most bytes one call may return; `None` restores the default (half the
-/// machine's memory, or `TURBDB_MAX_RESULT_BYTES`).
+/// memory this process may use, or `TURBDB_MAX_RESULT_BYTES`).
 #[pyfunction]
 #[pyo3(signature = (nbytes))]
 pub fn set_max_result_bytes(nbytes: Option<u64>) -> Result<()> {

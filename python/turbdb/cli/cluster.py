@@ -116,9 +116,17 @@ def up(db: Path, workers: int | None, scheduler: str | None, replicas: int, data
         running = start_local(db, workers, replicas=replicas, data_root=data_root, threads=threads,
                               dashboard_address=dashboard_address, host=host, progress=progress)
     catalogue = running.catalogue
+    if running.placed_because and running.placed_because != ["the database was not laid out yet"]:
+        click.secho(f"turbdb: placing again: {'; '.join(running.placed_because)}", fg="yellow", bold=True, err=True)
+    for slot, why in running.missing.items():
+        click.secho(f"turbdb: warning: worker {slot} {why}: its partitions are served from their other copies "
+                    f"(DEGRADED). Start it again, or run `turbdb cluster repair {db} --scheduler {running.address}` "
+                    "to copy them onto the other workers", fg="yellow", bold=True, err=True)
     layout = ("shared storage" if catalogue.layout == "shared"
               else f"node-local copies under {Path(next(iter(catalogue.slots.values()))).parent}")
-    click.echo(f"turbdb: {len(catalogue.slots)} workers serve {db} ({layout}; {catalogue.replicas} copies of every "
+    serving = (f"{len(catalogue.slots) - len(running.missing)} of {len(catalogue.slots)}" if running.missing
+               else str(len(catalogue.slots)))
+    click.echo(f"turbdb: {serving} workers serve {db} ({layout}; {catalogue.replicas} copies of every "
                f"partition, {catalogue.virtual} virtual partitions)")
     _fewer_copies(catalogue.replicas, replicas)
     click.echo(f"turbdb: scheduler {running.address}")
@@ -190,7 +198,8 @@ def status(db: Path, scheduler: str | None, address_file: Path | None, as_json: 
     """Report the cluster's health: every worker, and the partitions left with fewer copies
     than asked for once workers are lost. Exits 0 when healthy, 1 when degraded, when
     partitions have no copy at all (also when the scheduler cannot be reached: then nothing
-    is served), or when node-local copies are older than the database."""
+    is served), when node-local copies are older than the database (stale), or when a
+    worker found its copy damaged."""
     import turbdb
 
     address = scheduler_address(scheduler, address_file)
@@ -203,7 +212,7 @@ def status(db: Path, scheduler: str | None, address_file: Path | None, as_json: 
         click.echo(json.dumps(report, indent=2))
     else:
         _print_status(db, report)
-    sys.exit(0 if report["state"] == "healthy" and not report.get("stale") else 1)
+    sys.exit(0 if report["state"] == "healthy" else 1)
 
 
 def _unreachable_report(db: Path, address: str, error: ServiceError) -> dict[str, Any]:
@@ -217,12 +226,12 @@ def _unreachable_report(db: Path, address: str, error: ServiceError) -> dict[str
 
     database, catalogue = open_db(db), Catalogue.load(db)
     stale = differences(catalogue.contents, database) if catalogue.layout == "local" else []
-    return {**cluster_status(database, catalogue, {}, scheduler=address), "stale": stale,
+    return {**cluster_status(database, catalogue, {}, scheduler=address, stale=stale),
             "scheduler_reachable": False, "error": str(error)}
 
 
 def _print_status(db: Path, report: dict[str, Any]) -> None:
-    colour = {"healthy": "green", "degraded": "yellow", "unavailable": "red"}[report["state"]]
+    colour = {"healthy": "green", "degraded": "yellow", "stale": "yellow", "unavailable": "red"}[report["state"]]
     click.echo(f"cluster {report['scheduler']}: " + click.style(report["state"].upper(), fg=colour, bold=True))
     if report.get("dashboard"):
         click.echo(f"  dashboard {report['dashboard']}")
@@ -240,6 +249,10 @@ def _print_status(db: Path, report: dict[str, Any]) -> None:
         if w.get("silent_seconds") is not None:
             click.echo(f"         running, but not heard from for {w['silent_seconds']:.0f} s (stopped or hung): "
                        "its partitions are read from their other copies")
+        for name, why in w.get("damaged", {}).items():
+            click.secho(f"         DAMAGED copy of {name}: {why}", fg="red")
+            click.echo("         its units go to the other copies; lay the database out again (turbdb cluster up, "
+                       "or turbdb cluster place) to copy it anew")
     for spare in report["spare_workers"]:
         click.echo(f"  worker {spare:>4} spare (not in the catalogue: turbdb cluster repair gives it partitions)")
     for kind, words in (("degraded", "with one copy left"), ("unavailable", "with no copy")):
@@ -249,7 +262,8 @@ def _print_status(db: Path, report: dict[str, Any]) -> None:
             for name, d in part["datasets"].items():
                 shown = ", ".join(f"(t={e[0]}, shard {tuple(e[1:])})" for e in d["examples"][:4])
                 click.echo(f"  {name}: {d['partitions']} partitions, e.g. {shown}")
-    if report["state"] != "healthy" and report.get("scheduler_reachable", True):  # else: no cluster to repair on
+    short = report["degraded"]["virtual_partitions"] or report["unavailable"]["virtual_partitions"]
+    if short and report.get("scheduler_reachable", True):  # else: no cluster to repair on
         click.echo(f"run `turbdb cluster repair {db} --scheduler {report['scheduler']}` to copy them onto the "
                    "living workers")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .group import main
-from .inputs import ExpandedPath, database, existing_dataset_name, int_list, token_option
+from .inputs import ExpandedPath, FiniteFloat, database, existing_dataset_name, int_list, token_option
 from .interrupts import work_done
 
 
@@ -19,6 +19,11 @@ def _range(text: str | None, option: str) -> tuple[int, int] | None:
     if values is None or len(values) != 2:
         raise click.BadParameter(f"expected start,stop grid indices (half-open), e.g. 0,64; got {text!r}",
                                  param_hint=option)
+    if values[1] <= values[0]:
+        raise click.BadParameter(f"{text} holds no node: start,stop is half-open, so stop comes after start "
+                                 f"(e.g. {values[1]},{values[0]})" if values[1] < values[0] else
+                                 f"{text} holds no node: start,stop is half-open (e.g. {values[0]},{values[0] + 1} "
+                                 "is one node)", param_hint=option)
     return values  # type: ignore[return-value]
 
 
@@ -26,6 +31,9 @@ def _stride(text: str) -> object:
     values = int_list(text, "--stride", example="2 or 1,2,2")
     if values is None or len(values) not in (1, 3):
         raise click.BadParameter(f"expected one stride or three (x,y,z), e.g. 2 or 1,2,2; got {text!r}",
+                                 param_hint="--stride")
+    if min(values) < 1:
+        raise click.BadParameter(f"strides are positive (1 takes every node), e.g. 2 or 1,2,2; got {text!r}",
                                  param_hint="--stride")
     return values[0] if len(values) == 1 else values
 
@@ -65,11 +73,12 @@ def stored_times(times, time: float | None, ts: float | None, te: float | None, 
 @click.argument("db_or_url")
 @click.argument("name", callback=existing_dataset_name)
 @click.option("--field", required=True, help="Field to cut out, e.g. velocity or pressure.")
-@click.option("--time", "time_", type=float, default=None, help="One time (the nearest stored step).")
-@click.option("--ts", type=float, default=None, help="First time of a range (stored steps from --ts to --te).")
-@click.option("--te", type=float, default=None, help="Last time of a range (inclusive).")
+@click.option("--time", "time_", type=FiniteFloat(), default=None, help="One time (the nearest stored step).")
+@click.option("--ts", type=FiniteFloat(), default=None, help="First time of a range (stored steps from --ts to --te).")
+@click.option("--te", type=FiniteFloat(), default=None, help="Last time of a range (inclusive).")
 @click.option("--stridet", type=click.IntRange(1), default=1, show_default=True, help="Every stridet-th stored step of the range.")
-@click.option("--x", "x", default=None, help="Node range start,stop along x (half-open, wraps on periodic axes); default: all.")
+@click.option("--x", "x", default=None,
+              help="Node range start,stop along x, in grid indices (half-open, wraps on periodic axes); default: all.")
 @click.option("--y", "y", default=None, help="Node range along y.")
 @click.option("--z", "z", default=None, help="Node range along z.")
 @click.option("--stride", default="1", show_default=True, help="Every stride-th node: one stride, or three (x,y,z) such as 1,2,2.")

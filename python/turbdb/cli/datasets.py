@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from ..exceptions import TurbdbError
+from ..permissions import permission_denied
 from .group import main
 from .format_options import format_options
 from .inputs import ExpandedPath, existing_dataset_name, is_url, new_dataset_name, periodic_axes, token_option, xyz_floats
@@ -182,21 +183,23 @@ def info(db: Path | str, name: str | None, as_json: bool, token: str | None) -> 
         if not names:
             click.echo(f"{db}: no datasets yet (create one with turbdb simulate or turbdb ingest)")
             return
-        infos, damaged = [], {}
-        for n in names:  # one damaged dataset must not hide the others
+        infos, damaged, unreadable = [], {}, {}
+        for n in names:  # one damaged or unreadable dataset must not hide the others
             try:
                 infos.append(database[n].info)
             except TurbdbError as e:
                 if name:  # the one dataset asked for: its error is the answer
                     raise
-                damaged[n] = str(e)
+                (unreadable if permission_denied(e) else damaged)[n] = str(e)
     if as_json:
         out = {i.name: {**i.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in i.fields.items()}} for i in infos}
         out.update({n: {"damaged": message} for n, message in damaged.items()})
+        out.update({n: {"unreadable": message} for n, message in unreadable.items()})
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo("\n\n".join([i.describe() for i in infos] + [f"{n}: DAMAGED: {m}" for n, m in damaged.items()]))
-    if damaged:
+        click.echo("\n\n".join([i.describe() for i in infos] + [f"{n}: DAMAGED: {m}" for n, m in damaged.items()]
+                                + [f"{n}: UNREADABLE: {m}" for n, m in unreadable.items()]))
+    if damaged or unreadable:
         sys.exit(1)
 
 
@@ -214,7 +217,7 @@ def verify(db: Path, name: str | None) -> None:
 
     database = open_db(db)
     names = [name] if name else database.datasets
-    bad = 0
+    bad = unchecked = 0
     if not name:
         if names and (problem := _database_metadata_problem(database.path)):
             bad += 1
@@ -233,6 +236,10 @@ def verify(db: Path, name: str | None) -> None:
         except TurbdbError as e:
             if name:
                 raise
+            if permission_denied(e):  # not checked, not damaged
+                unchecked += 1
+                click.echo(f"{n}: {click.style('unreadable', fg='red')}: {e}")
+                continue
             bad += 1
             click.echo(f"{n}: {click.style('damaged', fg='red')}: {e}")
             continue
@@ -245,20 +252,28 @@ def verify(db: Path, name: str | None) -> None:
             for path, message in metadata:
                 click.echo(f"  {path}: {message}")
         for field, report in reports.items():
-            problems = report["problems"]
+            problems, closed = report["problems"], report.get("unreadable", [])
             bad += len(problems)
+            unchecked += len(closed)
             status = click.style("ok", fg="green") if not problems else click.style(f"{len(problems)} problem(s)", fg="red")
+            if closed:
+                status += ", " + click.style(f"{len(closed)} part(s) unreadable", fg="red")
             click.echo(f"{n}/{field}: {report['shards']} shards, {report['atoms']} atoms, "
                        f"{len(report['complete_steps'])} complete steps: {status}")
-            for path, t, message in problems:
+            for path, t, message in problems + closed:
                 click.echo(f"  {path}{f' (time step {t})' if t >= 0 else ''}: {message}")
+            if report.get("unrecorded"):
+                click.echo(f"  note: time step(s) {index_ranges(report['unrecorded'])} hold every shard but are not "
+                           "recorded as written (a write stopped before recording them, or one under way): info does "
+                           "not list them until they are written again")
             info = database[n].metadata
-            if not info.fields[field].every_step:
-                continue  # written at some steps only, on purpose: its holes are no news
+            if not info.fields[field].every_step or any(t < 0 for _, t, _ in closed):
+                continue  # written at some steps only, on purpose, or not seen: its holes are no news
             if report.get("unwritten_between"):
                 click.echo(f"  note: time step(s) {index_ranges(report['unwritten_between'])} hold no data, between "
                            "written ones: lost, if they were written")
-            after = [t for t in range(max(report["complete_steps"], default=-1) + 1, info.nt)]
+            unseen = {t for _, t, _ in closed}
+            after = [t for t in range(max(report["complete_steps"], default=-1) + 1, info.nt) if t not in unseen]
             if after:  # declared, never written: a run stopped, or one still writing
                 simulated = str(info.provenance.get("generator", "")).startswith("turbdb simulate")
                 how = ("`turbdb simulate … --if-missing` completes an interrupted simulation" if simulated
@@ -269,4 +284,8 @@ def verify(db: Path, name: str | None) -> None:
     if bad:
         click.secho(f"{bad} problem(s) found; re-ingest or re-simulate the named time steps (the other lines say what to do)",
                     fg="red", err=True)
+    if unchecked:  # not lost data: what this account may not read was not checked at all
+        click.secho(f"{unchecked} part(s) could not be read (permission denied) and were not checked; run verify as an "
+                    "account that may read everything (the owner of the database)", fg="red", err=True)
+    if bad or unchecked:
         sys.exit(1)

@@ -58,7 +58,11 @@ def database(db: str, token: str | None = None, progress: bool | None = None) ->
     if is_url(db):
         from ..remote import connect
 
-        return connect(db, token, progress=progress)
+        remote = connect(db, token, progress=progress)
+        context = click.get_current_context(silent=True)
+        if context is not None:  # its connections closed with the command (run in-process, they stayed open)
+            context.call_on_close(remote.close)
+        return remote
     from ..database import open as open_db
 
     return open_db(local_path(db))
@@ -280,6 +284,9 @@ def output_file(path: Path, endings: tuple[str, ...]) -> Path:
     before any work is done."""
     if path.suffix.lower() not in endings:
         raise click.BadParameter(f"{path} must end in {' or '.join(endings)}", param_hint="--out")
+    from ..output_files import check_writable
+
+    check_writable(path)  # a folder this account may not write in: before the work, not after
     return path
 
 
@@ -318,17 +325,67 @@ def periodic_axes(text: str) -> tuple[bool, bool, bool]:
 
 class FiniteFloat(click.FloatRange):
     """A float in a range that is a number: click's FloatRange lets nan through (every
-    comparison with it is false), and inf unless ``allow_inf``."""
+    comparison with it is false), and inf unless ``allow_inf``. Without bounds, any finite
+    number (--help shows FLOAT, not a range)."""
 
     def __init__(self, *args: Any, allow_inf: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.allow_inf = allow_inf
+        if self.min is None and self.max is None:
+            self.name = "float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
         if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+
+class Times(click.ParamType):
+    """One finite time, or several separated by commas (a time series): a float, or a list
+    of floats when a comma is given."""
+
+    name = "t[,t…]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        texts = value.split(",")
+        numbers = []
+        for text in texts:
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan if text.strip() else None
+            if number is None or not math.isfinite(number):
+                if len(texts) == 1:
+                    self.fail(f"{value!r} is not a finite time; give one, or several separated by commas "
+                              "(e.g. 0,0.01,0.02)", param, ctx)
+                shown = "an empty item" if number is None else f"{text.strip()!r}, not a finite time"
+                self.fail(f"{value!r} holds {shown}; give times separated by commas (e.g. 0,0.01,0.02)", param, ctx)
+            numbers.append(number)
+        return numbers if len(texts) > 1 else numbers[0]
+
+
+class Named(click.ParamType):
+    """A name the API takes (a method, an operator, a temporal method), in any case or as an
+    alias, given as its canonical name; an unknown one is a usage error listing the names."""
+
+    def __init__(self, kind: str, valid: tuple[str, ...], aliases: dict[str, str]) -> None:
+        self.kind, self.valid, self.aliases = kind, valid, aliases
+        self.name = "text"  # the metavar --help shows, as for a plain string option
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ..arguments import choice
+        from ..exceptions import UnknownOptionError
+
+        try:
+            return choice(self.kind, value, self.valid, self.aliases)
+        except UnknownOptionError as e:
+            self.fail(str(e), param, ctx)
 
 
 class ByteSize(click.ParamType):

@@ -54,8 +54,8 @@ def _root(value: str) -> None:
                    "noshare: each alone; liferaft: one atom at a time by workload). Default jaws when any other "
                    "engine option is given; without any engine option each request runs alone.")
 @click.option("--cache-bytes", type=ByteSize(), default=None, metavar="SIZE",
-              help="Bytes of decoded atoms the node engine keeps, e.g. 2GiB or 500MB (default a quarter of RAM, "
-                   "at most 4 GiB).")
+              help="Bytes of decoded atoms the node engine keeps, e.g. 2GiB or 500MB (default a quarter of the memory "
+                   "the server may use — RAM, or its container's limit — at most 4 GiB).")
 @click.option("--cache-policy", type=click.Choice(["lru", "lruk", "slru", "urc"]), default=None,
               help="The atom cache's replacement policy (default urc: ranked by pending work).")
 @click.option("--io", type=click.Choice(["buffered", "direct"]), default=None,
@@ -76,7 +76,8 @@ def _root(value: str) -> None:
 @click.option("--forwarded-allow-ips", default=None, metavar="IPS", callback=lambda ctx, p, v: _checked(ctx, v, _proxies),
               help="Reverse proxies to trust: comma-separated addresses or networks (127.0.0.1,10.0.0.0/8; * for any "
                    "peer). A request from one counts as coming from the client its X-Forwarded-For names (rate "
-                   "limits, connection caps, the log, jobs). Default: none; X-Forwarded-For is ignored.")
+                   "limits, connection caps, the log, jobs), and its X-Forwarded-Prefix, when sent, is its root "
+                   "path (in place of --root-path). Default: none; those headers are ignored.")
 @click.option("--root-path", default="", metavar="PATH", callback=lambda ctx, p, v: _checked(ctx, v, _root),
               help="The path a reverse proxy serves the server under, such as /turbdb (the proxy strips it): pages, "
                    "links and /docs then name it.")

@@ -14,6 +14,14 @@ _API_TERMS = {
     "(turbdb.set_max_result_bytes)": "(set by $TURBDB_MAX_RESULT_BYTES, e.g. TURBDB_MAX_RESULT_BYTES=8GiB)",
 }
 
+# How a server's messages tell a client to send a token: the Python client's way, then
+# HTTP's (a header, or authToken= on the JHTDB endpoint), which a command sends for its user.
+_TOKEN_ADVICE = re.compile(r"turbdb\.connect\(url, token=…\)(?:(?:,| or) (?:send the header )?Authorization: Bearer "
+                           r"(?:<token>|…)(?:,? or authToken=<token> on the JHTDB endpoint)?)?")
+#: What a command that sends a token says instead (its --token, or the environment).
+_COMMAND_TOKEN = "--token TOKEN, or set $TURBDB_TOKEN"
+_ENVIRONMENT_TOKEN = "the token in $TURBDB_TOKEN"
+
 # name='value', name=(a, b, c) or a bare name= (pass format=): a keyword argument, as the
 # API's messages write one. A number after = (nu=0.1) is a value shown, not advice.
 _KEYWORD = re.compile(r"(?<![\w.$-])([a-z][a-z0-9_]*)=('[^']*'|\([^)]*\)|(?=[\s;:,)]|$))")
@@ -32,6 +40,7 @@ def reworded(message: str, command: click.Command | None) -> str:
     for term, replacement in _API_TERMS.items():
         message = message.replace(term, replacement)
     flags = _flags(command)
+    message = _TOKEN_ADVICE.sub(_COMMAND_TOKEN if "token" in flags else _ENVIRONMENT_TOKEN, message)
     if not flags:
         return message
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..busy_causes import BUSY_CAUSES
 from ..exceptions import TurbdbError
 from .group import main
 from .inputs import (ByteSize, ExpandedPath, FiniteFloat, database, existing_dataset_name, is_url, option_given,
@@ -60,9 +61,11 @@ def generate(db_or_url: str, name: str, out: Path, field: str, jobs: int, durati
               help="Token for a server (default: $TURBDB_TOKEN). Without one the server's anonymous rate limit "
                    "paces the replay, and the figures measure that limit.")
 @click.option("--speedup", type=FiniteFloat(min=0, min_open=True, allow_inf=True), default=math.inf, show_default="∞",
-              help="Replay this many times faster than the trace's arrival times (∞: every job at once).")
+              help="Replay this many times faster than the trace's arrival times (∞: every job at once); the last "
+                   "arrival may come at most 7 days after the start.")
 @click.option("--clients", type=click.IntRange(1, 1024), default=8, show_default=True,
-              help="Concurrent clients sending the jobs' queries (jobs under way at once).")
+              help="Concurrent clients sending the jobs' queries (jobs under way at once). Against a server at most "
+                   "128 with the threads driver: a server takes 128 connections from one address.")
 @click.option("--driver", type=click.Choice(["threads", "futures"]), default="threads", show_default=True,
               help="threads: a thread per client, waiting for its answers; futures: every client driven from one "
                    "thread by Dataset.submit (through a local node engine no client takes a thread; against a "
@@ -89,6 +92,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
     from ..database import open as open_db
     from ..workload import read_trace
     from ..workload import replay as run
+    from ..workload.replay import clients_problem, speedup_problem
 
     if (db_or_url is None) == (url is None):
         raise click.UsageError("give the database directory or the server's address as DB_OR_URL, or the address "
@@ -105,6 +109,13 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
                                "directory; a server runs its own (turbdb serve --scheduler …): drop them, or "
                                "replay the directory")
     queries = read_trace(trace)
+    if not queries:
+        raise click.BadParameter(f"{trace} holds no queries: write one with `turbdb workload generate`",
+                                 param_hint="TRACE")
+    for problem, option in ((speedup_problem(queries, speedup), "--speedup"),
+                            (clients_problem(clients, driver, against_server=is_url(db_or_url)), "--clients")):
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint=option)
     if is_url(db_or_url):
         db = database(db_or_url, token)
     else:
@@ -115,7 +126,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
         report = run(db, queries, speedup=speedup, clients=clients, progress=lambda done, total: bar.update(1),
                      driver=driver)
         summary = report.summary()
-        if is_url(db_or_url):
+        if is_url(db_or_url) and not report.unreachable:  # a server gone is not waited for again
             # The server's totals since it started, beside the replay's own figures in "engine".
             with contextlib.suppress(TurbdbError):  # a server without a node engine, or gone
                 summary["server_engine"] = db.engine_stats()
@@ -127,7 +138,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_report(summary, clients)
-    if summary["failed"]:
+    if summary["failed"] or summary["not_sent"] or not summary["queries"]:
         # After the report: a script that replays a trace learns from the status that the figures
         # leave queries out, and why from the report.
         raise SystemExit(1)
@@ -136,7 +147,7 @@ def replay(trace: Path, db_or_url: str | None, url: str | None, token: str | Non
 def _print_report(summary: dict, clients: int) -> None:
     from ..workload.replay import completion_text
 
-    left_out = (f", {summary['not_sent']} not sent: the rest of a job after its failed query, and every job "
+    left_out = (f", {summary['not_sent']} not sent: the rest of a job after its failed query, and every query "
                 "left once the server could not be reached" if summary.get("not_sent") else "")
     click.echo(f"{summary['queries']} queries ({summary['failed']} failed{left_out}; "
                f"{summary.get('traced', summary['queries'] + summary['failed'])} in the trace) "
@@ -167,8 +178,15 @@ def throttling_lines(waits: dict[str, float], seconds: float, clients: int) -> l
         lines.append(f"  rate limit: {waits.get('paced', 0):.0f} requests held back by the client and "
                      f"{waits.get('rate_limited', 0):.0f} answered 429, {limited:.1f} s waited in all")
     if waits.get("busy"):
-        lines.append(f"  engine busy: {waits['busy']:.0f} answers of 503 (queue full) retried, "
-                     f"{waits['busy_seconds']:.1f} s waited in all")
+        # By what each 503 said was full: the engine's queue is one cause of several, and the
+        # connections of this address past the server's cap one that more clients make worse.
+        causes = sorted((waits.get("busy_causes") or {}).items(), key=lambda item: -item[1])
+        by_cause = "; ".join(f"{count:.0f} × {BUSY_CAUSES.get(cause, cause)}" for cause, count in causes)
+        lines.append(f"  server busy: {waits['busy']:.0f} answers of 503 retried, {waits['busy_seconds']:.1f} s waited "
+                     "in all" + (f" ({by_cause})" if by_cause else ""))
+        if dict(causes).get("client_connections"):
+            lines.append("  warning: the server refused connections of this address past its cap for one client "
+                         "(128): replay with fewer --clients, and stop other programs of this machine using it")
     # The clients' waits against the time they had: a tenth or more of it is the limit's pace.
     if limited > 0.1 * seconds * clients:
         lines.append("  warning: the token's rate limit set the pace of this replay, so these figures measure the "

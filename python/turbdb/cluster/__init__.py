@@ -11,9 +11,24 @@ from a shared queue (:mod:`queue`, graduated declustering), survives workers tha
 (:mod:`dispatch`, :mod:`membership`), lends the densest partitions of overloaded workers to
 idle ones (:mod:`balance`) and adds the partial sums. :mod:`health` reports degraded
 partitions, :mod:`repair` re-replicates them, :mod:`launch` brings a cluster up.
+
+Its classes are imported on first use: the mediator brings in dask.distributed (over a
+second), which a module reading only the catalogue (the service's error messages) does
+not need.
 """
 
-from .catalogue import Catalogue
-from .mediator import ClusterDatabase, ClusterDataset
+from typing import Any
 
 __all__ = ["Catalogue", "ClusterDatabase", "ClusterDataset"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Catalogue":
+        from .catalogue import Catalogue
+
+        return Catalogue
+    if name in ("ClusterDatabase", "ClusterDataset"):
+        from . import mediator
+
+        return getattr(mediator, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import FormatError, InvalidRequestError, StorageError
+from ..exceptions import FormatError, InvalidRequestError, StorageError, TurbdbError
 from ..info import DatasetInfo
 from ..zarr_meta import read_json, write_json_atomic
 from .placement import DEFAULT_SPAN, PartitionMap, chained_declustering, virtual_count
@@ -22,6 +22,9 @@ from .placement import DEFAULT_SPAN, PartitionMap, chained_declustering, virtual
 CATALOGUE = "turbdb-cluster.json"
 FORMAT = "turbdb-cluster/1"
 LAYOUTS = ("shared", "local")
+
+#: Per catalogue file, its stat key and the data roots of its workers (:func:`node_roots`).
+_ROOTS: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
 
 
 @dataclasses.dataclass
@@ -130,6 +133,28 @@ class Catalogue:
         if key not in self._maps:
             self._maps[key] = PartitionMap(shards, self.virtual, self.span, info.name)
         return self._maps[key]
+
+    @staticmethod
+    def node_roots(database: str | os.PathLike[str]) -> dict[str, str]:
+        """``{slot: data root}`` of the workers of a node-local layout of ``database`` (none
+        on shared storage, or without a readable catalogue), read again only when the
+        catalogue was replaced: the service cuts these paths out of its messages."""
+        path = Catalogue.path_of(database)
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = _ROOTS.get(str(path))
+        if cached is None or cached[0] != key:
+            try:
+                document = read_json(path)
+                roots = ({str(s): str(r) for s, r in document["slots"].items()}
+                         if document.get("layout") == "local" else {})
+            except (TurbdbError, KeyError, TypeError, AttributeError):
+                roots = {}
+            _ROOTS[str(path)] = cached = (key, roots)
+        return cached[1]
 
     def held_by(self, slot: str) -> list[int]:
         """The virtual partitions ``slot`` holds."""

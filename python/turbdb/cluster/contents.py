@@ -1,9 +1,11 @@
 """What a placement laid out: per dataset its grid, times, fields and their ids, rewrite counts (see
 :mod:`turbdb.rewrites`) and written steps, as the catalogue records them. Node-local
 copies are made once; a database that grew or was written again since (a step appended,
-a step rewritten, a dataset added) leaves them stale, and a worker reading them would
-answer from the old data — so ``turbdb cluster up`` lays the database out again, and the
-mediator refuses a dataset whose copies no longer match (:func:`check_current`)."""
+a step written or rewritten, a dataset added) leaves them stale, and a worker reading them
+would answer from the old data — so ``turbdb cluster up`` lays the database out again, the
+mediator refuses a dataset whose copies no longer match (:func:`check_current`), and each
+worker refuses a copy of its own that does not hold what the catalogue records
+(:func:`copy_difference`: a disk restored from an older backup)."""
 
 from __future__ import annotations
 
@@ -17,17 +19,22 @@ from ..database import Database
 from ..dataset import Dataset, _stat_key
 from ..exceptions import ServiceError, TurbdbError
 from ..rewrites import rewrite_counts
+from ..written_steps import entry_of, recorded_runs, runs_of
 from ..zarr_meta import FIELD_ID_ATTRIBUTE, ZARR_JSON, read_json
 
 
 def describe(dataset: Dataset, *, steps: bool = True) -> dict[str, Any]:
-    """What ``dataset`` holds now, as JSON. ``steps``: also which steps each field has
-    written (a scan of its shard directories; left out where a query asks, per query).
-    Its times are summed up (count, first, last, a digest), so that the catalogue stays
-    small however many there are; each field's random id tells a dataset created again
-    with the same sizes from the one placed."""
+    """What ``dataset`` holds now, as JSON. ``written``: the steps each field's metadata
+    records as written (:mod:`turbdb.written_steps`; cheap, so compared per query); with
+    ``steps`` also the steps found on disk (a scan of the shard directories), which stand
+    in for the record of a field written before there was one. Its times are summed up
+    (count, first, last, a digest), so that the catalogue stays small however many there
+    are; each field's random id tells a dataset created again with the same sizes from
+    the one placed."""
     info = dataset.metadata
-    counts = rewrite_counts(dataset._attrs(), dataset.path)
+    attrs = dataset._attrs()
+    counts = rewrite_counts(attrs, dataset.path)
+    recorded = recorded_runs(attrs, f"dataset {dataset.name!r}")
     times = np.asarray(info.times, dtype=np.float64)
     out: dict[str, Any] = {
         "grid": list(info.grid), "partition": info.partition,
@@ -36,9 +43,13 @@ def describe(dataset: Dataset, *, steps: bool = True) -> dict[str, Any]:
                   "sha256": hashlib.sha256(times.tobytes()).hexdigest()},
         "fields": {name: f.ncomp for name, f in info.fields.items()},
         "ids": {name: _field_id(dataset.path / name) for name in info.fields},
-        "rewrites": {f: {str(s): n for s, n in sorted(c.items())} for f, c in sorted(counts.items()) if c}}
+        "rewrites": {f: {str(s): n for s, n in sorted(c.items())} for f, c in sorted(counts.items()) if c},
+        "written": {name: entry_of(recorded[name]) for name in info.fields if name in recorded}}
     if steps:
-        out["steps"] = {name: list(f.steps_present) for name, f in dataset.info.fields.items()}
+        present = dataset.info.fields
+        out["steps"] = {name: list(f.steps_present) for name, f in present.items()}
+        for name, f in present.items():
+            out["written"].setdefault(name, entry_of(runs_of(f.steps_present)))
     return out
 
 
@@ -81,8 +92,7 @@ def check_current(recorded: dict[str, dict[str, Any]] | None, dataset: Dataset, 
     """Refuses (503) to read ``dataset`` from node-local copies placed before it changed:
     its workers would answer from the old data."""
     placed = None if recorded is None else recorded.get(dataset.name)
-    key = (id(placed), *(_stat(dataset.path / name / ZARR_JSON) for name in dataset.metadata.fields),
-           _stat(dataset.path / ZARR_JSON))
+    key = (id(placed), *metadata_key(dataset))
     if placed is not None and _verified.get(str(dataset.path)) == key:
         return
     if placed is None:
@@ -101,6 +111,35 @@ def check_current(recorded: dict[str, dict[str, Any]] | None, dataset: Dataset, 
     _verified[str(dataset.path)] = key
 
 
+def copy_difference(placed: dict[str, Any] | None, copy: Dataset) -> str | None:
+    """How a worker's own copy of a dataset differs from what the catalogue records was
+    placed (None if it does not): a node-local disk restored from a backup older (or
+    newer) than the layout holds other data under the same names, and answering from it
+    would add its partial sums to the other copies'."""
+    if placed is None:
+        return "the catalogue does not record this dataset"
+    now = describe(copy, steps=False)
+    for key, what in _COPY_PARTS:
+        if key in placed and key in now and placed[key] != now[key]:
+            if key == "written" and all(placed[key][f] == now[key][f] for f in set(placed[key]) & set(now[key])):
+                continue
+            return f"{what} differ from the catalogue's record"
+    return None
+
+
+#: What a copy's description holds, in words, in the order its parts are compared.
+_COPY_PARTS = (("grid", "its grid"), ("partition", "its partition size"), ("fields", "its fields"),
+               ("ids", "its fields' ids (another dataset of the same name)"), ("times", "its times"),
+               ("rewrites", "the rewrite counts of its steps"), ("written", "the steps it records as written"))
+
+
+def metadata_key(dataset: Dataset) -> tuple[Any, ...]:
+    """The stat keys of a dataset's metadata files: they change whenever it is written,
+    rewritten, created again or replaced by another copy (every write is a rename)."""
+    return (*(_stat(dataset.path / name / ZARR_JSON) for name in dataset.metadata.fields),
+            _stat(dataset.path / ZARR_JSON))
+
+
 def _stat(path: Path) -> tuple[int, ...]:
     try:
         return _stat_key(str(path))
@@ -110,9 +149,14 @@ def _stat(path: Path) -> tuple[int, ...]:
 
 def _change(placed: dict[str, Any], now: dict[str, Any]) -> str | None:
     """The first difference between two descriptions, in words (keys only one of them has,
-    such as ``steps``, are not compared)."""
-    for key in ("grid", "partition", "fields", "ids", "times", "rewrites", "steps"):
+    such as ``steps``, are not compared; ``written`` field by field, for the fields both
+    record)."""
+    for key in ("grid", "partition", "fields", "ids", "times", "rewrites", "written", "steps"):
         if key not in placed or key not in now or placed[key] == now[key]:
+            continue
+        if key == "written":
+            if any(placed[key][f] != now[key][f] for f in set(placed[key]) & set(now[key])):
+                return "steps were written"
             continue
         if key == "times":
             return (f"{placed['times']['count']} times then ({_span(placed['times'])}), {now['times']['count']} now "

@@ -5,7 +5,10 @@ scheduler; a nanny brings the worker back under a new address), whose worker fai
 with a storage error, or which cannot be fetched, goes back to the front of the queue to
 be done by another worker of its group. A unit running much longer than its peers gets a
 backup copy on another worker of its group once the queue is empty; the first answer
-wins (both are the same sums). Errors of the request itself are raised at once."""
+wins (both are the same sums). Errors of the request itself are raised at once; a copy
+that does not hold what was laid out (:class:`~turbdb.cluster.node.DamagedCopyError`: a
+missing or stale file on one worker's disk) is a fault of that copy, and the unit fails
+(503) only once every copy of it has failed so."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from distributed import TimeoutError as DaskTimeoutError
 
 from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError
 from .membership import Membership
+from .node import DamagedCopyError
 from .queue import WorkQueue
 from .routing import Unit
 
@@ -160,6 +164,11 @@ class Dispatcher:
                 report.failures.append(f"{flight.slot}: {type(e).__name__}: {e}")
                 unit.avoid.add(flight.slot)
                 report.failed += 1
+                if isinstance(e, DamagedCopyError) and unit.avoid.issuperset(unit.holders):
+                    error = ServiceError(f"no sound copy of the partitions a unit reads: every worker holding them "
+                                         f"({', '.join(unit.holders)}) failed it. {'; '.join(report.failures[-3:])}")
+                    error.status = 503  # type: ignore[attr-defined]  # unavailable until repaired or laid out again
+                    raise error from None
                 if flight.unit_id not in done and not any(f.unit_id == flight.unit_id for f in flights.values()):
                     if report.failed > MAX_FAILURES * len(units):
                         raise

@@ -1,7 +1,13 @@
 """The health of a cluster, as ``GET /v1/cluster`` and ``turbdb cluster status`` report it:
 each worker slot and whether a worker serves it, and — once workers are lost — the
 partitions left with fewer copies than the catalogue asks for (``degraded``: one copy
-left; ``unavailable``: none), named per dataset."""
+left; ``unavailable``: none), named per dataset; node-local copies older than the
+database (``stale``: those datasets are refused) and copies a worker found damaged
+(``damaged``: served from their mirrors).
+
+The ``state`` is the worst that applies: ``unavailable`` (partitions without a copy),
+``stale``, ``degraded`` (partitions with fewer copies than asked, or damaged copies),
+else ``healthy``."""
 
 from __future__ import annotations
 
@@ -18,10 +24,13 @@ EXAMPLES = 20
 
 def cluster_status(database: Database, catalogue: Catalogue, live: dict[str, str], *,
                    scheduler: str | None = None, dashboard: str | None = None,
-                   silent: dict[str, float] | None = None) -> dict[str, Any]:
+                   silent: dict[str, float] | None = None, stale: list[str] | None = None,
+                   damaged: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The report of a cluster whose living workers are ``live`` (``{slot: address}``);
-    ``silent``: running workers not heard from for so many seconds, counted as down."""
-    silent = silent or {}
+    ``silent``: running workers not heard from for so many seconds, counted as down;
+    ``stale``: how the database changed since its node-local copies were placed;
+    ``damaged``: per slot, the datasets whose copy there may not serve, and why."""
+    silent, stale, damaged = silent or {}, stale or [], damaged or {}
     copies = [sum(s in live for s in h) for h in catalogue.holders]
     short = [v for v, c in enumerate(copies) if 0 < c < catalogue.replicas]
     lost = [v for v, c in enumerate(copies) if c == 0]
@@ -31,8 +40,10 @@ def cluster_status(database: Database, catalogue: Catalogue, live: dict[str, str
         workers.append({"slot": slot, "alive": slot in live, "address": live.get(slot), "root": root,
                         "silent_seconds": round(silent[slot], 1) if slot in silent else None,
                         "virtual_partitions": len(held),
-                        "primary": sum(1 for v in held if catalogue.holders[v][0] == slot)})
-    state = "unavailable" if lost else "degraded" if short else "healthy"
+                        "primary": sum(1 for v in held if catalogue.holders[v][0] == slot),
+                        "damaged": damaged.get(slot, {})})
+    state = ("unavailable" if lost else "stale" if stale else "degraded" if short or any(damaged.values())
+             else "healthy")
     return {
         "state": state,
         "scheduler": scheduler,
@@ -42,6 +53,9 @@ def cluster_status(database: Database, catalogue: Catalogue, live: dict[str, str
         "spare_workers": sorted(set(live) - set(catalogue.slots)),
         "degraded": _named(database, catalogue, short),
         "unavailable": _named(database, catalogue, lost),
+        "stale": stale,
+        "damaged": [{"slot": slot, "dataset": name, "why": why}
+                    for slot, problems in sorted(damaged.items()) for name, why in problems.items()],
     }
 
 

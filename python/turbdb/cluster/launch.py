@@ -2,7 +2,13 @@
 processes on this machine, or attach to a running Dask cluster (SLURM through
 dask-jobqueue, Kubernetes, ``dask scheduler``/``dask worker`` by hand); place the database
 on its workers if the catalogue does not fit them (other workers or options, or node-local
-copies of a database that changed since); give every worker its node."""
+copies of a database that changed since); give every worker its node.
+
+A worker of the catalogue that is not running, or does not answer (stopped or hung), does
+not make a new layout by itself: while every partition keeps a copy on the others, the
+cluster serves degraded and says so (:attr:`Running.missing`), so that the worker gets its
+partitions back when it returns (or ``turbdb cluster repair`` re-replicates them). A new
+layout made while workers are missing says which (:attr:`Running.placed_because`)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from distributed import Client, LocalCluster
 from ..database import Database
 from ..exceptions import ServiceError
 from . import plugin
+from .bounded import answering
 from .catalogue import Catalogue
 from .contents import differences
 from .layout import place
@@ -42,12 +49,16 @@ class _LocalCluster(LocalCluster):
 @dataclasses.dataclass
 class Running:
     """A cluster serving a database: its client, the local cluster if this process runs one,
-    and the catalogue."""
+    and the catalogue. ``placed``: the database was laid out anew, for the reasons
+    ``placed_because``; ``missing``: slots of the catalogue whose worker is not running or
+    does not answer (and which), served from the other copies meanwhile."""
 
     client: Client
     catalogue: Catalogue
     local: LocalCluster | None = None
     placed: bool = False
+    placed_because: list[str] = dataclasses.field(default_factory=list)
+    missing: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -98,25 +109,57 @@ def attach(database: str | os.PathLike[str], scheduler: str | Client, *, replica
 def _serve(database: str | os.PathLike[str], client: Client, *, replicas: int,
            data_root: str | os.PathLike[str] | None, progress: Callable[[int, int], None] | None,
            local: LocalCluster | None) -> Running:
-    live = Membership(client).live(refresh=True)
-    if not live:
+    membership = Membership(client)
+    running = membership.live(refresh=True)
+    if not running:
         raise ServiceError(f"the Dask cluster at {client.scheduler.address} has no workers yet; start some and retry")
+    live, quiet = answering(client, running)
+    if not live:
+        raise ServiceError(f"no worker of the Dask cluster at {client.scheduler.address} answers (worker "
+                           f"{', '.join(quiet)} stopped or hung); start them again and retry")
     slots = sorted(live, key=_natural)
     catalogue = Catalogue.load(database) if Catalogue.exists(database) else None
-    wanted_layout = "shared" if data_root is None else "local"
-    fits = (catalogue is not None and sorted(catalogue.slots, key=_natural) == slots
-            and catalogue.layout == wanted_layout and catalogue.replicas == min(replicas, len(slots))
-            and (data_root is None or all(Path(r).parent == Path(data_root).resolve()
-                                          for r in catalogue.slots.values()))
-            # Node-local copies of a database that grew or was written since are stale.
-            and (data_root is None or not differences(catalogue.contents, Database(database))))
-    placed = False
-    if not fits:
+    reasons = _why_place_again(catalogue, slots, Path(database), replicas=replicas, data_root=data_root)
+    missing = [] if catalogue is None else sorted(set(catalogue.slots) - set(live), key=_natural)
+    why_missing = {s: "does not answer (stopped or hung)" if s in quiet else "is not running" for s in missing}
+    if reasons or (missing and not _every_partition_kept(catalogue, set(live))):
+        reasons = reasons or ["no copy of some partitions is left on the workers that answer"]
+        reasons += [f"worker {s} {why_missing[s]}" for s in missing]
         catalogue = Catalogue.create(database, slots, replicas=replicas, data_root=data_root)
         place(catalogue, client=client, progress=progress)
-        placed = True
-    plugin.install(client, catalogue, replace=True)
-    return Running(client, catalogue, local, placed)
+        return Running(client, catalogue, local, True, reasons)
+    plugin.install(client, catalogue, replace=True, some_quiet=bool(quiet or membership.silent()))
+    return Running(client, catalogue, local, False, [], why_missing)
+
+
+def _why_place_again(catalogue: Catalogue | None, slots: list[str], database: Path, *, replicas: int,
+                     data_root: str | os.PathLike[str] | None) -> list[str]:
+    """Why the catalogue does not fit the workers that answer and the options given (empty:
+    it fits, perhaps with some of its workers missing)."""
+    if catalogue is None:
+        return ["the database was not laid out yet"]
+    wanted_layout = "shared" if data_root is None else "local"
+    if catalogue.layout != wanted_layout:
+        return [f"the layout changes from {catalogue.layout} to {wanted_layout}"]
+    if data_root is not None and not all(Path(r).parent == Path(data_root).resolve()
+                                         for r in catalogue.slots.values()):
+        return [f"the data root changes to {data_root}"]
+    known = set(catalogue.slots)
+    joined = [s for s in slots if s not in known]
+    if joined:
+        return [f"worker {', '.join(joined)} joined"]
+    if catalogue.replicas != min(replicas, len(known)):
+        return [f"the copies of each partition change from {catalogue.replicas} to {min(replicas, len(known))}"]
+    if data_root is not None:
+        # Node-local copies of a database that grew or was written since are stale.
+        changes = differences(catalogue.contents, Database(database))
+        if changes:
+            return [f"the database changed since it was laid out ({'; '.join(changes[:3])})"]
+    return []
+
+
+def _every_partition_kept(catalogue: Catalogue, live: set[str]) -> bool:
+    return all(any(s in live for s in holders) for holders in catalogue.holders)
 
 
 def _natural(slot: str) -> tuple:

@@ -2,7 +2,11 @@
 worker reads the database itself and only the catalogue is written; on node-local disks
 each worker's data root receives the datasets' metadata and the shards of the partitions
 it holds, copied by the worker itself from the database (which it must be able to read)
-or, without a cluster, by this process."""
+or, without a cluster, by this process; then whatever else its root holds of turbdb
+datasets (partitions now held elsewhere, a dataset created again with fewer steps, one
+removed) is deleted, so that no file of an earlier layout is read as this one's. A worker
+that does not answer (stopped or hung) fails the placement at once, naming it; every wait
+on a worker ends once it stops answering."""
 
 from __future__ import annotations
 
@@ -13,11 +17,12 @@ from distributed import Client
 from ..database import Database
 from ..exceptions import ServiceError
 from . import plugin
+from .bounded import answering
 from .catalogue import Catalogue
 from .contents import record
 from .membership import Membership
 from .node import Node
-from .transfer import batches, holdings, metadata_files, partition_files
+from .transfer import batches, holdings, metadata_files, partition_files, wait_for_task
 
 
 def place(catalogue: Catalogue, *, client: Client | None = None,
@@ -39,21 +44,35 @@ def place(catalogue: Catalogue, *, client: Client | None = None,
                 files += partition_files(info, name, pmap, holdings(catalogue, pmap, info.nt, slot))
             plan[slot] = files
     total, done = sum(len(f) for f in plan.values()), 0
-    live = {}
+    live: dict[str, str] = {}
     if client is not None:
-        plugin.install(client, catalogue, replace=True)
-        live = Membership(client).live(refresh=True)
+        membership = Membership(client)
+        live = membership.live(refresh=True)
+        gone = [s for s in plan if s not in live]
+        if gone:
+            raise ServiceError(f"worker {', '.join(gone)} is not running: cannot place its partitions")
+        live, quiet = answering(client, {s: live[s] for s in plan})
+        if quiet:
+            raise ServiceError(f"worker {', '.join(quiet)} does not answer (stopped or hung): cannot place its "
+                               "partitions. Start it again (kill -CONT, or restart it), or stop it for good, and "
+                               "place again")
+        plugin.install(client, catalogue, replace=True, some_quiet=bool(membership.silent()))
+
+    def run_on(slot: str, method: str, *args: object) -> None:
+        """``Node.method(*args)`` on ``slot``'s node: here without a cluster, else on its worker."""
+        if client is None:
+            getattr(Node(catalogue.slots[slot], slot), method)(*args)
+        else:
+            future = client.submit(getattr(plugin, method), catalogue.plugin_name, *args, workers=[live[slot]],
+                                   allow_other_workers=False, pure=False)
+            wait_for_task(client, future, (future,), (live[slot],))
+
     for slot, files in plan.items():
-        if client is not None and slot not in live:
-            raise ServiceError(f"worker slot {slot} is not running: cannot place its partitions")
         for batch in batches(files, lambda f: (db.path / f).stat().st_size if (db.path / f).exists() else 0):
-            if client is None:
-                Node(catalogue.slots[slot], slot).copy_in(str(db.path), batch)
-            else:
-                client.submit(plugin.copy_in, catalogue.plugin_name, str(db.path), batch, workers=[live[slot]],
-                              allow_other_workers=False, pure=False).result()
+            run_on(slot, "copy_in", str(db.path), batch)
             done += len(batch)
             if progress:
                 progress(done, total)
+        run_on(slot, "keep_only", files)
     catalogue.save()
     return {slot: len(files) for slot, files in plan.items()}

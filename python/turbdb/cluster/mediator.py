@@ -3,10 +3,13 @@ datasets answer queries, cutouts and particle tracking with the cluster's worker
 is split by the partitions its stencils touch (:mod:`~turbdb.cluster.routing`), each unit
 runs on a worker holding its partitions (:mod:`~turbdb.cluster.dispatch`), and the float64
 partial sums that come back are added here. Metadata is read from the database directory,
-which the mediator sees; the shards may live only on the workers."""
+which the mediator sees; the shards may live only on the workers. A mediator made from an
+address reconnects when its scheduler comes back after a restart
+(:mod:`~turbdb.cluster.reconnect`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,6 +27,7 @@ from ..exceptions import InvalidRequestError, ServiceError, UnknownNameError
 from ..info import is_plain_name
 from . import plugin
 from .balance import Balancer
+from .bounded import ask_each
 from .catalogue import Catalogue
 from .contents import check_current, differences
 from .dispatch import Dispatcher, Report
@@ -31,16 +35,20 @@ from .handoff import SharedArray, SharedMemory
 from .health import cluster_status
 from .membership import Membership
 from .queue import POLICIES
+from .reconnect import Reconnection
 from .routing import Groups, Reach, Unit, shared_runs, split_cutout, split_query
 from .server import Servers
 from .transfer import copy_between, metadata_files, partition_files
 
 #: How long connecting to the scheduler may take.
 CONNECT_SECONDS = 10
+#: How long each attempt to reach a lost scheduler again may take.
+RECONNECT_SECONDS = 3
 
 
-def connect_client(cluster: str | Client) -> Client:
-    """A client of the Dask cluster at ``cluster`` (an address), or ``cluster`` itself."""
+def connect_client(cluster: str | Client, seconds: float | None = None) -> Client:
+    """A client of the Dask cluster at ``cluster`` (an address; trying for ``seconds``,
+    default ``CONNECT_SECONDS``), or ``cluster`` itself."""
     if isinstance(cluster, Client):
         return cluster
     if not isinstance(cluster, str):
@@ -48,7 +56,7 @@ def connect_client(cluster: str | Client) -> Client:
                                   f"Client, not {type(cluster).__name__}")
     _check_address(cluster)
     try:
-        return Client(cluster, timeout=CONNECT_SECONDS, direct_to_workers=True, set_as_default=False)
+        return Client(cluster, timeout=seconds or CONNECT_SECONDS, direct_to_workers=True, set_as_default=False)
     except (OSError, TimeoutError) as e:
         raise ServiceError(f"cannot reach the Dask scheduler at {cluster} ({type(e).__name__}: {e}); is "
                            "`turbdb cluster up` running, and is this its address?") from None
@@ -89,20 +97,71 @@ class ClusterDatabase(Database):
         self._catalogue = Catalogue.load(self.path)
         self._catalogue_stamp = _stamp(Catalogue.path_of(self.path))
         self._owns_client = not isinstance(cluster, Client)
-        self.client = connect_client(cluster)
-        self.address = self.client.scheduler.address
-        self.membership = Membership(self.client)
-        self.dispatcher = Dispatcher(self.membership)
-        # Units go to each worker's actor, not through the scheduler.
-        self.servers = Servers(self.client, self.membership)
-        self.shared_memory = SharedMemory(self.client)
         self.declustering = declustering
         self.balancer = Balancer() if balance else None
-        self._borrowed: set[tuple[str, str, int, int]] = set()
+        self._borrowed: set[tuple[str, str, str, int, int]] = set()
         #: What the last query or cutout did, failures and retries included (diagnostics).
         self.last_report: Report | None = None
         self._lock = threading.Lock()
-        plugin.install(self.client, self._catalogue, replace=False)
+        self._lock_use = threading.RLock()  # one change of client at a time
+        self._use(connect_client(cluster))
+        self.address = self.client.scheduler.address
+        # A client made here is made again when its scheduler comes back; one given is the caller's.
+        self._reconnection = (Reconnection(self.address, lambda a: connect_client(a, RECONNECT_SECONDS),
+                                           self._use) if self._owns_client else None)
+
+    def _use(self, client: Client) -> None:
+        """Serves through ``client``: what hangs off it is made anew (a restarted scheduler
+        has new workers, which need their nodes and actors), and what the previous client
+        left is closed."""
+        with self._lock_use:
+            plugin.install(client, self.catalogue, replace=False)
+            before = (getattr(self, "client", None), getattr(self, "servers", None),
+                      getattr(self, "shared_memory", None))
+            membership = Membership(client)
+            membership.live(refresh=True)
+            self._scheduler_id = membership.scheduler_id
+            # Units go to each worker's actor, not through the scheduler.
+            self.client, self.membership, self.dispatcher = client, membership, Dispatcher(membership)
+            self.servers, self.shared_memory = Servers(client, membership), SharedMemory(client)
+        old_client, old_servers, old_shared = before
+        for part in (old_shared, old_servers):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.close()
+        if old_client is not None and old_client is not client:
+            with contextlib.suppress(Exception):
+                old_client.close(timeout=2)
+
+    def scheduler_problem(self) -> str | None:
+        """Why the scheduler cannot be reached now, or None: from the client's state alone,
+        without a network round trip (``/healthz`` asks at every probe). A client made here
+        that has lost its scheduler is made again once the scheduler is back."""
+        if self.client.status == "running":
+            return None
+        if self._reconnection is not None:
+            self._reconnection.start()
+            tried = self._reconnection.attempts
+            return (f"the Dask scheduler at {self.address} cannot be reached; reconnecting"
+                    f"{f' ({tried} attempts so far)' if tried else ''}")
+        return f"the Dask scheduler at {self.address} cannot be reached (its client is {self.client.status})"
+
+    def check_scheduler(self) -> None:
+        """A 503 :class:`ServiceError` at once while the scheduler cannot be reached. A
+        scheduler restarted soon enough for the client to reach it again by itself is
+        another scheduler: its workers get their nodes, and actors are made anew."""
+        if self.membership.scheduler_id not in (None, self._scheduler_id):
+            with self._lock_use:
+                if self.membership.scheduler_id not in (None, self._scheduler_id):
+                    self._use(self.client)
+        problem = self.scheduler_problem()
+        if problem is not None:
+            remedy = ("this mediator reconnects by itself" if self._reconnection is not None
+                      else "then open the database again")
+            error = ServiceError(f"{problem}: the cluster answers nothing without it. Start it again (`turbdb cluster "
+                                 f"up`, or your `dask scheduler` and its workers); {remedy}")
+            error.status = 503  # type: ignore[attr-defined]  # unavailable until the scheduler is back
+            raise error
 
     def __repr__(self) -> str:
         return f"<turbdb.ClusterDatabase {str(self.path)!r} on {self.address}: {', '.join(self.datasets) or 'empty'}>"
@@ -130,13 +189,25 @@ class ClusterDatabase(Database):
         catalogue = self.catalogue
         stale = differences(catalogue.contents, self) if catalogue.layout == "local" else []
         try:
+            self.check_scheduler()
             live = self.membership.live(refresh=True)
         except ServiceError as e:
-            report = cluster_status(self, catalogue, {}, scheduler=self.address)
-            return {**report, "stale": stale, "scheduler_reachable": False, "error": str(e)}
-        return {**cluster_status(self, catalogue, live, scheduler=self.address,
-                                 dashboard=self.client.dashboard_link, silent=self.membership.silent()),
-                "stale": stale, "scheduler_reachable": True}
+            report = cluster_status(self, catalogue, {}, scheduler=self.address, stale=stale)
+            return {**report, "scheduler_reachable": False, "error": str(e)}
+        damaged = self._damaged_copies(catalogue, live) if catalogue.layout == "local" else {}
+        return {**cluster_status(self, catalogue, live, scheduler=self.address, dashboard=self.client.dashboard_link,
+                                 silent=self.membership.silent(), stale=stale, damaged=damaged),
+                "scheduler_reachable": True}
+
+    def _damaged_copies(self, catalogue: Catalogue, live: dict[str, str]) -> dict[str, dict[str, str]]:
+        """Per slot, the datasets whose node-local copy may not serve, and why (each worker
+        checks its own; one that does not answer within a few seconds is left out)."""
+        answers = ask_each(self.client, plugin.copy_problems, catalogue.plugin_name, addresses=list(live.values()))
+        out = {}
+        for answer in answers.values():
+            if isinstance(answer, dict) and answer.get("problems"):
+                out[str(answer["slot"])] = dict(answer["problems"])
+        return out
 
     def lend_copies(self, dataset: Dataset, pmap: Any, lent: dict[tuple[int, int], tuple[str, ...]],
                     live: dict[str, str]) -> None:
@@ -146,7 +217,7 @@ class ClusterDatabase(Database):
         by_pair: dict[tuple[str, str], list[tuple[int, int]]] = {}
         for (t, shard), group in lent.items():
             borrower, source = group[-1], next((s for s in group[:-1] if s in live), None)
-            key = (borrower, dataset.name, t, shard)
+            key = (self.catalogue.id, borrower, dataset.name, t, shard)  # a new layout removes lent copies
             if source is None or key in self._borrowed:
                 continue
             by_pair.setdefault((source, borrower), []).append((t, shard))
@@ -158,6 +229,8 @@ class ClusterDatabase(Database):
                          info.partition**3 * 4 * max(f.ncomp for f in info.fields.values()))
 
     def close(self) -> None:
+        if self._reconnection is not None:
+            self._reconnection.close()
         self.shared_memory.close()
         self.servers.close()
         if self._owns_client:
@@ -216,6 +289,7 @@ class DistributedField:
     def _current_catalogue(self) -> Catalogue:
         """The catalogue, after checking that node-local copies still hold what the
         database holds (a database grown or written since would be answered stale)."""
+        self._db.check_scheduler()
         catalogue = self._db.catalogue
         if catalogue.layout == "local":
             check_current(catalogue.contents, self.dataset, str(self._db.path))

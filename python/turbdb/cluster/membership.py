@@ -28,18 +28,25 @@ def scheduler_workers(client: Client, address: str | None = None) -> dict[str, d
     the scheduler (at ``address``, as the client knew it: a client that lost its scheduler
     forgets it) when it cannot be asked (such a client answers an empty
     ``scheduler_info`` instead of raising)."""
+    return _scheduler_info(client, address)["workers"]
+
+
+def _scheduler_info(client: Client, address: str | None) -> dict:
+    """The scheduler's report (its id, its workers), or the 503 of :func:`scheduler_workers`."""
     try:
-        workers = client.scheduler_info(n_workers=-1).get("workers")
+        info = client.scheduler_info(n_workers=-1)
+        workers = info.get("workers")
     except (OSError, TimeoutError, asyncio.TimeoutError):
-        workers = None
+        info, workers = {}, None
     if workers is None or client.status != "running":
         error = ServiceError(f"the Dask scheduler at {address or scheduler_address(client)} cannot be reached "
                              "(it stopped, or the network to it is down): the cluster answers nothing without it. "
-                             "Start it again (`turbdb cluster up`, or your `dask scheduler`) and reconnect: restart "
-                             "`turbdb serve --cluster` or open the database again")
+                             "Start it again (`turbdb cluster up`, or your `dask scheduler` and its workers): "
+                             "`turbdb serve --cluster` and databases opened with the address reconnect by themselves, "
+                             "others must open the database again")
         error.status = 503  # type: ignore[attr-defined]  # unavailable until the scheduler is back
         raise error
-    return workers
+    return info
 
 
 def scheduler_address(client: Client) -> str:
@@ -60,6 +67,8 @@ class Membership:
         self._slots: dict[str, str] = {}
         self._silent: dict[str, float] = {}
         self._seen = 0.0
+        #: The id of the scheduler last asked (a new one: the scheduler was restarted).
+        self.scheduler_id: str | None = None
         self._clock_offset, self._clock_read = 0.0, -CLOCK_SECONDS
 
     def live(self, *, refresh: bool = False) -> dict[str, str]:
@@ -68,7 +77,8 @@ class Membership:
         scheduler within ``silent_seconds``."""
         with self._lock:
             if refresh or time.monotonic() - self._seen > FRESH_SECONDS:
-                workers = scheduler_workers(self.client, self.address)
+                info = _scheduler_info(self.client, self.address)
+                workers, self.scheduler_id = info["workers"], info.get("id", self.scheduler_id)
                 now = self._scheduler_time()
                 running = {str(w["name"]): (address, now - w.get("last_seen", now)) for address, w in workers.items()
                            if w.get("status", "running") == "running"}

@@ -8,8 +8,10 @@ of the virtual partitions from the most loaded holders: copied first, then recor
 only then does the old holder stop holding them, so no partition ever has fewer copies.
 
 The catalogue is saved after every copy, so a repair that stops half-way keeps what it
-copied. A copy whose worker dies or falls silent meanwhile fails alone: the repair goes
-on with the others and then raises a :class:`ServiceError` naming the failed copies."""
+copied. A worker that does not answer when the repair starts (stopped or hung, though
+still in the scheduler's list) counts as lost; a copy whose worker dies or falls silent
+meanwhile fails alone: the repair goes on with the others and then raises a
+:class:`ServiceError` naming the failed copies. No wait on a worker outlasts its silence."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from distributed import Client
 from ..database import Database
 from ..exceptions import ServiceError
 from . import plugin
+from .bounded import answering
 from .catalogue import Catalogue
 from .membership import Membership
 from .transfer import copy_between, holdings, metadata_files, partition_files
@@ -36,11 +39,14 @@ def repair(client: Client, catalogue: Catalogue, *,
     (after saving what was done) if a copy failed."""
     say = progress or (lambda _: None)
     membership = Membership(client)
-    live = membership.live(refresh=True)
+    live, quiet = answering(client, membership.live(refresh=True))
+    for slot in quiet:
+        say(f"worker {slot} does not answer (stopped or hung): counted as lost")
     for slot in sorted(set(live) - set(catalogue.slots)):  # new workers join as slots
         catalogue.slots[slot] = (catalogue.slots[next(iter(catalogue.slots))] if catalogue.layout == "shared"
                                  else str(Path(next(iter(catalogue.slots.values()))).parent / slot))
-    plugin.install(client, catalogue, replace=True)
+    some_quiet = bool(quiet or membership.silent())  # a stopped worker never confirms
+    plugin.install(client, catalogue, replace=True, some_quiet=some_quiet)
     load = {s: sum(1 for h in catalogue.holders if s in h) for s in live}
     wanted = min(catalogue.replicas, len(live))
     database = Database(catalogue.database)
@@ -55,6 +61,7 @@ def repair(client: Client, catalogue: Catalogue, *,
         if catalogue.layout == "local":
             try:
                 current = membership.live(refresh=True)  # a worker restarted since has a new address
+                current = {s: a for s, a in current.items() if s not in quiet}
                 if source not in current or target not in current:
                     raise ServiceError(f"worker {source if source not in current else target} left the cluster")
                 files = _copy_virtual(client, catalogue, database, v, current[source], current[target])
@@ -62,7 +69,7 @@ def repair(client: Client, catalogue: Catalogue, *,
                 e = e if isinstance(e, ServiceError) else ServiceError(f"{type(e).__name__}: {e}")
                 failed.append(f"virtual partition {v} from worker {source} to worker {target}: {e}")
                 say(f"virtual partition {v}: copy from worker {source} to worker {target} FAILED ({e})")
-                live = membership.live(refresh=True)
+                live = {s: a for s, a in membership.live(refresh=True).items() if s not in quiet}
                 return False
         moved.append({"virtual_partition": v, "from": source, "to": target, "files": files})
         say(f"virtual partition {v}: copied from worker {source} to worker {target} ({files} files)")
@@ -90,11 +97,11 @@ def repair(client: Client, catalogue: Catalogue, *,
             load[target] = load.get(target, 0) + 1
             catalogue.holders[v] = list(alive)
             catalogue.save()  # each copy is kept as it lands
-    _share_with_new_workers(catalogue, load, copy, membership)
+    _share_with_new_workers(catalogue, load, copy, membership, set(quiet))
     for slot in [s for s in catalogue.slots if s not in live and not catalogue.held_by(s)]:
         del catalogue.slots[slot]
     catalogue.save()
-    plugin.install(client, catalogue, replace=True)
+    plugin.install(client, catalogue, replace=True, some_quiet=some_quiet)
     if failed:
         raise ServiceError(f"{len(failed)} of the copies failed ({len(moved)} made and recorded): "
                            f"{'; '.join(failed[:5])}. Run `turbdb cluster repair` again once the cluster is settled")
@@ -102,12 +109,13 @@ def repair(client: Client, catalogue: Catalogue, *,
 
 
 def _share_with_new_workers(catalogue: Catalogue, load: dict[str, int], copy: Callable[[int, str, str], bool],
-                            membership: Membership) -> None:
+                            membership: Membership, quiet: set[str]) -> None:
     """Moves virtual partitions from the most loaded living holders to living workers
     below their fair share (new ones hold none) until the copies are spread to within one:
-    each is copied, recorded, and only then taken from the old holder."""
+    each is copied, recorded, and only then taken from the old holder. Workers in ``quiet``
+    (not answering) take no part."""
     while True:
-        live = membership.live()
+        live = {s: a for s, a in membership.live().items() if s not in quiet}
         slots = [s for s in load if s in live]
         if len(slots) < 2:
             return

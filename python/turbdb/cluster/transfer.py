@@ -91,16 +91,17 @@ def copy_between(client: Client, catalogue: Catalogue, source: str, target: str,
                              allow_other_workers=False, pure=False, key=f"turbdb-read-{uuid.uuid4().hex}")
         write = client.submit(plugin.write_files, catalogue.plugin_name, batch, read, workers=[target],
                               allow_other_workers=False, pure=False, key=f"turbdb-write-{uuid.uuid4().hex}")
-        written += _wait(client, write, (read, write), (source, target))
+        written += wait_for_task(client, write, (read, write), (source, target))
         if progress:
             progress(len(batch))
     return written
 
 
-def _wait(client: Client, future: Any, futures: tuple[Any, ...], addresses: tuple[str, ...]) -> Any:
-    """The result of a copy task, or a :class:`ServiceError` once either worker leaves or
-    falls silent: tasks bound to one worker (``allow_other_workers=False``) would wait for
-    a dead one for ever."""
+def wait_for_task(client: Client, future: Any, futures: tuple[Any, ...], addresses: tuple[str, ...]) -> Any:
+    """The result of a task bound to workers (a copy), or a :class:`ServiceError` once one
+    of the workers at ``addresses`` leaves or falls silent (``futures`` are then
+    cancelled): a task bound to one worker (``allow_other_workers=False``) would wait for a
+    dead or stopped one for ever."""
     while True:
         try:
             return future.result(timeout=POLL_SECONDS)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..arguments import finite_number
 from ..exceptions import InvalidRequestError, UnknownNameError
+from ..output_files import replacing
 from ..size_limit import check_result_bytes
 from .metadata import DECIMALS, PLACEHOLDER, TESTING_TOKEN, as_loaded, check_position_arguments, document
 from .redirect import redirect
@@ -205,7 +206,7 @@ def write_interpolation_tsv_file(cube: turb_dataset, points: Any, interpolation_
     header = (f"dataset: {cube.dataset_title}, variable: {cube.var}, time: {cube.timepoint_original}, "
               + (f"time end: {cube.timepoint_end}, delta t: {cube.delta_t}, " if series else "")
               + f"temporal method: {cube.tint}, spatial method: {cube.sint}, spatial operator: {cube.sop}")
-    with open(path, "w", encoding="utf-8", newline="") as out:
+    with replacing(path) as (temporary,), open(temporary, "w", encoding="utf-8", newline="") as out:
         writer = csv.writer(out, delimiter="\t")
         writer.writerow([header])
         writer.writerow(["time", "x_point", "y_point", "z_point", *interpolation_data[0].columns])
@@ -218,18 +219,23 @@ def write_interpolation_tsv_file(cube: turb_dataset, points: Any, interpolation_
 
 def write_cutout_hdf5_and_xmf_files(cube: turb_dataset, output_data: Any, output_filename: str) -> list[Path]:
     """Writes getCutout's answer as givernylocal does: ``<output_filename>.h5`` (NetCDF-4,
-    which is HDF5) and ``<output_filename>.xmf``, which ParaView and VisIt open."""
-    from ..export import xdmf_text
+    which is HDF5) and ``<output_filename>.xmf``, which ParaView and VisIt open. Both
+    replace earlier files of those names only once both are complete."""
+    from ..export import check_hdf5_reference, write_netcdf4, xdmf_text
 
     h5 = cube.output_path / f"{output_filename}.h5"
     xmf = cube.output_path / f"{output_filename}.xmf"
-    output_data.to_netcdf(h5, engine="h5netcdf")
     names = list(output_data.data_vars)
     first = output_data[names[0]]
     shape = tuple(first.sizes[d] for d in ("zcoor", "ycoor", "xcoor", "values"))
     # The time of each variable is its stored step, as JHTDB labels them.
     steps = [(name, float(int(name.rsplit("_", 1)[1]))) for name in names]
-    xmf.write_text(xdmf_text(cube.var, shape, steps, h5.name))
+    field = cube.dataset.metadata.fields.get(cube.var)
+    check_hdf5_reference(h5.name)
+    with replacing(h5, xmf) as (h5_temporary, xmf_temporary):
+        write_netcdf4(output_data, h5_temporary)
+        xmf_temporary.write_text(xdmf_text(cube.var, shape, steps, h5.name, precision=first.dtype.itemsize,
+                                           components=field.components if field is not None else None))
     return [h5, xmf]
 
 

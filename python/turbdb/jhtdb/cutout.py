@@ -39,8 +39,10 @@ def coordinates(first: int, last: int, stride: int, spacing: float, origin: floa
     return values.astype(np.float64)
 
 
-#: The engine's message for a step with no data, which counts steps from 0.
-UNSTORED_STEP = re.compile(r"time step (\d+) is not stored(.*)", re.DOTALL)
+#: The message for a step with no data, which counts steps from 0: the engine's ("time step
+#: N is not stored") or a cutout's ("time index N (t = …) of FIELD is not stored").
+UNSTORED_STEP = re.compile(r"(?:time step|time index) (\d+)(?: \(t = [^)]*\))?(?: of \S+)? is not stored(.*)",
+                           re.DOTALL)
 
 
 def giverny_cutout(dataset: Any, var: str, space: np.ndarray, time_range: np.ndarray, strides: np.ndarray,

@@ -16,14 +16,14 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
 import numpy as np
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__, _core
@@ -34,14 +34,18 @@ from ..cutout import as_filter_width, parse_strides
 from . import cutout as cutouts
 from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api, logs
+from . import result_limit
+from .answer_types import answer_dtype, cutout_format
 from .admission import SMALL_REQUEST_POINTS
 from .backend import INLINE_POINTS, Backend, check_track_size, parse_range, track_evaluations, track_steps
 from .engine_metrics import EngineCollector
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import CONTENT_TYPE_LATEST, Metrics, endpoint_of
 from .head_requests import HEAD_REQUEST, HeadAsGet
+from .known_parameters import known_query_parameters
 from .negotiation import preferred
 from .numerals import check_plain_number, check_plain_numbers, plain_numeric_parameters
+from .security_headers import SecurityHeaders
 from .tokens import Tokens
 from .transport import NETCDF, NPY, encode_npy
 
@@ -141,25 +145,29 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         version=__version__,
         summary="A turbulence database: point queries, cutouts and particle tracking where the data lives.",
         description=(
-            "Send a token as `Authorization: Bearer <token>` (JHTDB endpoint: `authToken=`). Without one, "
+            "Send a token as `Authorization: Bearer <token>` (JHTDB endpoints: also `authToken=` or `token=`). "
+            "Without one, "
             "requests get small anonymous limits. Points travel as JSON or `.npy` (`Content-Type: "
             "application/x-npy`); answers are JSON, or `.npy` with `Accept: application/x-npy`. Every error is "
             "a 4xx/5xx with `{\"description\": …, \"error\": <turbdb exception class>}`."),
         # A trailing slash answered 307 with an empty body, which `curl -f -X POST` saved as
         # the answer; the 404 names the path without it instead (errors.py).
         redirect_slashes=False,
-        dependencies=[Depends(plain_numeric_parameters)],  # time=1_0 was read as 10
+        # A parameter the route does not take is refused (a typo answered with the defaults);
+        # time=1_0 was read as 10.
+        dependencies=[Depends(known_query_parameters), Depends(plain_numeric_parameters)],
     )
     app.state.backend = backend
     _describe_bearer_tokens(app)
     errors.install(app)
+    result_limit.install(app)  # its 413 in HTTP's words; after errors.install, whose answer it gives
     app.add_middleware(_Instrument, metrics=metrics)
     app.add_middleware(HeadAsGet)
     if origins:  # added last, so outermost: a preflight OPTIONS is answered before routing
         app.add_middleware(_JsonCors, allow_origins=origins, allow_methods=["GET", "HEAD", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Accept"], expose_headers=EXPOSED_HEADERS,
                            max_age=600)
-    app.add_middleware(_SecurityHeaders)  # outermost: on every answer, a refused preflight's too
+    app.add_middleware(SecurityHeaders)  # outermost: on every answer, a refused preflight's too
     app.include_router(home.router(backend))
     app.include_router(limits_api.router(backend))
     app.include_router(jhtdb.router(backend))
@@ -171,8 +179,14 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     app.include_router(jobs.router(backend, registry))
 
     @app.get("/healthz", tags=["operations"], summary="liveness")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, "in_flight_points": backend.limiter.used}
+    async def healthz() -> Any:
+        health = {"status": "ok", "version": __version__, "in_flight_points": backend.limiter.used}
+        # On a cluster whose scheduler is gone nothing is served: a 503 that probes see (docs/cluster.md).
+        problem = getattr(backend.database, "scheduler_problem", lambda: None)()
+        if problem is not None:
+            return JSONResponse({**health, "status": "cluster unreachable",
+                                 "cluster": errors.without_paths(problem, backend.path)}, 503)
+        return health
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     async def metrics_text() -> Response:
@@ -191,9 +205,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
 
     @app.get("/v1/datasets/{name}", tags=["datasets"], summary="metadata of one dataset, with the steps written")
     async def get_dataset(name: str, request: Request, steps: bool = Query(
-            True, description="list the steps written of each field (steps_present): this looks at every shard "
-                              "file, about 5 µs each, seconds on a dataset of a million shards; false answers the "
-                              "metadata alone, at once")) -> dict[str, Any]:
+            True, description="list the steps written of each field (steps_present): those the metadata records "
+                              "whose directory is there (a field written before turbdb recorded them: every shard "
+                              "file is looked at, about 5 µs each); false answers the metadata alone")) -> dict[str, Any]:
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
@@ -215,12 +229,13 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                                                  "m1q4, m2q8"),
         operator: str = Query("field", description="field, gradient, hessian, laplacian"),
         temporal: str = Query("none", description="none (nearest stored time) or pchip"),
-        dtype: Literal["float32", "float64"] = Query("float32", description="dtype of the answer"),
+        dtype: str = Query("float32", description="dtype of the answer: float32 (f4) or float64 (f8), any case"),
         strategy: str = Query("streaming", description="streaming, or the sorted/direct baselines"),
         job: int | None = Query(None, description="the job (POST /v1/jobs) this query is the next query of (one "
                                                    "time)"),
     ) -> Response:
         times = query_times(time)  # before anything else, as when FastAPI read one float
+        dtype = answer_dtype(dtype)
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
@@ -229,7 +244,10 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                 raise InvalidRequestError(f"a query with job={job} is one query of the job, at one time; send one "
                                           f"request per time with job=, or the {len(times)} times without it")
             limits.check_points(len(times), "point-times (points × times)")
-        engine_job = registry.engine_job(job, jobs.owner_of(request, limits, backend))
+        job, owner = jobs.job_parameter(request), jobs.owner_of(request, limits, backend)  # job=5.0 was taken for 5
+        # The plan's next query only: the engine gates a job's queries by their place in its plan.
+        asked = None if job is None else jobs.planned_read(ds, field, times[0], temporal)
+        engine_job = registry.engine_job(job, owner, asked)
         encode = _encoder(request)
         known_field(name, ds.metadata.fields, field)  # before the admission: a refused request must not wait its turn
         async with backend.admitted(request, limits) as admission:
@@ -249,6 +267,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                         values = await _through_engine(backend, ds, field, calls, gone)
                         response = (encode(values) if evaluations <= ENCODE_INLINE_POINTS
                                     else await anyio.to_thread.run_sync(encode, values))
+                    registry.answered(job, owner, asked)
                     backend.metrics.points.labels(endpoint_of(request)).inc(evaluations)
                     return response
             # Here with a node engine only for the sorted/direct baselines, which look at the
@@ -274,6 +293,7 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                 async with watch(request) as left:
                     left.add_done_callback(lambda _: stop.set())
                     response = await backend.run(answer, long=evaluations > SMALL_REQUEST_POINTS)
+        registry.answered(job, owner, asked)
         backend.metrics.points.labels(endpoint_of(request)).inc(evaluations)
         return response
 
@@ -284,7 +304,8 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         name: str,
         request: Request,
         field: str = Query(..., description="e.g. velocity"),
-        time: float = Query(..., description="physical time; the nearest stored step is read"),
+        time: str = Query(..., description="one physical time (a cutout takes one a request); the nearest stored "
+                                           "step is read"),
         x: str | None = Query(None, description="node range start,stop (half-open, wraps on periodic axes); "
                                                 "default the whole axis"),
         y: str | None = Query(None, description="as x"),
@@ -292,12 +313,15 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         stride: str = Query("1", description="every stride-th node: one stride, or three (x,y,z) such as 1,2,2"),
         filter_width: int = Query(1, description="JHTDB's box filter: average each node's box of filter_width³ "
                                                  "nodes first (1: none)"),
-        format: Literal["npy", "netcdf"] | None = Query(None, description="default: from Accept, else npy"),  # noqa: A002
+        format: str | None = Query(  # noqa: A002
+            None, description="npy, or netcdf (nc), any case; default: from Accept, else npy"),
     ) -> Response:
+        time = cutout_time(time)
+        fmt = cutout_format(format)
         limits = backend.authorize(request)
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
-        fmt = format or ("netcdf" if preferred(request, [NPY, NETCDF]) == NETCDF else "npy")
+        fmt = fmt or ("netcdf" if preferred(request, [NPY, NETCDF]) == NETCDF else "npy")
         ranges = {axis: parse_range(axis, value) for axis, value in (("x", x), ("y", y), ("z", z))}
         check_plain_numbers("stride", stride)
         strides, width = parse_strides(stride), as_filter_width(filter_width)
@@ -375,6 +399,18 @@ def query_times(text: str) -> list[float]:
     return times
 
 
+def cutout_time(text: str) -> float:
+    """The cutout endpoint's ``time``: one, since a cutout answers one box (pydantic's "unable
+    to parse string as a number" was all ``time=0,0.01`` got; Dataset.cutout and ``turbdb
+    cutout`` take several, and turbdb.connect sends one request per time)."""
+    times = query_times(text)
+    if len(times) > 1:
+        raise InvalidRequestError(f"a cutout takes one time per request, not {len(times)} ({text[:80]}): send one "
+                                  "request per time (turbdb.connect's cutout and turbdb cutout URL do so for a list "
+                                  "of times)")
+    return times[0]
+
+
 async def _through_engine(backend: Backend, ds: Any, field: str, calls: list[Any], gone: Any) -> np.ndarray:
     """The answer of the point queries ``calls`` (one per time) from the node engine: one
     alone, or several handed over at once, so that the engine batches them, stacked
@@ -444,29 +480,6 @@ class _JsonCors(CORSMiddleware):
             if name not in ("content-type", "content-length"):
                 answer.headers[name] = value
         return answer
-
-
-#: Sent with every answer: no page may frame the server's (clickjacking), browsers take
-#: each answer as the type it says, and no page address leaks in a Referer.
-SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
-                    (b"referrer-policy", b"no-referrer")]
-
-
-class _SecurityHeaders:
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
 
 
 class _Instrument:

@@ -25,12 +25,14 @@ from ..database import open as open_database
 from ..dataset import Dataset
 from ..exceptions import AccessDeniedError, FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
 from ..info import is_plain_name
+from ..step_versions import RewriteUnderWay, waits_refused
 from ..arguments import as_points, finite_number, node_range
 from ..times import format_time, range_tolerance
 from ..track import step_count
 from ..zarr_meta import ZARR_JSON
 from .admission import SMALL_REQUEST_POINTS, Admission, BusyError, PointsLimiter
 from .engine_waits import EngineWaits
+from .known_parameters import check_members
 from .metrics import Metrics
 from .numerals import check_plain_numbers
 from .tokens import JHTDB_TESTING_TOKEN, Limits, Tokens, client_key
@@ -307,7 +309,8 @@ class Backend:
         than the hop to a thread and back costs in latency. With a node engine every call
         goes to a thread (a query may wait for a batch) and up to ``ENGINE_WAITERS`` wait
         at once; on a cluster too, since a query waits for its workers (a stopped worker
-        kept a 100-point query, and the whole event loop with it, waiting).
+        kept a 100-point query, and the whole event loop with it, waiting). A query here
+        that would wait for a rewrite of a step it reads goes to a thread instead.
 
         ``long`` work (a track; a call of more than ``SMALL_REQUEST_POINTS`` points) holds
         one of ``workers - 1`` threads as well (at least one): eight anonymous tracks held
@@ -315,7 +318,8 @@ class Backend:
         thread, one more than long work may take where there is a single worker."""
         shared = self.database.engine is not None
         if points is not None and points <= INLINE_POINTS and not shared and not self._clustered:
-            return fn(*args)
+            with contextlib.suppress(RewriteUnderWay), waits_refused():  # it would wait: in a thread, below
+                return fn(*args)
         if self._engine is None:
             self._long = anyio.CapacityLimiter(long_work_threads(self.workers))
             threads = max(self.workers, self._long.total_tokens + 1)
@@ -401,6 +405,7 @@ def parse_json_points(body: bytes) -> np.ndarray:
         raise FormatError(f"the body is not valid JSON ({e}); send {{\"points\": [[x, y, z], …]}}") from None
     if not isinstance(document, Mapping) or "points" not in document:
         raise FormatError("the JSON body must be an object with a \"points\" member: {\"points\": [[x, y, z], …]}")
+    check_members(document, ("points",), "{\"points\": [[x, y, z], …]}")  # {"points": …, "time": 0.01} ignored the time
     return as_points(document["points"])
 
 

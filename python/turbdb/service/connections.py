@@ -35,7 +35,12 @@ A client gone while its answer is written is a quiet disconnect, not an internal
 
 A head may hold at most ``MAX_HEADER_FIELDS`` header fields (431 past them): 20 000
 one-letter headers within the byte limit took 2.4 MB of memory and 14–21 ms of the event
-loop per connection."""
+loop per connection.
+
+What the guards answer themselves (the 503s of the caps, uvicorn's server-wide one
+included, 400, 408, 431) carries the app's security headers and JSON error body, and is
+counted in ``/metrics`` and logged (:mod:`.refusals`): clients were turned away without a
+trace. A trusted proxy's ``X-Forwarded-Prefix`` is the root path of its request."""
 
 from __future__ import annotations
 
@@ -50,7 +55,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .errors import BODY_TIMEOUT_SCOPE_KEY, RESTART_RETRY_SECONDS, body_timeout_description
 from .logs import log, request_line
-from .proxies import TrustedProxies
+from .proxies import TrustedProxies, forwarded_prefix
+from .refusals import Refusals
+from .security_headers import SECURITY_HEADERS, header_lines
 from .tokens import client_key
 
 HEADER_TIMEOUT_SECONDS = 10.0
@@ -78,6 +85,10 @@ _BUSY = ("LimitExceededError", "this client holds too many open connections to t
                                "(keep-alive) or close some")
 _BUSY_PROXIED = ("LimitExceededError", "this client has too many requests under way at once through the proxy; "
                                        "wait for some to end")
+_SERVER_BUSY = ("ServiceError", "the server holds as many connections as it may; retry in a moment")
+# {seconds}: the header deadline.
+_HEAD_TOO_SLOW = ("ServiceError", "the request line and headers did not all arrive within {seconds:g} s of the "
+                                  "connection (or of the previous answer); send them in one go")
 # {docs}: the documentation's path, under the server's root path.
 _HEAD_TOO_LARGE = ("LimitExceededError", f"the request line and headers are over {MAX_HEAD_BYTES // 1024} KiB; "
                                          "send points and long parameters in a POST body (see {docs})")
@@ -96,11 +107,11 @@ class _HeadTooLarge(Exception):
 
 
 def _answer(status: int, error: tuple[str, str], extra_headers: bytes = b"", root_path: str = "") -> bytes:
-    """A whole HTTP response with the service's JSON error body, for answers given before
-    the app sees the request."""
+    """A whole HTTP response with the service's JSON error body and security headers, for
+    answers given before the app sees the request."""
     body = _body(status, error, root_path)
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%scontent-length: %d"
-            b"\r\n\r\n%s" % (status, _REASONS[status], extra_headers, len(body), body))
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n%s%scontent-length: %d"
+            b"\r\n\r\n%s" % (status, _REASONS[status], header_lines(), extra_headers, len(body), body))
 
 
 def _body(status: int, error: tuple[str, str], root_path: str = "") -> bytes:
@@ -109,13 +120,19 @@ def _body(status: int, error: tuple[str, str], root_path: str = "") -> bytes:
                        "status": status}).encode()
 
 
-async def _too_many_requests(scope: Scope, receive: Receive, send: Send) -> None:
-    """The answer to a proxied request past its client's cap, in place of the app's."""
-    body = _body(503, _BUSY_PROXIED)
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"connection", b"close"), (b"retry-after", b"1"),
-        (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+def _busy(reason: str, error: tuple[str, str], refusals: Refusals):
+    """The answer to a request past a cap (its client's through a proxy, the server's), in
+    place of the app's."""
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        refusals.refused(reason, request_line(scope))
+        body = _body(503, error)
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"), (b"connection", b"close"), (b"retry-after", b"1"),
+            *SECURITY_HEADERS, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return answer
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -132,6 +149,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     #: Seconds into a shutdown after which a connection still busy is closed (None: never).
     graceful_seconds: float | None = None
     trusted_proxies: TrustedProxies | None = None
+    #: Where the refusals are counted (the app's metrics) and logged.
+    refusals: Refusals = Refusals()
     _open: Counter[str] = Counter()  # one event loop per server process: no lock needed
 
     @classmethod
@@ -141,6 +160,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # uvicorn's cap of connections (--limit-concurrency) is checked here, answered as the others are.
+        self._server_cap, self.limit_concurrency = self.limit_concurrency, None
+        self._configured_root_path = self.root_path
         self._deadline: asyncio.TimerHandle | None = None
         self._cutoff: asyncio.TimerHandle | None = None
         self._body_watch: asyncio.TimerHandle | None = None
@@ -154,10 +176,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # A trusted proxy's connection counts against the client of each request it carries, while it runs.
         self._proxied = self.trusted_proxies is not None and self.client is not None and peer in self.trusted_proxies
         if not self._proxied and not self._hold(client_key(peer)):
+            self.refusals.refused("client_connections", self._peer())
             transport.write(_answer(503, _BUSY, _BUSY_HEADERS))
             transport.close()
             return
         self._arm()
+
+    def _peer(self) -> str:
+        """``host:port`` of the connection's peer, for a refusal before a request is read."""
+        return "%s:%d" % tuple(self.client) if self.client else "-"
 
     def _hold(self, host: str) -> bool:
         """Counts this connection against ``host``; whether ``host`` is within its cap."""
@@ -175,7 +202,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._lingering:
             return
         super().data_received(data)
-        if self._head_bytes is None or self.transport.is_closing():
+        if self._lingering or self._head_bytes is None or self.transport.is_closing():
             return
         # The head is still incomplete, so every byte so far is head; this bounds what the
         # parser buffers of a header that never ends (it calls on_header only once it does).
@@ -201,27 +228,33 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._header_fields > self.max_header_fields:
+            self.refusals.refused("too_many_header_fields", self._peer())
             self.transport.write(_answer(431, _TOO_MANY_FIELDS, root_path=self.root_path))
             self._close_once_read()
             return
         if self._parsed_head_bytes > self.max_head_bytes:
             self._refuse_head()
             return
+        self.refusals.refused("unreadable", self._peer())
         self.transport.write(_answer(400, _UNREADABLE, root_path=self.root_path))
         self.transport.close()
 
     def _close_once_read(self) -> None:
         """Ends the answer and drops what the client still sends for a moment before closing:
         closed with its head half read, the connection was reset, and the client lost the
-        answer (a head is refused at its 101st field, long before its last byte)."""
+        answer (a head is refused at its 101st field, long before its last byte). Meanwhile
+        it no longer counts against its client's cap: the client may connect again at once."""
         self._lingering = True
+        while self._held:
+            self._let_go()
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _refuse_head(self) -> None:
+        self.refusals.refused("head_too_large", self._peer())
         self.transport.write(_answer(431, _HEAD_TOO_LARGE, root_path=self.root_path))
-        self.transport.close()
+        self._close_once_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -235,6 +268,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
+        self.root_path = self._configured_root_path  # until a trusted proxy names another for this request
         super().on_message_begin()
         self._arm()
 
@@ -249,18 +283,28 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 self._quiet_when_gone(self.cycle)
 
     def _start_request(self) -> None:
-        if not self._proxied:
+        within = True
+        if self._proxied:
+            # The rate limit, the log and a job's owner read the client from the scope: one address for all.
+            client, scheme = self.trusted_proxies.client(self.client, self.headers)  # type: ignore[union-attr,arg-type]
+            self.scope["client"] = client
+            if scheme is not None:
+                self.scope["scheme"] = scheme
+            prefix = forwarded_prefix(self.headers)
+            if prefix is not None:  # uvicorn puts the root path before the request's path, as with --root-path
+                self.root_path = self.scope["root_path"] = prefix
+            within = self._hold(client_key(client[0]))  # held, within or not, until its answer ends
+        cap = self._server_cap
+        if cap is not None and (len(self.connections) >= cap or len(self.tasks) >= cap):
+            self._answer_instead(_busy("server_connections", _SERVER_BUSY, self.refusals))  # as uvicorn did, in JSON
+        elif not within:
+            self._answer_instead(_busy("client_requests", _BUSY_PROXIED, self.refusals))
+        else:
             super().on_headers_complete()
-            return
-        # The rate limit, the log and a job's owner read the client from the scope: one address for all.
-        client, scheme = self.trusted_proxies.client(self.client, self.headers)  # type: ignore[union-attr,arg-type]
-        self.scope["client"] = client
-        if scheme is not None:
-            self.scope["scheme"] = scheme
-        if self._hold(client_key(client[0])):
-            super().on_headers_complete()
-            return
-        app, self.app = self.app, _too_many_requests  # answered as uvicorn answers past its concurrency limit
+
+    def _answer_instead(self, app: Any) -> None:
+        """Starts the request with ``app`` in place of the server's app."""
+        app, self.app = self.app, app
         try:
             super().on_headers_complete()
         finally:
@@ -413,6 +457,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._deadline = None
 
     def _too_slow(self, *_: Any) -> None:
+        """Closes a connection whose request head did not arrive in time: with a 408 where
+        part of it came (a connection that sent nothing, opened ahead of use, is closed
+        quietly), and the answer before it, if any, was all written."""
         self._deadline = None
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        answered = self.cycle is None or self.cycle.response_complete
+        if not self._head_bytes or not answered:
             self.transport.close()
+            return
+        self.refusals.refused("head_timeout", self._peer())
+        slow = (_HEAD_TOO_SLOW[0], _HEAD_TOO_SLOW[1].format(seconds=self.header_timeout))
+        self.transport.write(_answer(408, slow, root_path=self.root_path))
+        self._close_once_read()

@@ -12,6 +12,7 @@ from starlette.responses import StreamingResponse
 from ..arguments import known_field
 from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
+from ..step_versions import REWRITE_ERRORS, StepVersions
 from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
@@ -30,6 +31,10 @@ class CutoutPlan:
     filter_width: int
     shape: tuple[int, int, int, int]  # nz, ny, nx, ncomp
     planes_per_slab: int
+    #: The rewrite count of the step, noted before its first slab is read.
+    versions: StepVersions
+    #: Whether a slab was read (and so sent): the step must not change until the last.
+    begun: bool = False
 
     @property
     def nodes(self) -> int:
@@ -49,9 +54,21 @@ class CutoutPlan:
 
     def read(self, z: tuple[int, int]) -> np.ndarray:
         """Blocking: the engine reads one slab, float32 ``(nz_slab, ny, nx, ncomp)`` (filtered
-        and strided as asked)."""
+        and strided as asked). Every slab comes from one version of the step: the first is
+        read again while a rewrite of the step overlaps it (nothing is sent yet); a later
+        one that a rewrite overlapped is :class:`DatasetBusyError`, which cuts the answer
+        short rather than mix two versions (:mod:`turbdb.step_versions`)."""
         x, y, _ = self.ranges
-        return read_box(self.dataset, self.field, self.t_index, (x, y, z), self.strides, self.filter_width)
+        while True:
+            try:
+                values = read_box(self.dataset, self.field, self.t_index, (x, y, z), self.strides, self.filter_width)
+                self.versions.check(self.dataset)
+                self.begun = True
+                return values
+            except REWRITE_ERRORS as error:
+                if self.begun or not self.versions.spoiled(self.dataset, error):
+                    raise
+            self.versions = self.versions.renewed(self.dataset).settled(self.dataset)
 
 
 def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[int, int, int], filter_width: int,
@@ -68,22 +85,34 @@ def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[i
     nz, ny, nx = output_shape(ranges, strides)
     plane = max(1, nx * ny * ncomp * 4)
     return CutoutPlan(dataset, field, t_index, float(info.times[t_index]), ranges, strides, filter_width,
-                      (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)))
+                      (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)),
+                      StepVersions.of(dataset, field, [t_index]).settled(dataset))
 
 
 def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
-    """The NetCDF variables: coordinates as ``Dataset.cutout`` gives them, then the data."""
+    """The NetCDF variables, with the metadata of a local cutout's NetCDF file
+    (``turbdb cutout --out c.nc``): coordinates as ``Dataset.cutout`` gives them, x, y, z
+    in the dataset's length unit, the time as a variable in its time unit, the field's
+    ``units`` only where it has some, then the data."""
     info = plan.dataset.metadata
     nz, ny, nx, ncomp = plan.shape
     components = info.fields[plan.field].components
     width = max(len(c) for c in components)
+    length_units, time_units = ({"units": u} if u else {} for u in (info.units.get("length"), info.units.get("time")))
+    field_units = info.fields[plan.field].units
     variables = {}
     for axis in "xyz":
-        variables[axis] = ((axis,), "f8", {"long_name": f"{axis} (physical)"})
+        variables[axis] = ((axis,), "f8", {"long_name": f"{axis} (physical)", **length_units})
         variables[f"{axis}_index"] = ((axis,), "i4", {"long_name": f"{axis} grid index"})
     variables["component"] = (("component", "strlen"), "S1", {"_Encoding": "utf-8"})
+    variables["time"] = ((), "f8", time_units)
+    variables["time_index"] = ((), "i4", {})
+    stride = plan.strides[0] if len(set(plan.strides)) == 1 else list(plan.strides)
     variables[plan.field] = (("z", "y", "x", "component"), "f4",
-                             {"coordinates": "x_index y_index z_index", "units": info.fields[plan.field].units})
+                             {"dataset": plan.dataset.name, **({"units": field_units} if field_units else {}),
+                              "time": plan.time, "time_index": plan.t_index, "stride": stride,
+                              "filter_width": plan.filter_width,
+                              "coordinates": "time time_index x_index y_index z_index"})
     strides = plan.strides[0] if len(set(plan.strides)) == 1 else ",".join(map(str, plan.strides))
     attrs = {"dataset": plan.dataset.name, "time": plan.time, "time_index": plan.t_index, "stride": strides,
              "filter_width": plan.filter_width, "Conventions": "CF-1.8", "source": "turbdb cutout"}
@@ -99,6 +128,8 @@ def _coordinate_bytes(plan: CutoutPlan, stream: NetCDFStream) -> bytes:
         chunks.append(stream.small_data(axis, o + d * index))
         chunks.append(stream.small_data(f"{axis}_index", np.mod(index, n) if periodic else index))
     chunks.append(stream.small_data("component", info.fields[plan.field].components))
+    chunks.append(stream.small_data("time", plan.time))
+    chunks.append(stream.small_data("time_index", plan.t_index))
     return b"".join(chunks)
 
 
@@ -129,7 +160,8 @@ async def respond(backend: Backend, plan: CutoutPlan, fmt: str) -> StreamingResp
 
     headers = {"Content-Length": str(length), "X-Turbdb-Time": repr(plan.time),
                "X-Turbdb-Time-Index": str(plan.t_index), "X-Turbdb-Shape": ",".join(map(str, plan.shape)),
-               "Content-Disposition": f'attachment; filename="{plan.dataset.name}-{plan.field}-{plan.t_index}.'
+               # The stored step counted from 1, as the HDF5 export (velocity_0002) and JHTDB (ts=2) count.
+               "Content-Disposition": f'attachment; filename="{plan.dataset.name}-{plan.field}-{plan.t_index + 1}.'
                                       f'{"nc" if big_endian else "npy"}"'}
     return StreamingResponse(body(), media_type=FORMATS[fmt], headers=headers)
 

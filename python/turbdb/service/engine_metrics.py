@@ -82,7 +82,8 @@ class EngineCollector(Collector):
             gating.add_metric([event], count)
         yield gating
         batches = HistogramMetricFamily("turbdb_engine_batch_atoms", "Atoms per batch")
-        batches.add_metric([], _cumulative(s["batch_sizes"], s["batch_size_bounds"]), sum_value=None)
+        # With its sum, so that Prometheus can give the mean atoms a batch.
+        batches.add_metric([], _cumulative(s["batch_sizes"], s["batch_size_bounds"]), sum_value=s["batch_atoms_sum"])
         yield batches
         response = HistogramMetricFamily("turbdb_engine_response_seconds", "Response time inside the engine, by "
                                          "query size (small ≤ 1 000 points, medium ≤ 100 000, large more)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from .. import _core, engine_completions
 from ..exceptions import QueryCancelledError
 from ..query import PointCall
+from ..step_versions import REWRITE_ERRORS
 
 #: Queries of at most this many points are handed to the engine, and their answers taken,
 #: on the event loop. Cutting a query into sub-queries holds the loop (with the GIL
@@ -45,7 +47,19 @@ class EngineWaits:
     async def query(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:
         """The answer to ``call`` on ``dataset``, evaluated by the engine; raises
         :class:`QueryCancelledError` if ``gone`` (:func:`watch`) is done first: the client
-        went away."""
+        went away. Evaluated again while a rewrite of a step it reads overlapped it
+        (:mod:`turbdb.step_versions`), waiting for one under way."""
+        if call.versions.rewriter() is not None:
+            call = dataclasses.replace(call, versions=await call.versions.settled_async(dataset))
+        while True:
+            try:
+                return await self._evaluate(dataset, call, gone)
+            except REWRITE_ERRORS as error:
+                if not call.versions.spoiled(dataset, error):
+                    raise
+            call = call.again(await call.versions.renewed(dataset).settled_async(dataset))
+
+    async def _evaluate(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 

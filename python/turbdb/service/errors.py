@@ -85,11 +85,19 @@ def turbdb_error_response(error: Exception, hide: Any = None, request: Request |
 
 
 def without_paths(message: str, hide: Any) -> str:
-    """``message`` with the database's directory ``hide`` (as given and resolved) cut out."""
+    """``message`` with the database's directory ``hide`` (as given and resolved) cut out,
+    the data roots of its cluster's workers too (``…/nodes/1/iso/…`` gives ``iso/…``), and
+    Dask addresses: a scheduler runs any code sent to it, so callers never see where it is."""
     if hide is not None:
         for root in sorted({str(Path(hide).resolve()), str(Path(hide))}, key=len, reverse=True):
             message = hide_path(message, root.rstrip("/") or "/")
-    return message
+        from ..cluster.catalogue import Catalogue
+
+        for slot, root in sorted(Catalogue.node_roots(hide).items(), key=lambda item: -len(item[1])):
+            at = r"(?<![\w.~/-])" + re.escape(root.rstrip("/"))
+            message = re.sub(at + "/", "", message)
+            message = re.sub(at + r"(?![\w.~-])", f"worker {slot}'s data root", message)
+    return re.sub(r"\b(?:tcp|tls|ucx|inproc|ws|wss)://[^\s,;)'\"]+", "(a cluster address)", message)
 
 
 def hide_path(message: str, root: str) -> str:

@@ -2,8 +2,8 @@
 JHTDB's own Python client (givernylocal ``getData``) makes, so existing scripts work
 against turbdb with only the address changed.
 
-Request: query parameters ``authToken, dataset, function=GetVariable, var, t, sint, sop,
-tint, timepoint_end, delta_t`` (or the older function names, GetVelocity, …:
+Request: query parameters ``authToken (or token), dataset, function=GetVariable, var, t,
+sint, sop, tint, timepoint_end, delta_t`` (or the older function names, GetVelocity, …:
 :mod:`.jhtdb_functions`) and one point per line of the body, ``x<TAB>y<TAB>z``.
 Answer: a JSON array with one row per point per time (time-major) and JHTDB's columns
 (:func:`columns`). Errors: 4xx with ``{"description": …}``. The names are mapped in
@@ -18,7 +18,7 @@ import re
 
 import anyio.to_thread
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from ..exceptions import InvalidRequestError, LimitExceededError, UnknownNameError
@@ -31,7 +31,7 @@ from .backend import INLINE_JSON_BYTES, JSON_BYTES_PER_POINT, Backend, check_tra
 from .engine_waits import ENCODE_INLINE_POINTS, watch
 from .metrics import endpoint_of
 from .jhtdb_functions import resolve as resolve_function
-from .tokens import JHTDB_TESTING_TOKEN
+from .jhtdb_tokens import jhtdb_token
 
 # The one table from JHTDB's names to turbdb's. Keys are lower case; the service compares
 # case-insensitively, so "Lag6", "LAG6" and "lag6" all work.
@@ -172,10 +172,9 @@ def router(backend: Backend) -> APIRouter:
         function: str = Query("GetVariable", description="GetVariable (with var), or a JHTDB function name: "
                                                          "GetVelocity, GetPressureGradient, GetVelocityHessian, "
                                                          "GetVelocityAndPressure, GetPosition, …"),
-        authToken: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),  # noqa: N803
+        token: str | None = Depends(jhtdb_token),
     ) -> Response:
-        # authToken when it names a token, else the Authorization: Bearer header (the 401 suggests both)
-        limits = backend.authorize(request, authToken if authToken and authToken != JHTDB_TESTING_TOKEN else None)
+        limits = backend.authorize(request, token)  # authToken= or token=, else the Bearer header
         ds = backend.dataset(dataset, limits)
         limits.check_dataset(dataset)
         fields, named_operator = resolve_function(function, var, sop)

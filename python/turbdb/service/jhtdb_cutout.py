@@ -13,7 +13,7 @@ import json
 import math
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from ..arguments import MAX_INDEX
@@ -22,6 +22,7 @@ from ..exceptions import InvalidRequestError
 from ..jhtdb.cutout import attributes, check_request, giverny_cutout
 from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
+from .jhtdb_tokens import jhtdb_token
 from .json_answers import NON_FINITE_HEADER, non_finite_count, with_nulls
 from .metrics import endpoint_of
 
@@ -42,9 +43,9 @@ def router(backend: Backend) -> APIRouter:
         stridex: int = Query(1, ge=1), stridey: int = Query(1, ge=1), stridez: int = Query(1, ge=1),
         stridet: int = Query(1, ge=1),
         filter_width: int = Query(1, ge=1, description="box filter width in nodes (1: none)"),
-        token: str | None = Query(None, description="JHTDB token; the public testing token counts as none"),
+        token: str | None = Depends(jhtdb_token),
     ) -> Response:
-        limits = backend.authorize(request, token or None)
+        limits = backend.authorize(request, token)  # token= or authToken=, else the Bearer header
         ds = backend.dataset(dataset, limits)
         limits.check_dataset(dataset)
         numbers = {"xs": xs, "xe": xe, "ys": ys, "ye": ye, "zs": zs, "ze": ze, "ts": ts, "te": te, "stridex": stridex,

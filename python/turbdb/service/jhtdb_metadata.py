@@ -3,7 +3,7 @@ normally) before any request, describing this server's datasets (:mod:`turbdb.jh
 Its ``max_data_points`` is the largest point limit of any token here, so that the client
 never refuses what the server would accept; the server still enforces each token's own.
 
-It lists the datasets the caller's token (``authToken`` or the Bearer header) may read.
+It lists the datasets the caller's token (``authToken``, ``token`` or the Bearer header) may read.
 givernylocal downloads it without a token, before it knows one, and then refuses any
 dataset the document does not list: so a caller without a token gets every dataset's
 description (names, grids, times; never data), whatever anonymous use may read."""
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
 from ..exceptions import TurbdbError
 from ..jhtdb.metadata import document
 from .backend import Backend
+from .jhtdb_tokens import jhtdb_token
 
 
 def router(backend: Backend) -> APIRouter:
@@ -24,8 +25,8 @@ def router(backend: Backend) -> APIRouter:
 
     @api.get("/turbulence-svc/metadata", summary="givernylocal's metadata document (jhtdb_config.json) of the "
              "datasets here")
-    async def metadata(request: Request, authToken: str | None = None) -> dict[str, Any]:  # noqa: N803
-        limits = backend.known_token(authToken or backend.bearer(request))
+    async def metadata(request: Request, token: str | None = Depends(jhtdb_token)) -> dict[str, Any]:
+        limits = backend.known_token(token or backend.bearer(request))
         infos = []
         for name in (n for n in backend.names() if limits is None or limits.allows(n)):
             try:

@@ -12,39 +12,60 @@ they would without the job; so does one whose scheduler is not JAWS (only JAWS g
 for anonymous use): another token's ``job=`` gets 404, as an unknown id does. A job
 unused for :data:`JOB_IDLE_SECONDS` is forgotten, and none outlives a restart: job numbers
 start from the server's start time in milliseconds, so a number from before a restart is
-never another job's. The open jobs of one token may plan
-:data:`MAX_PLANNED_PER_OWNER` queries at once (429 past it), those of the server
-:data:`MAX_PLANNED` (503)."""
+never another job's.
+
+A query with ``job=`` must be the plan's next query (the dataset, field and time steps
+planned: the engine gates a job's queries by their place in the plan, so another query
+would be gated as the planned one): anything else is a 400 naming the next planned query,
+but for the query answered last sent again (a client whose answer was lost on the way),
+which is answered again, ungated. A job ends when its last planned query has been
+answered; until then only its queries still to be answered count against the limits. One token (one address, for anonymous use)
+may hold :data:`MAX_OPEN_JOBS_PER_OWNER` open jobs and plan
+:data:`MAX_PLANNED_PER_OWNER` queries in them at once (429 past either), the server
+:data:`MAX_OPEN_JOBS` jobs and :data:`MAX_PLANNED` queries (503)."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import json
 import random
+import re
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fastapi import APIRouter, Request
 
+from ..arguments import TEMPORAL_ALIASES, TEMPORALS, choice, finite_number
 from ..exceptions import (
-    EngineBusyError, FormatError, InvalidRequestError, LimitExceededError, UnknownNameError,
+    EngineBusyError, FormatError, InvalidRequestError, LimitExceededError, TurbdbError, UnknownNameError,
 )
 from ..jobs import MAX_JOB_QUERIES, Job, declare, planned_query, steps_read
 from .backend import Backend, require_json, with_status
 from .tokens import Limits
+
+if TYPE_CHECKING:
+    from ..dataset import Dataset
 
 #: A job unused (no query, no declaration) for this long is forgotten (the engine's own
 #: idle timeout is the same).
 JOB_IDLE_SECONDS = 600.0
 #: Jobs open at once on one server.
 MAX_OPEN_JOBS = 4096
+#: Jobs open at once of one token (of one address, for anonymous use): a sixteenth of the
+#: server's, so that one token cannot hold every place (4 096 one-query jobs of one token
+#: left every other user a 503 for 600 s), and twice the connections one address may hold
+#: (a client sending each job's queries one after another on a connection needs one open
+#: job a connection).
+MAX_OPEN_JOBS_PER_OWNER = 256
 #: Queries planned by the open jobs of one token (of one address, for anonymous use) and
-#: of the whole server. The engine's thread aligns and gates each new job with the open
-#: ones, so their planned queries are what a declaration costs it: twenty jobs of 10 000
-#: queries in step once kept it from every query for seconds.
+#: of the whole server, those not yet answered. The engine's thread aligns and gates each
+#: new job with the open ones, so their planned queries are what a declaration costs it:
+#: twenty jobs of 10 000 queries in step once kept it from every query for seconds.
 MAX_PLANNED_PER_OWNER, MAX_PLANNED = 30_000, 100_000
 #: Bytes a planned query may take in the body (JSON), and the slack of the rest.
 BYTES_PER_PLANNED_QUERY, BODY_SLACK = 256, 4096
@@ -59,11 +80,46 @@ _PLAN_BODY = {"requestBody": {"required": True, "content": {"application/json": 
 }}}}
 
 
+class PlannedRead(NamedTuple):
+    """What one query of a job reads: the dataset, the field and the time steps (the time
+    and temporal method it was asked with, for messages)."""
+
+    dataset: str
+    field: str
+    time: float
+    temporal: str
+    steps: tuple[int, ...]
+
+    def reads_as(self, other: PlannedRead) -> bool:
+        """Whether the engine would gate ``other`` as this one: the same steps of the same field."""
+        return (self.dataset, self.field, self.steps) == (other.dataset, other.field, other.steps)
+
+    def __str__(self) -> str:
+        pchip = ", pchip" if self.temporal != "none" else ""
+        return f"{self.field} of {self.dataset} at time {self.time:g}{pchip}"
+
+
+def planned_read(dataset: Dataset, field: str, time: float, temporal: str) -> PlannedRead:
+    """What a query of ``field`` of ``dataset`` at ``time`` reads; refused (4xx) as the
+    query itself would be: an unknown field or temporal method, a time outside the stored
+    range."""
+    temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)
+    time = finite_number("time", time)
+    return PlannedRead(dataset.name, field, time, temporal, tuple(steps_read(dataset, field, time, temporal)))
+
+
 @dataclasses.dataclass
 class DeclaredJob:
     owner: str
     job: Job
+    plan: list[PlannedRead]
     last_used: float
+    #: Its queries answered so far: the next one is ``plan[answered]``.
+    answered: int = 0
+
+    @property
+    def left(self) -> int:
+        return len(self.plan) - self.answered
 
 
 #: 2020-01-01 UTC, in seconds since 1970: where job numbers start counting.
@@ -76,14 +132,22 @@ class JobRegistry:
     it, so that a refused one costs the engine nothing."""
 
     def __init__(self, idle_seconds: float = JOB_IDLE_SECONDS, max_jobs: int = MAX_OPEN_JOBS,
-                 max_planned: int = MAX_PLANNED, max_planned_per_owner: int = MAX_PLANNED_PER_OWNER):
+                 max_planned: int = MAX_PLANNED, max_planned_per_owner: int = MAX_PLANNED_PER_OWNER,
+                 max_jobs_per_owner: int = MAX_OPEN_JOBS_PER_OWNER):
         self.idle_seconds = idle_seconds
         self.max_jobs = max_jobs
         self.max_planned = max_planned
         self.max_planned_per_owner = max_planned_per_owner
+        self.max_jobs_per_owner = max_jobs_per_owner
         self._jobs: dict[int, DeclaredJob] = {}
-        self._planned: collections.Counter[str] = collections.Counter()  # reserved and open, by owner
+        # Reserved and open, by owner: queries not yet answered, and jobs.
+        self._planned: collections.Counter[str] = collections.Counter()
+        self._owned: collections.Counter[str] = collections.Counter()
         self._reserved_jobs = 0
+        # Jobs that ended with their last planned query (number → owner, queries, the last
+        # query's read), the latest max_jobs: a query past a plan's end is told so, and a
+        # DELETE after the end (``with db.job(...)`` sends one) is no error.
+        self._finished: collections.OrderedDict[int, tuple[str, int, PlannedRead]] = collections.OrderedDict()
         # Numbered from the time the server started, in milliseconds since 2020, with 12
         # random bits below (two servers started in the same millisecond got the same
         # numbers): a number is then not another server process's, so a script's job=… from
@@ -99,27 +163,44 @@ class JobRegistry:
 
     def reserve(self, owner: str, queries: int) -> None:
         """Admits a job of ``owner`` planning ``queries`` queries, to be declared and then
-        :meth:`add`-ed (or :meth:`cancel`-led): 429 past the owner's planned queries, 503
-        past the server's jobs or planned queries."""
+        :meth:`add`-ed (or :meth:`cancel`-led): 429 past the owner's jobs or planned
+        queries, 503 past the server's."""
         gone: list[DeclaredJob] = []
         try:
             with self._lock:
                 gone = self._expire()
-                close = "close jobs that are done (DELETE /v1/jobs/{id})"
+                close = ("close those that are done with DELETE /v1/jobs/{id} (GET /v1/jobs lists them; a job also "
+                         "ends when its last planned query is answered)")
+                if self._owned[owner] >= self.max_jobs_per_owner:
+                    soonest = self._soonest_expiry(owner)
+                    raise LimitExceededError(
+                        f"you hold {self._owned[owner]:,} open jobs, the most one token (one address, without a token) "
+                        f"may hold, so that other users can declare theirs: {close}; a job unused for "
+                        f"{self.idle_seconds:.0f} s is forgotten, the first of yours in {soonest:.0f} s. A job only "
+                        "helps the scheduling: its queries may be sent without job= meanwhile",
+                        retry_after=soonest)
                 if self._planned[owner] + queries > self.max_planned_per_owner:
                     raise LimitExceededError(
-                        f"your open jobs plan {self._planned[owner]:,} queries and this one {queries:,}; a token's "
-                        f"open jobs may plan {self.max_planned_per_owner:,} at once: {close}, or declare this one "
-                        "when they end", retry_after=5.0)
+                        f"your open jobs plan {self._planned[owner]:,} queries and this one {queries:,} (those not yet "
+                        f"answered count); a token's open jobs may plan {self.max_planned_per_owner:,} at once: "
+                        f"{close}, or declare this one when they have gone further", retry_after=5.0)
                 if len(self._jobs) + self._reserved_jobs >= self.max_jobs:
-                    raise EngineBusyError(f"this server holds {len(self._jobs):,} open jobs, its limit: {close}, or "
-                                          "retry shortly", retry_after=5.0)
+                    soonest = self._soonest_expiry()
+                    raise EngineBusyError(
+                        f"this server holds {len(self._jobs):,} open jobs, its limit: a job's place frees when its "
+                        "owner closes it (DELETE /v1/jobs/{id}), when its last planned query is answered, or after "
+                        f"{self.idle_seconds:.0f} s unused (the next in {soonest:.0f} s); retry then, or send the "
+                        "queries without job= (answered the same, only not gated with other jobs)",
+                        retry_after=soonest)
                 planned = sum(self._planned.values())
                 if planned + queries > self.max_planned:
-                    raise EngineBusyError(f"the open jobs on this server plan {planned:,} queries, and it gates at "
-                                          f"most {self.max_planned:,} at once: {close}, or retry shortly",
-                                          retry_after=5.0)
+                    raise EngineBusyError(
+                        f"the open jobs on this server plan {planned:,} queries, and it gates at most "
+                        f"{self.max_planned:,} at once (those not yet answered count): retry as they are answered, "
+                        "declare a shorter job, or send the queries without job= (answered the same, only not gated "
+                        "with other jobs)", retry_after=5.0)
                 self._planned[owner] += queries
+                self._owned[owner] += 1
                 self._reserved_jobs += 1
         finally:
             _close(gone)  # outside the lock, also when refused
@@ -128,67 +209,125 @@ class JobRegistry:
         """Gives back what :meth:`reserve` admitted, for a job that was not declared."""
         with self._lock:
             self._reserved_jobs -= 1
-            self._release(owner, queries)
+            self._release(owner, queries, jobs=1)
 
-    def add(self, owner: str, job: Job) -> int:
-        """Registers the declared ``job`` that :meth:`reserve` admitted; returns its number."""
+    def add(self, owner: str, job: Job, plan: list[PlannedRead]) -> int:
+        """Registers the declared ``job`` (whose queries read ``plan``) that :meth:`reserve`
+        admitted; returns its number."""
         with self._lock:
             self._reserved_jobs -= 1
             number = next(self._numbers)
-            self._jobs[number] = DeclaredJob(owner, job, time.monotonic())
+            self._jobs[number] = DeclaredJob(owner, job, plan, time.monotonic())
             return number
 
-    def engine_job(self, number: int | None, owner: str) -> int | None:
-        """The engine's number of job ``number`` of ``owner`` (None: no job, or no engine);
-        404 if there is no such job of theirs."""
+    def engine_job(self, number: int | None, owner: str, asked: PlannedRead | None) -> int | None:
+        """The engine's number of job ``number`` of ``owner`` (None: no job, no engine, or
+        the query answered last sent again, which runs ungated), for a query that reads
+        ``asked`` (None only without a job): 404 if there is no such job of theirs, 400 if
+        ``asked`` is not the job's next planned query (or the plan has been answered)."""
         if number is None:
             return None
+        assert asked is not None, "a query with job= says what it reads"
         gone: list[DeclaredJob] = []
         try:
             with self._lock:
+                finished_by, _, last = self._finished.get(number, ("", 0, None))
+                if finished_by == owner and last is not None and last.reads_as(asked):
+                    return None  # its last query again: its answer was lost on the way
                 found = self._find(number, owner)
                 now = time.monotonic()
                 if now - found.last_used > self.idle_seconds:  # gone, even if nobody declared a job since
                     gone.append(self._jobs.pop(number))
-                    self._release(owner, found.job.queries)
+                    self._release(owner, found.left, jobs=1)
                     self._find(number, owner)  # its 404
                 found.last_used = now
-                return found.job.id
+                expected = found.plan[found.answered]
+                if expected.reads_as(asked):
+                    return found.job.id
+                if found.answered and found.plan[found.answered - 1].reads_as(asked):
+                    return None  # the query answered last, sent again: answered again, ungated and not counted
+                raise InvalidRequestError(
+                    f"job {number}'s next planned query (query {found.answered + 1} of {len(found.plan)}) reads "
+                    f"{expected} (steps {list(expected.steps)}); this one reads {asked} (steps {list(asked.steps)}). "
+                    "A job's queries are gated by their place in its plan, so another query would be gated in that "
+                    f"one's place: send {expected} next, or close the job (DELETE /v1/jobs/{number}) and send the "
+                    "rest without job=")
         finally:
             _close(gone)
 
-    def remove(self, number: int, owner: str) -> None:
+    def answered(self, number: int | None, owner: str, asked: PlannedRead | None) -> None:
+        """A query of job ``number`` of ``owner`` that read ``asked`` has been answered: if
+        it was the next planned one, it no longer counts, and the job ends (closed with the
+        engine too) with its last planned query."""
+        if number is None:
+            return
         with self._lock:
-            found = self._find(number, owner)
+            found = self._jobs.get(number)
+            if found is None or found.owner != owner or not found.plan[found.answered].reads_as(asked):
+                return  # closed meanwhile, or a query answered before sent again
+            found.answered += 1
+            self._release(owner, 1)
+            if found.answered < len(found.plan):
+                return
             del self._jobs[number]
-            self._release(owner, found.job.queries)
+            self._release(owner, 0, jobs=1)
+            self._finished[number] = (owner, len(found.plan), found.plan[-1])
+            while len(self._finished) > self.max_jobs:
+                self._finished.popitem(last=False)
         found.job.close()
 
-    def owned(self, owner: str) -> list[tuple[int, int, float]]:
-        """``owner``'s open jobs: (number, queries planned, seconds unused), oldest first."""
+    def remove(self, number: int, owner: str) -> bool:
+        """Closes job ``number`` of ``owner``; False if it had ended already, with its last
+        planned query (404 if there is no such job of theirs)."""
+        with self._lock:
+            if self._finished.get(number, ("", 0, None))[0] == owner:
+                return False
+            found = self._find(number, owner)
+            del self._jobs[number]
+            self._release(owner, found.left, jobs=1)
+        found.job.close()
+        return True
+
+    def owned(self, owner: str) -> list[tuple[int, int, int, float]]:
+        """``owner``'s open jobs: (number, queries planned, answered, seconds unused), oldest first."""
         with self._lock:
             gone = self._expire()
             now = time.monotonic()
-            jobs = [(n, j.job.queries, now - j.last_used) for n, j in self._jobs.items() if j.owner == owner]
+            jobs = [(n, len(j.plan), j.answered, now - j.last_used) for n, j in self._jobs.items() if j.owner == owner]
         _close(gone)
         return jobs
 
     def planned(self, owner: str) -> int:
-        """Queries planned by ``owner``'s open (and admitted) jobs."""
+        """Queries not yet answered of ``owner``'s open (and admitted) jobs."""
         with self._lock:
             gone = self._expire()
             planned = self._planned[owner]
         _close(gone)
         return planned
 
-    def _release(self, owner: str, queries: int) -> None:
+    def _release(self, owner: str, queries: int, jobs: int = 0) -> None:
         self._planned[owner] -= queries
         if self._planned[owner] <= 0:
             del self._planned[owner]
+        self._owned[owner] -= jobs
+        if self._owned[owner] <= 0:
+            del self._owned[owner]
+
+    def _soonest_expiry(self, owner: str | None = None) -> float:
+        """Seconds until the first open job (of ``owner``, or of anyone) is forgotten if it
+        stays unused (at least 1)."""
+        used = [j.last_used for j in self._jobs.values() if owner is None or j.owner == owner]
+        return max(1.0, min(used, default=time.monotonic()) + self.idle_seconds - time.monotonic())
 
     def _find(self, number: int, owner: str) -> DeclaredJob:
         found = self._jobs.get(number)
         if found is None or found.owner != owner:
+            finished_by, queries, _ = self._finished.get(number, ("", 0, None))
+            if finished_by == owner:
+                raise InvalidRequestError(
+                    f"job {number} has ended: its {queries:,} planned {'query was' if queries == 1 else 'queries were'}"
+                    " answered, and this query is past its plan. Send it without job=, or declare a new job "
+                    "(POST /v1/jobs)")
             if number < self.first:
                 raise with_status(UnknownNameError(
                     f"no job {number} on this server: it numbers its jobs from {self.first}, when it started, so job "
@@ -205,7 +344,7 @@ class JobRegistry:
         now = time.monotonic()
         gone = [self._jobs.pop(n) for n, j in list(self._jobs.items()) if now - j.last_used > self.idle_seconds]
         for job in gone:
-            self._release(job.owner, job.job.queries)
+            self._release(job.owner, job.left, jobs=1)
         return gone
 
 
@@ -221,6 +360,23 @@ def owner_of(request: Request, limits: Limits, backend: Backend) -> str:
     return f"token:{limits.name}"
 
 
+_JOB_NUMBER = re.compile(r"[0-9]{1,19}")
+
+
+def job_number(text: str) -> int:
+    """A job's number as a request writes it: the digits ``POST /v1/jobs`` answered
+    (FastAPI's ``int`` took ``job=5.0`` for job 5)."""
+    if not _JOB_NUMBER.fullmatch(text):
+        raise InvalidRequestError(f"job is the whole number POST /v1/jobs answered (digits only), not {text!r}")
+    return int(text)
+
+
+def job_parameter(request: Request) -> int | None:
+    """The ``job=`` of a query (None without one), checked by :func:`job_number`."""
+    text = request.query_params.get("job")
+    return None if text is None else job_number(text)
+
+
 def router(backend: Backend, registry: JobRegistry) -> APIRouter:
     routes = APIRouter(tags=["queries"])
 
@@ -232,26 +388,28 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
         plan = await _plan(request)
         datasets = {}
         for name in dict.fromkeys(p[0] for p in plan):
-            datasets[name] = backend.dataset(name, limits)
-            limits.check_dataset(name)
+            with _naming_planned_query(1 + [p[0] for p in plan].index(name)):
+                datasets[name] = backend.dataset(name, limits)
+                limits.check_dataset(name)
         engine = getattr(backend.database, "engine", None)
 
-        def declared() -> Job:  # in a worker thread: up to MAX_JOB_QUERIES look-ups of time steps
+        def declared() -> tuple[Job, list[PlannedRead]]:  # in a worker thread: up to MAX_JOB_QUERIES look-ups
+            reads = []
+            for index, (name, field, t, temporal) in enumerate(plan, 1):
+                with _naming_planned_query(index):
+                    reads.append(planned_read(datasets[name], field, t, temporal))
             if engine is None:  # nothing to gate: the plan is only checked, as the engine checks it
-                for name, field, t, temporal in plan:
-                    steps_read(datasets[name], field, t, temporal)
-                return Job(None, None, len(plan))
-            return declare(engine, [(datasets[name].field_store(field), steps_read(datasets[name], field, t, temporal))
-                                    for name, field, t, temporal in plan])
+                return Job(None, None, len(plan)), reads
+            return declare(engine, [(datasets[r.dataset].field_store(r.field), list(r.steps)) for r in reads]), reads
 
         owner = owner_of(request, limits, backend)
         registry.reserve(owner, len(plan))
         try:
-            job = await backend.run(declared)
+            job, reads = await backend.run(declared)
         except BaseException:
             registry.cancel(owner, len(plan))
             raise
-        number = registry.add(owner, job)
+        number = registry.add(owner, job, reads)
         scheduler = None if engine is None else engine.stats()["scheduler"]
         answer: dict[str, Any] = {"job": number, "queries": len(plan), "scheduled": scheduler == "jaws",
                                   "idle_timeout_seconds": registry.idle_seconds}
@@ -270,16 +428,18 @@ def router(backend: Backend, registry: JobRegistry) -> APIRouter:
         owner = owner_of(request, limits, backend)
         engine = getattr(backend.database, "engine", None)
         scheduled = engine is not None and engine.stats()["scheduler"] == "jaws"
-        return {"jobs": [{"job": n, "queries": q, "scheduled": scheduled, "unused_seconds": round(idle, 1)}
-                         for n, q, idle in registry.owned(owner)],
+        return {"jobs": [{"job": n, "queries": q, "answered": a, "scheduled": scheduled,
+                          "unused_seconds": round(idle, 1)} for n, q, a, idle in registry.owned(owner)],
                 "planned": registry.planned(owner), "max_planned": registry.max_planned_per_owner,
-                "idle_timeout_seconds": registry.idle_seconds}
+                "max_jobs": registry.max_jobs_per_owner, "idle_timeout_seconds": registry.idle_seconds}
 
     @routes.delete("/v1/jobs/{job}", summary="end a job: its queries still to come run ungated")
     async def close_job(job: int, request: Request) -> dict[str, Any]:
         limits = backend.authorize(request)
-        registry.remove(job, owner_of(request, limits, backend))
-        return {"job": job, "closed": True}
+        number = job_number(request.path_params["job"])  # as written: FastAPI's int took 5.0 for 5
+        if registry.remove(number, owner_of(request, limits, backend)):
+            return {"job": number, "closed": True}
+        return {"job": number, "closed": True, "note": "it had ended already, when its last planned query was answered"}
 
     return routes
 
@@ -310,4 +470,20 @@ async def _plan(request: Request) -> list[tuple[str, str, float, str]]:
     if len(queries) > MAX_JOB_QUERIES:
         raise LimitExceededError(f"a job may plan at most {MAX_JOB_QUERIES:,} queries, not {len(queries):,}: "
                                  "declare several jobs, one after the other")
-    return [planned_query(q) for q in queries]
+    plan = []
+    for index, entry in enumerate(queries, 1):
+        with _naming_planned_query(index):
+            plan.append(planned_query(entry))
+    return plan
+
+
+@contextlib.contextmanager
+def _naming_planned_query(index: int) -> Iterator[None]:
+    """Errors raised in the block name planned query ``index`` (of up to 10 000), keeping
+    their class and status: an unknown dataset is a 404 and an unknown field a 400, as
+    for a query."""
+    try:
+        yield
+    except TurbdbError as e:
+        e.args = (f"planned query {index}: {e}", *e.args[1:])
+        raise

@@ -1,7 +1,9 @@
 """``GET /v1/limits``: what the caller's token may do, so that a client splits its work into
 requests the server accepts and paces them under the rate limit (``turbdb.connect`` reads
 it once per connection). Asking is free: it is not counted against the rate, and needs no
-token: a caller without one where anonymous use is off learns that it may do nothing."""
+token: a caller without one where anonymous use is off learns that it may do nothing.
+Besides the token's limits it states the server's own: the bytes one answer may take
+(``max_result_bytes``, :mod:`.result_limit`), the track's rows and steps."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from . import result_limit
 from .backend import MAX_TRACK_ROWS, MAX_TRACK_STEPS, Backend
 from .tokens import JHTDB_TESTING_TOKEN, TOKEN_NEEDED, Limits
 
@@ -31,6 +34,9 @@ def describe(limits: Limits, backend: Backend) -> dict[str, Any]:
         "rate_per": "address" if anonymous else "token",
         "max_track_rows": MAX_TRACK_ROWS,
         "max_track_steps": MAX_TRACK_STEPS,
+        # The server's TURBDB_MAX_RESULT_BYTES: the most bytes one answer may take, as
+        # Dataset.query/cutout/track count them (a query also its float64 sums).
+        result_limit.LIMITS_FIELD: result_limit.current(),
         "datasets": list(limits.datasets),
     }
 
@@ -39,7 +45,7 @@ def closed() -> dict[str, Any]:
     """The limits document of a caller without a token where anonymous use is off: nothing."""
     return {"token": None, "anonymous": True, "allowed": False, "description": TOKEN_NEEDED, "max_points": 0,
             "requests_per_minute": 0, "burst": 0, "rate_per": "address", "max_track_rows": 0, "max_track_steps": 0,
-            "datasets": []}
+            result_limit.LIMITS_FIELD: 0, "datasets": []}
 
 
 def router(backend: Backend) -> APIRouter:

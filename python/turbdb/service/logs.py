@@ -51,6 +51,15 @@ def access(scope: Scope, status: int, sent: int, seconds: float) -> None:
         access_log.info("%s %s %d B %.3f s", request_line(scope), status_text(status), sent, seconds)
 
 
+class WithoutParserWarnings(logging.Filter):
+    """Drops uvicorn's warning on each request its parser refuses: the connection guards
+    log those (and every refusal) themselves, a line a second at most, where uvicorn wrote
+    a line for each, however many an attacker sent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Invalid HTTP request received."
+
+
 def logging_config(level: str, access_lines: bool) -> dict[str, Any]:
     """uvicorn's logging configuration, without colours under ``NO_COLOR``, with the time
     first on every line, and turbdb's loggers added: the access
@@ -75,4 +84,7 @@ def logging_config(level: str, access_lines: bool) -> dict[str, Any]:
     settings.setdefault("filters", {})["redact_tokens"] = {"()": "turbdb.service.redaction.RedactTokens"}
     for handler in settings["handlers"].values():
         handler["filters"] = [*handler.get("filters", []), "redact_tokens"]
+    settings["filters"]["without_parser_warnings"] = {"()": "turbdb.service.logs.WithoutParserWarnings"}
+    error_logger = settings["loggers"].setdefault("uvicorn.error", {})
+    error_logger["filters"] = [*error_logger.get("filters", []), "without_parser_warnings"]
     return settings

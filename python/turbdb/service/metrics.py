@@ -1,5 +1,6 @@
 """Prometheus metrics of one app, in its own registry (several apps in one process, as in
-tests, do not share counters): requests, points, bytes read, latency, work in flight."""
+tests, do not share counters): requests, points, bytes read, latency, work in flight, and
+the refusals the connection guards answer before the app."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class Metrics:
         self.in_flight = Gauge("turbdb_points_in_flight", "Points admitted and not yet answered", registry=r)
         self.in_flight_peak = Gauge("turbdb_points_in_flight_peak", "Largest number of points in flight so far",
                                     registry=r)
+        self.refusals = Counter("turbdb_refusals", "Connections and requests the connection guards answered "
+                                "themselves, instead of the app: past a cap, a head too large, too slow or unreadable "
+                                "(service/refusals.py), by reason and status", ["reason", "status"], registry=r)
         self.in_flight_limit = Gauge("turbdb_points_in_flight_limit", "Capacity of the points-in-flight limiter",
                                      registry=r)
 

@@ -1,17 +1,23 @@
 """Reverse proxies the server trusts (``serve(forwarded_allow_ips=…)``): a request that comes
 from one of them is taken to come from the client its ``X-Forwarded-For`` names, over the
-scheme its ``X-Forwarded-Proto`` names. From any other peer those headers are ignored: any
-process that can connect would otherwise choose the address it is rated, logged and owns
-jobs under. None are trusted by default."""
+scheme its ``X-Forwarded-Proto`` names, under the path its ``X-Forwarded-Prefix`` names (the
+root path of its links). From any other peer those headers are ignored: any process that
+can connect would otherwise choose the address it is rated, logged and owns jobs under.
+None are trusted by default."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 
 from ..exceptions import InvalidRequestError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Segments of letters, digits and -._~+@ only: the prefix is written into pages and scripts
+# (/docs puts it in a JavaScript string), and a proxy may pass on what its client sent.
+_PREFIX = re.compile(r"(?:/[A-Za-z0-9._~+@-]+)*")
 
 
 class TrustedProxies:
@@ -97,3 +103,18 @@ def _host_port(hop: str) -> tuple[str, int] | None:
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         return None
     return host, int(port) if port else 0
+
+
+def forwarded_prefix(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The path ``X-Forwarded-Prefix`` says a proxy serves the server under (``/turbdb``; ""
+    for none, from ``/``), or None when no such header is sent or it is not such a path. Several
+    values, from proxies in a chain, are joined outermost first (``/site, /turbdb``:
+    ``/site/turbdb``), as Spring and Traefik read them. For a trusted proxy's request only."""
+    parts = [part.strip() for name, value in headers if name == b"x-forwarded-prefix"
+             for part in value.decode("latin-1").split(",")]
+    if not parts:
+        return None
+    prefix = "".join(part.rstrip("/") for part in parts)
+    if not _PREFIX.fullmatch(prefix) or any(segment in (".", "..") for segment in prefix.split("/")):
+        return None
+    return prefix

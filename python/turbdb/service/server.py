@@ -22,6 +22,7 @@ from . import logs, redaction
 from .app import create_app
 from .connections import BODY_IDLE_SECONDS, SEND_IDLE_SECONDS, GuardedHttpProtocol
 from .proxies import TrustedProxies
+from .refusals import Refusals
 from .tokens import Tokens, rate_text
 
 # How long shutdown waits for requests in progress before closing their connections.
@@ -46,8 +47,9 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     ``graceful_seconds``: how long a shutdown waits for the requests under way (those whose
     body is still arriving are answered 503 at once). ``forwarded_allow_ips``: the reverse
     proxies to trust (addresses or networks, comma-separated, or ``*``): a request from one
-    of them counts as its ``X-Forwarded-For`` client; none by default. ``root_path``: the
-    path a proxy serves the server under (``/turbdb``), which its pages and links then name.
+    of them counts as its ``X-Forwarded-For`` client, and its ``X-Forwarded-Prefix`` is its
+    root path; none by default. ``root_path``: the path a proxy serves the server under
+    (``/turbdb``), which its pages and links then name.
     ``body_idle_seconds``: how long a request body may stop arriving (and the grace before
     it must average 16 KiB/s) before it is answered 408 and its admission released.
     ``send_idle_seconds``: how long an answer may stay unread (its client reading nothing)
@@ -80,7 +82,8 @@ def serve(db: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 80
     # trusting 127.0.0.1) let any local process choose its address with X-Forwarded-For.
     protocol = GuardedHttpProtocol.configured(graceful_seconds=graceful_seconds, trusted_proxies=proxies,
                                               body_idle_seconds=body_idle_seconds,
-                                              send_idle_seconds=send_idle_seconds)
+                                              send_idle_seconds=send_idle_seconds,
+                                              refusals=Refusals(backend.metrics.refusals))
     config = uvicorn.Config(app, log_level=log_level, access_log=False,
                             log_config=logs.logging_config(log_level, access_log),
                             timeout_graceful_shutdown=graceful_seconds + STRAGGLER_SECONDS,  # type: ignore[arg-type]
@@ -143,7 +146,8 @@ def proxy_summary(proxies: TrustedProxies | None, root_path: str) -> str:
     lines = ""
     if proxies is not None:
         lines += (f"\nturbdb: trusted proxies: {proxies}; a request from one counts as coming from the client its "
-                  "X-Forwarded-For names (rate limits, connection caps, the log and jobs go by it)")
+                  "X-Forwarded-For names (rate limits, connection caps, the log and jobs go by it), and pages and "
+                  "links name the path its X-Forwarded-Prefix gives")
     if root_path:
         lines += (f"\nturbdb: pages and links name the root path {root_path} (a proxy serves this server under "
                   f"it, without the prefix): the API docs are at {root_path}/docs through the proxy")

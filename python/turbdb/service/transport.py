@@ -119,6 +119,8 @@ def _nc_attrs(attrs: dict[str, Any]) -> bytes:
             out += struct.pack(">ii", _NC_CHAR, len(raw)) + raw + b"\0" * (-len(raw) % 4)
         elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             out += struct.pack(">iii", _NC_INT, 1, int(value))
+        elif isinstance(value, (list, tuple)):  # integers, as a stride of three (1, 2, 2)
+            out += struct.pack(f">ii{len(value)}i", _NC_INT, len(value), *map(int, value))
         else:
             out += struct.pack(">iid", _NC_DOUBLE, 1, float(value))
     return out

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import arguments
 from ..exceptions import FormatError, InvalidRequestError
 from ..output_files import replacing
 
@@ -167,28 +168,92 @@ def write_trace(path: str | os.PathLike[str], queries: Iterable[Query]) -> int:
 
 #: Points one query of a trace may draw (draw_points makes them all at once: 240 MB here).
 MAX_TRACE_POINTS = 10_000_000
+#: Whole numbers of a trace (job, index, seed: generate draws seeds below 2**31) are below this.
+MAX_WHOLE = 2**63 - 1
 
 
 def read_trace(path: str | os.PathLike[str]) -> list[Query]:
-    """Reads a trace written by :func:`write_trace`, in arrival order."""
+    """Reads a trace written by :func:`write_trace`, in arrival order. Every field of
+    every line is checked (a bad one is a :class:`FormatError` naming the line and the
+    field, before anything is drawn or sent), and a job's query index may appear once."""
     queries = []
     names = {f.name for f in dataclasses.fields(Query)}
+    seen: dict[tuple[int, int], int] = {}
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-            if set(record) != names:
-                raise ValueError(f"expected the keys {sorted(names)}")
-            if record["region"] is not None:
-                record["region"] = tuple(record["region"])
-            query = Query(**record)
-            if not (isinstance(query.count, int) and 1 <= query.count <= MAX_TRACE_POINTS):
-                raise ValueError(f"count must be a whole number of points from 1 to {MAX_TRACE_POINTS:,}, "
-                                 f"not {query.count!r}")
-            if not (isinstance(query.arrival, (int, float)) and math.isfinite(query.arrival) and query.arrival >= 0):
-                raise ValueError(f"arrival must be a number of seconds from 0, not {query.arrival!r}")
+            if not isinstance(record, dict) or set(record) != names:
+                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise ValueError(f"expected the keys {sorted(names)}, not {keys}")
+            query = _query(record)
+            if (query.job, query.index) in seen:
+                raise ValueError(f"job {query.job}'s query {query.index} is on line {seen[query.job, query.index]} "
+                                 "already")
+            seen[query.job, query.index] = number
             queries.append(query)
         except (ValueError, TypeError) as e:
             raise FormatError(f"{path}, line {number}: not a trace record ({e})") from None
     return sorted(queries, key=lambda q: (q.arrival, q.job, q.index))
+
+
+def _query(record: dict[str, Any]) -> Query:
+    """The query of one line's ``record`` (its keys checked), each field checked: a
+    ``ValueError`` names the first that is wrong."""
+    region = record["region"]
+    if region is not None:
+        coordinates = [_finite(v) for v in region] if isinstance(region, list) and len(region) == 3 else [None]
+        if None in coordinates:
+            raise ValueError(f"region must be null or [x, y, z], three finite numbers, not {region!r}")
+        region = tuple(coordinates)
+    return Query(
+        arrival=_number("arrival", record["arrival"], least=0.0),
+        job=_whole("job", record["job"], 0),
+        index=_whole("index", record["index"], 0),
+        dataset=_text("dataset", record["dataset"]),
+        field=_text("field", record["field"]),
+        time=_number("time", record["time"]),
+        method=_known("method", record["method"], arguments.METHODS, arguments.METHOD_ALIASES),
+        operator=_known("operator", record["operator"], arguments.OPERATORS, arguments.OPERATOR_ALIASES),
+        temporal=_known("temporal", record["temporal"], arguments.TEMPORALS, arguments.TEMPORAL_ALIASES),
+        count=_whole("count", record["count"], 1, MAX_TRACE_POINTS, "a whole number of points"),
+        seed=_whole("seed", record["seed"], 0),
+        region=region,
+        spread=_number("spread", record["spread"], least=0.0),
+    )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float if it is a finite JSON number, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
+    return number if math.isfinite(number) else None
+
+
+def _number(name: str, value: Any, least: float = -math.inf) -> float:
+    number = _finite(value)
+    if number is None or number < least:
+        bound = f" from {least:g}" if least > -math.inf else ""
+        raise ValueError(f"{name} must be a finite number{bound}, not {value!r}")
+    return number
+
+
+def _whole(name: str, value: Any, least: int, most: int = MAX_WHOLE, what: str = "a whole number") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        bound = f" to {most:,}" if most < MAX_WHOLE else ""
+        raise ValueError(f"{name} must be {what} from {least:,}{bound}, not {value!r}")
+    return value
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a name (a string), not {value!r}")
+    return value
+
+
+def _known(name: str, value: Any, valid: tuple[str, ...], aliases: dict[str, str]) -> str:
+    if not isinstance(value, str) or (value.lower() not in valid and value.lower() not in aliases):
+        raise ValueError(f"{name} must be one of {', '.join(valid)}, not {value!r}")
+    return value

@@ -29,11 +29,37 @@ pub fn name_kernel_threads() {
     static NAMED: Once = Once::new();
     NAMED.call_once(|| {
         // An error only says the pool exists already; its threads keep their names.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("{KERNEL_THREAD_PREFIX}{i}"))
-            .build_global();
+        let _ = kernel_pool_builder().build_global();
         POOL_OWNER.get_or_init(std::process::id);
     });
+}
+
+/// Kernel threads at most per CPU: `RAYON_NUM_THREADS=99999` started 7 000 threads in a
+/// few minutes before the machine stalled (a load average of 4 000), for no gain past one
+/// a CPU.
+pub const MOST_THREADS_PER_CPU: usize = 4;
+
+/// The kernel's pool: threads named `turbdb-kernel-N`, as many as `RAYON_NUM_THREADS`
+/// asks (else one per CPU), at most [`MOST_THREADS_PER_CPU`] a CPU.
+fn kernel_pool_builder() -> rayon::ThreadPoolBuilder {
+    let builder =
+        rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{KERNEL_THREAD_PREFIX}{i}"));
+    match capped_threads(std::env::var("RAYON_NUM_THREADS").ok().as_deref(), cpus()) {
+        Some(threads) => builder.num_threads(threads),
+        None => builder,
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The threads to start in place of `asked` (`RAYON_NUM_THREADS`) when it asks for more
+/// than [`MOST_THREADS_PER_CPU`] a CPU; None leaves rayon to read it.
+pub fn capped_threads(asked: Option<&str>, cpus: usize) -> Option<usize> {
+    let asked: usize = asked?.trim().parse().ok()?;
+    let most = MOST_THREADS_PER_CPU * cpus.max(1);
+    (asked > most).then_some(most)
 }
 
 /// Runs `work`, whose parallel loops go to rayon's global pool, or, in a process forked
@@ -60,8 +86,7 @@ fn forked_pool() -> Arc<ThreadPool> {
         Some((owner, pool)) if *owner == pid => Arc::clone(pool),
         _ => {
             let pool = Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .thread_name(|i| format!("{KERNEL_THREAD_PREFIX}{i}"))
+                kernel_pool_builder()
                     .build()
                     .expect("start the kernel's threads"),
             );
@@ -72,5 +97,20 @@ fn forked_pool() -> Arc<ThreadPool> {
             }
             pool
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_counts_past_four_a_cpu_are_capped_and_others_left_to_rayon() {
+        assert_eq!(capped_threads(Some("99999"), 16), Some(64));
+        assert_eq!(capped_threads(Some(" 65 "), 16), Some(64));
+        assert_eq!(capped_threads(Some("64"), 16), None);
+        assert_eq!(capped_threads(Some("0"), 2), None);
+        assert_eq!(capped_threads(Some("lots"), 2), None);
+        assert_eq!(capped_threads(None, 2), None);
     }
 }

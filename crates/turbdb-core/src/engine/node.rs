@@ -123,21 +123,11 @@ impl Default for EngineConfig {
     }
 }
 
-/// A quarter of the machine's memory, at most 4 GiB.
+/// A quarter of the memory this process may use ([`crate::memory::usable_memory`]), at most 4 GiB.
 pub fn default_cache_bytes() -> usize {
-    // SAFETY: sysconf only reads system constants.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let ram = if pages > 0 && page > 0 {
-        pages as usize * page as usize
-    } else {
-        1 << 32
-    };
-    (ram / 4).min(4 << 30)
+    // The memory a container or batch job allows, where it is less than the machine's.
+    let memory = crate::memory::usable_memory().unwrap_or(1 << 32);
+    (memory / 4).min(4 << 30) as usize
 }
 
 /// A point query for the engine.
