@@ -63,6 +63,8 @@ JOURNAL_KEY = "ingest"
 #: "PID@HOST"}}``: a writer killed halfway leaves such a step mixing two versions of its
 #: shards, and nothing else on disk tells (``verify`` names it).
 REWRITING_KEY = "rewriting"
+#: Ends the record of a rewrite that failed part-way (``PID@HOST interrupted``).
+INTERRUPTED_MARK = " interrupted"
 #: The fields ``turbdb simulate`` writes at every step (simulation_run.py).
 SIMULATED_FIELDS = ("velocity", "pressure")
 
@@ -372,7 +374,7 @@ class Dataset(HoldsEngine):
                 raise
             finally:
                 if rewrite:  # and again after: what was read meanwhile may mix the two
-                    self._announce_rewrite(store, field, t, under_way=not finished)
+                    self._announce_rewrite(store, field, t, under_way=False, interrupted=not finished)
             # The shards and directories were made with this process's umask: a group
             # member's 077 made a shared dataset's new step unreadable to the group.
             settle_step(self.path / field, t)
@@ -396,16 +398,17 @@ class Dataset(HoldsEngine):
                 # No array changed: the consolidated copy stays as it is (not read again).
                 write_json_atomic(self.path / ZARR_JSON, document)
 
-    def _announce_rewrite(self, store: Any, field: str, t: int, *, under_way: bool) -> None:
+    def _announce_rewrite(self, store: Any, field: str, t: int, *, under_way: bool, interrupted: bool = False) -> None:
         """Counts a rewrite of step ``t`` of ``field`` (one metadata update), recording it as
-        ``under_way`` or finished, and makes this process's stores and engine drop the step;
-        other processes drop it when they see the count change."""
+        ``under_way``, ``interrupted`` (it failed part-way: its step may mix two versions)
+        or finished, and makes this process's stores and engine drop the step; other
+        processes drop it when they see the count change."""
         if self.engine is not None:
             self.engine.invalidate(store, t)
 
         def change(attrs: dict[str, Any]) -> None:
             count_rewrite(attrs, field, t)
-            _mark_rewrite(attrs, field, t, under_way)
+            _mark_rewrite(attrs, field, t, under_way, interrupted)
 
         self.update_attrs(change)
         self._attrs()  # this process's other stores drop the step too
@@ -862,12 +865,14 @@ def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int,
                                    f"not {stored!r}; the metadata is damaged") from None
 
 
-def _mark_rewrite(attrs: dict[str, Any], field: str, t: int, under_way: bool) -> None:
+def _mark_rewrite(attrs: dict[str, Any], field: str, t: int, under_way: bool, interrupted: bool = False) -> None:
     """Records in ``attrs`` (under the metadata lock) that the rewrite of step ``t`` of
-    ``field`` began (by this process), or clears the record once it finished."""
+    ``field`` began (by this process) or was ``interrupted`` (it failed part-way, a
+    Ctrl-C or a full disk, in a process that lives on: readers waited for it to end until
+    that process exited), or clears the record once it finished."""
     steps = attrs.setdefault(REWRITING_KEY, {}).setdefault(field, {})
-    if under_way:
-        steps[str(t)] = f"{os.getpid()}@{socket.gethostname()}"
+    if under_way or interrupted:
+        steps[str(t)] = f"{os.getpid()}@{socket.gethostname()}" + (INTERRUPTED_MARK if interrupted else "")
         return
     steps.pop(str(t), None)
     if not steps:
@@ -880,6 +885,8 @@ def _interrupted_rewrite(who: str) -> bool:
     """Whether the process ``PID@HOST`` that began a rewrite is gone: on this machine, when
     no such process runs (a rewrite under way is no problem); another machine's cannot be
     asked, so its record counts."""
+    if who.endswith(INTERRUPTED_MARK):
+        return True
     pid, _, host = who.partition("@")
     return host != socket.gethostname() or not _running(pid)
 

@@ -39,13 +39,18 @@ POLL_SECONDS = 0.005
 #: The dataset attribute marking rewrites under way (``dataset.REWRITING_KEY``; not
 #: imported from there: dataset imports the query modules that import this one).
 REWRITING_KEY = "rewriting"
+#: Seconds after its last change from which a metadata file whose ``stat`` is unchanged is
+#: taken as unchanged without reading it (see :func:`_current`).
+SETTLED_SECONDS = 2.0
+#: Ends the record of a rewrite that failed part-way (``dataset.INTERRUPTED_MARK``).
+INTERRUPTED_MARK = " interrupted"
 #: Errors a rewrite can cause while a shard is read (a shard replaced as it was opened, an
 #: atom taken for swapped): read again when a rewrite overlapped the read.
 REWRITE_ERRORS = (StorageError, CorruptDataError)
 
 #: Per metadata file, its last bytes read by a check and what they record of rewrites: the
 #: file is parsed again only when it changed (a rewrite), not for every query.
-_PARSED: dict[str, tuple[bytes, dict[str, dict[int, int]], dict[str, dict[int, str]]]] = {}
+_PARSED: dict[str, tuple[bytes, dict[str, dict[int, int]], dict[str, dict[int, str]], tuple[int, ...]]] = {}
 _PARSED_LOCK = threading.Lock()
 #: Metadata files remembered at most (one entry a dataset; a server's datasets fit).
 _PARSED_MOST = 256
@@ -110,8 +115,8 @@ class StepVersions:
 
     def unchanged(self, dataset: Any) -> bool:
         """Whether no rewrite of the steps began, ended or was under way since these were
-        noted: the metadata file is read (its bytes, not its ``stat``: a file renamed over
-        it twice within a clock tick can take back its inode, time and size)."""
+        noted: the metadata file is read again unless its ``stat`` is unchanged since a
+        time well after its last change (:func:`_current`)."""
         if self.rewriter() is not None:
             return False
         now = _current(dataset._metadata_file)
@@ -215,15 +220,28 @@ def _who(value: Any) -> str | None:
 
 
 def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, str]]] | None:
-    """The rewrite counts and rewrites under way the metadata file at ``path`` records now
-    (parsed again only when its bytes changed), or None where it cannot be read or parsed
-    (the read is made again, and the dataset then says what is wrong)."""
+    """The rewrite counts and rewrites under way the metadata file at ``path`` records now,
+    or None where it cannot be read or parsed (the read is made again, and the dataset then
+    says what is wrong). Read again when its ``stat`` changed, or when it was written less
+    than :data:`SETTLED_SECONDS` ago (two files renamed over it within one clock tick can
+    give back its inode, size and times), and parsed again only when its bytes changed:
+    reading every byte of it at every query cost 0.9 ms a query on a dataset whose ingest
+    journal had 20 000 steps (a 2.5 MB ``zarr.json``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _PARSED.get(path)
+    if known is not None and known[3] == key and time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_SECONDS:
+        return known[1], known[2]
     try:
         data = _read_bytes(path)
     except OSError:
         return None
-    known = _PARSED.get(path)
     if known is not None and known[0] == data:
+        with _PARSED_LOCK:
+            _PARSED[path] = (data, known[1], known[2], key)
         return known[1], known[2]
     try:
         attrs = json.loads(data)["attributes"]["turbdb"]
@@ -235,7 +253,7 @@ def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, 
     with _PARSED_LOCK:
         if len(_PARSED) >= _PARSED_MOST:
             _PARSED.clear()
-        _PARSED[path] = (data, counts, under_way)
+        _PARSED[path] = (data, counts, under_way, key)  # the stat taken before the read: a change meanwhile reads again
     return counts, under_way
 
 
@@ -254,6 +272,8 @@ def _read_bytes(path: str) -> bytes:
 def _gone(who: str) -> bool:
     """Whether the process ``PID@HOST`` is known to have ended: on this machine, when no such
     process runs. Another machine's cannot be asked: its rewrite counts as under way."""
+    if who.endswith(INTERRUPTED_MARK):  # failed part-way in a process that lives on: nothing will end it
+        return True
     pid, _, host = who.partition("@")
     return host == socket.gethostname() and pid.isdigit() and 0 < int(pid) < 2**22 and not _running(int(pid))
 

@@ -35,7 +35,9 @@ pub fn usable_memory() -> Option<u64> {
     let left = |limit: Option<u64>, used: &str| {
         limit.map(|limit| limit.saturating_sub(status_bytes(&status, used).unwrap_or(0)))
     };
-    let address_space = left(resource_limit!(libc::RLIMIT_AS), "VmSize:");
+    // Of the address space only half: shard mappings, thread stacks and the allocator's
+    // arenas take address space beyond the bytes a query uses.
+    let address_space = left(resource_limit!(libc::RLIMIT_AS), "VmSize:").map(|bytes| bytes / 2);
     let data = left(resource_limit!(libc::RLIMIT_DATA), "VmData:");
     [physical_memory(), cgroup, address_space, data]
         .into_iter()

@@ -27,7 +27,7 @@ def token(name: str, max_points: int, requests_per_minute: float, datasets: str,
     turbdb token bob --hashed >> tokens.toml   # the secret goes to the terminal only
 
     Give the secret to the user; they pass it as turbdb.connect(url, token=…), or
-    Authorization: Bearer <secret>, or authToken=<secret> on the JHTDB endpoints.
+    Authorization: Bearer <secret>, or authToken=<secret> (or token=<secret>) on the JHTDB endpoints.
     """
     import hashlib
     import json

@@ -17,7 +17,7 @@ _API_TERMS = {
 # How a server's messages tell a client to send a token: the Python client's way, then
 # HTTP's (a header, or authToken= on the JHTDB endpoint), which a command sends for its user.
 _TOKEN_ADVICE = re.compile(r"turbdb\.connect\(url, token=…\)(?:(?:,| or) (?:send the header )?Authorization: Bearer "
-                           r"(?:<token>|…)(?:,? or authToken=<token> on the JHTDB endpoint)?)?")
+                           r"(?:<token>|…)(?:,? or authToken=<token>(?: \(or token=<token>\))? on the JHTDB endpoints?)?)?")
 #: What a command that sends a token says instead (its --token, or the environment).
 _COMMAND_TOKEN = "--token TOKEN, or set $TURBDB_TOKEN"
 _ENVIRONMENT_TOKEN = "the token in $TURBDB_TOKEN"

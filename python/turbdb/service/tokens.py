@@ -49,7 +49,7 @@ IPV6_CLIENT_PREFIX = 64
 JHTDB_TESTING_TOKEN = "edu.jhu.pha.turbulence.testing-201406"
 # What a caller without a token is told where anonymous use is off.
 TOKEN_NEEDED = ("this server needs a token: pass turbdb.connect(url, token=…), send the header Authorization: Bearer "
-                "<token>, or authToken=<token> on the JHTDB endpoint")
+                "<token>, or authToken=<token> (or token=<token>) on the JHTDB endpoints")
 
 
 @dataclasses.dataclass(frozen=True)
