@@ -36,7 +36,8 @@ from .output_files import _running as process_running
 from .permissions import (
     EFFECTIVE_IDS, account, cannot_read, first_unreadable, settle, settle_step, settle_tree, unreadable, unwritable,
 )
-from .rewrites import changed, count_rewrite, engine_catch_up, rewrite_counts
+from .rewrites import (INTERRUPTED_MARK, REWRITING_KEY, changed, count_rewrite, engine_catch_up, rewrite_counts,
+                       rewrites_under_way)
 from .written_steps import (
     RECORD_KEY, cut_at, forget_field, holds, record_step, recorded_runs, steps_of, steps_on_disk,
 )
@@ -59,12 +60,6 @@ LOCK_FILE = ".turbdb.lock"
 WRITER_LOCK_FILE = ".turbdb-writer.lock"
 #: The dataset attribute holding the ingest journal (``turbdb.ingest.pipeline`` writes it).
 JOURNAL_KEY = "ingest"
-#: The dataset attribute naming the stored steps being written again, ``{field: {step:
-#: "PID@HOST"}}``: a writer killed halfway leaves such a step mixing two versions of its
-#: shards, and nothing else on disk tells (``verify`` names it).
-REWRITING_KEY = "rewriting"
-#: Ends the record of a rewrite that failed part-way (``PID@HOST interrupted``).
-INTERRUPTED_MARK = " interrupted"
 #: The fields ``turbdb simulate`` writes at every step (simulation_run.py).
 SIMULATED_FIELDS = ("velocity", "pressure")
 
@@ -852,17 +847,6 @@ class Dataset(HoldsEngine):
                 with contextlib.suppress(StorageError):
                     stack.enter_context(self._metadata_lock(reading=True))
             return strange + metadata_problems(self.path, self._attrs())
-
-
-def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int, str]]:
-    """The steps of each field whose rewrite began and did not finish, with the process
-    (``PID@HOST``) that began it; a misshapen attribute is a :class:`DamagedMetadataError`."""
-    stored = attrs.get(REWRITING_KEY, {})
-    try:
-        return {str(field): {int(step): str(who) for step, who in steps.items()} for field, steps in stored.items()}
-    except (AttributeError, TypeError, ValueError):
-        raise DamagedMetadataError(f"{where}: the {REWRITING_KEY!r} attribute must map fields to {{step: process}}, "
-                                   f"not {stored!r}; the metadata is damaged") from None
 
 
 def _mark_rewrite(attrs: dict[str, Any], field: str, t: int, under_way: bool, interrupted: bool = False) -> None:

@@ -18,6 +18,12 @@ from .exceptions import DamagedMetadataError
 
 #: The dataset attribute holding the counts.
 REWRITES_KEY = "rewrites"
+#: The dataset attribute naming the stored steps being written again, ``{field: {step:
+#: "PID@HOST"}}``: a writer killed halfway leaves such a step mixing two versions of its
+#: shards, and nothing else on disk tells (``verify`` names it).
+REWRITING_KEY = "rewriting"
+#: Ends the record of a rewrite that failed part-way (``PID@HOST interrupted``).
+INTERRUPTED_MARK = " interrupted"
 
 #: Per engine, per field (its directory and identity), the counts it last saw.
 _ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int, int | None]], dict[int, int]]] = \
@@ -61,3 +67,14 @@ def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int, int
             for step in changed(seen, now):
                 engine.invalidate(store, step)
         fields[key] = dict(now)
+
+
+def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int, str]]:
+    """The steps of each field whose rewrite began and did not finish, with the process
+    (``PID@HOST``) that began it; a misshapen attribute is a :class:`DamagedMetadataError`."""
+    stored = attrs.get(REWRITING_KEY, {})
+    try:
+        return {str(field): {int(step): str(who) for step, who in steps.items()} for field, steps in stored.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise DamagedMetadataError(f"{where}: the {REWRITING_KEY!r} attribute must map fields to {{step: process}}, "
+                                   f"not {stored!r}; the metadata is damaged") from None

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from . import _core
-from .exceptions import CorruptDataError, DamagedMetadataError, DatasetBusyError, StorageError, TurbdbError
+from .exceptions import CorruptDataError, DatasetBusyError, StorageError, TurbdbError
 from .output_files import _running
-from .rewrites import REWRITES_KEY, rewrite_counts
+from .rewrites import INTERRUPTED_MARK, REWRITES_KEY, rewrite_counts, rewrites_under_way
 
 T = TypeVar("T")
 
@@ -36,14 +36,9 @@ T = TypeVar("T")
 BUSY_SECONDS = 5.0
 #: How often a read waiting for a rewrite looks at the metadata again.
 POLL_SECONDS = 0.005
-#: The dataset attribute marking rewrites under way (``dataset.REWRITING_KEY``; not
-#: imported from there: dataset imports the query modules that import this one).
-REWRITING_KEY = "rewriting"
 #: Seconds after its last change from which a metadata file whose ``stat`` is unchanged is
 #: taken as unchanged without reading it (see :func:`_current`).
 SETTLED_SECONDS = 2.0
-#: Ends the record of a rewrite that failed part-way (``dataset.INTERRUPTED_MARK``).
-INTERRUPTED_MARK = " interrupted"
 #: Errors a rewrite can cause while a shard is read (a shard replaced as it was opened, an
 #: atom taken for swapped): read again when a rewrite overlapped the read.
 REWRITE_ERRORS = (StorageError, CorruptDataError)
@@ -201,22 +196,14 @@ def _recorded(attrs: dict[str, Any], field: str, steps: tuple[int, ...]) -> Vers
     """The versions of ``steps`` in the parsed metadata ``attrs`` (the counts were checked
     when it was parsed; the marks are checked here, for the field alone)."""
     counts = attrs.get(REWRITES_KEY, {}).get(field, {})
-    under_way = attrs.get(REWRITING_KEY, {})
-    mine = under_way.get(field, {}) if isinstance(under_way, dict) else None
-    if not isinstance(mine, dict):
-        raise DamagedMetadataError(f"dataset metadata: the {REWRITING_KEY!r} attribute must map fields to "
-                                   f"{{step: process}}, not {under_way!r}; the metadata is damaged")
-    return tuple((int(counts.get(str(s), 0)), _who(mine.get(str(s)))) for s in steps)
+    mine = rewrites_under_way(attrs, "dataset metadata").get(field, {})
+    return tuple((int(counts.get(str(s), 0)), mine.get(s)) for s in steps)
 
 
 def _versions(counts: dict[str, dict[int, int]], under_way: dict[str, dict[int, str]], field: str,
               steps: tuple[int, ...]) -> Versions:
     mine, rewriting = counts.get(field, {}), under_way.get(field, {})
     return tuple((mine.get(s, 0), rewriting.get(s)) for s in steps)
-
-
-def _who(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, str]]] | None:
@@ -246,8 +233,7 @@ def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, 
     try:
         attrs = json.loads(data)["attributes"]["turbdb"]
         counts = rewrite_counts(attrs, path)
-        stored = attrs.get(REWRITING_KEY, {})
-        under_way = {str(f): {int(s): str(who) for s, who in steps.items()} for f, steps in stored.items()}
+        under_way = rewrites_under_way(attrs, path)
     except (ValueError, KeyError, TypeError, AttributeError, TurbdbError):
         return None
     with _PARSED_LOCK:
