@@ -173,8 +173,8 @@ def test_copies_of_a_dataset_share_its_parsed_metadata_until_it_changes(tmp_path
 
     ds = turbdb.open(make(tmp_path).path.parent)["flow"]
     reads = []
-    real = turbdb.dataset.read_json
-    monkeypatch.setattr(turbdb.dataset, "read_json", lambda path: reads.append(path) or real(path))
+    real = turbdb.dataset.parse_json
+    monkeypatch.setattr(turbdb.dataset, "parse_json", lambda data, path: reads.append(path) or real(data, path))
     assert ds.metadata.nt == 4 and reads == []  # parsed once, when it was opened
     copies = [copy.copy(ds) for _ in range(3)]
     assert all(c.metadata.nt == 4 for c in copies) and reads == []

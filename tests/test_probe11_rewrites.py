@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 import turbdb
-from turbdb import step_versions
+from turbdb import file_snapshots, step_versions
 from turbdb.exceptions import DatasetBusyError
 from turbdb.service.app import create_app
 
@@ -288,15 +288,99 @@ def test_a_metadata_file_settled_and_unchanged_is_not_read_again_at_each_query(t
     # 20 000 steps had made it 2.5 MB.
     ds = turbdb.create_dataset(tmp_path, "a", grid=(16, 16, 16), times=[0.0], fields={"p": 1}, atom=4, partition=8)
     ds.write("p", 0, np.ones((16, 16, 16)))
-    monkeypatch.setattr(step_versions, "SETTLED_SECONDS", 0.2)
+    monkeypatch.setattr(file_snapshots, "SETTLED_SECONDS", 0.2)
     time.sleep(0.3)  # the file settled
     ds.query("p", [[1.0, 2.0, 3.0]], time=0.0)
     reads = []
-    original = step_versions._read_bytes
-    monkeypatch.setattr(step_versions, "_read_bytes", lambda path: reads.append(path) or original(path))
+    original = file_snapshots.read_bytes
+    monkeypatch.setattr(file_snapshots, "read_bytes", lambda path: reads.append(path) or original(path))
     for _ in range(5):
         ds.query("p", [[1.0, 2.0, 3.0]], time=0.0)
     assert reads == []
     ds.write("p", 0, np.full((16, 16, 16), 2.0))  # a rewrite: the file changes, and is read again
     assert ds.query("p", [[1.0, 2.0, 3.0]], time=0.0)[0] == pytest.approx(2.0)
     assert reads
+
+
+def test_a_rewrite_that_leaves_the_metadata_stat_as_it_was_is_seen(tmp_path, monkeypatch):
+    # Two renames of zarr.json within one tick of the file system's clock, the inode freed
+    # by the first given to the second, leave its stat as it was (the storm test's rare
+    # mixed answers). Bytes read just before were trusted for good once the file had
+    # settled: the engine kept the old atoms and the check took the old counts for current.
+    make_dataset(tmp_path / "db")
+    writer = turbdb.open(tmp_path / "db")["a"]
+    reader = turbdb.open(tmp_path / "db", scheduler="jaws")["a"]
+    point = [[1.0, 2.0, 3.0]]
+    assert reader.query("velocity", point, time=0.0)[0, 0] == pytest.approx(1.0)  # the file read as just written
+    metadata = str(tmp_path / "db" / "a" / "zarr.json")
+    frozen, real_stat = os.stat(metadata), os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: frozen if os.fspath(path) == metadata else real_stat(path, *a, **k))
+    writer.write("velocity", 0, np.full((GRID, GRID, GRID, 3), 2.0, np.float32))
+    time.sleep(file_snapshots.SETTLED_SECONDS + 0.2)  # settled since
+    assert reader.query("velocity", point, time=0.0)[0, 0] == pytest.approx(2.0)
+    assert reader.cutout("velocity", time=0.0, x=(0, 2), y=(0, 2), z=(0, 2)).values.max() == pytest.approx(2.0)
+
+
+def test_a_file_replaced_under_the_same_stat_is_read_again_until_settled(tmp_path, monkeypatch):
+    monkeypatch.setattr(file_snapshots, "SETTLED_SECONDS", 0.2)
+    path = tmp_path / "f"
+    path.write_bytes(b"one")
+    frozen, real_stat = os.stat(path), os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: frozen if os.fspath(p) == str(path) else real_stat(p, *a, **k))
+    first, changed = file_snapshots.snapshot(str(path), None)
+    assert changed and first.data == b"one" and not first.settled()
+    path.write_bytes(b"two")  # replaced within the tick: the same stat
+    time.sleep(0.3)
+    second, changed = file_snapshots.snapshot(str(path), first)
+    assert changed and second.data == b"two" and second.settled()
+    third, changed = file_snapshots.snapshot(str(path), second)  # read well after its change: trusted
+    assert third is second and not changed
+
+
+def test_a_cutout_whose_box_check_meets_a_rewrite_reads_again(tmp_path, monkeypatch):
+    # The CI's failure: a cutout checks its box by reading one node before its consistent
+    # read, and that read failed with "the shard was replaced while it was being opened".
+    from turbdb import cutout as cutout_module
+    from turbdb.exceptions import StorageError
+
+    make_dataset(tmp_path / "db")
+    writer = turbdb.open(tmp_path / "db")["a"]
+    reader = turbdb.open(tmp_path / "db")["a"]
+    real_read_nodes, calls = cutout_module.read_nodes, []
+
+    def read_nodes(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:  # the box check meets a rewrite of the step
+            writer.write("velocity", 0, np.full((GRID, GRID, GRID, 3), 2.0, np.float32))
+            raise StorageError("the shard was replaced while it was being opened (a rewrite under way); ask again")
+        return real_read_nodes(*args, **kwargs)
+
+    monkeypatch.setattr(cutout_module, "read_nodes", read_nodes)
+    values = reader.cutout("velocity", time=0.0, x=(0, 4), y=(0, 4), z=(0, 4)).values
+    assert len(calls) > 1 and np.all(values == 2.0)
+
+
+def test_threads_opening_a_field_at_once_share_one_store(tmp_path, monkeypatch):
+    # The storm test's rare mixed tracks: threads that opened a field's store at the same
+    # moment each made one; a track kept reading through the one no longer kept, whose
+    # cached shards no later rewrite made it drop (the same old atoms at every evaluation).
+    from turbdb import dataset as dataset_module
+
+    make_dataset(tmp_path / "db")
+    ds = turbdb.open(tmp_path / "db")["a"]
+    real_identity = dataset_module.directory_identity
+    monkeypatch.setattr(dataset_module, "directory_identity",
+                        lambda path: time.sleep(0.05) or real_identity(path))  # a slow disk: opening takes a while
+    barrier, stores = threading.Barrier(6), []
+
+    def open_store():
+        barrier.wait()
+        stores.append(ds.field_store("velocity"))
+
+    threads = [threading.Thread(target=open_store) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(store) for store in stores}) == 1
+    assert stores[0] is ds.field_store("velocity")

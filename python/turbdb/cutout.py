@@ -74,9 +74,12 @@ def _read_step(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strid
 def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> None:
     """Lets the engine check a box with its own messages (empty range, outside a
     non-periodic axis, step not written: named by its time index and time) by reading a
-    single node: a stride longer than every range keeps only each first node."""
+    single node: a stride longer than every range keeps only each first node. Read again
+    if a rewrite of the step overlapped it (its shard replaced as it was opened)."""
+    stride = max(1, *(b - a for a, b in ranges))
     try:
-        read_nodes(dataset, field, t_index, ranges, max(1, *(b - a for a, b in ranges)))
+        read_consistently(dataset, StepVersions.of(dataset, field, [t_index]),
+                          lambda _: read_nodes(dataset, field, t_index, ranges, stride))
     except InvalidRequestError as e:
         named = naming_the_step(e, dataset.metadata.times, field)
         if named is e:

@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from . import _core, engine_futures, submission
+from .file_snapshots import Snapshot, snapshot
 from .exceptions import (
     DamagedMetadataError, DatasetBusyError, Float32PrecisionWarning, FormatError, InvalidRequestError, StorageError,
     TurbdbError, UnknownNameError,
@@ -47,6 +48,7 @@ from .zarr_meta import (
     field_document,
     field_id,
     parse_atom_codecs,
+    parse_json,
     read_json,
     storage_error,
     TEMP_PREFIX,
@@ -74,10 +76,10 @@ class Dataset(HoldsEngine):
         # Stat'ed on every query (see _attrs): a str, not a Path joined each time.
         self._metadata_file = str(self.path / ZARR_JSON)
         try:
-            key = _stat_key(self._metadata_file)
-        except OSError:  # read_json below says what is wrong
-            key = None
-        document = read_json(self.path / ZARR_JSON)
+            seen: Snapshot | None = snapshot(self._metadata_file, None)[0]
+            document = parse_json(seen.data, self.path / ZARR_JSON)
+        except OSError:  # read_json says what is wrong
+            seen, document = None, read_json(self.path / ZARR_JSON)
         attrs = _turbdb_attrs(document)
         if attrs is None:
             raise FormatError(f"{self.path} is a Zarr group but not a turbdb dataset (no 'turbdb' attributes)")
@@ -86,15 +88,16 @@ class Dataset(HoldsEngine):
         #: Per opened store, the rewrite counts it has caught up with (shared by copies, as
         #: the stores are).
         self._rewrites_seen: dict[str, dict[int, int]] = {}
+        #: Held while a store is opened (shared by copies, as the stores are).
+        self._opening_stores = threading.Lock()
         # A list, not the tuple itself, so that shallow copies (the service makes one per
-        # request) share what one of them parsed: (stat key, attrs, info). Filled from the
-        # document just read (stat'ed first: were it replaced since, the key is stale and
-        # the next look reads it again), unless its attributes are damaged: that is
-        # reported when they are used.
-        self._cache: list[tuple[Any, dict[str, Any], DatasetInfo, dict[str, int | None]] | None] = [None]
-        if key is not None:
+        # request) share what one of them parsed: (the file's snapshot, attrs, info, the
+        # field ids it describes). Filled from the document just read, unless its
+        # attributes are damaged: that is reported when they are used.
+        self._cache: list[tuple[Snapshot | None, dict[str, Any], DatasetInfo, dict[str, int | None]] | None] = [None]
+        if seen is not None:
             with contextlib.suppress(Exception):
-                self._cache[0] = (key, attrs, DatasetInfo.from_attrs(attrs, name=self.name),
+                self._cache[0] = (seen, attrs, DatasetInfo.from_attrs(attrs, name=self.name),
                                   _described_field_ids(document, self.path))
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
@@ -117,40 +120,39 @@ class Dataset(HoldsEngine):
     # -- metadata -----------------------------------------------------------------------
 
     def _attrs(self, fresh: bool = False) -> dict[str, Any]:
-        """The stored metadata, re-read only when ``zarr.json`` was replaced (every write
-        of it is a rename, which changes its inode and time), or at every look while an
-        opened field is not yet the one it describes (see :meth:`_drop_replaced_stores`).
-        ``fresh``: re-read in any case (a read that found the file's bytes changed under an
-        unchanged stat: see :mod:`turbdb.step_versions`)."""
+        """The stored metadata, re-read only when ``zarr.json`` may have been replaced (see
+        :mod:`turbdb.file_snapshots`: every write of it is a rename, but two within one clock
+        tick can leave its ``stat`` as it was), parsed again only when its bytes changed, or
+        at every look while an opened field is not yet the one it describes (see
+        :meth:`_drop_replaced_stores`). ``fresh``: read and parsed again in any case."""
+        cached = self._cache[0]
+        known = None if fresh or cached is None else cached[0]
         try:
-            key = _stat_key(self._metadata_file)
-        except FileNotFoundError:
+            seen, changed = snapshot(self._metadata_file, known)
+            document = parse_json(seen.data, self.path / ZARR_JSON) if changed else None
+        except FileNotFoundError:  # gone (between the stat and the read too)
             raise self._gone() from None
         except PermissionError:
             raise unreadable(self._metadata_file, what=f"dataset {self.name!r}:") from None
         except OSError as e:
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
-        cached = self._cache[0]
-        if fresh or cached is None or cached[0] != key:
-            try:
-                document = read_json(self.path / ZARR_JSON)
-            except StorageError:
-                if not os.path.lexists(self._metadata_file):  # gone since the stat
-                    raise self._gone() from None
-                raise
-            attrs = _turbdb_attrs(document)
-            if attrs is None:
-                raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
-            info = DatasetInfo.from_attrs(attrs, name=self.name)
-            counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
-            # The stores catch up before the new key is published: a copy (another request)
-            # that sees it must not read through a store still holding replaced shards.
-            described = _described_field_ids(document, self.path)
-            settled = self._drop_replaced_stores(attrs, described)
-            for field in list(self._stores):
-                self._catch_up(field, counts.get(field, {}))
-            cached = self._cache[0] = (key if settled else None, attrs, info, described)
-        return cached[1]
+        if document is None:  # the bytes parsed before
+            if seen is not known:
+                self._cache[0] = (seen, *cached[1:])
+            return cached[1]
+        attrs = _turbdb_attrs(document)
+        if attrs is None:
+            raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
+        info = DatasetInfo.from_attrs(attrs, name=self.name)
+        counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
+        # The stores catch up before the new snapshot is published: a copy (another request)
+        # that sees it must not read through a store still holding replaced shards.
+        described = _described_field_ids(document, self.path)
+        settled = self._drop_replaced_stores(attrs, described)
+        for field in list(self._stores):
+            self._catch_up(field, counts.get(field, {}))
+        self._cache[0] = (seen if settled else None, attrs, info, described)
+        return attrs
 
     def _gone(self) -> UnknownNameError:
         """The error of a dataset whose metadata vanished since it was opened: deleted, or
@@ -280,38 +282,46 @@ class Dataset(HoldsEngine):
         """The Rust store of a field (cached per field, until the dataset is replaced)."""
         attrs = self._attrs()  # a stat: notices a dataset created again over this one
         if field not in self._stores:
-            if field not in attrs["fields"]:
-                raise UnknownNameError(
-                    f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
-                )
-            array_json = self.path / field / ZARR_JSON
-            try:
-                array_document = read_json(array_json)
-            except StorageError:
-                if not os.path.lexists(self._metadata_file):  # the dataset went since _attrs
-                    raise self._gone() from None
-                raise
-            layout = parse_atom_codecs(array_document, array_json)
-            store = _core.FieldStore(
-                str(self.path / field),
-                tuple(attrs["grid"]),
-                attrs["fields"][field]["ncomp"],
-                layout["atom"],
-                layout["partition"],
-                zstd=layout["zstd"],
-                crc32c=layout["crc32c"],
-                index_at_end=layout["index_at_end"],
-                headers_required=layout["headers_required"],
-                field_id=layout["field_id"],
-            )
-            identity = directory_identity(self.path / field)
-            self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
-            cached = self._cache[0]
-            if cached is not None and cached[3].get(field, identity[2]) != identity[2]:
-                self._cache[0] = (None, *cached[1:])  # opened before the field's own zarr.json was replaced
-            self._rewrites_seen.pop(field, None)  # a new store: the engine may have cached, it has not
-            self._catch_up(field, rewrite_counts(attrs, self._metadata_file).get(field, {}))
+            # One store a field: threads that opened one each kept reading through theirs,
+            # which no later rewrite made drop its cached shards (mixed answers for good).
+            with self._opening_stores:
+                if field not in self._stores:
+                    self._open_store(field, attrs)
         return self._stores[field][0]
+
+    def _open_store(self, field: str, attrs: dict[str, Any]) -> None:
+        """Opens the store of ``field`` (described by ``attrs``) into :attr:`_stores`."""
+        if field not in attrs["fields"]:
+            raise UnknownNameError(
+                f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
+            )
+        array_json = self.path / field / ZARR_JSON
+        try:
+            array_document = read_json(array_json)
+        except StorageError:
+            if not os.path.lexists(self._metadata_file):  # the dataset went since _attrs
+                raise self._gone() from None
+            raise
+        layout = parse_atom_codecs(array_document, array_json)
+        store = _core.FieldStore(
+            str(self.path / field),
+            tuple(attrs["grid"]),
+            attrs["fields"][field]["ncomp"],
+            layout["atom"],
+            layout["partition"],
+            zstd=layout["zstd"],
+            crc32c=layout["crc32c"],
+            index_at_end=layout["index_at_end"],
+            headers_required=layout["headers_required"],
+            field_id=layout["field_id"],
+        )
+        identity = directory_identity(self.path / field)
+        self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
+        cached = self._cache[0]
+        if cached is not None and cached[3].get(field, identity[2]) != identity[2]:
+            self._cache[0] = (None, *cached[1:])  # opened before the field's own zarr.json was replaced
+        self._rewrites_seen.pop(field, None)  # a new store: the engine may have cached, it has not
+        self._catch_up(field, rewrite_counts(attrs, self._metadata_file).get(field, {}))
 
     def write(self, field: str, time_index: int, data: Any, *, sync: bool = False) -> int:
         """Stores time step ``time_index`` of ``field`` from ``data`` of shape
@@ -980,10 +990,6 @@ def _described_field_ids(document: dict[str, Any], path: Path) -> dict[str, int 
     return ids
 
 
-def _stat_key(path: str) -> tuple[int, int, int]:
-    """What changes when a metadata file is replaced (every write of it is a rename)."""
-    st = os.stat(path)
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:

@@ -17,7 +17,6 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-import os
 import socket
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 
 from . import _core
 from .exceptions import CorruptDataError, DatasetBusyError, StorageError, TurbdbError
+from .file_snapshots import Snapshot, snapshot
 from .output_files import _running
 from .rewrites import INTERRUPTED_MARK, REWRITES_KEY, rewrite_counts, rewrites_under_way
 
@@ -36,16 +36,13 @@ T = TypeVar("T")
 BUSY_SECONDS = 5.0
 #: How often a read waiting for a rewrite looks at the metadata again.
 POLL_SECONDS = 0.005
-#: Seconds after its last change from which a metadata file whose ``stat`` is unchanged is
-#: taken as unchanged without reading it (see :func:`_current`).
-SETTLED_SECONDS = 2.0
 #: Errors a rewrite can cause while a shard is read (a shard replaced as it was opened, an
 #: atom taken for swapped): read again when a rewrite overlapped the read.
 REWRITE_ERRORS = (StorageError, CorruptDataError)
 
 #: Per metadata file, its last bytes read by a check and what they record of rewrites: the
 #: file is parsed again only when it changed (a rewrite), not for every query.
-_PARSED: dict[str, tuple[bytes, dict[str, dict[int, int]], dict[str, dict[int, str]], tuple[int, ...]]] = {}
+_PARSED: dict[str, tuple[Snapshot, dict[str, dict[int, int]], dict[str, dict[int, str]]]] = {}
 _PARSED_LOCK = threading.Lock()
 #: Metadata files remembered at most (one entry a dataset; a server's datasets fit).
 _PARSED_MOST = 256
@@ -209,29 +206,22 @@ def _versions(counts: dict[str, dict[int, int]], under_way: dict[str, dict[int, 
 def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, str]]] | None:
     """The rewrite counts and rewrites under way the metadata file at ``path`` records now,
     or None where it cannot be read or parsed (the read is made again, and the dataset then
-    says what is wrong). Read again when its ``stat`` changed, or when it was written less
-    than :data:`SETTLED_SECONDS` ago (two files renamed over it within one clock tick can
-    give back its inode, size and times), and parsed again only when its bytes changed:
-    reading every byte of it at every query cost 0.9 ms a query on a dataset whose ingest
-    journal had 20 000 steps (a 2.5 MB ``zarr.json``)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    says what is wrong). Read again unless its ``stat`` vouches for the bytes read before
+    (:mod:`turbdb.file_snapshots`), parsed again only when its bytes changed: reading every
+    byte of it at every query cost 0.9 ms a query on a dataset whose ingest journal had
+    20 000 steps (a 2.5 MB ``zarr.json``)."""
     known = _PARSED.get(path)
-    if known is not None and known[3] == key and time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_SECONDS:
-        return known[1], known[2]
     try:
-        data = _read_bytes(path)
+        now, changed = snapshot(path, None if known is None else known[0])
     except OSError:
         return None
-    if known is not None and known[0] == data:
-        with _PARSED_LOCK:
-            _PARSED[path] = (data, known[1], known[2], key)
+    if not changed:
+        if now is not known[0]:  # read again, the same bytes: remembered as read now
+            with _PARSED_LOCK:
+                _PARSED[path] = (now, known[1], known[2])
         return known[1], known[2]
     try:
-        attrs = json.loads(data)["attributes"]["turbdb"]
+        attrs = json.loads(now.data)["attributes"]["turbdb"]
         counts = rewrite_counts(attrs, path)
         under_way = rewrites_under_way(attrs, path)
     except (ValueError, KeyError, TypeError, AttributeError, TurbdbError):
@@ -239,20 +229,8 @@ def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, 
     with _PARSED_LOCK:
         if len(_PARSED) >= _PARSED_MOST:
             _PARSED.clear()
-        _PARSED[path] = (data, counts, under_way, key)  # the stat taken before the read: a change meanwhile reads again
+        _PARSED[path] = (now, counts, under_way)
     return counts, under_way
-
-
-def _read_bytes(path: str) -> bytes:
-    # Non-blocking: a FIFO in the file's place must not hold the query (regular files ignore it).
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _gone(who: str) -> bool:

@@ -76,15 +76,23 @@ def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
 def read_json(path: Path) -> dict[str, Any]:
     """Reads a ``zarr.json``; a missing or unparsable one is a clear error."""
     try:
-        document = json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise StorageError(f"{path} does not exist") from None
     except PermissionError:  # not missing, not damaged: said as what it is
         raise unreadable(path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise DamagedMetadataError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
     except OSError as e:
         raise StorageError(f"cannot read {path}: {e.strerror or e}") from None
+    return parse_json(data, path)
+
+
+def parse_json(data: bytes, path: Path) -> dict[str, Any]:
+    """The document of the ``zarr.json`` at ``path`` whose bytes are ``data``; an
+    unparsable one is a clear error."""
+    try:
+        document = json.loads(data.decode())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise DamagedMetadataError(f"{path} is not valid JSON ({e}); the metadata is damaged") from None
     if not isinstance(document, dict):
         raise DamagedMetadataError(f"{path} holds a JSON {type(document).__name__}, not an object; the metadata is damaged")
     return document

@@ -10,14 +10,16 @@ worker refuses a copy of its own that does not hold what the catalogue records
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..database import Database
-from ..dataset import Dataset, _stat_key
+from ..dataset import Dataset
 from ..exceptions import ServiceError, TurbdbError
+from ..file_snapshots import stat_key
 from ..rewrites import rewrite_counts
 from ..written_steps import entry_of, recorded_runs, runs_of
 from ..zarr_meta import FIELD_ID_ATTRIBUTE, ZARR_JSON, read_json
@@ -142,7 +144,7 @@ def metadata_key(dataset: Dataset) -> tuple[Any, ...]:
 
 def _stat(path: Path) -> tuple[int, ...]:
     try:
-        return _stat_key(str(path))
+        return stat_key(os.stat(path))
     except OSError:
         return ()
 
