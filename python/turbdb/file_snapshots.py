@@ -27,6 +27,13 @@ def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def keys_settled(key: StatKey | tuple[()], read_at: float) -> bool:
+    """Whether a file whose :func:`stat_key` was ``key`` at ``read_at`` (taken before the
+    ``stat``) had not changed for :data:`SETTLED_SECONDS` then: while its ``stat`` stays
+    ``key``, it is the same file. No key (no file) is settled."""
+    return not key or read_at - max(key[2], key[3]) / 1e9 > SETTLED_SECONDS
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
     """The bytes of a file, its ``stat`` when they were read, and when that was."""

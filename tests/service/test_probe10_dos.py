@@ -216,7 +216,8 @@ def test_a_refused_cors_preflight_has_the_json_error_shape(service_db):
 def test_a_slow_reader_that_keeps_reading_is_not_cut_by_the_send_deadline(service_db, tmp_path):
     # The deadline ran from the moment the buffer filled until it had nearly drained: a
     # client reading a large answer steadily but slowly was cut as if it read nothing.
-    with running_serve(service_db, tmp_path / "slow.log", send_idle_seconds=1) as s:
+    # A deadline of 3 s: a reader on a loaded 2-core machine can itself stall a second.
+    with running_serve(service_db, tmp_path / "slow.log", send_idle_seconds=3) as s:
         get = b"GET /static-offline-docs/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n"
         whole = len(httpx.get(s.url + "/static-offline-docs/swagger-ui-bundle.js").content)
         reader = _raw(s.url, get * 4, rcvbuf=4096)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 from ..database import Database
 from ..dataset import Dataset
 from ..exceptions import ServiceError, TurbdbError
-from ..file_snapshots import stat_key
+from ..file_snapshots import keys_settled, stat_key
 from ..rewrites import rewrite_counts
 from ..written_steps import entry_of, recorded_runs, runs_of
 from ..zarr_meta import FIELD_ID_ATTRIBUTE, ZARR_JSON, read_json
@@ -94,6 +95,7 @@ def check_current(recorded: dict[str, dict[str, Any]] | None, dataset: Dataset, 
     """Refuses (503) to read ``dataset`` from node-local copies placed before it changed:
     its workers would answer from the old data."""
     placed = None if recorded is None else recorded.get(dataset.name)
+    checked_at = time.time()
     key = (id(placed), *metadata_key(dataset))
     if placed is not None and _verified.get(str(dataset.path)) == key:
         return
@@ -110,7 +112,8 @@ def check_current(recorded: dict[str, dict[str, Any]] | None, dataset: Dataset, 
                              "--data-root DIR` and reconnect")
         error.status = 503  # type: ignore[attr-defined]  # the service is unavailable until placed again
         raise error
-    _verified[str(dataset.path)] = key
+    if all(keys_settled(k, checked_at) for k in key[1:]):  # else a replacement may keep a stat: look again
+        _verified[str(dataset.path)] = key
 
 
 def copy_difference(placed: dict[str, Any] | None, copy: Dataset) -> str | None:
