@@ -66,6 +66,12 @@ JOURNAL_KEY = "ingest"
 SIMULATED_FIELDS = ("velocity", "pressure")
 
 
+#: Seconds for which a dataset's metadata just read is taken as current (the several looks
+#: of one query at it read the file once while it is being appended to; see
+#: :func:`turbdb.file_snapshots.snapshot`).
+METADATA_RECENT_SECONDS = 0.005
+
+
 class Dataset(HoldsEngine):
     """One stored simulation. ``info`` is read fresh on every access, so a dataset that
     is being written (``turbdb simulate``) shows its new steps as they land."""
@@ -128,7 +134,7 @@ class Dataset(HoldsEngine):
         cached = self._cache[0]
         known = None if fresh or cached is None else cached[0]
         try:
-            seen, changed = snapshot(self._metadata_file, known)
+            seen, changed = snapshot(self._metadata_file, known, recent=METADATA_RECENT_SECONDS)
             document = parse_json(seen.data, self.path / ZARR_JSON) if changed else None
         except FileNotFoundError:  # gone (between the stat and the read too)
             raise self._gone() from None

@@ -16,8 +16,8 @@ import os
 import time
 
 #: Seconds after a file's last change from which bytes read are trusted while its ``stat``
-#: stays the same (many clock ticks: a coarse clock lags by one).
-SETTLED_SECONDS = 2.0
+#: stays the same: many ticks of a coarse file-system clock (1–10 ms), which lags by one.
+SETTLED_SECONDS = 0.25
 
 StatKey = tuple[int, int, int, int]
 
@@ -51,13 +51,16 @@ class Snapshot:
         return self.read_at - self.changed_at > SETTLED_SECONDS
 
 
-def snapshot(path: str, previous: Snapshot | None) -> tuple[Snapshot, bool]:
+def snapshot(path: str, previous: Snapshot | None, recent: float = 0.0) -> tuple[Snapshot, bool]:
     """The file at ``path`` now, read only where ``previous`` (None: nothing known) cannot
-    vouch for it, and whether its bytes differ from ``previous``'s. Raises ``OSError``."""
+    vouch for it, and whether its bytes differ from ``previous``'s. ``recent``: seconds
+    for which bytes just read are taken as current under the same ``stat`` (a caller that
+    looks several times within one piece of work, each look as good as the first; a
+    replacement that keeps the ``stat`` is seen that much later). Raises ``OSError``."""
     read_at = time.time()
     st = os.stat(path)
     key = stat_key(st)
-    if previous is not None and previous.key == key and previous.settled():
+    if previous is not None and previous.key == key and (previous.settled() or read_at - previous.read_at < recent):
         return previous, False
     data = read_bytes(path)
     # The stat taken before the read: a file renamed over the path meanwhile has another
