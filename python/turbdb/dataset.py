@@ -826,7 +826,8 @@ class Dataset(HoldsEngine):
             names = []
         except OSError:
             names = []
-        for t in sorted(int(name) for name in names if int(name) not in whole | steps):
+        known = whole | steps  # once: built again per step, it made verify quadratic (22 s at 20 000 steps)
+        for t in sorted(int(name) for name in names if int(name) not in known):
             blocking = first_unreadable(chunks / str(t))
             if blocking is not None:
                 unreadable_part(chunks / str(t), t, blocking)
