@@ -147,6 +147,13 @@ def _journal_next(dataset_dir):
         return 0
 
 
+def _steps_on_disk(dataset_dir):
+    try:
+        return len(os.listdir(dataset_dir / "velocity" / "c"))
+    except OSError:
+        return 0
+
+
 @pytest.mark.slow
 def test_kill_9_mid_ingest_then_rerun_gives_identical_bytes(tmp_path):
     paths = write_inputs(tmp_path / "in", 30, shape=(64, 64, 96, 3))
@@ -162,13 +169,13 @@ def test_kill_9_mid_ingest_then_rerun_gives_identical_bytes(tmp_path):
     killed_db = tmp_path / "killed"
     process = subprocess.Popen([c if c is not None else str(killed_db) for c in command])
     deadline = time.monotonic() + 60
-    while _journal_next(killed_db / "run") < 5 and time.monotonic() < deadline and process.poll() is None:
+    # Killed once 5 steps are on disk: the journal, saved once a second, may record fewer.
+    while _steps_on_disk(killed_db / "run") < 5 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.005)
     assert process.poll() is None, "ingest finished before it could be killed; make the inputs larger"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    stored = _journal_next(killed_db / "run")
-    assert 5 <= stored < 30
+    assert _journal_next(killed_db / "run") < 30
 
     resumed = ingest(killed_db)
     assert resumed.returncode == 0, resumed.stderr

@@ -4,12 +4,15 @@ time index, and is updated only after the step's shards are all in place."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +33,13 @@ from ..progress_bars import bar_disabled
 from ..times import format_time, time_grid
 from .opening import open_sources
 from .source import Source, StepRef
+
+#: Seconds between saves of the ingest journal (and at the end, and when the ingest
+#: fails): saved at every step, it rewrote the dataset's whole metadata thrice a step with
+#: the steps written — quadratic in the number of files. A process killed outright loses
+#: at most this much of the journal: the rerun stores those steps again, at their places
+#: (the first step is saved at once: without a journal a rerun would append after them).
+JOURNAL_SAVE_SECONDS = 1.0
 
 
 
@@ -150,44 +160,56 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     digests = {entry[1]: entry[0] for entry in map(_entry, journal["steps"].values())}
     moved_from = _steps_of_missing_files(journal, how) if any(again is None for _, _, again in todo) else {}
     moved = 0
-    # Read the next input while the current one is written: the two overlap.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
-        upcoming = reader.submit(_read_with_digest, *todo[0][:2])
-        for i, (source, ref, again) in enumerate(todo):
-            data, digest = upcoming.result()
-            _say_new_notes(sources, said)
-            if i + 1 < len(todo):
-                upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
-            earlier = moved_from.get(_moved_key(ref, digest)) if again is None else None
-            if earlier:
-                # The input was moved (a project moved with mv, its ingest rerun there):
-                # stored before, so its entry follows it instead of the step being appended again.
-                _record(journal, ref, _entry(journal["steps"].pop(earlier.pop()))[0], digest, how, known=False)
-                moved += 1
+    saved_at, unsaved = -math.inf, False  # the first step saves it: a rerun must find the journal to resume
+    try:
+        # Read the next input while the current one is written: the two overlap.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
+            upcoming = reader.submit(_read_with_digest, *todo[0][:2])
+            for i, (source, ref, again) in enumerate(todo):
+                data, digest = upcoming.result()
+                _say_new_notes([source], said)  # the one just read (all of them each step: quadratic)
+                if i + 1 < len(todo):
+                    upcoming = reader.submit(_read_with_digest, *todo[i + 1][:2])
+                earlier = moved_from.get(_moved_key(ref, digest)) if again is None else None
+                if earlier:
+                    # The input was moved (a project moved with mv, its ingest rerun there):
+                    # stored before, so its entry follows it instead of the step being appended again.
+                    _record(journal, ref, _entry(journal["steps"].pop(earlier.pop()))[0], digest, how, known=False)
+                    moved += 1
+                    unsaved = True
+                    bar.update(step_bytes)
+                    continue
+                if again is None and digest in digests:
+                    tqdm.write(f"note: {_describe(ref)} {_same_values(data, f'time index {digests[digest]} of {name}/{field}')}",
+                               file=sys.stderr)
+                t = journal["next"] if again is None else again
+                stored_times = dataset.metadata.nt
+                _ensure_time(dataset, t, dt, t0)
+                try:
+                    _write_saying_precision_lost(dataset, field, t, data, ref)
+                except TurbdbError as e:
+                    # Refused (a NaN, a full disk): the time appended for it goes again. An
+                    # interrupted write keeps it, and the rerun rewrites the step there.
+                    dataset.drop_unwritten_times(stored_times)
+                    raise type(e)(f"{_describe(ref)}: {e}") from None
+                if again is None:
+                    journal["next"] = t + 1
+                _record(journal, ref, t, digest, how, known=again is not None)
+                digests[digest] = t
+                unsaved = True
+                if time.monotonic() - saved_at >= JOURNAL_SAVE_SECONDS:
+                    _save_journal(dataset, field, journal)
+                    saved_at, unsaved = -math.inf, False  # the first step saves it: a rerun must find the journal to resume
                 bar.update(step_bytes)
-                continue
-            if again is None and digest in digests:
-                tqdm.write(f"note: {_describe(ref)} {_same_values(data, f'time index {digests[digest]} of {name}/{field}')}",
-                           file=sys.stderr)
-            t = journal["next"] if again is None else again
-            stored_times = dataset.metadata.nt
-            _ensure_time(dataset, t, dt, t0)
-            try:
-                _write_saying_precision_lost(dataset, field, t, data, ref)
-            except TurbdbError as e:
-                # Refused (a NaN, a full disk): the time appended for it goes again. An
-                # interrupted write keeps it, and the rerun rewrites the step there.
-                dataset.drop_unwritten_times(stored_times)
-                raise type(e)(f"{_describe(ref)}: {e}") from None
-            if again is None:
-                journal["next"] = t + 1
-            _record(journal, ref, t, digest, how, known=again is not None)
-            digests[digest] = t
-            _save_journal(dataset, field, journal)
-            bar.update(step_bytes)
+    except BaseException:
+        if unsaved:  # the steps stored so far: a rerun resumes after them
+            with contextlib.suppress(TurbdbError, OSError):
+                _save_journal(dataset, field, journal)
+        raise
+    if unsaved:
+        _save_journal(dataset, field, journal)
     bar.close()
     if moved:
-        _save_journal(dataset, field, journal)
         say(f"{moved} input step(s) were stored before from a file no longer at its recorded path, with the same "
             "values and options (moved or renamed since): not stored again")
     replaced = sum(again is not None for _, _, again in todo)
