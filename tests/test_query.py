@@ -290,9 +290,9 @@ def test_points_outside_a_bounded_axis_and_unwritten_steps_are_refused(tmp_path)
         ds.query("pressure", [[0, 1, 2], [-3.0, 1, 2]], time=0)
     fresh = turbdb.create_dataset(tmp_path, "fresh", grid=(16, 16, 16), times=[0, 1], fields={"pressure": 1})
     fresh.write("pressure", 0, np.zeros((16, 16, 16)))
-    with pytest.raises(turbdb.InvalidRequestError, match="time step 1 is not stored"):
+    with pytest.raises(turbdb.InvalidRequestError, match=r"time index 1 \(t = 1\) of pressure is not stored"):
         fresh.query("pressure", [[1, 1, 1]], time=1.0)
-    with pytest.raises(turbdb.InvalidRequestError, match="time step 1 is not stored"):
+    with pytest.raises(turbdb.InvalidRequestError, match=r"time index 1 \(t = 1\) of pressure is not stored"):
         fresh.query("pressure", [[1, 1, 1]], time=0.5, temporal="pchip")
 
 

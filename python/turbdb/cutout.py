@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .dataset import Dataset
     from .info import DatasetInfo
+    from .step_versions import FieldView
 
 Ranges = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 Strides = tuple[int, int, int]
@@ -40,14 +41,17 @@ ENGINE_CUTOUT_NODES = 4_000_000
 def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = None, z: Any = None,
            stride: Any = 1, filter_width: int = 1) -> xarray.DataArray:
     """See :meth:`turbdb.Dataset.cutout`."""
-    info = dataset.metadata
-    known_field(dataset.name, info.fields, field)
+    known_field(dataset.name, dataset.metadata.fields, field)
+    # The grid, times and field id of one dataset: every step read is checked against the
+    # id, so a cutout during which the dataset was created again ends (DatasetReplacedError).
+    view = dataset.field_view(field)
+    info = view.info
     strides = as_strides(stride)
     width = as_filter_width(filter_width)
     ranges = box_ranges(info, x, y, z)
-    t_indices = [time_index(dataset, field, t) for t in time_list(time)]
+    t_indices = [time_index(view, t) for t in time_list(time)]
     for t_index in sorted(set(t_indices)):
-        check_box(dataset, field, t_index, ranges)
+        check_box(dataset, field, t_index, ranges, view.made)
     check_filter(info, ranges, width, info.fields[field].ncomp)
     shape = output_shape(ranges, strides) + (info.fields[field].ncomp,)
     # Counted before anything is allocated (float32 values): too large is a LimitExceededError.
@@ -57,7 +61,7 @@ def cutout(dataset: Dataset, field: str, *, time: Any, x: Any = None, y: Any = N
     slabs = list(z_slabs(ranges, strides, width, info.fields[field].ncomp))
     for k, t_index in enumerate(t_indices):
         # Each step read whole from one version of it: again if a rewrite overlapped the read.
-        read_consistently(dataset, StepVersions.of(dataset, field, [t_index]),
+        read_consistently(dataset, StepVersions.of(dataset, field, [t_index], view.made),
                           lambda _, k=k, t_index=t_index: _read_step(dataset, field, t_index, ranges, strides, width,
                                                                    slabs, data[k]))
     return cutout_array(dataset.name, info, field, data if np.ndim(time) else data[0], ranges, strides,
@@ -71,14 +75,15 @@ def _read_step(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strid
         read_box(dataset, field, t_index, (ranges[0], ranges[1], (z0, z1)), strides, width, out=out[k0:k1])
 
 
-def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges) -> None:
+def check_box(dataset: Dataset, field: str, t_index: int, ranges: Ranges, made: int | None) -> None:
     """Lets the engine check a box with its own messages (empty range, outside a
     non-periodic axis, step not written: named by its time index and time) by reading a
     single node: a stride longer than every range keeps only each first node. Read again
-    if a rewrite of the step overlapped it (its shard replaced as it was opened)."""
+    if a rewrite of the step overlapped it (its shard replaced as it was opened);
+    ``made``: the field's id the box was made for (:class:`~turbdb.step_versions.FieldView`)."""
     stride = max(1, *(b - a for a, b in ranges))
     try:
-        read_consistently(dataset, StepVersions.of(dataset, field, [t_index]),
+        read_consistently(dataset, StepVersions.of(dataset, field, [t_index], made),
                           lambda _: read_nodes(dataset, field, t_index, ranges, stride))
     except InvalidRequestError as e:
         named = naming_the_step(e, dataset.metadata.times, field)
@@ -132,9 +137,11 @@ def read_nodes(dataset: Dataset, field: str, t_index: int, ranges: Ranges, strid
     returned: through the database's node engine when it has one (the atoms come from, and
     stay in, the cache every query shares), else read alone, straight into ``out``. Through
     the engine a large box goes in z-slabs of at most :data:`ENGINE_CUTOUT_NODES` nodes, so
-    that one cutout never fills the engine's queue."""
-    info = dataset.metadata
-    store = dataset.field_store(field)
+    that one cutout never fills the engine's queue. The callers read within
+    :func:`~turbdb.step_versions.read_consistently` or check their versions after: a
+    dataset created again since the box was made is found there."""
+    view = dataset.field_view(field)  # axes and store of one dataset
+    info, store = view.info, view.store
     axes = axes_of(info)
     engine = dataset.engine
     if engine is None:
@@ -388,7 +395,8 @@ def node_count(start: int, stop: int, stride: int) -> int:
     return max(0, (stop - start + stride - 1) // stride)
 
 
-def time_index(dataset: Dataset, field: str, time: float) -> int:
-    """The stored step nearest ``time`` (the engine refuses times outside the stored range)."""
-    (t_index, _), = dataset.field_store(field).time_levels(dataset.metadata.times, float(time), "none")
+def time_index(view: FieldView, time: float) -> int:
+    """The stored step of the dataset ``view`` shows nearest ``time`` (the engine refuses
+    times outside the stored range)."""
+    (t_index, _), = view.store.time_levels(view.info.times, float(time), "none")
     return int(t_index)

@@ -9,6 +9,7 @@ import datetime
 import json
 import math
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,12 +19,13 @@ import numpy as np
 from . import __version__, _core
 from .arguments import CACHE_POLICIES, IO_MODES, SCHEDULERS, choice
 from .byte_size import parse_byte_size
-from .dataset import WRITER_LOCK_FILE, Dataset, writer_lock, writer_lock_held
+from .database_listing import DatabaseListing, Listing, holds_dataset_metadata, in_brief, misnamed_error
+from .dataset import WRITER_LOCK_FILE, Dataset, replacement_lock
 from .exceptions import (
     DamagedMetadataError, DatasetExistsError, FormatError, InvalidRequestError, StorageError, TurbdbError,
     UnknownNameError,
 )
-from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, uniform_times
+from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, is_plain_name, uniform_times
 from .process_engines import HoldsEngine, settings_of, shared_engine
 from .output_files import _sweep_left_behind as sweep_left_behind, replacing as replaced_directory
 from .permissions import permission_denied, unreadable
@@ -82,8 +84,11 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         self._engine: Any = None
         self._closed_engine = False  # whether close() let an engine go
         # Datasets opened by look-up, each handed out as a copy sharing its opened stores
-        # (see __getitem__); they follow their metadata as the server's do.
-        self._opened: dict[str, Dataset] = {}
+        # (see __getitem__); they follow their metadata as the server's do. Each with the
+        # identity of the directory it was opened in: one found gone or replaced is let go,
+        # and its mappings with it (a deleted dataset's shards stayed mapped for good).
+        self._opened: dict[str, tuple[tuple[int, int], Dataset]] = {}
+        self._listing = DatabaseListing(self.path)
         if any(option is not None for option in (scheduler, cache_bytes, cache_policy, io)):
             # Only None is the default: scheduler=False or "" made a jaws engine for someone meaning none.
             self._engine = shared_engine(
@@ -145,72 +150,83 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
     @property
     def datasets(self) -> list[str]:
         """Names of the datasets, sorted."""
+        return list(self.listing().names)
+
+    def listing(self) -> Listing:
+        """The datasets (those this account may not read among them: opening one says so),
+        and apart the directories holding a dataset under a name that is no dataset name.
+        A ``stat`` a directory; only the ``zarr.json`` files changed since the last listing
+        are read. Datasets opened before and no longer listed are let go."""
         if self.only is not None:
-            return [self.only]
-        # Hidden names are never datasets' (they start with a letter): a dataset being
-        # replaced, or what a replacement killed halfway left (see create_dataset).
-        try:
-            entries = list(os.scandir(self.path))
-        except PermissionError:
-            raise unreadable(self.path, what="database") from None
-        return sorted(
-            entry.name
-            for entry in entries
-            if not entry.name.startswith(".") and entry.is_dir() and (Path(entry.path) / ZARR_JSON).is_file()
-            and _is_dataset(Path(entry.path))
-        )
+            plain = is_plain_name(self.only)
+            return Listing((self.only,) if plain else (), () if plain else (self.only,))
+        found = self._listing.look()
+        for name in [n for n in list(self._opened) if n not in found.names]:  # deleted or renamed since
+            self._opened.pop(name, None)
+        return found
 
     def __getitem__(self, name: str) -> Dataset:
         # Only the named directory is looked at, its metadata read once: listing every
-        # dataset (reading each one's) made a look-up cost 0.2 ms with two datasets. A
-        # dataset opened before is handed out again as a shallow copy, which shares its
-        # opened field stores (shards mapped and checked) and keeps its own
-        # last_query_stats, as the server does per request: `db[name].query(...)` opened,
-        # checked and unmapped every shard it touched on each call, 12-28x the query on a
-        # dataset of many shards. The copy follows a dataset written or made again under
-        # the name as any open dataset does (its metadata is looked at on every query).
-        if isinstance(name, str) and self._may_hold(name):
-            opened = self._opened.get(name)
-            if opened is not None and opened._engine is self.engine:
-                return copy.copy(opened)
-            try:
-                opened = self._opened[name] = Dataset(self.path / name, engine=self.engine)
-                return copy.copy(opened)
-            except DamagedMetadataError:
+        # dataset (reading each one's) made a look-up cost 0.2 ms with two datasets, and a
+        # server's first listing of N datasets N² reads. A dataset opened before is handed
+        # out again as a shallow copy, which shares its opened field stores (shards mapped
+        # and checked) and keeps its own last_query_stats, as the server does per request:
+        # `db[name].query(...)` opened, checked and unmapped every shard it touched on each
+        # call, 12-28x the query on a dataset of many shards. The copy follows a dataset
+        # written again under the name as any open dataset does (its metadata is looked at
+        # on every query); one deleted, or replaced by another directory, is let go.
+        where = self._dataset_directory(name)
+        if where is None:
+            if isinstance(name, str):
+                self._opened.pop(name, None)
+            raise self._unknown(name)
+        held = self._opened.get(name)
+        if held is not None and held[0] == where and held[1]._engine is self.engine:
+            return copy.copy(held[1])
+        self._opened.pop(name, None)
+        if not is_plain_name(name):
+            raise misnamed_error(name) if holds_dataset_metadata(self.path / name) else self._unknown(name)
+        try:
+            opened = Dataset(self.path / name, engine=self.engine)
+        except DamagedMetadataError:
+            raise
+        except (FormatError, StorageError) as e:  # not a turbdb dataset: not in self.datasets
+            if permission_denied(e):  # listed as unreadable, and said so: not "no dataset"
                 raise
-            except (FormatError, StorageError) as e:  # not a turbdb dataset: not in self.datasets
-                if permission_denied(e):  # listed as unreadable, and said so: not "no dataset"
-                    raise
-        raise UnknownNameError(f"no dataset {name!r} in {self.path}; available: {', '.join(self.datasets) or 'none'}")
+            raise self._unknown(name) from None
+        self._opened[name] = (where, opened)
+        return copy.copy(opened)
 
-    def _may_hold(self, name: str) -> bool:
-        """Whether ``name`` is a directory right under the database's with a ``zarr.json``
-        (a dataset if that holds turbdb metadata)."""
-        if self.only is not None:
-            return name == self.only
+    def _unknown(self, name: object) -> UnknownNameError:
+        return UnknownNameError(f"no dataset {name!r} in {self.path}; available: {in_brief(self.datasets)}")
+
+    def _dataset_directory(self, name: object) -> tuple[int, int] | None:
+        """(device, inode) of the directory right under the database's named ``name``,
+        when it holds a ``zarr.json`` (a dataset if that holds turbdb metadata) or this
+        account may not look inside it (opening it says so); None otherwise."""
+        if not isinstance(name, str) or (self.only is not None and name != self.only):
+            return None
         if name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name:
-            return False
+            return None
         path = self.path / name
-        return path.is_dir() and (path / ZARR_JSON).is_file()
+        try:
+            st = os.stat(path)
+            if not stat.S_ISDIR(st.st_mode) or not stat.S_ISREG(os.stat(path / ZARR_JSON).st_mode):
+                return None
+        except OSError as e:
+            if not permission_denied(e):
+                return None
+            try:
+                st = os.stat(path)  # the directory may be looked at, not inside
+            except OSError:
+                return None
+        return (st.st_dev, st.st_ino)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
 
     def __len__(self) -> int:
         return len(self.datasets)
-
-
-def _is_dataset(path: Path) -> bool:
-    """A group with turbdb attributes; one whose metadata is damaged, or that this account
-    may not read, is listed too, so that opening it says so instead of the dataset silently
-    vanishing ("no datasets yet")."""
-    try:
-        attributes = read_json(path / ZARR_JSON).get("attributes")
-    except FormatError:
-        return True
-    except OSError as e:
-        return permission_denied(e)
-    return isinstance(attributes, dict) and "turbdb" in attributes
 
 
 def _is_dataset_group(path: Path) -> bool:
@@ -224,7 +240,7 @@ def _is_dataset_group(path: Path) -> bool:
 def _is_field_array(path: Path) -> bool:
     """A field array inside a dataset (``data/isotropic64/velocity``)."""
     try:
-        return read_json(path / ZARR_JSON).get("node_type") == "array" and _is_dataset(path.parent)
+        return read_json(path / ZARR_JSON).get("node_type") == "array" and holds_dataset_metadata(path.parent)
     except (OSError, FormatError):
         return False
 
@@ -393,8 +409,7 @@ def create_dataset(
                                        "move it away or choose another name")
                 # Held until the new dataset is whole: replacing a dataset an ingest is writing
                 # lost the ingest's steps, and its cleanup then deleted the new one.
-                if not writer_lock_held(path):
-                    replacing.enter_context(writer_lock(path, then="replace it"))
+                replacing.enter_context(replacement_lock(path, then="replace it"))
                 # Made whole beside the old one, then renamed over it: a process killed while
                 # deleting the old one in place left a directory that was neither dataset.
                 (target,) = replacing.enter_context(replaced_directory(path))

@@ -3,6 +3,7 @@ Reading metadata and writing time steps; queries build on it."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -32,6 +33,7 @@ from .info import DatasetInfo, check_name, uniform_times
 from .times import format_time
 from .process_engines import HoldsEngine, settings_of, shared_engine
 from .query import point_call
+from .step_versions import DatasetReplacedError, FieldView, described_field_ids, replaced_error
 from .metadata_check import metadata_problems
 from .output_files import _running as process_running
 from .permissions import (
@@ -39,6 +41,7 @@ from .permissions import (
 )
 from .rewrites import (INTERRUPTED_MARK, REWRITING_KEY, changed, count_rewrite, engine_catch_up, rewrite_counts,
                        rewrites_under_way)
+from .step_write_locks import step_written
 from .written_steps import (
     RECORD_KEY, cut_at, forget_field, holds, record_step, recorded_runs, steps_of, steps_on_disk,
 )
@@ -70,6 +73,10 @@ SIMULATED_FIELDS = ("velocity", "pressure")
 #: of one query at it read the file once while it is being appended to; see
 #: :func:`turbdb.file_snapshots.snapshot`).
 METADATA_RECENT_SECONDS = 0.005
+#: Looks :meth:`Dataset.field_view` takes at a dataset created again meanwhile before it
+#: gives up (each finds the metadata and the store of one dataset unless another creation
+#: lands between them).
+VIEW_TRIES = 8
 
 
 class Dataset(HoldsEngine):
@@ -96,6 +103,10 @@ class Dataset(HoldsEngine):
         self._rewrites_seen: dict[str, dict[int, int]] = {}
         #: Held while a store is opened (shared by copies, as the stores are).
         self._opening_stores = threading.Lock()
+        #: Per field, its opened store and the field id of the metadata it was opened with
+        #: (grid, components): a store opened with the metadata of a dataset since created
+        #: again is not the one :meth:`field_view` pairs with the new metadata.
+        self._opened_for: dict[str, tuple[Any, int | None]] = {}
         # A list, not the tuple itself, so that shallow copies (the service makes one per
         # request) share what one of them parsed: (the file's snapshot, attrs, info, the
         # field ids it describes). Filled from the document just read, unless its
@@ -104,7 +115,7 @@ class Dataset(HoldsEngine):
         if seen is not None:
             with contextlib.suppress(Exception):
                 self._cache[0] = (seen, attrs, DatasetInfo.from_attrs(attrs, name=self.name),
-                                  _described_field_ids(document, self.path))
+                                  described_field_ids(document, self.path))
         #: Counters of the last query (atoms read, read calls, contributions), the seconds
         #: spent per phase (``plan_seconds``, ``read_seconds``, ``weights_seconds``,
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
@@ -126,7 +137,13 @@ class Dataset(HoldsEngine):
     # -- metadata -----------------------------------------------------------------------
 
     def _attrs(self, fresh: bool = False) -> dict[str, Any]:
-        """The stored metadata, re-read only when ``zarr.json`` may have been replaced (see
+        """The stored metadata (see :meth:`_look`)."""
+        return self._look(fresh)[1]
+
+    def _look(self, fresh: bool = False) -> tuple[Snapshot | None, dict[str, Any], DatasetInfo, dict[str, int | None]]:
+        """One look at the stored metadata: (the file's snapshot, its attributes, the info
+        they give, the field ids its consolidated copy gives), taken together (a thread
+        that took the attributes and then the cache could get another look's info). Re-read only when ``zarr.json`` may have been replaced (see
         :mod:`turbdb.file_snapshots`: every write of it is a rename, but two within one clock
         tick can leave its ``stat`` as it was), parsed again only when its bytes changed, or
         at every look while an opened field is not yet the one it describes (see
@@ -144,8 +161,8 @@ class Dataset(HoldsEngine):
             raise StorageError(f"cannot read dataset {self.name!r}: {e.strerror or e} ({self._metadata_file})") from None
         if document is None:  # the bytes parsed before
             if seen is not known:
-                self._cache[0] = (seen, *cached[1:])
-            return cached[1]
+                self._cache[0] = cached = (seen, *cached[1:])
+            return cached
         attrs = _turbdb_attrs(document)
         if attrs is None:
             raise DamagedMetadataError(f"{self._metadata_file} has no 'turbdb' attributes; the metadata is damaged")
@@ -153,12 +170,12 @@ class Dataset(HoldsEngine):
         counts = rewrite_counts(attrs, self._metadata_file)  # damaged: refused at every look
         # The stores catch up before the new snapshot is published: a copy (another request)
         # that sees it must not read through a store still holding replaced shards.
-        described = _described_field_ids(document, self.path)
+        described = described_field_ids(document, self.path)
         settled = self._drop_replaced_stores(attrs, described)
         for field in list(self._stores):
             self._catch_up(field, counts.get(field, {}))
-        self._cache[0] = (seen if settled else None, attrs, info, described)
-        return attrs
+        look = self._cache[0] = (seen if settled else None, attrs, info, described)
+        return look
 
     def _gone(self) -> UnknownNameError:
         """The error of a dataset whose metadata vanished since it was opened: deleted, or
@@ -196,8 +213,12 @@ class Dataset(HoldsEngine):
         between served the old field for good. Until they agree, every look reads the
         metadata again."""
         settled = True
-        for field, (_, _, identity) in list(self._stores.items()):
-            if field not in attrs["fields"] or directory_identity(self.path / field) != identity:
+        for field, (store, _, identity) in list(self._stores.items()):
+            opened_for = self._opened_for.get(field, (store, described.get(field)))
+            # Also one opened with the metadata of another dataset (this one created again
+            # between the look at the metadata and the open): its grid is that dataset's.
+            if field not in attrs["fields"] or directory_identity(self.path / field) != identity or \
+                    (opened_for[0] is store and opened_for[1] != described.get(field)):
                 self._stores.pop(field, None)
             elif described.get(field, identity[2]) != identity[2]:
                 settled = False
@@ -207,8 +228,7 @@ class Dataset(HoldsEngine):
     def metadata(self) -> DatasetInfo:
         """Like :attr:`info` without scanning which steps are written: cheap, for the hot
         path of queries (a missing step is reported by the engine when it is needed)."""
-        self._attrs()
-        return self._cache[0][2]
+        return self._look()[2]
 
     @property
     def info(self) -> DatasetInfo:
@@ -285,18 +305,37 @@ class Dataset(HoldsEngine):
     # -- writing ------------------------------------------------------------------------
 
     def field_store(self, field: str) -> Any:
-        """The Rust store of a field (cached per field, until the dataset is replaced)."""
-        attrs = self._attrs()  # a stat: notices a dataset created again over this one
+        """The Rust store of a field (cached per field, until the dataset is replaced). A
+        read takes it with the metadata it goes by: :meth:`field_view`."""
+        look = self._look()  # a stat: notices a dataset created again over this one
         if field not in self._stores:
             # One store a field: threads that opened one each kept reading through theirs,
             # which no later rewrite made drop its cached shards (mixed answers for good).
             with self._opening_stores:
                 if field not in self._stores:
-                    self._open_store(field, attrs)
+                    self._open_store(field, look)
         return self._stores[field][0]
 
-    def _open_store(self, field: str, attrs: dict[str, Any]) -> None:
-        """Opens the store of ``field`` (described by ``attrs``) into :attr:`_stores`."""
+    def field_view(self, field: str) -> FieldView:
+        """The metadata and the store of ``field`` of one and the same dataset, for a read:
+        a query that took the metadata, then the store of a dataset created again meanwhile
+        (``overwrite=True``), read the new data with the old axes and times (wrong values),
+        or made the engine panic on another grid. Looked at again until the two agree;
+        :class:`~turbdb.step_versions.DatasetReplacedError` if the dataset is created again
+        faster than that."""
+        for attempt in range(VIEW_TRIES):
+            _, _, info, described = self._look(fresh=attempt > 0)
+            store = self.field_store(field)
+            opened_for = self._opened_for.get(field)
+            # A store opened otherwise (a cluster's) reads with the metadata of the moment.
+            if opened_for is None or opened_for[0] is not store or opened_for[1] == described.get(field):
+                return FieldView(info, store, described.get(field))
+        raise replaced_error(self, field)
+
+    def _open_store(self, field: str, look: tuple[Any, dict[str, Any], DatasetInfo, dict[str, int | None]]) -> None:
+        """Opens the store of ``field`` as the metadata ``look`` (:meth:`_look`) describes it
+        into :attr:`_stores`."""
+        attrs = look[1]
         if field not in attrs["fields"]:
             raise UnknownNameError(
                 f"dataset {self.name!r} has no field {field!r}; it has {', '.join(attrs['fields'])}"
@@ -307,6 +346,13 @@ class Dataset(HoldsEngine):
         except StorageError:
             if not os.path.lexists(self._metadata_file):  # the dataset went since _attrs
                 raise self._gone() from None
+            # Removed (remove_empty_field: its directory goes before the metadata says so) since
+            # the look, or the dataset created again without it: a field unknown, not a storage error.
+            with self._writers_done():
+                now = self._look(fresh=True)[1]["fields"]
+            if field not in now:
+                raise UnknownNameError(f"dataset {self.name!r} has no field {field!r} (any longer); it has "
+                                       f"{', '.join(now)}") from None
             raise
         layout = parse_atom_codecs(array_document, array_json)
         store = _core.FieldStore(
@@ -323,6 +369,7 @@ class Dataset(HoldsEngine):
         )
         identity = directory_identity(self.path / field)
         self._stores[field] = (store, attrs["fields"][field]["ncomp"], identity)
+        self._opened_for[field] = (store, look[3].get(field))
         cached = self._cache[0]
         if cached is not None and cached[3].get(field, identity[2]) != identity[2]:
             self._cache[0] = (None, *cached[1:])  # opened before the field's own zarr.json was replaced
@@ -337,10 +384,11 @@ class Dataset(HoldsEngine):
         shard. A crash while a stored step is written again leaves it mixing old and new
         shards: the rewrite is recorded as under way before the shards are written, so
         ``verify`` names that step until it is written again. Holds the dataset's writer
-        lock meanwhile (:class:`DatasetBusyError` while another process writes it).
+        lock meanwhile (:class:`DatasetBusyError` while another process writes it, or when
+        the dataset was created again since the write began: nothing is written then).
+        Threads writing the same step wait for each other; other steps are written at once.
         Returns the bytes written. ``sync=True`` also fsyncs every shard."""
-        store = self.field_store(field)
-        ncomp = self._stores[field][1]
+        store, ncomp, identity = self._field_to_write(field)
         info_attrs = self._attrs()
         nt = len(info_attrs["times"])
         if not (isinstance(time_index, (int, np.integer)) and 0 <= time_index < nt):
@@ -367,7 +415,11 @@ class Dataset(HoldsEngine):
         if data.dtype not in (np.float32, np.float64):
             data = data.astype(np.float32)
         t = int(time_index)
-        with self._writing("write to it again"):
+        with self._writing("write to it again"), step_written(self.path, field, t):
+            # The store writes by path: opened before a replacement that landed before the
+            # lock, it wrote the old field's shards (and the step's record) into the new dataset.
+            if directory_identity(self.path / field) != identity:
+                raise self._created_again()
             rewrite = (self.path / field / "c" / str(t)).exists()  # the step had shards before
             if rewrite:
                 rewrite_counts(info_attrs, self._metadata_file)  # damaged: refused before writing
@@ -423,6 +475,26 @@ class Dataset(HoldsEngine):
 
         self.update_attrs(change)
         self._attrs()  # this process's other stores drop the step too
+
+    def _field_to_write(self, field: str) -> tuple[Any, int, tuple[int, int, int | None]]:
+        """The store of ``field`` (:meth:`field_store`), its components and the identity of
+        the directory it was opened in, all of one opening: looked up again until no other
+        thread replaced the opening during the look."""
+        opened = self._stores.get(field)
+        while True:
+            store = self.field_store(field)
+            now = self._stores.get(field)
+            if now is not None and now is opened:
+                return store, now[1], now[2]
+            opened = now
+
+    def _created_again(self) -> TurbdbError:
+        """The refusal of a write that found the dataset created again (``overwrite=True``,
+        by another process or thread) since it opened the field: nothing was written."""
+        if not os.path.lexists(self._metadata_file):  # gone, or the new one not yet whole
+            return self._gone()
+        return DatasetReplacedError(f"dataset {self.name!r} in {self.path.parent} was created again while this write "
+                                    "began, so nothing was written; write again to write to the new dataset")
 
     def _writing(self, then: str) -> contextlib.AbstractContextManager[None]:
         """The writer lock for one change made by this process, shared with any hold of it
@@ -697,7 +769,14 @@ class Dataset(HoldsEngine):
         attrs = self._attrs()
         nt = len(attrs["times"])
         recorded = recorded_runs(attrs, self._metadata_file)
-        reports = {field: self.field_store(field).verify(nt) for field in attrs["fields"]}
+        reports = {}
+        for field in attrs["fields"]:
+            try:
+                reports[field] = self.field_store(field).verify(nt)
+            except UnknownNameError:
+                if field in self._attrs()["fields"]:
+                    raise  # the dataset itself gone
+                # removed since the look above (remove_empty_field): nothing of it to check
         # What this account may not read was not checked: said so, never called lost (the
         # Rust check counts a directory it cannot list as empty), and none of its steps is
         # missing for the rules below.
@@ -707,6 +786,8 @@ class Dataset(HoldsEngine):
                    for field, r in reports.items()}
         nx, ny, nz = attrs["grid"]
         now, shapes = self._metadata_and_shapes(list(reports))
+        for field in set(reports) - set(shapes):  # removed while the others were checked
+            del reports[field]
         under_way = rewrites_under_way(now, self._metadata_file)
         journaled: dict[str, set[int]] = {}  # the steps each field's ingest journal says it stored
         for field, report in reports.items():
@@ -838,12 +919,21 @@ class Dataset(HoldsEngine):
         """The metadata and each field array's shape, read together under the metadata
         lock: a dataset that grew while verify scanned its shards (seconds) holds more times
         by now, in its metadata and its arrays alike (the arrays were compared with the
-        metadata read before the scan: 14 of 60 runs called a growing dataset's shape wrong)."""
+        metadata read before the scan: 14 of 60 runs called a growing dataset's shape wrong).
+        A field removed meanwhile (:meth:`remove_empty_field`) has no shape."""
+        with self._writers_done():
+            attrs = self._attrs()
+            return attrs, {field: read_json(self.path / field / ZARR_JSON).get("shape") for field in fields
+                           if field in attrs["fields"]}
+
+    @contextlib.contextmanager
+    def _writers_done(self) -> Iterator[None]:
+        """Holds the metadata lock shared: a change of the metadata under way (a field being
+        added or removed, its directory made or gone before the metadata says so) ends first."""
         with contextlib.ExitStack() as stack:
             with contextlib.suppress(StorageError):  # no lock file: no writer since it was made
                 stack.enter_context(self._metadata_lock(reading=True))
-            attrs = self._attrs()
-            return attrs, {field: read_json(self.path / field / ZARR_JSON).get("shape") for field in fields}
+            yield
 
     def verify_metadata(self) -> list[tuple[str, str]]:
         """``(file, message)`` for each way the metadata misleads xarray or zarr-python: a
@@ -985,18 +1075,6 @@ def directory_identity(path: Path) -> tuple[int, int, int | None]:
     return (st.st_dev, st.st_ino, made_as)
 
 
-def _described_field_ids(document: dict[str, Any], path: Path) -> dict[str, int | None]:
-    """The field ids the consolidated copy in a dataset's ``zarr.json`` (``document``) gives
-    its arrays; none without one (a dataset another tool wrote)."""
-    children = (document.get("consolidated_metadata") or {}).get("metadata") or {}
-    ids = {}
-    for name, child in children.items() if isinstance(children, dict) else ():
-        if isinstance(child, dict):
-            with contextlib.suppress(TurbdbError):
-                ids[name] = field_id(child, path / name / ZARR_JSON)
-    return ids
-
-
 
 
 def _turbdb_attrs(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -1084,14 +1162,25 @@ def _not_a_regular_file(path: Path | str, kind: str) -> StorageError:
                         "open it; remove it (turbdb makes its lock files again) or restore the file from a copy")
 
 
-#: The writer locks each thread holds (their datasets' real paths).
-#: The writer locks this process holds: the dataset's real path → [its open lock file, how
-#: many holds, the thread that took it explicitly (an ingest, a simulation, a replacement;
-#: None for the single changes of :func:`shared_writer_lock`)]. A second ``flock`` on
-#: another open of the same file is refused even within one process, so holds are counted
-#: here: threads writing separate steps at once (a thread pool, Dask's threaded scheduler,
-#: simulate's writer thread) refused each other, naming their own process.
-_WRITER_LOCKS_HELD: dict[str, list[Any]] = {}
+class _Hold:
+    """This process's hold of one dataset's writer lock. A second ``flock`` on another open
+    of the same file is refused even within one process, so holds are counted here:
+    threads writing separate steps at once (a thread pool, Dask's threaded scheduler,
+    simulate's writer thread) refused each other, naming their own process."""
+
+    def __init__(self, lock: IO[bytes], owner: int | None) -> None:
+        self.lock = lock
+        #: The thread that took it explicitly (an ingest, a simulation, a replacement); None
+        #: for the single changes of :func:`shared_writer_lock`.
+        self.owner = owner
+        #: How many holds each thread has.
+        self.threads: collections.Counter[int] = collections.Counter()
+        #: The thread replacing the dataset meanwhile (:func:`replacement_lock`), if any.
+        self.replacer: int | None = None
+
+
+#: The writer locks this process holds, by their datasets' real paths.
+_WRITER_LOCKS_HELD: dict[str, _Hold] = {}
 _WRITER_LOCKS_GUARD = threading.Lock()
 
 
@@ -1107,11 +1196,10 @@ os.register_at_fork(after_in_child=_forget_writer_locks_after_fork)
 
 
 def writer_lock_held(path: Path) -> bool:
-    """Whether this thread took the writer lock of the dataset at ``path``: ``turbdb
-    simulate`` holds it while it replaces the dataset through ``create_dataset``, where a
-    second ``flock`` would be refused like another process's."""
-    entry = _WRITER_LOCKS_HELD.get(os.path.realpath(path))
-    return entry is not None and entry[2] == threading.get_ident()
+    """Whether this thread took the writer lock of the dataset at ``path`` (an ingest or a
+    simulation holding it)."""
+    hold = _WRITER_LOCKS_HELD.get(os.path.realpath(path))
+    return hold is not None and hold.owner == threading.get_ident()
 
 
 @contextlib.contextmanager
@@ -1120,9 +1208,9 @@ def writer_lock(path: Path, *, then: str = "run this again: steps already stored
     directory whose metadata is not written yet (a creation that was interrupted): one
     writer at a time, another process or another thread of this one (an ingest, a
     simulation, a replacement) refused with :class:`DatasetBusyError` naming the holder and
-    saying to wait for it, ``then`` (what the refused command should do next); the holder
-    itself checks :func:`writer_lock_held` rather than taking it again."""
-    with _held(path, then, shared=False):
+    saying to wait for it, ``then`` (what the refused command should do next). The holder
+    may replace the dataset under it (:func:`replacement_lock`)."""
+    with _held(path, then, "exclusive"):
         yield
 
 
@@ -1130,32 +1218,56 @@ def shared_writer_lock(path: Path, *, then: str) -> contextlib.AbstractContextMa
     """The writer lock for one change (:meth:`Dataset.write`, :meth:`Dataset.append_times`,
     …): shared with any hold of this process (the steps a thread pool writes, the writer
     thread of a simulation, a change made during an ingest of this process), taken for the
-    change otherwise, refused while another process holds it."""
-    return _held(path, then, shared=True)
+    change otherwise, refused while another process holds it or another thread of this one
+    replaces the dataset."""
+    return _held(path, then, "shared")
+
+
+def replacement_lock(path: Path, *, then: str) -> contextlib.AbstractContextManager[None]:
+    """The writer lock while the dataset at ``path`` is created again over itself
+    (``create_dataset(..., overwrite=True)``): taken, or kept where this thread holds it
+    already (``turbdb simulate`` replacing an interrupted run). Other threads of this
+    process are refused meanwhile, as other processes are: a write joining the hold wrote
+    the old dataset's shards into the new one's directory. Refused while another thread
+    holds it (a write under way)."""
+    return _held(path, then, "replacing")
 
 
 @contextlib.contextmanager
-def _held(path: Path, then: str, shared: bool) -> Iterator[None]:
+def _held(path: Path, then: str, kind: str) -> Iterator[None]:
+    """A hold of the writer lock of ``kind``: "shared" (one change), "exclusive" (an ingest,
+    a simulation) or "replacing" (see :func:`replacement_lock`)."""
     key = os.path.realpath(path)
     me = threading.get_ident()
     with _WRITER_LOCKS_GUARD:
-        entry = _WRITER_LOCKS_HELD.get(key)
-        if entry is None:
-            entry = _WRITER_LOCKS_HELD[key] = [_take_writer_lock(path, then), 0, None if shared else me]
-        elif not shared:  # one ingest, simulation or replacement at a time, also within a process
+        hold = _WRITER_LOCKS_HELD.get(key)
+        if hold is None:
+            hold = _WRITER_LOCKS_HELD[key] = _Hold(_take_writer_lock(path, then), None if kind == "shared" else me)
+        elif hold.replacer not in (None, me):
+            raise DatasetBusyError(f"another thread of this process is replacing dataset {path.name!r} (creating it "
+                                   f"again); wait for it to finish, then {then}")
+        elif kind == "exclusive" or (kind == "replacing" and (hold.owner != me or set(hold.threads) - {me})):
+            # One ingest, simulation or replacement at a time, also within a process; and no
+            # replacement under a write of another thread.
             raise DatasetBusyError(f"another writer of this process is writing dataset {path.name!r}; wait for it to "
                                    f"finish, then {then}")
-        entry[1] += 1
+        if kind == "replacing":
+            hold.replacer = me
+        hold.threads[me] += 1
     try:
         yield
     finally:
         with _WRITER_LOCKS_GUARD:
-            entry[1] -= 1
-            if entry[1] == 0 and _WRITER_LOCKS_HELD.get(key) is entry:
+            if kind == "replacing":
+                hold.replacer = None
+            hold.threads[me] -= 1
+            if hold.threads[me] == 0:
+                del hold.threads[me]
+            if not hold.threads and _WRITER_LOCKS_HELD.get(key) is hold:
                 del _WRITER_LOCKS_HELD[key]
                 with contextlib.suppress(OSError):
-                    fcntl.flock(entry[0], fcntl.LOCK_UN)
-                entry[0].close()
+                    fcntl.flock(hold.lock, fcntl.LOCK_UN)
+                hold.lock.close()
 
 
 def _lock_file(path: Path, writing: bool) -> IO[bytes]:

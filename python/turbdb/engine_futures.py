@@ -117,9 +117,9 @@ class EngineFutures:
                 again = submission.submit(lambda: evaluate_call(job.dataset, job.call.renewed(job.dataset)))
                 again.add_done_callback(lambda done: _pass_on(done, job.future))
             else:
-                job.future.set_exception(e)
+                job.future.set_exception(job.call.named(e))
         except BaseException as e:
-            job.future.set_exception(e)
+            job.future.set_exception(job.call.named(e))
         self._start_waiting()
 
 

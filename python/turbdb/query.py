@@ -14,11 +14,11 @@ from .arguments import (
     METHOD_ALIASES, METHODS, OPERATOR_ALIASES, OPERATORS, SLOTS, STRATEGIES, TEMPORAL_ALIASES, TEMPORALS,
     aligned, axes_of, choice, finite_number, is_series, known_field, point_array, result_dtype, time_list,
 )
-from .exceptions import QueryCancelledError
+from .exceptions import QueryCancelledError, TurbdbError
 from .jobs import job_number
 from .size_limit import check_answer_bytes
-from .written_steps import stencil_times
-from .step_versions import REWRITE_ERRORS, StepVersions, steps_read
+from .written_steps import naming_the_step, stencil_times
+from .step_versions import StepVersions, steps_read
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -64,9 +64,12 @@ def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | N
     while True:
         try:
             return _evaluate(dataset, call, cancel, stop)
-        except REWRITE_ERRORS as error:
+        except TurbdbError as error:  # any of them: DatasetReplacedError where the dataset was created again
             if not call.versions.spoiled(dataset, error):
-                raise
+                named = call.named(error)
+                if named is error:
+                    raise
+                raise named from None
         call = call.renewed(dataset)
 
 
@@ -120,6 +123,13 @@ class PointCall:
         """Hands it to ``engine``: a ``PendingQuery`` (``extra``: ``notify=``)."""
         return engine.submit(self.store, self.points, **self.options, **self.engine_options, **extra)
 
+    def named(self, error: BaseException) -> BaseException:
+        """``error`` as turbdb's other messages say it: a step not stored named by its time
+        index, its time and the field (the engine names the index alone)."""
+        if not isinstance(error, TurbdbError):
+            return error
+        return naming_the_step(error, self.options["times"], self.versions.field)
+
     def answer(self, dataset: Dataset, values: np.ndarray, counters: dict[str, Any]) -> np.ndarray:
         """The answer from what the evaluation returned; its counters become the
         dataset's ``last_query_stats``. :class:`StepRewrittenError` where a rewrite of a
@@ -154,15 +164,19 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     """Checks a point query at one time (see :meth:`turbdb.Dataset.query`); ``series``: the
     number of times of the series it is the first of, whose whole answer is sized."""
     job = job_number(job)
-    info = dataset.metadata
-    known_field(dataset.name, info.fields, field)
+    known_field(dataset.name, dataset.metadata.fields, field)
     method = choice("method", method, METHODS, METHOD_ALIASES)
     operator = choice("operator", operator, OPERATORS, OPERATOR_ALIASES)
     temporal = choice("temporal method", temporal, TEMPORALS, TEMPORAL_ALIASES)
     strategy = choice("strategy", strategy, STRATEGIES)
     dtype = result_dtype(dtype)
     time = finite_number("time", time)
-    xyz = query_points(points, info)
+    given = point_array(points)  # read once, before the look below: a dataset may be created again meanwhile
+    # The axes, times and store of one dataset: the metadata taken first and the store of a
+    # dataset created again since answered wrong values, or made the engine panic.
+    view = dataset.field_view(field)
+    info = view.info
+    xyz = query_points(given, info)
     ncomp = info.fields[field].ncomp
     # pchip over the steps the field has: its last interval as at the end of the data.
     times = stencil_times(info.times, info.fields[field].recorded, time, temporal)
@@ -173,12 +187,12 @@ def point_call(dataset: Dataset, field: str, points: Any, *, time: Any, method: 
     # Before the store's own check (a node engine has none), in words that say how to raise the limit.
     check_answer_bytes(len(xyz), ncomp * SLOTS[operator], dtype, series, summed_in_float64=True)
     return PointCall(
-        store=dataset.field_store(field), points=xyz,
+        store=view.store, points=xyz,
         options={"axes": axes_of(info), "times": times, "time": time, "method": method, "operator": operator,
                  "temporal": temporal},
         engine_options={"job": job, "narrow": narrow}, strategy=strategy, shape=shape, dtype=np.dtype(dtype),
         # Noted after the store caught up (field_store): the engine has dropped what they replaced.
-        versions=StepVersions.of(dataset, field, steps_read(times, time, temporal)))
+        versions=StepVersions.of(dataset, field, steps_read(times, time, temporal), view.made))
 
 
 def query_points(points: Any, info: Any) -> np.ndarray:

@@ -25,8 +25,10 @@ REWRITING_KEY = "rewriting"
 #: Ends the record of a rewrite that failed part-way (``PID@HOST interrupted``).
 INTERRUPTED_MARK = " interrupted"
 
-#: Per engine, per field (its directory and identity), the counts it last saw.
-_ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[int, int, int | None]], dict[int, int]]] = \
+#: Per engine, per field directory, the identity of the field it last saw there and that
+#: field's counts: one entry a directory, however often its dataset is created again (an
+#: entry per identity grew by one per field at every re-creation).
+_ENGINE_SEEN: weakref.WeakKeyDictionary[Any, dict[str, tuple[tuple[int, int, int | None], dict[int, int]]]] = \
     weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 # A forked child has none of its parent's engines (database.py makes new ones).
@@ -57,16 +59,21 @@ def changed(seen: dict[int, int] | None, now: dict[int, int]) -> list[int]:
 
 
 def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int, int | None]], now: dict[int, int]) -> None:
-    """Makes ``engine`` drop the steps of the field ``key`` (read through ``store``)
-    rewritten since it last looked. An engine that never looked at the field has cached
-    nothing of it."""
+    """Makes ``engine`` drop the steps of the field ``key`` (its directory and identity,
+    read through ``store``) rewritten since it last looked. An engine that never looked at
+    the directory has cached nothing of it. Where it last looked at another field there
+    (the dataset was created again, or a ``Dataset`` opened before that looked since), what
+    it saw of this one was forgotten: every step ever rewritten is dropped (none, for a
+    dataset just created)."""
+    directory, identity = key
     with _LOCK:  # held while it drops them: another Dataset must not take them for dropped sooner
         fields = _ENGINE_SEEN.setdefault(engine, {})
-        seen = fields.get(key)
-        if seen is not None:
+        last = fields.get(directory)
+        if last is not None:
+            seen = last[1] if last[0] == identity else {}
             for step in changed(seen, now):
                 engine.invalidate(store, step)
-        fields[key] = dict(now)
+        fields[directory] = (identity, dict(now))
 
 
 def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int, str]]:

@@ -7,7 +7,14 @@ rewrite counts of the steps it needs (:mod:`turbdb.rewrites`) before it runs, it
 caught up with them, and looks at the metadata file again after; an answer during which a
 rewrite of one of those steps began, ended or was under way is dropped and read again. A
 rewrite under way is waited for; past :data:`BUSY_SECONDS` the read gives up with
-:class:`DatasetBusyError` (HTTP 503)."""
+:class:`DatasetBusyError` (HTTP 503).
+
+A dataset created again over the one a read began with (``overwrite=True``) is another
+dataset, not a version of a step: a read takes the metadata and the field's store of one
+and the same dataset (:class:`FieldView`), notes the field's id with the versions, and
+one during which the dataset was created again ends with :class:`DatasetReplacedError`
+(HTTP 503: asked again, it reads the new dataset) — the new store with the old axes and
+times answered wrong values, or made the engine panic on another grid."""
 
 from __future__ import annotations
 
@@ -24,10 +31,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from . import _core
-from .exceptions import CorruptDataError, DatasetBusyError, StorageError, TurbdbError
+from .exceptions import CorruptDataError, DatasetBusyError, QueryCancelledError, StorageError, TurbdbError
 from .file_snapshots import Snapshot, snapshot
 from .output_files import _running
 from .rewrites import INTERRUPTED_MARK, REWRITES_KEY, rewrite_counts, rewrites_under_way
+from .zarr_meta import field_id
 
 T = TypeVar("T")
 
@@ -40,9 +48,10 @@ POLL_SECONDS = 0.005
 #: atom taken for swapped): read again when a rewrite overlapped the read.
 REWRITE_ERRORS = (StorageError, CorruptDataError)
 
-#: Per metadata file, its last bytes read by a check and what they record of rewrites: the
-#: file is parsed again only when it changed (a rewrite), not for every query.
-_PARSED: dict[str, tuple[Snapshot, dict[str, dict[int, int]], dict[str, dict[int, str]]]] = {}
+#: Per metadata file, its last bytes read by a check and what they record of rewrites and
+#: of the fields' ids: the file is parsed again only when it changed (a rewrite), not for
+#: every query.
+_PARSED: dict[str, tuple[Snapshot, dict[str, dict[int, int]], dict[str, dict[int, str]], dict[str, int | None]]] = {}
 _PARSED_LOCK = threading.Lock()
 #: Metadata files remembered at most (one entry a dataset; a server's datasets fit).
 _PARSED_MOST = 256
@@ -59,6 +68,29 @@ class StepRewrittenError(DatasetBusyError):
 
     status = 503  # the service's answer: try again, as for a busy server
     retry_after = 1.0
+
+
+class DatasetReplacedError(DatasetBusyError):
+    """The dataset was created again (``overwrite=True``), or the field read removed and
+    added again, while a read of it was under way:
+    what was read came from the old dataset, or from both; asked again, the read takes the
+    new one."""
+
+    status = 503  # the service's answer: try again (turbdb.connect does), the name is there
+    retry_after = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FieldView:
+    """The metadata of a dataset and the opened store of one of its fields, of one and the
+    same dataset (:meth:`turbdb.Dataset.field_view`): a read takes its axes, times and
+    components from ``info`` and its values from ``store``. ``made``: the id the metadata
+    gives the field (None for fields made before ids existed), which changes when the
+    dataset is created again."""
+
+    info: Any
+    store: Any
+    made: int | None
 
 
 class RewriteUnderWay(DatasetBusyError):
@@ -88,13 +120,22 @@ class StepVersions:
     field: str
     steps: tuple[int, ...]
     seen: Versions
+    #: The field's id when the read began (:attr:`FieldView.made`): another one now means
+    #: the dataset was created again.
+    made: int | None = None
     retry_until: float | None = None
 
     @classmethod
-    def of(cls, dataset: Any, field: str, steps: Sequence[int]) -> StepVersions:
-        """As the dataset's metadata gives them now (its caches catch up first); waits for nothing."""
+    def of(cls, dataset: Any, field: str, steps: Sequence[int], made: int | None) -> StepVersions:
+        """As the dataset's metadata gives them now (its caches catch up first); waits for
+        nothing. ``made``: the field's id in the metadata the read took its axes and store
+        from (:class:`FieldView`); :class:`DatasetReplacedError` where the dataset was created
+        again since."""
         steps = tuple(steps)
-        return cls(field, steps, _recorded(dataset._attrs(), field, steps))
+        versions = cls(field, steps, (), made)
+        look = dataset._look()
+        versions._check_made(dataset, look[3])
+        return dataclasses.replace(versions, seen=_recorded(look[1], field, steps))
 
     def rewriter(self) -> str | None:
         """The process rewriting one of the steps now (``PID@HOST``), or None. A rewrite
@@ -107,15 +148,32 @@ class StepVersions:
 
     def unchanged(self, dataset: Any) -> bool:
         """Whether no rewrite of the steps began, ended or was under way since these were
-        noted: the metadata file is read again unless its ``stat`` is unchanged since a
-        time well after its last change (:func:`_current`)."""
+        noted, nor the dataset was created again: the metadata file is read again unless its
+        ``stat`` is unchanged since a time well after its last change (:func:`_current`)."""
         if self.rewriter() is not None:
             return False
         now = _current(dataset._metadata_file)
-        return now is not None and _versions(now[0], now[1], self.field, self.steps) == self.seen
+        return (now is not None and now[2].get(self.field) == self.made
+                and _versions(now[0], now[1], self.field, self.steps) == self.seen)
+
+    def replaced(self, dataset: Any) -> bool:
+        """Whether the metadata now gives the field another id than when the read began:
+        the dataset was created again (its metadata missing or unreadable for a moment, as
+        while it is swapped in, is not taken for that: the read is made again)."""
+        now = _current(dataset._metadata_file)
+        return now is not None and now[2].get(self.field) != self.made
+
+    def _check_made(self, dataset: Any, described: dict[str, int | None]) -> None:
+        """:class:`DatasetReplacedError` unless the field ids ``described`` (a look at the
+        metadata) give the field the id the read began with."""
+        if described.get(self.field) != self.made:
+            raise replaced_error(dataset, self.field)
 
     def check(self, dataset: Any) -> None:
-        """Raises :class:`StepRewrittenError` unless :meth:`unchanged`."""
+        """Raises :class:`DatasetReplacedError` where the dataset was created again,
+        :class:`StepRewrittenError` where a step was rewritten (unless :meth:`unchanged`)."""
+        if self.replaced(dataset):
+            raise replaced_error(dataset, self.field)
         if not self.unchanged(dataset):
             raise StepRewrittenError(f"step{'s' if len(self.steps) > 1 else ''} "
                                      f"{', '.join(map(str, self.steps))} of {self.field!r} in dataset "
@@ -125,8 +183,13 @@ class StepVersions:
     def spoiled(self, dataset: Any, error: BaseException) -> bool:
         """Whether ``error``, raised by the read, comes of a rewrite that overlapped it: the
         check's own error, or a shard replaced or taken for swapped as it was read while the
-        versions changed. The read is then made again."""
-        if isinstance(error, StepRewrittenError):
+        versions changed. The read is then made again. So is any error of a read during
+        which the dataset was created again (a shard "copied from another dataset", a step
+        "not written", a box outside the new grid: each came of reading the new dataset's
+        files as the old one's), where :meth:`renewed` raises :class:`DatasetReplacedError`."""
+        if isinstance(error, QueryCancelledError):
+            return False
+        if isinstance(error, (StepRewrittenError, DatasetReplacedError)) or self.replaced(dataset):
             return True
         return isinstance(error, REWRITE_ERRORS) and not self.unchanged(dataset)
 
@@ -136,8 +199,9 @@ class StepVersions:
         until = self.retry_until if self.retry_until is not None else time.monotonic() + BUSY_SECONDS
         if time.monotonic() > until:
             raise _busy(dataset, self)
-        return dataclasses.replace(self, seen=_recorded(dataset._attrs(fresh=True), self.field, self.steps),
-                                   retry_until=until)
+        look = dataset._look(fresh=True)
+        self._check_made(dataset, look[3])  # created again: reading again through the same store cannot help
+        return dataclasses.replace(self, seen=_recorded(look[1], self.field, self.steps), retry_until=until)
 
     def settled(self, dataset: Any) -> StepVersions:
         """These, or once no rewrite of the steps is under way, the versions then (blocking:
@@ -169,7 +233,7 @@ def read_consistently(dataset: Any, versions: StepVersions, read: Callable[[bool
     while True:
         try:
             result = read(again)
-        except REWRITE_ERRORS as error:
+        except Exception as error:  # any: one of a dataset created again is DatasetReplacedError (renewed)
             if not versions.spoiled(dataset, error):
                 raise
         else:
@@ -189,6 +253,26 @@ def steps_read(times: Any, time_: float, temporal: str) -> tuple[int, ...]:
         return tuple(range(max(0, k - 3), min(len(times), k + 2)))
 
 
+def replaced_error(dataset: Any, field: str) -> DatasetReplacedError:
+    """The error of a read of ``field`` during which ``dataset`` was created again (or the
+    field removed and added again: its id changed as well)."""
+    return DatasetReplacedError(f"dataset {dataset.name!r} in {dataset.path.parent} was created again (or its field "
+                                f"{field!r} removed and added again) while it was read: the answer would mix the two; "
+                                "ask again (the new one is read)")
+
+
+def described_field_ids(document: dict[str, Any], path: Any) -> dict[str, int | None]:
+    """The field ids the consolidated copy in a dataset's ``zarr.json`` (``document``, at
+    ``path``) gives its arrays; none without one (a dataset another tool wrote)."""
+    children = (document.get("consolidated_metadata") or {}).get("metadata") or {}
+    ids = {}
+    for name, child in children.items() if isinstance(children, dict) else ():
+        if isinstance(child, dict):
+            with contextlib.suppress(TurbdbError):
+                ids[name] = field_id(child, f"{path}/{name}/zarr.json")
+    return ids
+
+
 def _recorded(attrs: dict[str, Any], field: str, steps: tuple[int, ...]) -> Versions:
     """The versions of ``steps`` in the parsed metadata ``attrs`` (the counts were checked
     when it was parsed; the marks are checked here, for the field alone)."""
@@ -203,9 +287,9 @@ def _versions(counts: dict[str, dict[int, int]], under_way: dict[str, dict[int, 
     return tuple((mine.get(s, 0), rewriting.get(s)) for s in steps)
 
 
-def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, str]]] | None:
-    """The rewrite counts and rewrites under way the metadata file at ``path`` records now,
-    or None where it cannot be read or parsed (the read is made again, and the dataset then
+def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, str]], dict[str, int | None]] | None:
+    """The rewrite counts, rewrites under way and field ids (:func:`described_field_ids`)
+    the metadata file at ``path`` records now, or None where it cannot be read or parsed (the read is made again, and the dataset then
     says what is wrong). Read again unless its ``stat`` vouches for the bytes read before
     (:mod:`turbdb.file_snapshots`), parsed again only when its bytes changed: reading every
     byte of it at every query cost 0.9 ms a query on a dataset whose ingest journal had
@@ -218,19 +302,21 @@ def _current(path: str) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, 
     if not changed:
         if now is not known[0]:  # read again, the same bytes: remembered as read now
             with _PARSED_LOCK:
-                _PARSED[path] = (now, known[1], known[2])
-        return known[1], known[2]
+                _PARSED[path] = (now, *known[1:])
+        return known[1:]
     try:
-        attrs = json.loads(now.data)["attributes"]["turbdb"]
+        document = json.loads(now.data)
+        attrs = document["attributes"]["turbdb"]
         counts = rewrite_counts(attrs, path)
         under_way = rewrites_under_way(attrs, path)
+        ids = described_field_ids(document, path.rpartition("/")[0])
     except (ValueError, KeyError, TypeError, AttributeError, TurbdbError):
         return None
     with _PARSED_LOCK:
         if len(_PARSED) >= _PARSED_MOST:
             _PARSED.clear()
-        _PARSED[path] = (now, counts, under_way)
-    return counts, under_way
+        _PARSED[path] = (now, counts, under_way, ids)
+    return counts, under_way, ids
 
 
 def _gone(who: str) -> bool:

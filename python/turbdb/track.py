@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number, known_field
+from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number, known_field, point_array
 from .exceptions import (
     InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError,
 )
 from .jobs import MAX_JOB_QUERIES, declare
 from .query import query_points, unless_cancelled
 from .size_limit import check_result_bytes
-from .step_versions import StepVersions, read_consistently, steps_read
+from .step_versions import FieldView, StepVersions, read_consistently, steps_read
 from .times import format_time, range_tolerance
 from .written_steps import stencil_times, step_named
 
@@ -58,14 +58,18 @@ def track(
     cancel: Any = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """See :meth:`turbdb.Dataset.track`."""
-    info = dataset.metadata
-    known_field(dataset.name, info.fields, field)
+    known_field(dataset.name, dataset.metadata.fields, field)
+    given = point_array(points)  # read once, before the look below: a dataset may be created again meanwhile
+    # The axes, times and store of one dataset, for the whole track: a dataset created again
+    # while it runs ends it (DatasetReplacedError), as its paths would mix the two datasets.
+    view = dataset.field_view(field)
+    info = view.info
     ncomp = info.fields[field].ncomp
     if ncomp != 3:
         raise InvalidRequestError(f"particles are advected by a vector field of 3 components; {field!r} has {ncomp}")
     method = choice("method", method, METHODS, METHOD_ALIASES)
     integrator = choice("integrator", integrator, INTEGRATORS)
-    x0 = query_points(points, info)
+    x0 = query_points(given, info)
     bad = np.flatnonzero(~np.isfinite(x0).all(axis=1))
     if bad.size:
         raise InvalidRequestError(f"particle {bad[0]} is not finite: {x0[bad[0]].tolist()}")
@@ -74,14 +78,14 @@ def track(
     check_result_bytes(rows * 24 * (2 if return_velocity else 1), f"{rows:,} particle positions",
                        "track fewer particles per call, or split the time span into several calls")
     times = step_times(start, end, dt)
-    _check_stored(dataset, field, info, times)
+    _check_stored(dataset, field, view, times)
 
     n_steps = len(times) - 1
     positions = np.empty((n_steps + 1, len(x0), 3))
     positions[0] = x0
     velocities = np.empty((n_steps + 1, len(x0), 3)) if return_velocity else None
     report = _progress(progress, n_steps)
-    evaluate = _Evaluator(dataset, field, info, method, evaluation_times(times, integrator, return_velocity), cancel)
+    evaluate = _Evaluator(dataset, field, view, method, evaluation_times(times, integrator, return_velocity), cancel)
     try:
         x = positions[0]
         for k in range(n_steps):
@@ -179,13 +183,18 @@ class _Evaluator:
     arguments were checked once up front, so this calls the store (or the node engine)
     directly. With a node engine the evaluations at ``planned`` times are declared as a
     job (its first :data:`~turbdb.jobs.MAX_JOB_QUERIES`; later ones run ungated); the
-    caller closes ``job`` at the end."""
+    caller closes ``job`` at the end. Every evaluation reads through the store of ``view``:
+    one during which the dataset was created again raises
+    :class:`~turbdb.step_versions.DatasetReplacedError` (the old store read the new
+    dataset's shards as its own: "a shard copied from another dataset")."""
 
-    def __init__(self, dataset: Dataset, field: str, info: DatasetInfo, method: str, planned: Iterable[float],
+    def __init__(self, dataset: Dataset, field: str, view: FieldView, method: str, planned: Iterable[float],
                  cancel: Any = None):
+        info = view.info
         self.dataset = dataset
         self.field = field
-        self.store = dataset.field_store(field)
+        self.store = view.store
+        self.made = view.made
         self.engine = dataset.engine
         self.cancel = cancel
         self.axes = axes_of(info)
@@ -209,7 +218,7 @@ class _Evaluator:
             raise QueryCancelledError(f"the track was cancelled at time {format_time(t)}")
         # Each evaluation sees one version of each step it reads (a rewrite under way is
         # waited for); evaluations apart may see a step before and after a rewrite.
-        versions = StepVersions.of(self.dataset, self.field, steps_read(self.stencil(t), t, "pchip"))
+        versions = StepVersions.of(self.dataset, self.field, steps_read(self.stencil(t), t, "pchip"), self.made)
         try:
             values, counters = read_consistently(self.dataset, versions, lambda again: self._evaluate(x, t, again))
         except OutOfDomainError as e:  # the engine names the first particle outside; add when
@@ -255,9 +264,10 @@ class _Evaluator:
         )
 
 
-def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.ndarray) -> None:
+def _check_stored(dataset: Dataset, field: str, view: FieldView, times: np.ndarray) -> None:
     """Refuses a time span outside the stored times, or one whose pchip stencil needs a
     step that is not written yet, before any work is done."""
+    info = view.info
     stored = info.times
     if len(stored) == 0:
         raise InvalidRequestError(f"dataset {dataset.name!r} has no stored times")
@@ -270,7 +280,7 @@ def _check_stored(dataset: Dataset, field: str, info: DatasetInfo, times: np.nda
             )
     # Exactly the steps the engine will read: the pchip levels of every step time (the
     # predictor is evaluated at step times too).
-    store = dataset.field_store(field)
+    store = view.store
     recorded = info.fields[field].recorded
     needed = sorted({i for t in np.unique(times)
                      for i, _ in store.time_levels(stencil_times(stored, recorded, float(t), "pchip"), float(t), "pchip")})

@@ -12,6 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from ..database_listing import misnamed_error
 from ..exceptions import TurbdbError
 from ..permissions import permission_denied
 from .group import main
@@ -62,13 +63,27 @@ def simulate(db: Path, name: str, grid: int, steps: int, save_every: int | None,
 
 def _datasets_without_metadata(path: Path, names: list[str]) -> list[str]:
     """Directories of the database that hold field arrays (``*/zarr.json``) but no
-    ``zarr.json`` of their own: datasets whose metadata was lost, which listing skips. Hidden
-    ones are a replacement under way or interrupted (``create_dataset(overwrite=True)``
-    builds the new dataset beside the old), not a dataset."""
-    return sorted(entry.name for entry in os.scandir(path)
-                  if entry.is_dir() and not entry.name.startswith(".") and entry.name not in names
-                  and not (Path(entry.path) / "zarr.json").exists()
-                  and any((Path(sub.path) / "zarr.json").is_file() for sub in os.scandir(entry.path) if sub.is_dir()))
+    ``zarr.json`` of their own: datasets whose metadata was lost (or a copy that stopped
+    before it), which listing skips. Hidden ones are a replacement under way or interrupted
+    (``create_dataset(overwrite=True)`` builds the new dataset beside the old), not a
+    dataset; a directory this account may not look inside is not one either (listing names it)."""
+    def holds_arrays_only(entry: os.DirEntry[str]) -> bool:
+        try:
+            if not entry.is_dir() or os.path.lexists(os.path.join(entry.path, "zarr.json")):
+                return False
+            with os.scandir(entry.path) as below:
+                return any(sub.is_dir() and os.path.isfile(os.path.join(sub.path, "zarr.json")) for sub in below)
+        except OSError:
+            return False
+
+    with os.scandir(path) as entries:
+        return sorted(entry.name for entry in entries
+                      if not entry.name.startswith(".") and entry.name not in names and holds_arrays_only(entry))
+
+
+#: What info and verify say of a directory :func:`_datasets_without_metadata` finds.
+_NO_METADATA = ("it holds field arrays but no zarr.json, so it is no dataset any more (a copy that stopped "
+                "halfway, or its metadata lost); restore its zarr.json from a backup or re-ingest it")
 
 
 def _stored_name(dataset_dir: Path) -> str | None:
@@ -180,10 +195,13 @@ def info(db: Path | str, name: str | None, as_json: bool, token: str | None) -> 
     """
     with open_database(str(db), token) as database:  # a server's connections are closed after
         names = [name] if name else database.datasets
-        if not names:
+        infos, damaged, unreadable, misnamed = [], {}, {}, {}
+        if not name and isinstance(db, Path) and database.only is None:  # what listing leaves out, a line each
+            damaged.update((n, _NO_METADATA) for n in _datasets_without_metadata(database.path, names))
+            misnamed.update((n, misnamed_error(n).args[0]) for n in database.listing().misnamed)
+        if not names and not damaged and not misnamed:
             click.echo(f"{db}: no datasets yet (create one with turbdb simulate or turbdb ingest)")
             return
-        infos, damaged, unreadable = [], {}, {}
         for n in names:  # one damaged or unreadable dataset must not hide the others
             try:
                 infos.append(database[n].info)
@@ -195,11 +213,13 @@ def info(db: Path | str, name: str | None, as_json: bool, token: str | None) -> 
         out = {i.name: {**i.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in i.fields.items()}} for i in infos}
         out.update({n: {"damaged": message} for n, message in damaged.items()})
         out.update({n: {"unreadable": message} for n, message in unreadable.items()})
+        out.update({n: {"misnamed": message} for n, message in misnamed.items()})
         click.echo(json.dumps(out, indent=2))
     else:
         click.echo("\n\n".join([i.describe() for i in infos] + [f"{n}: DAMAGED: {m}" for n, m in damaged.items()]
-                                + [f"{n}: UNREADABLE: {m}" for n, m in unreadable.items()]))
-    if damaged or unreadable:
+                                + [f"{n}: UNREADABLE: {m}" for n, m in unreadable.items()]
+                                + [f"{n}: MISNAMED: {m}" for n, m in misnamed.items()]))
+    if damaged or unreadable or misnamed:
         sys.exit(1)
 
 
@@ -224,8 +244,10 @@ def verify(db: Path, name: str | None) -> None:
             click.echo(f"{db}: {click.style('damaged', fg='red')}: {problem}")
         for orphan in _datasets_without_metadata(database.path, names):
             bad += 1
-            click.echo(f"{orphan}: {click.style('damaged', fg='red')}: it holds field arrays but no zarr.json, so "
-                       "it is no dataset any more; restore its zarr.json from a backup or re-ingest it")
+            click.echo(f"{orphan}: {click.style('damaged', fg='red')}: {_NO_METADATA}")
+        for misnamed in database.listing().misnamed:
+            bad += 1
+            click.echo(f"{misnamed}: {click.style('misnamed', fg='red')}: {misnamed_error(misnamed).args[0]}")
         if not names and not bad:
             click.secho(f"no datasets in {db}: nothing was checked", fg="red", err=True)
             sys.exit(1)

@@ -78,7 +78,7 @@ def existing_dataset_name(ctx: click.Context, param: click.Parameter, name: str 
     """A NAME argument naming a dataset to read: refused at once if no directory can have
     that name ('', '.', '..', a '/', longer than the file system takes), where "File name
     too long" came from deep in the look-up. Other names are looked up as they are: a
-    dataset renamed by hand is still read."""
+    dataset directory renamed by hand to no dataset name is named as such there (rename it)."""
     if name is None:
         return None
     if name in ("", ".", "..") or "/" in name or "\0" in name or len(name.encode(errors="replace")) > _NAME_MAX:

@@ -31,6 +31,7 @@ from ..arguments import known_field
 from ..exceptions import InvalidRequestError, TurbdbError
 from ..query import evaluate_call, point_call
 from ..cutout import as_filter_width, parse_strides
+from ..database_listing import misnamed_error
 from . import cutout as cutouts
 from . import cluster as cluster_routes
 from . import errors, home, jhtdb, jhtdb_cutout, jhtdb_metadata, jobs, json_answers, limits as limits_api, logs
@@ -201,7 +202,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
     @app.get("/v1/datasets", tags=["datasets"], summary="metadata of every dataset this token may read")
     async def list_datasets(request: Request) -> dict[str, Any]:
         limits = backend.authorize(request)
-        return {"datasets": [_metadata_json(backend, n) for n in backend.names() if limits.allows(n)]}
+        # In a worker thread: it reads every dataset's metadata once (the first time), and
+        # /healthz and small queries must keep answering meanwhile.
+        return {"datasets": await anyio.to_thread.run_sync(_listed_datasets, backend, limits)}
 
     @app.get("/v1/datasets/{name}", tags=["datasets"], summary="metadata of one dataset, with the steps written")
     async def get_dataset(name: str, request: Request, steps: bool = Query(
@@ -449,13 +452,32 @@ def _origins(origins: Sequence[str]) -> list[str]:
     return checked
 
 
+def _listed_datasets(backend: Backend, limits: Any) -> list[dict[str, Any]]:
+    """The metadata of every dataset ``limits`` may read, by name; with them, saying what
+    is wrong, those damaged or unreadable, and the directories holding a dataset under a
+    name that is no dataset name (not served: see ``misnamed_error``)."""
+    listing = backend.database.listing()
+    entries = {n: _metadata_json(backend, n) for n in listing.names if limits.allows(n)}
+    for name in listing.misnamed:
+        if limits.allows(name):
+            entries[name] = _error_json(backend, name, misnamed_error(name))
+    return [entries[n] for n in sorted(entries)]
+
+
 def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
     """A dataset's stored metadata; a damaged one is listed with what is wrong with it."""
     try:
         return backend.dataset(name).metadata.to_attrs()
     except TurbdbError as e:
-        # Without the server's paths, as every error answer (a damaged zarr.json named its own).
-        return {"name": name, "error": type(e).__name__, "description": errors.without_paths(str(e), backend.path)}
+        return _error_json(backend, name, e)
+
+
+def _error_json(backend: Backend, name: str, error: Exception) -> dict[str, Any]:
+    # Without the server's paths, as every error answer (a damaged zarr.json named its own);
+    # a name that is not UTF-8 (a directory renamed by hand) shown with replacement characters.
+    shown = name.encode(errors="surrogateescape").decode(errors="replace")
+    return {"name": shown, "error": type(error).__name__,
+            "description": errors.without_paths(str(error), backend.path)}
 
 
 def _encoder(request: Request) -> Callable[[np.ndarray], Response]:

@@ -21,6 +21,7 @@ import numpy as np
 from starlette.requests import Request
 
 from ..database import Database
+from ..database_listing import in_brief, misnamed_error, same_name
 from ..database import open as open_database
 from ..dataset import Dataset
 from ..exceptions import AccessDeniedError, FormatError, InvalidRequestError, LimitExceededError, QueryCancelledError, UnknownNameError
@@ -139,12 +140,23 @@ class Backend:
     def dataset(self, name: str, limits: Limits | None = None) -> Dataset:
         """Dataset ``name`` for one request: a shallow copy of the one opened at first use
         (it shares the opened field stores and cached metadata, but keeps its own
-        ``last_query_stats``). Names are checked against the pattern of dataset names and
-        the database's listing before any path is built, so ``../x`` never reaches the
-        file system."""
+        ``last_query_stats``). Names are checked against the pattern of dataset names
+        before any path is built, so ``../x`` never reaches the file system; then only the
+        named directory is looked at (checking the name against the database's listing
+        read every dataset's metadata: a first listing of N datasets made N² reads)."""
         if limits is not None and not limits.allows(name):
             # The same 404 as an absent name: a 403 here told a token which hidden names exist.
             raise self._no_such_dataset(name, limits)
+        if not is_plain_name(name):
+            raise self._no_such_dataset(name, limits)
+        if not self._clustered:
+            # The database keeps each dataset opened once, and lets go of one deleted or
+            # replaced (its mappings with it: kept here too, a deleted one stayed mapped).
+            try:
+                return self.database[name]
+            except UnknownNameError:  # absent, gone, or being replaced: a 404, not a 400
+                raise self._no_such_dataset(name, limits) from None
+        # A cluster's look-up lists the database: its datasets are kept here.
         opened = self._datasets.get(name)
         if opened is not None and not _still_on_disk(opened):
             # Deleted or renamed under the server: a 404 like any unknown name (its reads
@@ -152,8 +164,6 @@ class Backend:
             self._datasets.pop(name, None)
             opened = None
         if opened is None:
-            if not is_plain_name(name) or name not in self.names():
-                raise self._no_such_dataset(name, limits)
             try:
                 opened = self._datasets.setdefault(name, self.database[name])
             except UnknownNameError:  # listed, then gone (being replaced): a 404 too, not a 400
@@ -162,8 +172,15 @@ class Backend:
 
     def _no_such_dataset(self, name: str, limits: Limits | None) -> Exception:
         """The 404 of a name absent or hidden from the caller, listing only the names the
-        caller may read: it must not tell the others apart."""
-        available = ", ".join(n for n in self.names() if limits is None or limits.allows(n)) or "none"
+        caller may read (the first few, and how many): it must not tell the others apart.
+        A directory holding a dataset under a name that is no dataset name is not served,
+        and the 404 says so (to a caller who may read that name)."""
+        listing = self.database.listing()
+        allowed = (lambda n: True) if limits is None else limits.allows
+        misnamed = [n for n in listing.misnamed if isinstance(name, str) and same_name(name, n) and allowed(n)]
+        if misnamed:
+            return with_status(misnamed_error(misnamed[0]), 404)
+        available = in_brief([n for n in listing.names if allowed(n)], "GET /v1/datasets lists them")
         whose = "" if limits is None else f" that {limits.name_phrase} may read"
         return with_status(UnknownNameError(f"no dataset {name!r} on this server{whose}; available: {available}"), 404)
 

@@ -12,7 +12,8 @@ from starlette.responses import StreamingResponse
 from ..arguments import known_field
 from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
-from ..step_versions import REWRITE_ERRORS, StepVersions
+from ..info import DatasetInfo
+from ..step_versions import StepVersions
 from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
@@ -23,6 +24,9 @@ FORMATS = {"npy": NPY, "netcdf": NETCDF}
 @dataclasses.dataclass
 class CutoutPlan:
     dataset: Dataset
+    #: The dataset's metadata the plan was made from (the header, the coordinates): a
+    #: dataset created again meanwhile ends the stream, its slabs are not the plan's.
+    info: DatasetInfo
     field: str
     t_index: int
     time: float
@@ -44,7 +48,7 @@ class CutoutPlan:
     @property
     def nodes_read(self) -> int:
         """The nodes read: more than :attr:`nodes` with a box filter."""
-        return nodes_read(self.dataset.metadata, self.ranges, self.strides, self.filter_width)
+        return nodes_read(self.info, self.ranges, self.strides, self.filter_width)
 
     def slabs(self) -> list[tuple[int, int]]:
         """z ranges of the slabs, each ``planes_per_slab`` output planes."""
@@ -65,7 +69,7 @@ class CutoutPlan:
                 self.versions.check(self.dataset)
                 self.begun = True
                 return values
-            except REWRITE_ERRORS as error:
+            except Exception as error:  # any: one of a dataset created again is DatasetReplacedError (renewed)
                 if self.begun or not self.versions.spoiled(self.dataset, error):
                     raise
             self.versions = self.versions.renewed(self.dataset).settled(self.dataset)
@@ -75,18 +79,19 @@ def plan(dataset: Dataset, field: str, *, time: float, x, y, z, strides: tuple[i
          chunk_bytes: int) -> CutoutPlan:
     """Checks the request as ``Dataset.cutout`` would (blocking: it asks the engine) and
     sizes the slabs."""
-    info = dataset.metadata
-    known_field(dataset.name, info.fields, field)
+    known_field(dataset.name, dataset.metadata.fields, field)
+    view = dataset.field_view(field)  # the grid, times and field id of one dataset
+    info = view.info
     ranges = tuple((0, n) if r is None else r for r, n in zip((x, y, z), info.grid))
-    t_index = time_index(dataset, field, time)
-    check_box(dataset, field, t_index, ranges)
+    t_index = time_index(view, time)
+    check_box(dataset, field, t_index, ranges, view.made)
     ncomp = info.fields[field].ncomp
     check_filter(info, ranges, filter_width, ncomp)
     nz, ny, nx = output_shape(ranges, strides)
     plane = max(1, nx * ny * ncomp * 4)
-    return CutoutPlan(dataset, field, t_index, float(info.times[t_index]), ranges, strides, filter_width,
+    return CutoutPlan(dataset, info, field, t_index, float(info.times[t_index]), ranges, strides, filter_width,
                       (nz, ny, nx, ncomp), max(1, min(nz, chunk_bytes // plane)),
-                      StepVersions.of(dataset, field, [t_index]).settled(dataset))
+                      StepVersions.of(dataset, field, [t_index], view.made).settled(dataset))
 
 
 def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
@@ -94,7 +99,7 @@ def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
     (``turbdb cutout --out c.nc``): coordinates as ``Dataset.cutout`` gives them, x, y, z
     in the dataset's length unit, the time as a variable in its time unit, the field's
     ``units`` only where it has some, then the data."""
-    info = plan.dataset.metadata
+    info = plan.info
     nz, ny, nx, ncomp = plan.shape
     components = info.fields[plan.field].components
     width = max(len(c) for c in components)
@@ -120,7 +125,7 @@ def netcdf_layout(plan: CutoutPlan) -> NetCDFStream:
 
 
 def _coordinate_bytes(plan: CutoutPlan, stream: NetCDFStream) -> bytes:
-    info = plan.dataset.metadata
+    info = plan.info
     chunks = []
     for (start, stop), stride, axis, o, d, n, periodic in zip(plan.ranges, plan.strides, "xyz", info.origin,
                                                                info.spacing, info.grid, info.periodic):

@@ -23,7 +23,7 @@ import numpy as np
 from starlette.requests import Request
 
 from .. import _core, engine_completions
-from ..exceptions import QueryCancelledError
+from ..exceptions import QueryCancelledError, TurbdbError
 from ..query import PointCall
 from ..step_versions import REWRITE_ERRORS
 
@@ -56,7 +56,12 @@ class EngineWaits:
                 return await self._evaluate(dataset, call, gone)
             except REWRITE_ERRORS as error:
                 if not call.versions.spoiled(dataset, error):
+                    raise call.named(error) from None
+            except TurbdbError as error:
+                named = call.named(error)
+                if named is error:
                     raise
+                raise named from None
             call = call.again(await call.versions.renewed(dataset).settled_async(dataset))
 
     async def _evaluate(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:

@@ -76,7 +76,10 @@ def turbdb_error_response(error: Exception, hide: Any = None, request: Request |
     the message so that answers never show the server's file paths (the log keeps them).
     A 5xx is logged with its time and ``request``; a busy server's 503 as a warning."""
     status = status_of(error)
-    name = type(error).__name__ if type(error).__name__ in exc.__all__ else "ServiceError"
+    # The nearest public class (a step rewritten or a dataset created again during the read
+    # is a DatasetBusyError to clients, which retry it), else ServiceError.
+    name = next((c.__name__ for c in type(error).__mro__ if c.__name__ in exc.__all__ and c is not exc.TurbdbError),
+                "ServiceError")
     if status >= 500:
         where = request_line(request.scope) if request is not None else "a request"
         log.log(logging.WARNING if status == 503 else logging.ERROR, "%s answered %d: %s: %s", where, status,

@@ -239,13 +239,19 @@ impl AtomCache {
 
     /// Drops every cached atom of `field` at time `t` (the step was rewritten); returns them.
     pub fn invalidate(&mut self, field: u32, t: u32) -> Vec<AtomKey> {
+        self.drop_where(|k| k.field == field && k.t == t)
+    }
+
+    /// Drops every cached atom of `field` (it was made again: its number is never given
+    /// again, so they would only take room); returns them.
+    pub fn forget_field(&mut self, field: u32) -> Vec<AtomKey> {
+        self.drop_where(|k| k.field == field)
+    }
+
+    /// Drops the atoms `which` picks; reads under way at the old generation are not cached.
+    fn drop_where(&mut self, which: impl Fn(&AtomKey) -> bool) -> Vec<AtomKey> {
         self.generation += 1;
-        let gone: Vec<AtomKey> = self
-            .atoms
-            .keys()
-            .filter(|k| k.field == field && k.t == t)
-            .copied()
-            .collect();
+        let gone: Vec<AtomKey> = self.atoms.keys().filter(|k| which(k)).copied().collect();
         for key in &gone {
             if let Some(old) = self.atoms.remove(key) {
                 self.used -= old.len() * 4;
@@ -350,6 +356,28 @@ pub(crate) mod tests {
         assert_eq!(cache.invalidate(0, 0).len(), 4);
         assert_eq!(cache.used(), 0);
         // Reads chosen before an invalidation are not to be cached after it.
+        assert_eq!(cache.generation(), before + 1);
+    }
+
+    #[test]
+    fn a_field_forgotten_leaves_the_cache_whole_steps_and_all_and_others_stay() {
+        let mut cache = AtomCache::new(1 << 20, PolicyKind::Urc);
+        for (field, t, code) in [(1, 0, 5), (1, 3, 5), (2, 0, 5), (1, 0, 6)] {
+            cache.insert(AtomKey { field, t, code }, atom(64), &NoRanking);
+        }
+        let before = cache.generation();
+        let mut gone = cache.forget_field(1);
+        gone.sort();
+        assert_eq!(
+            gone.iter().map(|k| (k.t, k.code)).collect::<Vec<_>>(),
+            [(0, 5), (0, 6), (3, 5)]
+        );
+        assert_eq!((cache.len(), cache.used()), (1, 64));
+        assert!(cache.contains(&AtomKey {
+            field: 2,
+            t: 0,
+            code: 5
+        }));
         assert_eq!(cache.generation(), before + 1);
     }
 

@@ -6,9 +6,10 @@
 //! end to end. Large scratch buffers are kept from query to query ([`buffers`]).
 //!
 //! Many queries at once (Wang et al.): the [`node`] engine cuts each query into
-//! sub-queries per atom ([`subquery`]), keeps them in [`workload`] queues ranked by the
-//! workload-throughput [`metric`], lets the [`scheduler`] choose batches (with the age
-//! bias adapted by [`alpha`] and ordered [`jobs`] gated together), reads through the
+//! sub-queries per atom ([`subquery`]) of the [`fields`] it numbers, keeps them in
+//! [`workload`] queues ranked by the workload-throughput [`metric`], lets the
+//! [`scheduler`] choose batches (with the age bias adapted by [`alpha`] and ordered
+//! [`jobs`] gated together), reads through the
 //! [`cache`] with the [`io_pool`], serves each [`batch`] with the same kernel (its workers named by [`kernel_pool`]; a sparse field's stencils read where they lie in their atoms: [`atom_rows`]), and hands
 //! results back through a [`ticket`]; [`telemetry`] says what it did. A query whose atoms
 //! are all cached skips the queues: it is served at once from the [`cached_source`]; one
@@ -31,6 +32,7 @@ pub mod core_clock;
 pub(crate) mod counting_sort;
 pub mod direct;
 pub(crate) mod fast_paths;
+pub(crate) mod fields;
 pub(crate) mod gather;
 pub(crate) mod home_block;
 pub(crate) mod home_four;

@@ -138,6 +138,11 @@ impl Workload {
         self.grids.insert(field, grid);
     }
 
+    /// Forgets `field`'s grid (the field was made again: its number is not seen again).
+    pub fn forget_grid(&mut self, field: u32) {
+        self.grids.remove(&field);
+    }
+
     /// Whether two regions of `step` (aligned cubes of `2^bits` atoms a side, by the
     /// Morton codes of their positions) are the same or touch at a face, an edge or a
     /// corner, across a periodic seam too where the field's grid is known.
