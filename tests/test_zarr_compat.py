@@ -158,3 +158,12 @@ def test_metadata_json_is_written_and_read_as_the_standard_library_would(tmp_pat
         parse_json(b'{"a": 1', tmp_path / "zarr.json")
     with pytest.raises(DamagedMetadataError, match="not an object"):
         parse_json(b'[1, 2]', tmp_path / "zarr.json")
+
+
+def test_numpy_values_in_a_datasets_attributes_are_written_as_numbers(tmp_path):
+    # orjson refuses numpy scalars: a dataset made with attrs={"Re": np.float64(1000)} failed
+    # after its arrays were written, leaving a half-made directory.
+    ds = turbdb.create_dataset(tmp_path, "a", grid=(8, 8, 8), times=[0.0], fields={"p": 1}, atom=4, partition=8,
+                               attrs={"Re": np.float64(1000.0)})
+    attrs = json.loads((ds.path / "zarr.json").read_text())["attributes"]["turbdb"]
+    assert (attrs.get("attrs") or attrs)["Re"] == 1000.0

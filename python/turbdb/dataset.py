@@ -308,13 +308,17 @@ class Dataset(HoldsEngine):
         """The Rust store of a field (cached per field, until the dataset is replaced). A
         read takes it with the metadata it goes by: :meth:`field_view`."""
         look = self._look()  # a stat: notices a dataset created again over this one
-        if field not in self._stores:
+        for _ in range(VIEW_TRIES):  # dropped again by another thread's look (a replacement): opened again
+            entry = self._stores.get(field)
+            if entry is not None:
+                return entry[0]
             # One store a field: threads that opened one each kept reading through theirs,
             # which no later rewrite made drop its cached shards (mixed answers for good).
             with self._opening_stores:
                 if field not in self._stores:
                     self._open_store(field, look)
-        return self._stores[field][0]
+            look = self._look()
+        raise replaced_error(self, field)
 
     def field_view(self, field: str) -> FieldView:
         """The metadata and the store of ``field`` of one and the same dataset, for a read:

@@ -234,3 +234,18 @@ def test_float64_values_that_round_to_float32s_largest_are_kept_and_larger_ones_
     np.save(tmp_path / "q.npy", data)
     with pytest.raises(turbdb.InvalidRequestError, match="beyond float32's range"):
         ingest_inputs(tmp_path / "db", "run", "pressure", [tmp_path / "q.npy"], quiet=True)
+
+
+def test_the_journal_is_saved_at_the_first_step_and_the_end_not_at_every_step(tmp_path, monkeypatch):
+    # Saved at every step with the whole metadata: quadratic in the number of files (2 000
+    # one-step files 77.8 s). A numpy dt (orjson cannot encode it) is saved as json would.
+    from turbdb.ingest import pipeline
+
+    saves = []
+    real = pipeline._save_journal
+    monkeypatch.setattr(pipeline, "_save_journal", lambda *a: saves.append(a[2]["next"]) or real(*a))
+    paths = write_inputs(tmp_path / "in", 6, shape=(8, 8, 8, 3))
+    dataset = ingest_inputs(tmp_path / "db", "run", "velocity", paths, dt=np.float64(0.5), quiet=True)
+    assert saves == [1, 6]
+    assert dataset.info.steps_present("velocity") == list(range(6))
+    assert json.loads((dataset.path / "zarr.json").read_text())["attributes"]["turbdb"]["ingest"]["velocity"]["dt"] == 0.5

@@ -161,6 +161,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
     moved_from = _steps_of_missing_files(journal, how) if any(again is None for _, _, again in todo) else {}
     moved = 0
     saved_at, unsaved = -math.inf, False  # the first step saves it: a rerun must find the journal to resume
+    _say_new_notes(sources, said)  # what looking at the inputs found; then each step's input's own
     try:
         # Read the next input while the current one is written: the two overlap.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turbdb-read") as reader:
@@ -199,7 +200,7 @@ def _append(dataset: Dataset, name: str, field: str, sources: list[Source], *, d
                 unsaved = True
                 if time.monotonic() - saved_at >= JOURNAL_SAVE_SECONDS:
                     _save_journal(dataset, field, journal)
-                    saved_at, unsaved = -math.inf, False  # the first step saves it: a rerun must find the journal to resume
+                    saved_at, unsaved = time.monotonic(), False
                 bar.update(step_bytes)
     except BaseException:
         if unsaved:  # the steps stored so far: a rerun resumes after them

@@ -25,7 +25,6 @@ from starlette.requests import Request
 from .. import _core, engine_completions
 from ..exceptions import QueryCancelledError, TurbdbError
 from ..query import PointCall
-from ..step_versions import REWRITE_ERRORS
 
 #: Queries of at most this many points are handed to the engine, and their answers taken,
 #: on the event loop. Cutting a query into sub-queries holds the loop (with the GIL
@@ -54,14 +53,12 @@ class EngineWaits:
         while True:
             try:
                 return await self._evaluate(dataset, call, gone)
-            except REWRITE_ERRORS as error:
+            except TurbdbError as error:  # any of them: DatasetReplacedError where the dataset was created again
                 if not call.versions.spoiled(dataset, error):
-                    raise call.named(error) from None
-            except TurbdbError as error:
-                named = call.named(error)
-                if named is error:
-                    raise
-                raise named from None
+                    named = call.named(error)
+                    if named is error:
+                        raise
+                    raise named from None
             call = call.again(await call.versions.renewed(dataset).settled_async(dataset))
 
     async def _evaluate(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:
