@@ -66,10 +66,11 @@ def evaluate_call(dataset: Dataset, call: PointCall, cancel: threading.Event | N
             return _evaluate(dataset, call, cancel, stop)
         except TurbdbError as error:  # any of them: DatasetReplacedError where the dataset was created again
             if not call.versions.spoiled(dataset, error):
-                named = call.named(error)
-                if named is error:
+                # Not bound to a name: a local holding the error would keep this frame (the
+                # dataset, its engine) alive in a cycle through its traceback until a collection.
+                if call.named(error) is error:
                     raise
-                raise named from None
+                raise call.named(error) from None
         call = call.renewed(dataset)
 
 

@@ -55,10 +55,11 @@ class EngineWaits:
                 return await self._evaluate(dataset, call, gone)
             except TurbdbError as error:  # any of them: DatasetReplacedError where the dataset was created again
                 if not call.versions.spoiled(dataset, error):
-                    named = call.named(error)
-                    if named is error:
+                    # Not bound to a name: a local holding the error would keep this frame (the
+                    # dataset, its engine) alive in a cycle through its traceback until a collection.
+                    if call.named(error) is error:
                         raise
-                    raise named from None
+                    raise call.named(error) from None
             call = call.again(await call.versions.renewed(dataset).settled_async(dataset))
 
     async def _evaluate(self, dataset: Any, call: PointCall, gone: asyncio.Future[None]) -> np.ndarray:
