@@ -384,3 +384,23 @@ def test_threads_opening_a_field_at_once_share_one_store(tmp_path, monkeypatch):
         thread.join()
     assert len({id(store) for store in stores}) == 1
     assert stores[0] is ds.field_store("velocity")
+
+
+def test_the_rewrite_check_remembers_the_metadata_of_a_servers_hundreds_of_datasets(tmp_path, monkeypatch):
+    # Remembered for 256 files, then all forgotten: a server of 300 datasets queried in turn
+    # read and parsed a zarr.json at every query.
+    monkeypatch.setattr(file_snapshots, "SETTLED_SECONDS", 0.0)
+    paths = []
+    for i in range(300):
+        path = tmp_path / f"d{i}" / "zarr.json"
+        path.parent.mkdir()
+        path.write_text('{"attributes": {"turbdb": {"rewrites": {"v": {"0": 2}}}}}')
+        paths.append(str(path))
+    for path in paths:
+        assert step_versions._current(path)[0] == {"v": {0: 2}}
+    parsed = []
+    real = step_versions.parse_json
+    monkeypatch.setattr(step_versions, "parse_json", lambda data, path: parsed.append(path) or real(data, path))
+    for path in paths:
+        assert step_versions._current(path)[0] == {"v": {0: 2}}
+    assert parsed == []
