@@ -42,13 +42,11 @@ class Snapshot:
     data: bytes
     #: Wall-clock time just before the ``stat``.
     read_at: float
-    #: The file's last change then (its later time of modification and of status change).
-    changed_at: float
 
     def settled(self) -> bool:
         """Whether the bytes were read well after the file's last change: while its
         ``stat`` stays :attr:`key`, they are its bytes."""
-        return self.read_at - self.changed_at > SETTLED_SECONDS
+        return keys_settled(self.key, self.read_at)
 
 
 def snapshot(path: str, previous: Snapshot | None, recent: float = 0.0) -> tuple[Snapshot, bool]:
@@ -65,7 +63,7 @@ def snapshot(path: str, previous: Snapshot | None, recent: float = 0.0) -> tuple
     data = read_bytes(path)
     # The stat taken before the read: a file renamed over the path meanwhile has another
     # one, so the next look reads it again.
-    now = Snapshot(key, data, read_at, max(st.st_mtime, st.st_ctime))
+    now = Snapshot(key, data, read_at)
     return now, previous is None or data != previous.data
 
 
