@@ -17,14 +17,14 @@ import numpy as np
 
 from .arguments import METHOD_ALIASES, METHODS, axes_of, choice, finite_number, known_field, point_array
 from .exceptions import (
-    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError,
+    InvalidRequestError, LimitExceededError, OutOfDomainError, QueryCancelledError, TurbdbError,
 )
 from .jobs import MAX_JOB_QUERIES, declare
 from .query import query_points, unless_cancelled
 from .size_limit import check_result_bytes
 from .step_versions import FieldView, StepVersions, read_consistently, steps_read
 from .times import format_time, range_tolerance
-from .written_steps import stencil_times, step_named
+from .written_steps import naming_the_step, stencil_times, step_named
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -230,6 +230,10 @@ class _Evaluator:
                 "; the particle itself may stay inside, or it reaches the wall at about that time: if a smaller "
                 "dt stops at about the same time, it does (tracks end at walls)")
             raise OutOfDomainError(f"{moved} left the domain at time {format_time(t)} ({e}){hint}") from None
+        except TurbdbError as e:  # a step missing some of its shards: named as queries name it
+            if naming_the_step(e, self.times, self.field) is e:
+                raise
+            raise naming_the_step(e, self.times, self.field) from None
         stats = self.stats
         stats["engine_seconds"] += _time.perf_counter() - began
         stats["queries"] += 1

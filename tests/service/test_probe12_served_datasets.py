@@ -80,6 +80,41 @@ def _deleted_mappings(pid: int, under: Path) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the server's mappings from /proc")
+@pytest.mark.parametrize("page", ["/turbulence-svc/metadata", "/"])
+def test_the_jhtdb_metadata_and_home_page_list_off_the_event_loop(tmp_path, page):
+    # Both listed the datasets (the metadata document opening every one) on the event loop,
+    # every other answer waiting behind them. A listing held up shows it: /healthz answers
+    # while it is, at once, instead of after it.
+    import asyncio
+
+    from turbdb.service.app import create_app
+
+    copies_of_one(tmp_path / "db", 3)
+    app = create_app(tmp_path / "db")
+    backend, release = app.state.backend, threading.Event()
+    names = backend.names
+    backend.names = lambda: (release.wait(5), names())[1]
+
+    async def exchange():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            listing = asyncio.ensure_future(client.get(page, headers={"Accept": "application/json"}))
+            started = time.perf_counter()  # before the loop runs the listing: it may hold the loop
+            await asyncio.sleep(0.2)
+            health = await client.get("/healthz")
+            waited = time.perf_counter() - started
+            release.set()
+            return await listing, health, waited
+
+    try:
+        listed, health, waited = asyncio.run(exchange())
+    finally:
+        app.state.backend.close()
+    assert health.status_code == 200 and listed.status_code == 200
+    assert len(listed.json()["datasets"]) == 3
+    assert waited < 2.5, f"/healthz waited {waited:.1f} s behind {page}"
+
+
 def test_a_dataset_deleted_while_served_is_unmapped_once_found_gone(tmp_path):
     db = tmp_path / "db"
     copies_of_one(db, 3)

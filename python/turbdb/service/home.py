@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
@@ -53,14 +54,17 @@ def router(backend: Backend) -> APIRouter:
 
     @api.get("/", summary="what this server is, with links to its documentation")
     async def home(request: Request) -> Response:
-        about = summary(backend, request)
+        # The listing stats every dataset's directory: off the event loop, which a database
+        # of hundreds of datasets would hold up.
+        about = await anyio.to_thread.run_sync(summary, backend, request)
         if preferred(request, ["application/json", "text/html"]) != "text/html":
             return JSONResponse(about)
         links = {key: html.escape(path) for key, path in about["links"].items()}
         items = "\n".join(f'<li><a href="{links[key]}">{links[key]}</a>: {html.escape(text)}</li>'
                           for key, (_, text) in LINKS.items())
         datasets = ", ".join(html.escape(n) for n in about["datasets"]) or (
-            "shown with a token" if "token_needed" in about or backend.names() else "none yet")
+            "shown with a token" if "token_needed" in about or await anyio.to_thread.run_sync(backend.names)
+            else "none yet")
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>turbdb {__version__}</title></head><body>"
                 f"<h1>turbdb {__version__}</h1><p>{html.escape(about['description'])}.</p>"
                 f"<p>Datasets: {datasets}.</p><ul>{items}</ul>"
