@@ -5,6 +5,7 @@ re-creation of 10 fields × 2 steps, and the memory they hold, for the life of t
 field's reader once a field made again in its directory is read, and what it remembers of
 each field's rewrites holds one entry per directory."""
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +73,28 @@ def test_what_an_engine_saw_of_rewrites_holds_one_entry_per_field_directory(tmp_
             assert values == pytest.approx(version + 0.5)
         seen = rewrites._ENGINE_SEEN[db.engine]
         assert sorted(seen) == sorted(str(db_path / "nightly" / f"f{j}") for j in range(FIELDS)), seen
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's mappings from /proc")
+@pytest.mark.parametrize("scheduler", ["jaws", "noshare"])
+def test_a_dataset_deleted_under_an_engine_is_let_go_once_found_gone(tmp_path, scheduler):
+    # Deleted and never made again, it kept one engine reader per field, and their deleted
+    # shard files mapped, until the engine went.
+    db_path = tmp_path / "db"
+    make(db_path, 0)
+    kept = turbdb.create_dataset(db_path, "kept", grid=(16, 16, 16), times=TIMES, fields={"u": 3})
+    kept.write("u", 0, np.ones((16, 16, 16, 3), np.float32))
+    with turbdb.open(db_path, scheduler=scheduler) as db:
+        ask_everything(db, 0)
+        assert np.asarray(db["kept"].query("u", POINT, time=0.0, method="lag4")) == pytest.approx(1.0)
+        shutil.rmtree(db_path / "nightly")
+        assert deleted_mappings(db_path) > 0
+        assert db.datasets == ["kept"]  # the listing finds it gone
+        assert deleted_mappings(db_path) == 0
+        assert not any("nightly" in d for d in rewrites._ENGINE_SEEN.get(db.engine, {}))
+        assert np.asarray(db["kept"].query("u", POINT, time=0.0, method="lag4")) == pytest.approx(1.0)
+        with pytest.raises(turbdb.UnknownNameError):
+            db["nightly"]
+        # Made again under the same name: read afresh.
+        make(db_path, 7)
+        ask_everything(db, 7)

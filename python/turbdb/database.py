@@ -27,6 +27,7 @@ from .exceptions import (
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, is_plain_name, uniform_times
 from .process_engines import HoldsEngine, settings_of, shared_engine
+from .rewrites import engine_forget
 from .output_files import _sweep_left_behind as sweep_left_behind, replacing as replaced_directory
 from .permissions import permission_denied, unreadable
 from .size_limit import human_bytes
@@ -162,8 +163,16 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
             return Listing((self.only,) if plain else (), () if plain else (self.only,))
         found = self._listing.look()
         for name in [n for n in list(self._opened) if n not in found.names]:  # deleted or renamed since
-            self._opened.pop(name, None)
+            self._let_go(name)
         return found
+
+    def _let_go(self, name: str) -> None:
+        """Forgets the dataset ``name`` opened before, found gone (deleted, or moved away),
+        and has the node engine let go of its fields: their readers kept the deleted shard
+        files mapped, and their atoms cached, until the engine went."""
+        if self._opened.pop(name, None) is not None and self.engine is not None:
+            self.engine.forget_directory(str(self.path / name))
+            engine_forget(self.engine, str(self.path / name))
 
     def __getitem__(self, name: str) -> Dataset:
         # Only the named directory is looked at, its metadata read once: listing every
@@ -178,7 +187,7 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         where = self._dataset_directory(name)
         if where is None:
             if isinstance(name, str):
-                self._opened.pop(name, None)
+                self._let_go(name)
             raise self._unknown(name)
         held = self._opened.get(name)
         if held is not None and held[0] == where and held[1]._engine is self.engine:

@@ -188,6 +188,13 @@ impl Engine {
         self.engine.invalidate(&store.get().shared_reader(), t);
     }
 
+    /// Lets go of the fields read from directories under `path` (a dataset deleted or moved
+    /// away): their cached atoms, and their readers with the shard files they map once
+    /// their queries in flight are done. Returns how many fields were let go.
+    fn forget_directory(&self, path: std::path::PathBuf) -> usize {
+        self.engine.forget_directory(&path)
+    }
+
     /// What the engine has done and holds: a dict of counters, the cache's use and hit
     /// ratio, the current α and response-time histograms by query size.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -4,7 +4,7 @@
 //! lets go of the old field's reader, with the shard files it keeps mapped (each dataset
 //! created again over itself kept every old reader and its deleted files' mappings).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -92,6 +92,26 @@ impl Fields {
         }
     }
 
+    /// Forgets the fields read from directories under `dir` (a dataset deleted, or moved
+    /// away: its directory is no longer where it was read). Returns their numbers, whose
+    /// cached atoms are to be dropped; a field read there again later gets a new number.
+    pub fn forget_under(&mut self, dir: &Path) -> Vec<u32> {
+        let gone: Vec<PathBuf> = self
+            .by_path
+            .keys()
+            .filter(|path| path.starts_with(dir))
+            .cloned()
+            .collect();
+        let mut forgotten = Vec::with_capacity(gone.len());
+        for path in gone {
+            if let Some(old) = self.by_path.remove(&path) {
+                self.current.remove(&old.id);
+                forgotten.push(old.id);
+            }
+        }
+        forgotten
+    }
+
     /// Whether field `id` is still read (not replaced).
     pub fn is_current(&self, id: u32) -> bool {
         self.current.contains(&id)
@@ -118,6 +138,29 @@ mod tests {
             FieldReader::new(dir, geometry, ChunkCodec::TURBDB, IndexLocation::End)
                 .with_field_id(Some(made)),
         )
+    }
+
+    #[test]
+    fn the_fields_of_a_directory_gone_are_forgotten_and_numbered_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for field in [a.join("u"), a.join("p"), b.join("u")] {
+            std::fs::create_dir_all(field).unwrap();
+        }
+        let mut fields = Fields::default();
+        let first = fields.number(&reader_of(&a.join("u"), 16, 1));
+        let second = fields.number(&reader_of(&a.join("p"), 16, 2));
+        let other = fields.number(&reader_of(&b.join("u"), 16, 3));
+        let mut forgotten = fields.forget_under(&a);
+        forgotten.sort();
+        assert_eq!(forgotten, vec![first.id, second.id]);
+        assert!(!fields.is_current(first.id) && !fields.is_current(second.id));
+        assert!(fields.is_current(other.id));
+        assert_eq!(fields.len(), 1);
+        // A directory whose name begins as the gone one's is another directory.
+        assert!(fields.forget_under(&dir.path().join("b2")).is_empty());
+        let again = fields.number(&reader_of(&a.join("u"), 16, 1));
+        assert!(again.id != first.id && again.id != second.id && again.replaced.is_none());
     }
 
     #[test]

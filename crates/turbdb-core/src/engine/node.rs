@@ -344,14 +344,36 @@ impl NodeEngine {
     fn field(&self, reader: &Arc<FieldReader>) -> (u32, Arc<FieldReader>) {
         let numbered = self.shared.fields.lock().expect("fields").number(reader);
         if let Some(old) = numbered.replaced {
-            let gone = self.cache().forget_field(old);
-            let mut inbox = self.shared.inbox.lock().expect("inbox");
-            inbox.invalidated.extend(gone);
-            inbox.replaced.push(old);
-            drop(inbox);
-            self.shared.wake.notify_one();
+            self.let_go(&[old]);
         }
         (numbered.id, numbered.reader)
+    }
+
+    /// Lets go of the fields read from directories under `dir`: a dataset deleted or moved
+    /// away (its readers kept its deleted shard files mapped until the engine went). Their
+    /// cached atoms go at once, their readers once their queries in flight are done.
+    /// Returns how many fields were let go.
+    pub fn forget_directory(&self, dir: &std::path::Path) -> usize {
+        let gone = self.shared.fields.lock().expect("fields").forget_under(dir);
+        self.let_go(&gone);
+        gone.len()
+    }
+
+    /// Drops the cached atoms of `fields`, no longer current, and has the engine's thread
+    /// forget them.
+    fn let_go(&self, fields: &[u32]) {
+        if fields.is_empty() {
+            return;
+        }
+        let mut invalidated = Vec::new();
+        for &old in fields {
+            invalidated.extend(self.cache().forget_field(old));
+        }
+        let mut inbox = self.shared.inbox.lock().expect("inbox");
+        inbox.invalidated.extend(invalidated);
+        inbox.replaced.extend_from_slice(fields);
+        drop(inbox);
+        self.shared.wake.notify_one();
     }
 
     fn start(&self) {
@@ -1762,6 +1784,55 @@ mod tests {
                 "made {made}: {cached} atoms cached"
             );
         }
+    }
+
+    /// A dataset deleted and never made again: once told its directory is gone, the engine
+    /// lets go of its fields' readers (with the deleted shard files they kept mapped until
+    /// the engine went) and cached atoms; the fields of other directories stay.
+    #[test]
+    fn a_directory_gone_lets_its_fields_readers_mappings_and_atoms_go() {
+        let root = tempfile::tempdir().unwrap();
+        let geometry = FieldGeometry::new([16, 16, 16], 1, 4, 8).unwrap();
+        let axes = [Axis::unit(16, true); 3];
+        let engine = NodeEngine::new(EngineConfig::default());
+        let mut readers = Vec::new();
+        for name in ["gone", "kept"] {
+            let dir = root.path().join(name).join("u");
+            std::fs::create_dir_all(&dir).unwrap();
+            for t in 0..TIMES.len() {
+                write_step(&dir, &geometry, Some(1), t, &vec![1.0; 16 * 16 * 16], false).unwrap();
+            }
+            let reader = Arc::new(
+                FieldReader::new(
+                    &dir,
+                    geometry.clone(),
+                    ChunkCodec::TURBDB,
+                    IndexLocation::End,
+                )
+                .with_field_id(Some(1)),
+            );
+            assert!(matches!(
+                at(&engine, &reader, axes, TIMES[0]).outcome(),
+                Outcome::Done(..)
+            ));
+            readers.push(Arc::downgrade(&reader));
+        }
+        let cached = engine.stats().cache_atoms;
+        std::fs::remove_dir_all(root.path().join("gone")).unwrap();
+        assert!(deleted_mappings_under(root.path()) > 0);
+        assert_eq!(engine.forget_directory(&root.path().join("gone")), 1);
+        assert_eq!(engine.forget_directory(&root.path().join("gone")), 0);
+        assert!(
+            readers[0].upgrade().is_none(),
+            "the gone directory's reader is held"
+        );
+        assert!(
+            readers[1].upgrade().is_some(),
+            "the other directory's reader was let go"
+        );
+        assert_eq!(deleted_mappings_under(root.path()), 0);
+        assert!(engine.stats().cache_atoms < cached);
+        assert_eq!(engine.shared.fields.lock().unwrap().len(), 1);
     }
 
     /// Queries in flight on a field when it is made again end on the old field's reader
