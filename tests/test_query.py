@@ -179,6 +179,23 @@ def test_pchip_is_exact_for_quadratics_in_time_and_none_takes_the_nearest_step(t
     np.testing.assert_allclose(at_end, poly(x, y, z, 3.0), rtol=1e-11, atol=1e-10)
 
 
+def test_pchip_is_third_order_in_the_first_and_last_stored_intervals_too(tmp_path):
+    # methods.md said second order there (the secant slope of before); the one-sided
+    # three-point slopes are exact for quadratics, so t**3 is off by O(dt**3).
+    errors = {}
+    for k, dt in enumerate((0.1, 0.05, 0.025)):
+        times = [i * dt for i in range(6)]
+        ds = turbdb.create_dataset(tmp_path / str(k), "t3", grid=(8, 8, 8), times=times, fields={"s": 1}, atom=4,
+                                   partition=8)
+        for i, t in enumerate(times):
+            ds.write("s", i, np.full((8, 8, 8), t**3))
+        for end, at in (("first", dt / 2), ("last", times[-1] - dt / 2)):
+            got = ds.query("s", [[1.0, 2.0, 3.0]], time=at, method="lag4", temporal="pchip", dtype=np.float64)[0, 0]
+            errors.setdefault(end, []).append(abs(got - at**3))
+    for end, (coarse, middle, fine) in errors.items():
+        assert coarse / middle > 6 and middle / fine > 6, (end, errors[end])
+
+
 def test_none_gives_the_value_at_the_nearest_node(tmp_path):
     ds, origin, spacing, grid = poly_dataset(tmp_path)
     pts = domain_points(origin, spacing, grid, 100, seed=6)

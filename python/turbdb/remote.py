@@ -141,7 +141,7 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                  backoff: float = DEFAULT_BACKOFF, transport: httpx.BaseTransport | None = None,
                  concurrency: int = batches.CONCURRENCY, progress: bool | None = None,
                  restart_seconds: float | None = None):
-        self.url = _server_address(url)
+        self.url = server_address(url)
         if token is not None and not isinstance(token, str):
             raise exc.InvalidRequestError(f"a token is a string, not {type(token).__name__}")
         # Checked here: retries=None or 2.5 retried forever, a negative timeout failed later as a bare ValueError.
@@ -764,7 +764,7 @@ def _time_param(name: str, value: Any) -> str:
     return repr(finite_number(name, value))
 
 
-def _server_address(url: Any) -> str:
+def server_address(url: Any) -> str:
     """The server's base address, checked: ``http(s)://host:port``, or with the path a
     proxy serves it under, never with one of its own pages' paths (``…/v1``, ``…/docs``)."""
     if not isinstance(url, str):

@@ -27,11 +27,15 @@ def rewrite(url: str, server: str) -> str:
 
 
 def redirect(url: str) -> contextlib.AbstractContextManager[None]:
-    """From now on (or within ``with``), requests for JHTDB go to the turbdb server ``url``."""
+    """From now on (or within ``with``), requests for JHTDB go to the turbdb server ``url``
+    (``http(s)://host:port``, checked as ``turbdb.connect`` checks it: without a scheme,
+    givernylocal failed later with requests' "No host specified")."""
     import requests
     from requests.adapters import HTTPAdapter
 
-    server = url.rstrip("/")
+    from ..remote import server_address
+
+    server = server_address(url)
 
     class ToTurbdb(HTTPAdapter):
         def send(self, request, **kwargs):  # type: ignore[override]
