@@ -121,6 +121,10 @@ class Dataset(HoldsEngine):
         #: ``accumulate_seconds``, ``scatter_seconds``) and the SIMD path the kernel ran on
         #: (``kernel``): proof of what the engine did.
         self.last_query_stats: dict[str, Any] = {}
+        #: The versions of the steps the last point query read
+        #: (:class:`~turbdb.step_versions.StepVersions`): the service sends them with its
+        #: answer, for a client that split a query into several requests to compare.
+        self.last_read_versions: Any = None
         #: The fields :meth:`write` warned about losing float64 precision (once each).
         self._precision_warned: set[str] = set()
 

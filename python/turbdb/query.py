@@ -138,6 +138,7 @@ class PointCall:
         callers evaluate it again, :meth:`renewed`)."""
         self.versions.check(dataset)
         dataset.last_query_stats = counters
+        dataset.last_read_versions = self.versions
         return values.reshape(self.shape).astype(self.dtype, copy=False)
 
     def settled(self, dataset: Dataset) -> PointCall:

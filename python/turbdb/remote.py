@@ -47,6 +47,7 @@ from .query import query_points
 from .service.tokens import unsendable
 from .service.transport import NPY, encode_npy, load_npy_bytes
 from .size_limit import check_answer_bytes, check_result_bytes
+from .step_versions import VERSIONS_HEADER
 from .track import INTEGRATORS, step_count
 
 # Transport failures after which the request certainly did not reach the server (refused,
@@ -570,25 +571,33 @@ class RemoteDataset:
             pieces = [(k, k + 1, a, b) for k in range(len(times))
                       for a, b in batches.spans(len(xyz), limits.batch_points)]
 
-        def ask(t0: int, t1: int, start: int, stop: int) -> Any:
+        def ask(t0: int, t1: int, start: int, stop: int, again: bool = False) -> Any:
             params = {**base, "time": ",".join(times[t0:t1])}
-            if job_id is not None and start == 0:
+            if job_id is not None and start == 0 and not again:  # asked again: the job had this query
                 params["job"] = job_id
-            def send() -> np.ndarray:
+            def send() -> tuple[np.ndarray, str | None]:
                 _check_cancel(cancel, "query")
                 with _numbered_from(start):
-                    values = _array(self.database.request(
+                    response = self.database.request(
                         "POST", f"{self._path}/query", params=params, content=encode_npy(xyz[start:stop]),
-                        headers={"Content-Type": NPY, "Accept": NPY}))
-                return values if t1 - t0 > 1 else values[np.newaxis]  # one time is answered (N, …)
+                        headers={"Content-Type": NPY, "Accept": NPY})
+                    values = _array(response)
+                # One time is answered (N, …).
+                return values if t1 - t0 > 1 else values[np.newaxis], response.headers.get(VERSIONS_HEADER)
             return send
 
         # A job's queries go one after another, each once the one before is answered: the server
         # takes only the plan's next query (sent together, they arrived in any order: a 400).
         rounds = [[p for p in pieces if p[0] == k] for k in range(len(times))] if job_id is not None else [pieces]
+        what = f"{self.name} {operator} of {field}"
         answers = [answer for group in rounds for answer in self.database.run_batches(
-            [ask(*piece) for piece in group], [(t1 - t0) * (b - a) for t0, t1, a, b in group], "points",
-            f"{self.name} {operator} of {field}")]
+            [ask(*piece) for piece in group], [(t1 - t0) * (b - a) for t0, t1, a, b in group], "points", what)]
+        # Pieces that read a step before and after its rewrite are asked again: joined, the
+        # answer would mix two versions of the step, which no local query does.
+        answers = batches.resent_until_one_version(answers, lambda stale: self.database.run_batches(
+            [ask(*pieces[i], again=True) for i in stale],
+            [(pieces[i][1] - pieces[i][0]) * (pieces[i][3] - pieces[i][2]) for i in stale], "points",
+            f"{what} (asked again: a step was rewritten meanwhile)"), f"the query of {field}")
         series = np.empty((len(times), len(xyz)) + answers[0].shape[2:], dtype=answers[0].dtype)
         for (t0, t1, a, b), values in zip(pieces, answers):
             series[t0:t1, a:b] = values
@@ -635,14 +644,20 @@ class RemoteDataset:
             for axis, (k0, k1), (start, stop), s in zip("xyz", box[::-1], ranges, strides):
                 params[axis] = f"{start + k0 * s},{start + (k1 - 1) * s + 1}" if k1 > k0 else f"{start},{stop}"
 
-            def send() -> tuple[np.ndarray, int]:
+            def send() -> tuple[tuple[np.ndarray, int], str | None]:
                 response = self.database.request("POST", f"{self._path}/cutout", params=params, headers={"Accept": NPY})
-                return _array(response), int(response.headers["x-turbdb-time-index"])
+                return (_array(response), int(response.headers["x-turbdb-time-index"])), \
+                    response.headers.get(VERSIONS_HEADER)
             return send
 
         tasks = [ask(t, box) for t in times for box in pieces]
         sizes = [(z1 - z0) * (y1 - y0) * (x1 - x0) for _ in times for (z0, z1), (y0, y1), (x0, x1) in pieces]
-        answers = self.database.run_batches(tasks, sizes, "nodes", f"{self.name} cutout of {field}")
+        what = f"{self.name} cutout of {field}"
+        answers = self.database.run_batches(tasks, sizes, "nodes", what)
+        # Boxes that read a step before and after its rewrite are read again (see query).
+        answers = batches.resent_until_one_version(answers, lambda stale: self.database.run_batches(
+            [tasks[i] for i in stale], [sizes[i] for i in stale], "nodes",
+            f"{what} (read again: a step was rewritten meanwhile)"), f"the cutout of {field}")
         data, t_indices = None, []
         for k in range(len(times)):
             for i, box in enumerate(pieces):

@@ -16,7 +16,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .exceptions import QueryCancelledError, ServiceError
+from .exceptions import DatasetBusyError, QueryCancelledError, ServiceError
 from .progress_bars import bar_disabled
 
 T = TypeVar("T")
@@ -234,3 +234,60 @@ def run(tasks: Sequence[Callable[[], T]], *, concurrency: int, progress: bool | 
             stop.set()  # running ones send nothing more
             for future in futures:  # those not started are dropped; running ones cannot be
                 future.cancel()
+
+
+#: How often the pieces of one split query or cutout that read another version of a step
+#: than the others (a rewrite between their requests) are asked again before giving up.
+RESEND_ROUNDS = 4
+
+
+def stale_pieces(tags: Sequence[str | None]) -> list[int]:
+    """The pieces of one request split into several that must be asked again, by the
+    versions the server read each at (its ``X-Turbdb-Versions``: ``MADE:STEP=COUNT,…``, one
+    per time, ``;`` between; None from a server that does not send them): those that read
+    an older version of a step than another piece did, one that read one step at two
+    versions, and all of them where they read different datasets (one created again
+    between them: which is the newer is not known)."""
+    parsed = []
+    for tag in tags:
+        if not tag:
+            parsed.append(None)
+            continue
+        made, counts, mixed = set(), {}, False
+        for part in tag.split(";"):
+            field_id, _, steps = part.partition(":")
+            made.add(field_id)
+            for item in filter(None, steps.split(",")):
+                step, _, count = item.partition("=")
+                mixed |= counts.setdefault(step, count) != count
+                counts[step] = max(counts[step], count, key=int)
+        parsed.append((made, counts, mixed))
+    known = [p for p in parsed if p is not None]
+    if len({frozenset(made) for made, _, _ in known}) > 1 or any(len(made) > 1 for made, _, _ in known):
+        return [i for i, p in enumerate(parsed) if p is not None]
+    newest: dict[str, int] = {}
+    for _, counts, _ in known:
+        for step, count in counts.items():
+            newest[step] = max(newest.get(step, 0), int(count))
+    return [i for i, p in enumerate(parsed) if p is not None and (
+        p[2] or any(int(count) < newest[step] for step, count in p[1].items()))]
+
+
+def resent_until_one_version(answers: list[tuple[Any, str | None]], ask_again: Callable[[list[int]], list[Any]],
+                             what: str) -> list[Any]:
+    """``answers`` (each the piece's value and its versions' tag) once every piece read the
+    same version of each step: the stale ones (:func:`stale_pieces`) asked again with
+    ``ask_again(indices)``, up to :data:`RESEND_ROUNDS` times; then
+    :class:`DatasetBusyError`. Each piece alone is one version; joined, they were not always
+    (a step rewritten between two requests)."""
+    answers = list(answers)
+    for _ in range(RESEND_ROUNDS):
+        stale = stale_pieces([tag for _, tag in answers])
+        if not stale:
+            return [value for value, _ in answers]
+        for i, answer in zip(stale, ask_again(stale)):
+            answers[i] = answer
+    if stale_pieces([tag for _, tag in answers]):
+        raise DatasetBusyError(f"the stored steps {what} reads were rewritten while its {len(answers)} requests were "
+                               f"answered, {RESEND_ROUNDS} times over; ask again once the rewrites are done")
+    return [value for value, _ in answers]

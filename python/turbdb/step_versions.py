@@ -43,6 +43,9 @@ T = TypeVar("T")
 BUSY_SECONDS = 5.0
 #: How often a read waiting for a rewrite looks at the metadata again.
 POLL_SECONDS = 0.005
+#: The response header with which the service sends the versions of the steps an answer
+#: read (:meth:`StepVersions.tag`; one tag per time, ``;`` between).
+VERSIONS_HEADER = "X-Turbdb-Versions"
 #: Errors a rewrite can cause while a shard is read (a shard replaced as it was opened, an
 #: atom taken for swapped): read again when a rewrite overlapped the read.
 REWRITE_ERRORS = (StorageError, CorruptDataError)
@@ -136,6 +139,14 @@ class StepVersions:
         look = dataset._look()
         versions._check_made(dataset, look[3])
         return dataclasses.replace(versions, seen=_recorded(look[1], field, steps))
+
+    def tag(self) -> str:
+        """These versions as the service sends them with an answer (``X-Turbdb-Versions``):
+        ``MADE:STEP=COUNT,…``, the field's id and the rewrite count of each step read. A
+        client that split one request into several compares them: pieces of different tags
+        read different versions of a step (or different datasets), and are asked again."""
+        return f"{self.made if self.made is not None else '-'}:" + ",".join(
+            f"{step}={count}" for step, (count, _) in zip(self.steps, self.seen))
 
     def rewriter(self) -> str | None:
         """The process rewriting one of the steps now (``PID@HOST``), or None. A rewrite

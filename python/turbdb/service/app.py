@@ -30,6 +30,7 @@ from .. import __version__, _core
 from ..arguments import known_field
 from ..exceptions import InvalidRequestError, TurbdbError
 from ..query import evaluate_call, point_call
+from ..step_versions import VERSIONS_HEADER
 from ..cutout import as_filter_width, parse_strides
 from ..database_listing import misnamed_error
 from . import cutout as cutouts
@@ -52,8 +53,8 @@ from .transport import NETCDF, NPY, encode_npy
 
 NPZ = "application/x-npz"
 #: turbdb's own answer headers a page's script may read (CORS hides all others but a few).
-EXPOSED_HEADERS = ["X-Turbdb-Time", "X-Turbdb-Time-Index", "X-Turbdb-Shape", "Retry-After", "Content-Disposition",
-                   json_answers.NON_FINITE_HEADER]
+EXPOSED_HEADERS = ["X-Turbdb-Time", "X-Turbdb-Time-Index", "X-Turbdb-Shape", VERSIONS_HEADER, "Retry-After",
+                   "Content-Disposition", json_answers.NON_FINITE_HEADER]
 DEFAULT_MAX_POINTS_IN_FLIGHT = 4_000_000
 DEFAULT_CUTOUT_CHUNK_BYTES = 16 * 2**20
 
@@ -267,9 +268,10 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
                     # Awaited on the event loop: no thread held while the engine batches it, and a
                     # client that goes away cancels its pending work.
                     async with watch(request) as gone:
-                        values = await _through_engine(backend, ds, field, calls, gone)
+                        values, versions = await _through_engine(backend, ds, field, calls, gone)
                         response = (encode(values) if evaluations <= ENCODE_INLINE_POINTS
                                     else await anyio.to_thread.run_sync(encode, values))
+                    response.headers[VERSIONS_HEADER] = versions
                     registry.answered(job, owner, asked)
                     backend.metrics.points.labels(endpoint_of(request)).inc(evaluations)
                     return response
@@ -280,14 +282,17 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
             stop = _core.StopFlag()
 
             def answer() -> Response:  # in the worker thread, encoding included: a large JSON takes a while
-                answers = []
+                answers, versions = [], []
                 for k, t in enumerate(times):  # one time after another, as Dataset.query(time=[…]) goes
                     checked = calls[k] if calls else point_call(
                         ds, field, points, time=t, method=method, operator=operator, temporal=temporal, dtype=dtype,
                         strategy=strategy, job=engine_job)
                     answers.append(evaluate_call(ds, checked, cancel=gone, stop=stop))
+                    versions.append(ds.last_read_versions.tag())
                     backend.record_reads(ds, field)
-                return encode(answers[0] if len(times) == 1 else np.stack(answers))
+                response = encode(answers[0] if len(times) == 1 else np.stack(answers))
+                response.headers[VERSIONS_HEADER] = ";".join(versions)
+                return response
 
             # Answered on the event loop, at once; a series goes to a thread: each time is a query of its own.
             if evaluations <= INLINE_POINTS and len(times) == 1:
@@ -414,15 +419,17 @@ def cutout_time(text: str) -> float:
     return times[0]
 
 
-async def _through_engine(backend: Backend, ds: Any, field: str, calls: list[Any], gone: Any) -> np.ndarray:
+async def _through_engine(backend: Backend, ds: Any, field: str, calls: list[Any],
+                          gone: Any) -> tuple[np.ndarray, str]:
     """The answer of the point queries ``calls`` (one per time) from the node engine: one
     alone, or several handed over at once, so that the engine batches them, stacked
     ``(times, N, …)``; one that fails cancels the others' pending work. A dataset copy per
-    query keeps its own counters for :meth:`Backend.record_reads`."""
+    query keeps its own counters for :meth:`Backend.record_reads`. With the answer, the
+    versions of the steps read (:data:`VERSIONS_HEADER`)."""
     if len(calls) == 1:
         values = await backend.waits.query(ds, calls[0], gone)
         backend.record_reads(ds, field)
-        return values
+        return values, ds.last_read_versions.tag()
     copies = [copy.copy(ds) for _ in calls]
     try:
         async with asyncio.TaskGroup() as group:
@@ -431,7 +438,7 @@ async def _through_engine(backend: Backend, ds: Any, field: str, calls: list[Any
         raise failed.exceptions[0] from None
     for d in copies:
         backend.record_reads(d, field)
-    return np.stack([task.result() for task in tasks])
+    return np.stack([task.result() for task in tasks]), ";".join(d.last_read_versions.tag() for d in copies)
 
 
 def _origins(origins: Sequence[str]) -> list[str]:

@@ -13,7 +13,7 @@ from ..arguments import known_field
 from ..cutout import check_box, check_filter, nodes_read, output_shape, read_box, time_index
 from ..dataset import Dataset
 from ..info import DatasetInfo
-from ..step_versions import StepVersions
+from ..step_versions import VERSIONS_HEADER, StepVersions
 from .admission import SMALL_REQUEST_POINTS
 from .backend import Backend
 from .transport import NETCDF, NPY, NetCDFStream, npy_header
@@ -165,6 +165,9 @@ async def respond(backend: Backend, plan: CutoutPlan, fmt: str) -> StreamingResp
 
     headers = {"Content-Length": str(length), "X-Turbdb-Time": repr(plan.time),
                "X-Turbdb-Time-Index": str(plan.t_index), "X-Turbdb-Shape": ",".join(map(str, plan.shape)),
+               # The versions the first slab was read at, which every later slab keeps (or the
+               # stream is cut short): for a client that split a cutout into boxes to compare.
+               VERSIONS_HEADER: plan.versions.tag(),
                # The stored step counted from 1, as the HDF5 export (velocity_0002) and JHTDB (ts=2) count.
                "Content-Disposition": f'attachment; filename="{plan.dataset.name}-{plan.field}-{plan.t_index + 1}.'
                                       f'{"nc" if big_endian else "npy"}"'}
