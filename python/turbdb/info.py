@@ -282,11 +282,26 @@ def check_axis_triplet(kind: str, value: Any, positive: bool = False) -> tuple[f
     return triple
 
 
+#: The fewest distinct float64 positions a cell's width must hold where the domain lies
+#: (2¹⁶: a point's place within its cell resolved to 1.5e-5 of the spacing).
+CELL_RESOLUTION = 2**16
+
+
 def check_extent(grid: tuple[int, int, int], spacing: tuple[float, float, float],
                  origin: tuple[float, float, float]) -> None:
     """Refuses a domain whose far end is not a finite number (origin 1e308, spacing 1e308):
-    its coordinates would be stored as infinities."""
+    its coordinates would be stored as infinities; and one whose spacing float64 numbers
+    cannot resolve where it lies (origin 1e300, spacing 0.1: every node's coordinate was
+    1e300, every point fell on node 0), within :data:`CELL_RESOLUTION` of a spacing."""
     for axis, n, d, o in zip("xyz", grid, spacing, origin):
-        if not math.isfinite(o + d * n):
+        end = o + d * n
+        if not math.isfinite(end):
             raise InvalidRequestError(f"the domain along {axis} ends at {o:g} + {n} × {d:g}, beyond the largest "
                                       "number: choose a smaller origin or spacing")
+        finest = CELL_RESOLUTION * math.ulp(max(abs(o), abs(end)))
+        if d < finest:
+            raise InvalidRequestError(
+                f"the spacing along {axis}, {d:g}, is too fine for coordinates near {max(abs(o), abs(end)):g}: float64 "
+                f"numbers there are {math.ulp(max(abs(o), abs(end))):.3g} apart, so points within a cell could not be "
+                f"told apart (the spacing must be at least {finest:.3g}); give the origin relative to the domain "
+                "(say 0) and keep its offset in the dataset's attributes")

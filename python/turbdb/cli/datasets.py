@@ -161,7 +161,7 @@ def ingest(db: Path, inputs: tuple[Path, ...], name: str, field: str, fmt: str |
     ingest_inputs(
         db, name, field, list(inputs),
         source_options={"format": fmt, "axes": axes, **input_options},
-        dt=dt, t0=t0, spacing=xyz_floats(spacing, "--spacing"), origin=xyz_floats(origin, "--origin"),
+        dt=dt, t0=t0, spacing=xyz_floats(spacing, "--spacing", positive=True), origin=xyz_floats(origin, "--origin"),
         periodic=periodic_axes(periodic), units=units, quiet=quiet, given=given, replace=replace, sort=sort,
     )
 

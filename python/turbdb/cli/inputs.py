@@ -301,7 +301,10 @@ def int_list(text: str | None, option: str, example: str = "64,64,64,3") -> tupl
                                  param_hint=option) from None
 
 
-def xyz_floats(text: str | None, option: str) -> tuple[float, float, float] | None:
+def xyz_floats(text: str | None, option: str, positive: bool = False) -> tuple[float, float, float] | None:
+    """``x,y,z`` of ``option``: three finite numbers (``positive``: above 0), else a usage
+    error naming the option (a NaN origin or a negative spacing was a failure of the
+    work, exit 1, named by the Python API's parameter)."""
     if text is None:
         return None
     try:
@@ -310,6 +313,10 @@ def xyz_floats(text: str | None, option: str) -> tuple[float, float, float] | No
         values = ()
     if len(values) != 3:
         raise click.BadParameter(f"expected three numbers x,y,z; got {text!r}", param_hint=option)
+    if not all(math.isfinite(v) for v in values):
+        raise click.BadParameter(f"expected three finite numbers x,y,z; got {text!r}", param_hint=option)
+    if positive and min(values) <= 0:
+        raise click.BadParameter(f"expected three positive numbers x,y,z; got {text!r}", param_hint=option)
     return values  # type: ignore[return-value]
 
 
