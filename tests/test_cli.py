@@ -175,7 +175,7 @@ def test_verify_names_a_lost_or_damaged_database_zarr_json_and_how_to_restore_it
         subprocess.run(restore, shell=True, check=True)
         assert run("verify", db).returncode == 0
         zarr = pytest.importorskip("zarr")
-        assert zarr.open_group(str(db), mode="r").attrs["turbdb_database"]["format_version"] == 1
+        assert zarr.open_group(str(db), mode="r").attrs["turbdb_database"]["format_version"] == turbdb.info.FORMAT_VERSION
 
 
 def test_verify_finds_a_simulated_field_that_lost_its_last_step(tmp_path):

@@ -29,7 +29,7 @@ from .exceptions import (
     DamagedMetadataError, DatasetBusyError, Float32PrecisionWarning, FormatError, InvalidRequestError, StorageError,
     TurbdbError, UnknownNameError,
 )
-from .info import DatasetInfo, check_name, uniform_times
+from .info import DatasetInfo, check_name, uniform_times, upgraded
 from .times import format_time
 from .process_engines import HoldsEngine, settings_of, shared_engine
 from .query import point_call
@@ -303,6 +303,7 @@ class Dataset(HoldsEngine):
         with self._metadata_lock():
             document = read_json(self.path / ZARR_JSON)
             change(document["attributes"]["turbdb"])
+            upgraded(document["attributes"]["turbdb"])
             document["consolidated_metadata"] = consolidated_metadata(self.path)
             write_json_atomic(self.path / ZARR_JSON, document)
 
@@ -467,6 +468,7 @@ class Dataset(HoldsEngine):
             shards = tuple(-(-n // attrs["partition"]) for n in attrs["grid"])
             if record_step(attrs, field, t, lambda: self._steps_written(field, len(attrs["times"]), shards)):
                 # No array changed: the consolidated copy stays as it is (not read again).
+                upgraded(attrs)
                 write_json_atomic(self.path / ZARR_JSON, document)
 
     def _announce_rewrite(self, store: Any, field: str, t: int, *, under_way: bool, interrupted: bool = False) -> None:

@@ -17,7 +17,11 @@ from .exceptions import DamagedMetadataError, InvalidRequestError, TurbdbError
 from .times import format_time
 from .written_steps import Runs, recorded_runs
 
-FORMAT_VERSION = 1
+#: The storage format this turbdb writes (docs/format.md, "Versions"). 2 adds what a turbdb
+#: of format 1 would misread and then damage (the ingest journal's steps, the steps
+#: written, the rewrite counts, field ids): a turbdb refuses a dataset of a later format,
+#: so an older one no longer writes into a dataset this one wrote.
+FORMAT_VERSION = 2
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 COMPONENT_NAMES = {1: [""], 3: ["x", "y", "z"]}
 # JHTDB's letters for the usual vector fields (ux, bx, ax); other fields use their initial.
@@ -285,6 +289,14 @@ def check_axis_triplet(kind: str, value: Any, positive: bool = False) -> tuple[f
 #: The fewest distinct float64 positions a cell's width must hold where the domain lies
 #: (2¹⁶: a point's place within its cell resolved to 1.5e-5 of the spacing).
 CELL_RESOLUTION = 2**16
+
+
+def upgraded(attrs: dict[str, Any]) -> None:
+    """Marks a dataset's metadata, about to be written by this turbdb, as of its format: a
+    dataset of format 1 written here from now records what format 1 does not know (steps
+    written, rewrite counts), which a turbdb of format 1 would misread, storing steps again
+    or missing a rewrite. It refuses the dataset instead ("upgrade turbdb")."""
+    attrs["format_version"] = FORMAT_VERSION
 
 
 def check_extent(grid: tuple[int, int, int], spacing: tuple[float, float, float],

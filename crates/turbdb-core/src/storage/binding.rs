@@ -195,11 +195,17 @@ impl ShardHeader {
                 return Ok(());
             }
             let id = |id: Option<u64>| id.map_or("no id".to_string(), |i| format!("id {i:016x}"));
+            // A shard of no id in a field of one: also what a turbdb older than field ids
+            // (before format version 2, which refuses such datasets) wrote into it.
+            let cause = if self.field_id.is_none() {
+                "a shard copied from another dataset, or written by a turbdb older than field ids"
+            } else {
+                "a shard copied from another dataset"
+            };
             return Err(Error::corrupt(
                 path,
                 format!(
-                    "shard was written for a field {field:?} of {} but this field has {} (a shard \
-                     copied from another dataset)",
+                    "shard was written for a field {field:?} of {} but this field has {} ({cause})",
                     id(self.field_id),
                     id(field_id)
                 ),
