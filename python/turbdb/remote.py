@@ -351,7 +351,10 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                 status, wait = response.status_code, _retry_after(response)
                 if status in (429, 503) and wait is not None:  # the server's own refusal: nothing was done
                     if busy < _BUSY_RETRIES and wait <= _MAX_RETRY_AFTER:
-                        batches.pause(wait)
+                        # A 429 empties the pacer's copy of the bucket, which then spaces this
+                        # request and the others (at the loop's top) at the server's rate.
+                        if status != 429 or self._pacer is None or not self._pacer.refused(wait):
+                            batches.pause(wait)
                         busy += 1
                         if status == 429:
                             self._waited(rate_limited=1, rate_limited_seconds=wait)

@@ -118,6 +118,21 @@ class Pacer:
             self.sleep(delay)
         return delay
 
+    def refused(self, wait: float) -> bool:
+        """The server refused a request for its rate (a 429) and asks for ``wait`` seconds:
+        its bucket is empty whatever this copy counted (another process with the same token
+        drained it). The next request here goes in ``wait`` seconds and the others after it
+        at the rate, instead of each thread asking again after its own wait (a client whose
+        bucket another process had drained failed after 8 refusals of one of its requests).
+        False where this pacer paces nothing: the caller waits itself."""
+        if math.isinf(self.rate):
+            return False
+        with self._lock:
+            now = self.clock()
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate, 1.0 - wait * self.rate)
+            self.stamp = now
+        return True
+
 
 def spans(total: int, size: int) -> list[tuple[int, int]]:
     """``[start, stop)`` pieces of ``range(total)`` of at most ``size`` each."""

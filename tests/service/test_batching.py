@@ -199,6 +199,36 @@ def test_the_pacer_lets_a_burst_through_then_spaces_requests_at_the_rate():
     assert Pacer(per_minute=math.inf, burst=math.inf).wait() == 0.0
 
 
+def test_a_refusal_empties_the_pacers_bucket_for_the_wait_the_server_asked():
+    now = [0.0]
+    waits = []
+    pacer = Pacer(per_minute=60, burst=3, clock=lambda: now[0], sleep=waits.append)
+    assert pacer.wait() == 0.0  # this copy thinks 2 are left; another process took them
+    assert pacer.refused(0.5)
+    assert pacer.wait() == pytest.approx(0.5) and pacer.wait() == pytest.approx(1.5)  # then at the rate
+    assert not Pacer(per_minute=math.inf, burst=math.inf).refused(0.5)  # the caller waits itself
+
+
+def test_a_client_whose_bucket_another_process_drained_is_paced_not_failed(tmp_path):
+    # Each of the split query's requests was asked again after its own Retry-After, four
+    # threads contending for one request a tenth of a second: one was refused 8 times and
+    # the query failed with "anonymous use may send 600 requests per minute".
+    db = tmp_path / "db"
+    ds = turbdb.create_dataset(db, "r", grid=(16, 16, 16), times=[0.0], fields={"s": 1}, atom=4, partition=8)
+    ds.write("s", 0, np.ones((16, 16, 16)))
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text("[anonymous]\nmax_points = 100\nrequests_per_minute = 600\n")
+    tokens.chmod(0o600)
+    with running_server(db, tmp_path / "server.log", "--tokens", str(tokens)) as server:
+        with httpx.Client(base_url=server.url) as other:  # another process of the same (anonymous) use
+            while other.get("/v1/datasets/r").status_code != 429:
+                pass
+        with turbdb.connect(server.url, progress=False) as client:
+            values = client["r"].query("s", random_points(6000, high=6.0), time=0.0, method="none")
+            assert (values == 1.0).all()
+            assert client.throttling().rate_limited <= 8
+
+
 def test_boxes_and_spans_cover_the_work_exactly_within_the_limit():
     for shape, limit in (((7, 5, 3), 15), ((7, 5, 3), 16), ((4, 9, 10), 35), ((2, 3, 50), 7), ((1, 1, 1), 4096)):
         covered = np.zeros(shape, dtype=int)
