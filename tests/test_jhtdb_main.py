@@ -45,6 +45,17 @@ def test_a_script_runs_with_its_own_arguments(tmp_path):
     assert ran.stdout.strip() == "['-h', 'x']"
 
 
+def test_a_directory_with_a_main_runs_as_python_dir_runs_it(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__main__.py").write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    ran = run("http://127.0.0.1:9", "pkg", "a", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "ran ['a']"
+    (tmp_path / "empty").mkdir()
+    refused = run("http://127.0.0.1:9", "empty", cwd=tmp_path)
+    assert refused.returncode == 2 and "a directory without __main__.py" in refused.stderr
+
+
 def test_redirect_refuses_an_address_that_is_not_one_at_once():
     with pytest.raises(turbdb.InvalidRequestError, match="add the scheme, http://127.0.0.1:8000"):
         turbdb.jhtdb.redirect("127.0.0.1:8000")

@@ -56,3 +56,38 @@ def test_a_dataset_of_a_later_format_is_refused_saying_to_upgrade(tmp_path):
                 lambda: turbdb.open(tmp_path)["a"].write("s", 0, np.zeros((8, 8, 8)))):
         with pytest.raises(turbdb.TurbdbError, match="has format version 3; upgrade turbdb to read it"):
             use()
+
+
+def test_the_service_serves_format_1_documents_a_format_1_client_reads(tmp_path, monkeypatch):
+    # (review) Documents were labelled with this turbdb's format, so a turbdb 0.1 client
+    # refused every dataset of a 0.2 server, though the documents hold format 1's keys only.
+    import asyncio
+
+    import httpx
+
+    from turbdb import info as info_module
+    from turbdb.service.app import create_app
+
+    new = turbdb.create_dataset(tmp_path, "new", grid=(8, 8, 8), times=[0.0], fields={"s": 1}, atom=4, partition=8)
+    old = turbdb.create_dataset(tmp_path, "old", grid=(8, 8, 8), times=[0.0], fields={"s": 1}, atom=4, partition=8)
+    set_format(old.path, 1)
+    assert turbdb.open(tmp_path)["new"].metadata.to_attrs()["format_version"] == 2  # as stored, locally
+    assert turbdb.open(tmp_path)["old"].metadata.to_attrs()["format_version"] == 1
+    app = create_app(tmp_path)
+
+    async def documents_served():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return [(await client.get("/v1/datasets/new")).json(),
+                    (await client.get("/v1/datasets/new?steps=true")).json(),
+                    *(await client.get("/v1/datasets")).json()["datasets"]]
+
+    try:
+        documents = asyncio.run(documents_served())
+    finally:
+        app.state.backend.close()
+    assert [d["format_version"] for d in documents] == [1, 1, 1, 1]
+    monkeypatch.setattr(info_module, "FORMAT_VERSION", 1)  # a client of format 1 reads them
+    for document in documents:
+        info_module.DatasetInfo.from_attrs({k: v for k, v in document.items() if k != "steps_present"})
+    assert new.path.exists()

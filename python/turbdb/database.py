@@ -27,7 +27,6 @@ from .exceptions import (
 )
 from .info import FORMAT_VERSION, check_axis_triplet, check_extent, check_name, is_plain_name, uniform_times
 from .process_engines import HoldsEngine, settings_of, shared_engine
-from .rewrites import engine_forget
 from .output_files import _sweep_left_behind as sweep_left_behind, replacing as replaced_directory
 from .permissions import permission_denied, unreadable
 from .size_limit import human_bytes
@@ -170,9 +169,10 @@ class Database(HoldsEngine, Mapping[str, Dataset]):
         """Forgets the dataset ``name`` opened before, found gone (deleted, or moved away),
         and has the node engine let go of its fields: their readers kept the deleted shard
         files mapped, and their atoms cached, until the engine went."""
+        # What the engine saw of the dataset's rewrites is kept (rewrites._ENGINE_SEEN): a
+        # copy of it still held reads on, and a rewrite must still drop what it caches.
         if self._opened.pop(name, None) is not None and self.engine is not None:
             self.engine.forget_directory(str(self.path / name))
-            engine_forget(self.engine, str(self.path / name))
 
     def __getitem__(self, name: str) -> Dataset:
         # Only the named directory is looked at, its metadata read once: listing every

@@ -22,6 +22,8 @@ from .written_steps import Runs, recorded_runs
 #: written, the rewrite counts, field ids): a turbdb refuses a dataset of a later format,
 #: so an older one no longer writes into a dataset this one wrote.
 FORMAT_VERSION = 2
+#: The format of the metadata documents the service sends (:meth:`DatasetInfo.to_served_attrs`).
+SERVED_FORMAT_VERSION = 1
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 COMPONENT_NAMES = {1: [""], 3: ["x", "y", "z"]}
 # JHTDB's letters for the usual vector fields (ux, bx, ax); other fields use their initial.
@@ -104,6 +106,8 @@ class DatasetInfo:
     units: dict[str, str]
     provenance: dict[str, Any]
     attrs: dict[str, Any]
+    #: The format the dataset is stored in (docs/format.md, "Versions").
+    format_version: int = FORMAT_VERSION
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DatasetInfo):
@@ -141,7 +145,7 @@ class DatasetInfo:
     def to_attrs(self) -> dict[str, Any]:
         """The JSON stored in the group attributes (steps present are derived, not stored)."""
         return {
-            "format_version": FORMAT_VERSION,
+            "format_version": self.format_version,
             "name": self.name,
             "grid": list(self.grid),
             "spacing": list(self.spacing),
@@ -156,6 +160,12 @@ class DatasetInfo:
             "provenance": self.provenance,
             "attrs": self.attrs,
         }
+
+    def to_served_attrs(self) -> dict[str, Any]:
+        """The metadata as the service sends it: :meth:`to_attrs`, which holds format 1's keys
+        only (what format 2 adds stays on disk), so labelled format 1 — a client of format 1
+        (turbdb 0.1) refuses a document of a later format, though it reads this one whole."""
+        return {**self.to_attrs(), "format_version": SERVED_FORMAT_VERSION}
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any], steps: dict[str, tuple[int, ...]] | None = None, *,
@@ -190,6 +200,7 @@ class DatasetInfo:
                 units=dict(attrs.get("units", {})),
                 provenance=dict(attrs.get("provenance", {})),
                 attrs=dict(attrs.get("attrs", {})),
+                format_version=attrs["format_version"],
             )
             info._check()
             return info

@@ -322,12 +322,15 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
         failures = busy = 0
         reached = True  # a request that never reached the server took nothing of its rate
         refused_since: float | None = None  # the first refusal: the server may be restarting
+        paced_path = path != "/v1/limits"  # asking for the limits is free; everything else is paced
+        rate_limited = False  # the pacer's next wait is a 429's, counted as such
         while True:
-            if path != "/v1/limits" and reached:  # asking for the limits is free; everything else is paced
+            if paced_path and reached:
                 self.limits  # noqa: B018 - asks for them once, and makes the pacer
                 paced = self._pacer.wait()  # type: ignore[union-attr]
-                if paced > 0:
+                if paced > 0 and not rate_limited:
                     self._waited(paced=1, paced_seconds=paced)
+                rate_limited = False
             try:
                 batches.check_stopped()  # the call this belongs to ended while it waited
                 response = send_within(self._clients.get(), method, path, self.timeout, **kwargs)
@@ -353,7 +356,9 @@ class RemoteDatabase(Mapping[str, "RemoteDataset"]):
                     if busy < _BUSY_RETRIES and wait <= _MAX_RETRY_AFTER:
                         # A 429 empties the pacer's copy of the bucket, which then spaces this
                         # request and the others (at the loop's top) at the server's rate.
-                        if status != 429 or self._pacer is None or not self._pacer.refused(wait):
+                        rate_limited = (status == 429 and paced_path and self._pacer is not None
+                                        and self._pacer.refused(wait))
+                        if not rate_limited:
                             batches.pause(wait)
                         busy += 1
                         if status == 429:

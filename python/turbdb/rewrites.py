@@ -76,16 +76,6 @@ def engine_catch_up(engine: Any, store: Any, key: tuple[str, tuple[int, int, int
         fields[directory] = (identity, dict(now))
 
 
-def engine_forget(engine: Any, directory: str) -> None:
-    """Forgets what ``engine`` saw of the fields under ``directory``, a dataset gone (the
-    engine let go of them: one read there again is a field it never saw)."""
-    under = directory.rstrip(os.sep) + os.sep
-    with _LOCK:
-        fields = _ENGINE_SEEN.get(engine, {})
-        for gone in [d for d in fields if d.startswith(under)]:
-            del fields[gone]
-
-
 def rewrites_under_way(attrs: dict[str, Any], where: str) -> dict[str, dict[int, str]]:
     """The steps of each field whose rewrite began and did not finish, with the process
     (``PID@HOST``) that began it; a misshapen attribute is a :class:`DamagedMetadataError`."""

@@ -229,6 +229,29 @@ def test_a_client_whose_bucket_another_process_drained_is_paced_not_failed(tmp_p
             assert client.throttling().rate_limited <= 8
 
 
+def test_a_429s_wait_is_counted_once_as_rate_limited_not_also_as_paced():
+    # (review) The pacer waited out the refusal, and counted that wait as paced too: the
+    # workload report said 2 s waited for 1.
+    calls = []
+
+    def handler(request):
+        if request.url.path == "/v1/limits":
+            return httpx.Response(200, json={"max_points": 1000, "requests_per_minute": 600, "burst": 600})
+        calls.append(request.url.path)
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "0.5"}, json={"error": "LimitExceededError",
+                                                                            "description": "slow down", "status": 429})
+        return httpx.Response(200, json={"datasets": []})
+
+    db = turbdb.connect("http://test:1", transport=httpx.MockTransport(handler), retries=0)
+    started = time.monotonic()
+    assert db.document("GET", "/v1/datasets") == {"datasets": []}
+    assert time.monotonic() - started >= 0.45 and len(calls) == 2
+    waits = db.throttling()
+    assert (waits.rate_limited, waits.rate_limited_seconds) == (1, 0.5)
+    assert (waits.paced, waits.paced_seconds) == (0, 0.0)
+
+
 def test_boxes_and_spans_cover_the_work_exactly_within_the_limit():
     for shape, limit in (((7, 5, 3), 15), ((7, 5, 3), 16), ((4, 9, 10), 35), ((2, 3, 50), 7), ((1, 1, 1), 4096)):
         covered = np.zeros(shape, dtype=int)

@@ -32,8 +32,9 @@ def main() -> None:
         _usage_error("the server's URL and the script to run are required" if len(sys.argv) < 2
                      else "the script to run is required")
     url, script = sys.argv[1], sys.argv[2]
-    if not os.path.isfile(script):
-        _usage_error(f"no script at {script!r}" + (" (a directory)" if os.path.isdir(script) else ""))
+    # A file, or as `python DIR` runs it, a directory (or zip) with a __main__.py.
+    if not (os.path.isfile(script) or os.path.isfile(os.path.join(script, "__main__.py"))):
+        _usage_error(f"no script at {script!r}" + (" (a directory without __main__.py)" if os.path.isdir(script) else ""))
     try:
         redirect(url)
     except InvalidRequestError as e:

@@ -216,9 +216,9 @@ def create_app(db_path: str | os.PathLike[str], tokens: Tokens | str | os.PathLi
         ds = backend.dataset(name, limits)
         limits.check_dataset(name)
         if not steps:
-            return ds.metadata.to_attrs()
+            return ds.metadata.to_served_attrs()
         info = await backend.run(lambda: ds.info)
-        return {**info.to_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in info.fields.items()}}
+        return {**info.to_served_attrs(), "steps_present": {f: list(fi.steps_present) for f, fi in info.fields.items()}}
 
     @app.post("/v1/datasets/{name}/query", tags=["queries"], summary="evaluate a field, its gradient, Hessian or "
               "Laplacian at points", openapi_extra=_POINTS_BODY, responses=_ARRAY_ANSWER)
@@ -474,7 +474,7 @@ def _listed_datasets(backend: Backend, limits: Any) -> list[dict[str, Any]]:
 def _metadata_json(backend: Backend, name: str) -> dict[str, Any]:
     """A dataset's stored metadata; a damaged one is listed with what is wrong with it."""
     try:
-        return backend.dataset(name).metadata.to_attrs()
+        return backend.dataset(name).metadata.to_served_attrs()
     except TurbdbError as e:
         return _error_json(backend, name, e)
 
