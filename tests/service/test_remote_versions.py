@@ -18,8 +18,8 @@ N = 16
 POINT = {"points": [[1.0, 2.0, 3.0]]}
 
 
-@pytest.fixture
-def served(tmp_path):
+def database_and_tokens(tmp_path):
+    """A dataset of one value, 1.0, at both steps, and a token of 2 048 points a request."""
     db = tmp_path / "db"
     ds = turbdb.create_dataset(db, "r", grid=(N, N, N), times=[0.0, 1.0], fields={"s": 1}, atom=4, partition=8)
     for t in range(2):
@@ -28,6 +28,12 @@ def served(tmp_path):
     tokens.write_text(f'[[token]]\ntoken = "{TOKEN}"\nname = "split"\nmax_points = 2048\n'
                       "requests_per_minute = 100000\n")
     tokens.chmod(0o600)
+    return db, tokens
+
+
+@pytest.fixture
+def served(tmp_path):
+    db, tokens = database_and_tokens(tmp_path)
     with running_server(db, tmp_path / "server.log", "--tokens", str(tokens)) as server:
         yield db, server
 
@@ -50,14 +56,7 @@ def rewritten_after_the_first(client: RemoteDatabase, db, endpoint: str):
 
 @pytest.mark.parametrize("scheduler", [None, "jaws"])
 def test_a_split_query_with_a_step_rewritten_between_its_requests_answers_one_version(tmp_path, scheduler):
-    db = tmp_path / "db"
-    ds = turbdb.create_dataset(db, "r", grid=(N, N, N), times=[0.0, 1.0], fields={"s": 1}, atom=4, partition=8)
-    for t in range(2):
-        ds.write("s", t, np.full((N, N, N), 1.0))
-    tokens = tmp_path / "tokens.toml"
-    tokens.write_text(f'[[token]]\ntoken = "{TOKEN}"\nname = "split"\nmax_points = 2048\n'
-                      "requests_per_minute = 100000\n")
-    tokens.chmod(0o600)
+    db, tokens = database_and_tokens(tmp_path)
     options = ("--scheduler", scheduler) if scheduler else ()
     with running_server(db, tmp_path / "server.log", "--tokens", str(tokens), *options) as server:
         with turbdb.connect(server.url, token=TOKEN, concurrency=1, progress=False) as client:
