@@ -321,10 +321,11 @@ def check_extent(grid: tuple[int, int, int], spacing: tuple[float, float, float]
         if not math.isfinite(end):
             raise InvalidRequestError(f"the domain along {axis} ends at {o:g} + {n} × {d:g}, beyond the largest "
                                       "number: choose a smaller origin or spacing")
-        finest = CELL_RESOLUTION * math.ulp(max(abs(o), abs(end)))
+        farthest = max(abs(o), abs(end))
+        finest = CELL_RESOLUTION * math.ulp(farthest)
         if d < finest:
             raise InvalidRequestError(
-                f"the spacing along {axis}, {d:g}, is too fine for coordinates near {max(abs(o), abs(end)):g}: float64 "
-                f"numbers there are {math.ulp(max(abs(o), abs(end))):.3g} apart, so points within a cell could not be "
+                f"the spacing along {axis}, {d:g}, is too fine for coordinates near {farthest:g}: float64 "
+                f"numbers there are {math.ulp(farthest):.3g} apart, so points within a cell could not be "
                 f"told apart (the spacing must be at least {finest:.3g}); give the origin relative to the domain "
                 "(say 0) and keep its offset in the dataset's attributes")

@@ -598,13 +598,13 @@ class RemoteDataset:
         # takes only the plan's next query (sent together, they arrived in any order: a 400).
         rounds = [[p for p in pieces if p[0] == k] for k in range(len(times))] if job_id is not None else [pieces]
         what = f"{self.name} {operator} of {field}"
+        sizes = {piece: (piece[1] - piece[0]) * (piece[3] - piece[2]) for piece in pieces}
         answers = [answer for group in rounds for answer in self.database.run_batches(
-            [ask(*piece) for piece in group], [(t1 - t0) * (b - a) for t0, t1, a, b in group], "points", what)]
+            [ask(*piece) for piece in group], [sizes[piece] for piece in group], "points", what)]
         # Pieces that read a step before and after its rewrite are asked again: joined, the
         # answer would mix two versions of the step, which no local query does.
         answers = batches.resent_until_one_version(answers, lambda stale: self.database.run_batches(
-            [ask(*pieces[i], again=True) for i in stale],
-            [(pieces[i][1] - pieces[i][0]) * (pieces[i][3] - pieces[i][2]) for i in stale], "points",
+            [ask(*pieces[i], again=True) for i in stale], [sizes[pieces[i]] for i in stale], "points",
             f"{what} (asked again: a step was rewritten meanwhile)"), f"the query of {field}")
         series = np.empty((len(times), len(xyz)) + answers[0].shape[2:], dtype=answers[0].dtype)
         for (t0, t1, a, b), values in zip(pieces, answers):

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from .exceptions import DatasetBusyError, QueryCancelledError, ServiceError
 from .progress_bars import bar_disabled
+from .step_versions import StepVersions
 
 T = TypeVar("T")
 # No batch is larger than this, whatever the token allows: a progress bar with steps, and
@@ -258,34 +259,20 @@ RESEND_ROUNDS = 4
 
 def stale_pieces(tags: Sequence[str | None]) -> list[int]:
     """The pieces of one request split into several that must be asked again, by the
-    versions the server read each at (its ``X-Turbdb-Versions``: ``MADE:STEP=COUNT,…``, one
-    per time, ``;`` between; None from a server that does not send them): those that read
-    an older version of a step than another piece did, one that read one step at two
-    versions, and all of them where they read different datasets (one created again
-    between them: which is the newer is not known)."""
-    parsed = []
-    for tag in tags:
-        if not tag:
-            parsed.append(None)
-            continue
-        made, counts, mixed = set(), {}, False
-        for part in tag.split(";"):
-            field_id, _, steps = part.partition(":")
-            made.add(field_id)
-            for item in filter(None, steps.split(",")):
-                step, _, count = item.partition("=")
-                mixed |= counts.setdefault(step, count) != count
-                counts[step] = max(counts[step], count, key=int)
-        parsed.append((made, counts, mixed))
-    known = [p for p in parsed if p is not None]
-    if len({frozenset(made) for made, _, _ in known}) > 1 or any(len(made) > 1 for made, _, _ in known):
-        return [i for i, p in enumerate(parsed) if p is not None]
-    newest: dict[str, int] = {}
-    for _, counts, _ in known:
+    versions the server read each at (its ``X-Turbdb-Versions``,
+    :meth:`~turbdb.step_versions.StepVersions.tag`; None from a server that does not send
+    them): those that read an older version of a step than another piece did, one that read
+    one step at two versions, and all of them where they read different datasets (one
+    created again between them: which is the newer is not known)."""
+    read = {i: StepVersions.read_tag(tag) for i, tag in enumerate(tags) if tag}
+    if len({made for made, _, _ in read.values()}) > 1 or any(len(made) > 1 for made, _, _ in read.values()):
+        return sorted(read)
+    newest: dict[int, int] = {}
+    for _, counts, _ in read.values():
         for step, count in counts.items():
-            newest[step] = max(newest.get(step, 0), int(count))
-    return [i for i, p in enumerate(parsed) if p is not None and (
-        p[2] or any(int(count) < newest[step] for step, count in p[1].items()))]
+            newest[step] = max(newest.get(step, 0), count)
+    return sorted(i for i, (_, counts, mixed) in read.items()
+                  if mixed or any(count < newest[step] for step, count in counts.items()))
 
 
 def resent_until_one_version(answers: list[tuple[Any, str | None]], ask_again: Callable[[list[int]], list[Any]],
@@ -299,10 +286,11 @@ def resent_until_one_version(answers: list[tuple[Any, str | None]], ask_again: C
     for _ in range(RESEND_ROUNDS):
         stale = stale_pieces([tag for _, tag in answers])
         if not stale:
-            return [value for value, _ in answers]
+            break
         for i, answer in zip(stale, ask_again(stale)):
             answers[i] = answer
-    if stale_pieces([tag for _, tag in answers]):
-        raise DatasetBusyError(f"the stored steps {what} reads were rewritten while its {len(answers)} requests were "
-                               f"answered, {RESEND_ROUNDS} times over; ask again once the rewrites are done")
+    else:
+        if stale_pieces([tag for _, tag in answers]):
+            raise DatasetBusyError(f"the stored steps {what} reads were rewritten while its {len(answers)} requests "
+                                   f"were answered, {RESEND_ROUNDS} times over; ask again once the rewrites are done")
     return [value for value, _ in answers]

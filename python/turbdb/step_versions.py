@@ -148,6 +148,20 @@ class StepVersions:
         return f"{self.made if self.made is not None else '-'}:" + ",".join(
             f"{step}={count}" for step, (count, _) in zip(self.steps, self.seen))
 
+    @staticmethod
+    def read_tag(text: str) -> tuple[frozenset[str], dict[int, int], bool]:
+        """What a header of :meth:`tag`\ s (one per time, ``;`` between) says: the field ids,
+        each step's newest rewrite count, and whether one step was read at two counts."""
+        made, counts, mixed = set(), {}, False
+        for part in text.split(";"):
+            field_id, _, steps = part.partition(":")
+            made.add(field_id)
+            for item in filter(None, steps.split(",")):
+                step, count = (int(n) for n in item.split("="))
+                mixed |= counts.setdefault(step, count) != count
+                counts[step] = max(counts[step], count)
+        return frozenset(made), counts, mixed
+
     def rewriter(self) -> str | None:
         """The process rewriting one of the steps now (``PID@HOST``), or None. A rewrite
         whose process is gone from this machine was interrupted: nothing will end it, the

@@ -1696,6 +1696,19 @@ mod tests {
         (dir, reader, axes)
     }
 
+    /// A reader of the field `made` written in `dir`.
+    fn reader_of(dir: &std::path::Path, geometry: &FieldGeometry, made: u64) -> Arc<FieldReader> {
+        Arc::new(
+            FieldReader::new(
+                dir,
+                geometry.clone(),
+                ChunkCodec::TURBDB,
+                IndexLocation::End,
+            )
+            .with_field_id(Some(made)),
+        )
+    }
+
     fn at(engine: &NodeEngine, reader: &Arc<FieldReader>, axes: [Axis; 3], time: f64) -> Ticket {
         let points: Vec<[f64; 3]> = (0..50).map(|i| [i as f64 * 0.3, 2.5, 7.25]).collect();
         let query = PointQuery {
@@ -1745,15 +1758,7 @@ mod tests {
                 let data = vec![(made * 10 + t as u64) as f32; 16 * 16 * 16];
                 write_step(&dir, &geometry, Some(made), t, &data, false).unwrap();
             }
-            let reader = Arc::new(
-                FieldReader::new(
-                    &dir,
-                    geometry.clone(),
-                    ChunkCodec::TURBDB,
-                    IndexLocation::End,
-                )
-                .with_field_id(Some(made)),
-            );
+            let reader = reader_of(&dir, &geometry, made);
             for (t, &time) in TIMES.iter().enumerate() {
                 // Read by a batch, then served from the cache.
                 for _ in 0..2 {
@@ -1802,15 +1807,7 @@ mod tests {
             for t in 0..TIMES.len() {
                 write_step(&dir, &geometry, Some(1), t, &vec![1.0; 16 * 16 * 16], false).unwrap();
             }
-            let reader = Arc::new(
-                FieldReader::new(
-                    &dir,
-                    geometry.clone(),
-                    ChunkCodec::TURBDB,
-                    IndexLocation::End,
-                )
-                .with_field_id(Some(1)),
-            );
+            let reader = reader_of(&dir, &geometry, 1);
             assert!(matches!(
                 at(&engine, &reader, axes, TIMES[0]).outcome(),
                 Outcome::Done(..)
@@ -1850,15 +1847,7 @@ mod tests {
                 let data = vec![(made * 10 + t as u64) as f32; 16 * 16 * 16];
                 write_step(root.path(), &geometry, Some(made), t, &data, false).unwrap();
             }
-            Arc::new(
-                FieldReader::new(
-                    root.path(),
-                    geometry.clone(),
-                    ChunkCodec::TURBDB,
-                    IndexLocation::End,
-                )
-                .with_field_id(Some(made)),
-            )
+            reader_of(root.path(), &geometry, made)
         };
         // Nothing cached: every query waits for a batch.
         let engine = NodeEngine::new(EngineConfig {
